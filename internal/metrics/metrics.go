@@ -1,0 +1,166 @@
+// Package metrics declares every Prometheus series the dispatcher exports, in
+// one place, so names, labels and buckets stay consistent and bounded: no
+// label ever carries an endpoint URL, an endpoint id or an event id.
+package metrics
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Delivery outcomes, the "outcome" label of DeliveriesTotal.
+const (
+	OutcomeCompleted = "completed"
+	OutcomeRetryable = "retryable"
+	OutcomeSnoozed   = "snoozed"
+	OutcomeCancelled = "cancelled"
+	OutcomeDiscarded = "discarded"
+)
+
+// Snooze reasons, the "reason" label of SnoozesTotal.
+const (
+	SnoozeLeaseBusy  = "lease_busy"
+	SnoozeRetryAfter = "retry_after"
+)
+
+// Ingest paths and results.
+const (
+	PathGRPC   = "grpc"
+	PathOutbox = "outbox"
+	PathTest   = "test"
+
+	IngestStored          = "stored"
+	IngestDuplicate       = "duplicate"
+	IngestDroppedInternal = "dropped_internal"
+	IngestDroppedRaw      = "dropped_raw"
+	IngestInvalid         = "invalid"
+	IngestConflict        = "conflict"
+)
+
+// Scope decision results.
+const (
+	ScopeAdmit = "admit"
+	ScopeDeny  = "deny"
+	ScopeError = "error"
+)
+
+// Metrics holds the dispatcher's collectors. Construct it once per process
+// (or per test) with New.
+type Metrics struct {
+	DeliveriesTotal        *prometheus.CounterVec
+	AttemptDuration        *prometheus.HistogramVec
+	DeliveryLag            prometheus.Histogram
+	FirstAttemptDelay      prometheus.Histogram
+	SnoozesTotal           *prometheus.CounterVec
+	EgressBlockedTotal     prometheus.Counter
+	EndpointsDisabledTotal prometheus.Counter
+	FanoutEnqueuedTotal    prometheus.Counter
+	FanoutDuration         prometheus.Histogram
+	ScopeDecisionsTotal    *prometheus.CounterVec
+	IngestEventsTotal      *prometheus.CounterVec
+	RelayBatchRows         prometheus.Histogram
+	RelayLag               prometheus.Histogram
+	RelayPoisonedTotal     prometheus.Counter
+	RelayErrorsTotal       prometheus.Counter
+}
+
+// New creates the collectors and registers them (and the Go and process
+// collectors) with reg.
+func New(reg prometheus.Registerer) *Metrics {
+	latency := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 15}
+	lag := []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 7200, 36000}
+	m := &Metrics{
+		DeliveriesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatcher_deliveries_total",
+			Help: "Delivery attempts by outcome and HTTP status class (none when no response).",
+		}, []string{"outcome", "status_class"}),
+		AttemptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "dispatcher_delivery_attempt_duration_seconds",
+			Help:    "Duration of one HTTP delivery attempt, by status class.",
+			Buckets: latency,
+		}, []string{"status_class"}),
+		DeliveryLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dispatcher_delivery_lag_seconds",
+			Help:    "End-to-end lag from an event's occurred_at to its 2xx delivery.",
+			Buckets: lag,
+		}),
+		FirstAttemptDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dispatcher_delivery_first_attempt_delay_seconds",
+			Help:    "Time from storing an event to the first delivery attempt.",
+			Buckets: lag,
+		}),
+		SnoozesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatcher_delivery_snoozes_total",
+			Help: "Deliveries put back without spending an attempt, by reason (lease_busy, retry_after).",
+		}, []string{"reason"}),
+		EgressBlockedTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatcher_egress_blocked_total",
+			Help: "Deliveries refused because the destination address is internal (SSRF guard).",
+		}),
+		EndpointsDisabledTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatcher_endpoints_disabled_total",
+			Help: "Endpoints disabled automatically after continuous failure.",
+		}),
+		FanoutEnqueuedTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatcher_fanout_deliveries_enqueued_total",
+			Help: "webhook.deliver jobs inserted by fanout.",
+		}),
+		FanoutDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dispatcher_fanout_duration_seconds",
+			Help:    "Duration of one webhook.fanout job.",
+			Buckets: latency,
+		}),
+		ScopeDecisionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatcher_scope_decisions_total",
+			Help: "Scope decisions per (event, endpoint), by rule and result.",
+		}, []string{"rule", "result"}),
+		IngestEventsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatcher_ingest_events_total",
+			Help: "Events received, by path (grpc, outbox, test) and result.",
+		}, []string{"path", "result"}),
+		RelayBatchRows: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dispatcher_relay_batch_rows",
+			Help:    "Outbox rows claimed per relay batch.",
+			Buckets: []float64{0, 1, 5, 10, 25, 50, 100, 250, 500, 1000},
+		}),
+		RelayLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dispatcher_relay_lag_seconds",
+			Help:    "Time from an outbox row's creation to its relay.",
+			Buckets: lag,
+		}),
+		RelayPoisonedTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatcher_relay_poisoned_rows_total",
+			Help: "Outbox rows set aside because they can never be valid.",
+		}),
+		RelayErrorsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatcher_relay_errors_total",
+			Help: "Relay batches that failed (database errors); the rows are retried.",
+		}),
+	}
+	reg.MustRegister(
+		m.DeliveriesTotal, m.AttemptDuration, m.DeliveryLag, m.FirstAttemptDelay,
+		m.SnoozesTotal, m.EgressBlockedTotal, m.EndpointsDisabledTotal,
+		m.FanoutEnqueuedTotal, m.FanoutDuration, m.ScopeDecisionsTotal,
+		m.IngestEventsTotal, m.RelayBatchRows, m.RelayLag, m.RelayPoisonedTotal, m.RelayErrorsTotal,
+	)
+	return m
+}
+
+// NewForTest returns Metrics on a private registry.
+func NewForTest() *Metrics { return New(prometheus.NewRegistry()) }
+
+// RegisterRuntime adds the Go and process collectors.
+func RegisterRuntime(reg prometheus.Registerer) {
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+}
+
+// StatusClass maps an HTTP status to its class label ("2xx" … "5xx"), or
+// "none" when there was no response.
+func StatusClass(status int) string {
+	if status < 100 || status > 599 {
+		return "none"
+	}
+	return strconv.Itoa(status/100) + "xx"
+}
