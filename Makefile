@@ -1,0 +1,66 @@
+# dispatcher — run `make help` for the targets.
+.DEFAULT_GOAL := help
+SHELL := /usr/bin/env bash
+
+GO        ?= go
+BUF       := $(GO) tool -modfile=tools/buf/go.mod buf
+TEST_FLAGS ?= -count=1 -timeout 30m
+FUZZTIME  ?= 10s
+
+.PHONY: help
+help: ## Show this help.
+	@grep -hE '^[a-zA-Z0-9/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
+
+.PHONY: run
+run: ## Run the dispatcher locally (DATABASE_URL, else local Postgres, else a private cluster in .data/).
+	@scripts/run-dev.sh
+
+.PHONY: build
+build: ## Build bin/dispatcher and bin/dispatcher-bench.
+	$(GO) build -o bin/dispatcher ./cmd/dispatcher
+	$(GO) build -o bin/dispatcher-bench ./cmd/dispatcher-bench
+
+.PHONY: test
+test: ## Run every test (needs Postgres: DATABASE_URL or 127.0.0.1:5432).
+	$(GO) test $(TEST_FLAGS) ./...
+
+.PHONY: test/race
+test/race: ## Run every test with the race detector.
+	$(GO) test -race $(TEST_FLAGS) ./...
+
+.PHONY: generate
+generate: ## Regenerate pkg/api from proto/ with buf.
+	$(BUF) generate
+
+.PHONY: lint
+lint: lint/buf lint/go ## buf lint, go vet, gofmt.
+
+.PHONY: lint/buf
+lint/buf:
+	$(BUF) lint
+
+.PHONY: lint/go
+lint/go:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+.PHONY: lint/golangci
+lint/golangci: ## golangci-lint (built from the module proxy).
+	$(GO) tool -modfile=tools/lint/go.mod golangci-lint run ./...
+
+.PHONY: check/generated
+check/generated: generate ## Fail if regenerating changes any committed file.
+	@git diff --exit-code -- pkg/api || (echo "generated code is out of date: run make generate and commit" && exit 1)
+	@test -z "$$(git status --porcelain -- pkg/api)" || (git status --porcelain -- pkg/api; echo "generated code is out of date" && exit 1)
+
+.PHONY: fuzz
+fuzz: ## Run every fuzzer briefly (FUZZTIME=10s).
+	@scripts/fuzz.sh $(FUZZTIME)
+
+.PHONY: bench
+bench: ## Run the load scenarios and print the figures (see docs/benchmarks.md).
+	$(GO) run ./cmd/dispatcher-bench $(BENCH_ARGS)
+
+.PHONY: check/deploy
+check/deploy: ## Validate deploy/ (Kubernetes schemas, Prometheus rules, dashboard JSON).
+	@scripts/check-deploy.sh

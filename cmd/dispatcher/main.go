@@ -1,0 +1,80 @@
+// Command dispatcher delivers an application's events to webhook receivers:
+// thin, signed (Standard Webhooks) and scoped.
+//
+//	dispatcher serve              run the gRPC API, outbox relay, River workers and metrics
+//	dispatcher migrate            apply River's and the dispatcher's migrations (idempotent)
+//	dispatcher endpoints …        manage endpoints over the gRPC API
+//	dispatcher event-types        list the event types that may leave
+//	dispatcher reseal-secrets     re-seal endpoint secrets under the primary master key
+//	dispatcher gen-master-key     print a new master key entry
+//	dispatcher dev-access         run a fake access service for local development
+//
+// Configuration comes from flags and DISPATCHER_* environment variables;
+// secrets (master keys, API tokens) only from the environment or files.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "dispatcher:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: dispatcher <command> [flags]
+
+commands:
+  serve            run the dispatcher (gRPC API, outbox relay, workers, metrics)
+  migrate          apply database migrations (idempotent)
+  endpoints        manage webhook endpoints (list|get|create|update|delete|rotate-secret|send-test|deliveries|redeliver)
+  event-types      list the event types that may leave
+  reseal-secrets   re-seal every endpoint secret under the primary master key
+  gen-master-key   print a new master key entry for DISPATCHER_MASTER_KEYS
+  dev-access       run a fake access service (local development)
+
+Run 'dispatcher <command> -h' for a command's flags.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return runServe(ctx, rest, stdout, stderr)
+	case "migrate":
+		return runMigrate(ctx, rest, stdout, stderr)
+	case "endpoints":
+		return runEndpointsCLI(ctx, rest, stdout, stderr)
+	case "event-types":
+		return runEventTypesCLI(ctx, rest, stdout, stderr)
+	case "reseal-secrets":
+		return runResealCLI(ctx, rest, stdout, stderr)
+	case "gen-master-key":
+		return runGenMasterKey(stdout)
+	case "dev-access":
+		return runDevAccess(ctx, rest, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/standmeet/webhook-dispatcher/internal/database"
+	"github.com/standmeet/webhook-dispatcher/internal/seal"
+)
+
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var db dbConfig
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	db.bind(fs)
+	outbox := fs.String("outbox-database-url", os.Getenv("DISPATCHER_OUTBOX_DATABASE_URL"),
+		"also apply the outbox contract (migrations/outbox) to this database; for development and tests, production main apps apply it themselves")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := errors.Join(envErrs...); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	pool, err := database.Open(ctx, db.URL, db.Schema, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := database.Migrate(ctx, pool, db.Schema, logger); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "schema %q is up to date\n", db.Schema)
+	if *outbox != "" {
+		opool, err := pgxpool.New(ctx, *outbox)
+		if err != nil {
+			return errors.New("invalid -outbox-database-url: cannot be parsed as a Postgres connection string")
+		}
+		defer opool.Close()
+		if err := database.MigrateOutbox(ctx, opool); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "outbox contract applied")
+	}
+	return nil
+}
+
+func runGenMasterKey(stdout io.Writer) error {
+	k, err := seal.GenerateMasterKey()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, k)
+	return nil
+}

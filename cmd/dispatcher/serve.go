@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/standmeet/webhook-dispatcher/internal/access"
+	"github.com/standmeet/webhook-dispatcher/internal/auth"
+	"github.com/standmeet/webhook-dispatcher/internal/database"
+	"github.com/standmeet/webhook-dispatcher/internal/delivery"
+	"github.com/standmeet/webhook-dispatcher/internal/egress"
+	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
+	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/fanout"
+	"github.com/standmeet/webhook-dispatcher/internal/ingest"
+	"github.com/standmeet/webhook-dispatcher/internal/job"
+	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/retention"
+	"github.com/standmeet/webhook-dispatcher/internal/scope"
+	"github.com/standmeet/webhook-dispatcher/internal/seal"
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+)
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseServeConfig(args)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(cfg.LogFormat, cfg.LogLevel, os.Stderr)
+	slog.SetDefault(logger)
+	return serve(ctx, cfg, logger, stdout)
+}
+
+// serve is the composition root: config → pools → River → workers → servers.
+// It returns when ctx is cancelled (SIGTERM) and everything has stopped.
+func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io.Writer) error {
+	keyring, err := seal.ParseKeyring(cfg.MasterKeys)
+	if err != nil {
+		return fmt.Errorf("DISPATCHER_MASTER_KEYS: %w", err)
+	}
+	publisherTokens, err := auth.LoadTokens(cfg.PublisherTokens, cfg.PublisherTokenFile)
+	if err != nil {
+		return fmt.Errorf("publisher tokens: %w", err)
+	}
+	adminTokens, err := auth.LoadTokens(cfg.AdminTokens, cfg.AdminTokenFile)
+	if err != nil {
+		return fmt.Errorf("admin tokens: %w", err)
+	}
+	authn, err := auth.New(auth.Tokens{Publisher: publisherTokens, Admin: adminTokens}, logger)
+	if err != nil {
+		return err
+	}
+
+	pool, err := database.Open(ctx, cfg.DB.URL, cfg.DB.Schema, int32(cfg.DB.MaxConns)) //nolint:gosec // bounded by flag parsing
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if cfg.Migrate {
+		if err := database.Migrate(ctx, pool, cfg.DB.Schema, logger); err != nil {
+			return err
+		}
+	} else if err := database.CheckMigrated(ctx, pool, cfg.DB.Schema); err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	metrics.RegisterRuntime(reg)
+	m := metrics.New(reg)
+	reg.MustRegister(metrics.NewStateCollector(pool, logger))
+
+	// Scope: the one decision, handed to fanout as a function.
+	var admitter scope.EmbedAdmitter
+	if cfg.AccessAddr != "" {
+		client, closer, err := access.Dial(access.Config{
+			Addr: cfg.AccessAddr, TLS: cfg.AccessTLS, CAFile: cfg.AccessCAFile,
+			Timeout: cfg.AccessTimeout, Token: cfg.AccessToken,
+		})
+		if err != nil {
+			return fmt.Errorf("access service: %w", err)
+		}
+		defer closer.Close()
+		admitter = client
+	} else {
+		logger.WarnContext(ctx, "no access service configured (DISPATCHER_ACCESS_ADDR): embed-bound endpoints receive no scoped events")
+	}
+	decider := scope.NewDecider(admitter, m, logger)
+
+	httpClient := egress.NewClient(egress.Config{AllowCIDRs: cfg.EgressAllowCIDRs})
+	if len(cfg.EgressAllowCIDRs) > 0 {
+		logger.WarnContext(ctx, "egress allow-list overrides the SSRF deny list", slog.Any("cidrs", cfg.EgressAllowCIDRs))
+	}
+
+	workers := river.NewWorkers()
+	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), m, logger))
+	river.AddWorker(workers, delivery.NewWorker(delivery.Config{}, pool, httpClient, keyring, m, logger))
+	river.AddWorker(workers, retention.NewWorker(pool, logger))
+
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Schema: cfg.DB.Schema,
+		Queues: map[string]river.QueueConfig{
+			job.QueueFanout:      {MaxWorkers: cfg.FanoutWorkers},
+			job.QueueDeliver:     {MaxWorkers: cfg.DeliverWorkers},
+			job.QueueMaintenance: {MaxWorkers: 1},
+		},
+		Workers:      workers,
+		PeriodicJobs: []*river.PeriodicJob{retention.PeriodicJob(cfg.Retention, time.Hour)},
+		Logger:       logger.With(slog.String("component", "river")),
+		// A job whose worker died (SIGKILL) is rescued after this; longer
+		// than any job's timeout (the deliver worker's is 20 s).
+		RescueStuckJobsAfter: time.Minute,
+		FetchCooldown:        20 * time.Millisecond,
+		FetchPollInterval:    250 * time.Millisecond,
+		// Discarded deliveries stay listable (and re-deliverable) for a week.
+		DiscardedJobRetentionPeriod: 7 * 24 * time.Hour,
+		CancelledJobRetentionPeriod: 7 * 24 * time.Hour,
+	})
+	if err != nil {
+		return fmt.Errorf("river client: %w", err)
+	}
+
+	store := ingest.NewStore(pool, riverClient, m, logger)
+
+	linkTemplate := cfg.JobLinkTemplate
+	if linkTemplate == "" && cfg.RiverUI {
+		linkTemplate = "http://" + cfg.OpsAddr + "/riverui/jobs/{job_id}"
+	}
+	endpoints := endpoint.NewService(endpoint.ServiceConfig{
+		JobLinkTemplate: linkTemplate,
+		RequireHTTPS:    cfg.RequireHTTPS,
+		AllowCIDRs:      cfg.EgressAllowCIDRs,
+	}, pool, riverClient, keyring, testPublisher{store}, logger)
+
+	// gRPC API.
+	var serverOpts []grpc.ServerOption
+	if cfg.GRPCTLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.GRPCTLSCert, cfg.GRPCTLSKey)
+		if err != nil {
+			return fmt.Errorf("gRPC TLS: %w", err)
+		}
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
+	}
+	serverOpts = append(serverOpts, authn.ServerOptions()...)
+	grpcServer := grpc.NewServer(serverOpts...)
+	webhooksv1.RegisterEventServiceServer(grpcServer, ingest.NewEventServer(store, logger))
+	webhooksv1.RegisterEndpointServiceServer(grpcServer, endpoints)
+	healthServer := health.NewServer()
+	healthpb.RegisterHealthServer(grpcServer, healthServer)
+	reflection.Register(grpcServer)
+
+	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("gRPC listen on %s: %w", cfg.GRPCAddr, err)
+	}
+	opsLis, err := net.Listen("tcp", cfg.OpsAddr)
+	if err != nil {
+		_ = grpcLis.Close()
+		return fmt.Errorf("ops listen on %s: %w", cfg.OpsAddr, err)
+	}
+
+	opsMux := http.NewServeMux()
+	opsMux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	opsMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := pool.Ping(r.Context()); err != nil {
+			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	if cfg.RiverUI {
+		if err := mountRiverUI(ctx, opsMux, riverClient, authn, logger); err != nil {
+			_ = grpcLis.Close()
+			_ = opsLis.Close()
+			return err
+		}
+	}
+	opsServer := &http.Server{Handler: opsMux, ReadHeaderTimeout: 10 * time.Second}
+
+	if err := riverClient.Start(ctx); err != nil {
+		_ = grpcLis.Close()
+		_ = opsLis.Close()
+		return fmt.Errorf("start river: %w", err)
+	}
+	healthServer.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+
+	fmt.Fprintf(stdout, "dispatcher serving: grpc=%s ops=http://%s (metrics at /metrics) schema=%s\n",
+		grpcLis.Addr(), opsLis.Addr(), cfg.DB.Schema)
+	logger.InfoContext(ctx, "dispatcher started", slog.String("grpc_addr", grpcLis.Addr().String()),
+		slog.String("ops_addr", opsLis.Addr().String()), slog.String("schema", cfg.DB.Schema))
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := grpcServer.Serve(grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("gRPC server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := opsServer.Serve(opsLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("ops server: %w", err)
+		}
+		return nil
+	})
+	if cfg.OutboxURL != "" {
+		outboxPool, err := pgxpool.New(ctx, cfg.OutboxURL)
+		if err != nil {
+			return errors.New("invalid DISPATCHER_OUTBOX_DATABASE_URL: cannot be parsed as a Postgres connection string")
+		}
+		defer outboxPool.Close()
+		relay := ingest.NewRelay(ingest.RelayConfig{
+			BatchSize: cfg.OutboxBatch, PollInterval: cfg.OutboxPoll, DeleteRelayed: cfg.OutboxDelete,
+		}, outboxPool, store, m, logger)
+		g.Go(func() error { return relay.Run(gctx) })
+	} else {
+		logger.InfoContext(ctx, "outbox relay disabled (no DISPATCHER_OUTBOX_DATABASE_URL); events arrive over gRPC only")
+	}
+
+	// Shutdown: on SIGTERM (ctx) or a server failing (gctx).
+	g.Go(func() error {
+		<-gctx.Done()
+		logger.Info("shutting down")
+		healthServer.Shutdown()
+		shutdown(grpcServer, opsServer, riverClient, cfg.ShutdownTimeout, logger)
+		return nil
+	})
+	err = g.Wait()
+	logger.Info("dispatcher stopped")
+	return err
+}
+
+// shutdown stops taking work, lets in-flight deliveries finish for up to
+// timeout, then cancels them: River puts a cancelled job back to available
+// without spending an attempt, so another process delivers it.
+func shutdown(grpcServer *grpc.Server, opsServer *http.Server, riverClient *river.Client[pgx.Tx], timeout time.Duration, logger *slog.Logger) {
+	stopped := make(chan struct{})
+	go func() { grpcServer.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		grpcServer.Stop()
+	}
+
+	softCtx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := riverClient.Stop(softCtx); err != nil {
+		logger.Warn("in-flight jobs did not finish in time; cancelling them", slog.Duration("timeout", timeout))
+		hardCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := riverClient.StopAndCancel(hardCtx); err != nil {
+			logger.Error("river did not stop", slog.Any("error", err))
+		}
+	}
+
+	opsCtx, cancelOps := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelOps()
+	_ = opsServer.Shutdown(opsCtx)
+}
+
+// testPublisher adapts ingest to the endpoint service's SendTest.
+type testPublisher struct{ store *ingest.Store }
+
+func (p testPublisher) Publish(ctx context.Context, e *event.Event) error {
+	_, err := p.store.Ingest(ctx, metrics.PathTest, []*event.Event{e})
+	return err
+}
+
+var _ = strings.TrimSpace

@@ -1,0 +1,53 @@
+package delivery
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/standmeet/webhook-dispatcher/internal/job"
+)
+
+// Schedule is the wait before each retry: 5 s, 5 min, 30 min, 2 h, 5 h, then
+// 10 h for every further retry (SPEC §3). With job.DeliverMaxAttempts = 18
+// the last attempt happens about 5.3 days after the first.
+var Schedule = []time.Duration{
+	5 * time.Second,
+	5 * time.Minute,
+	30 * time.Minute,
+	2 * time.Hour,
+	5 * time.Hour,
+	10 * time.Hour,
+}
+
+// jitter spreads retries of deliveries that failed together (a receiver
+// outage fails many at once) by up to ±10% so they don't return as a herd.
+const jitter = 0.10
+
+// Backoff returns the wait before the retry that follows the given number of
+// failed attempts (1 = the first failure), without jitter.
+func Backoff(failures int) time.Duration {
+	i := min(max(failures-1, 0), len(Schedule)-1)
+	return Schedule[i]
+}
+
+// RetryWindow is how long a delivery may live: the sum of every backoff up to
+// the last attempt. A delivery older than this is cancelled even if a receiver
+// keeps answering Retry-After (snoozes spend no attempts).
+func RetryWindow() time.Duration {
+	var total time.Duration
+	for failures := 1; failures < job.DeliverMaxAttempts; failures++ {
+		total += Backoff(failures)
+	}
+	return total
+}
+
+// nextRetry implements River's NextRetry for deliveries. River passes the row
+// before the current error is appended, so len(Errors) counts the earlier
+// failures; a manual retry keeps the errors, hence the clamp in Backoff.
+func nextRetry(j *river.Job[job.DeliverArgs], now time.Time) time.Time {
+	d := Backoff(len(j.Errors) + 1)
+	spread := time.Duration((rand.Float64()*2 - 1) * jitter * float64(d)) //nolint:gosec // jitter, not security
+	return now.Add(d + spread)
+}

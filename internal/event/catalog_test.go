@@ -1,0 +1,169 @@
+package event
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// specCatalog is SPEC §7 copied by hand: the test oracle the code's catalog
+// must agree with, so a type cannot be added or dropped by accident.
+var specCatalog = []string{
+	"corpus.note.changed", "webhook.test",
+	"access_request.created", "access_request.approved", "access_request.status_changed",
+	"code.issued", "code.revoked", "code.redeemed",
+	"conversation.started", "conversation.message", "conversation.pruned", "ghost.accepted",
+	"booking.created", "booking.cancelled", "booking.rescheduled",
+	"application.committed", "jobs.fetched",
+	"writing.published", "writing.unpublished", "vault.imported",
+	"microsite.build.settled", "page.promoted_live", "page.rolled_back", "page.unpublished",
+	"microsite.store.doc_inserted",
+	"api_key.issued", "api_key.revoked", "supplier.connected", "supplier.disconnected",
+	"supplier.activated", "block.installed", "block.failed",
+	"gas.exhausted", "gas.refilled", "instance.upgrade_requested", "owner.login",
+	"owner.email_changed", "owner.recovery_requested", "ip_ban.added",
+}
+
+func TestCatalog(t *testing.T) {
+	t.Parallel()
+
+	t.Run("MatchesSpecInOrder", func(t *testing.T) {
+		t.Parallel()
+		require.Len(t, specCatalog, 39)
+
+		var names []string
+		for _, ti := range WebhookTypes() {
+			names = append(names, ti.Name)
+		}
+		require.Equal(t, specCatalog, names)
+	})
+
+	t.Run("EveryTypeIsWebhookAndWellFormed", func(t *testing.T) {
+		t.Parallel()
+		for _, ti := range WebhookTypes() {
+			require.Equal(t, ExposureWebhook, ExposureOf(ti.Name), ti.Name)
+			require.True(t, isTypeName(ti.Name), ti.Name)
+			require.LessOrEqual(t, len(ti.Name), MaxTypeLen)
+			require.NoError(t, ValidateGlob(ti.Name))
+		}
+	})
+
+	t.Run("EveryTypeHasOneLineDescription", func(t *testing.T) {
+		t.Parallel()
+		for _, ti := range WebhookTypes() {
+			require.NotEmpty(t, strings.TrimSpace(ti.Description), ti.Name)
+			require.NotContains(t, ti.Description, "\n", ti.Name)
+		}
+	})
+
+	t.Run("SpecialTypesAreCatalogued", func(t *testing.T) {
+		t.Parallel()
+		require.Equal(t, ExposureWebhook, ExposureOf(TypeNoteChanged))
+		require.Equal(t, ExposureWebhook, ExposureOf(TypeWebhookTest))
+	})
+
+	t.Run("WebhookTypesReturnsCopy", func(t *testing.T) {
+		t.Parallel()
+		types := WebhookTypes()
+		types[0].Name = "mutated.name"
+		require.Equal(t, TypeNoteChanged, WebhookTypes()[0].Name)
+		require.Equal(t, ExposureInternal, ExposureOf("mutated.name"))
+	})
+}
+
+func TestExposure(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ZeroValueIsInternal", func(t *testing.T) {
+		t.Parallel()
+		var x Exposure
+		require.Equal(t, ExposureInternal, x)
+	})
+
+	t.Run("UnknownTypesAreInternal", func(t *testing.T) {
+		t.Parallel()
+		for _, typ := range []string{"", "corpus.note.deleted", "Corpus.note.changed", "corpus.note.changed ", "corpus.*", "*", "internal.audit"} {
+			require.Equal(t, ExposureInternal, ExposureOf(typ), "type %q", typ)
+		}
+	})
+
+	t.Run("String", func(t *testing.T) {
+		t.Parallel()
+		require.Equal(t, "Internal", ExposureInternal.String())
+		require.Equal(t, "Webhook", ExposureWebhook.String())
+		require.Equal(t, "Exposure(7)", Exposure(7).String())
+	})
+}
+
+func TestIsRawSubject(t *testing.T) {
+	t.Parallel()
+
+	t.Run("DetectsRawScheme", func(t *testing.T) {
+		t.Parallel()
+		for _, s := range []string{
+			"raw://upload/1",
+			"RAW://upload/1",
+			"Raw://x",
+			"rAw://",
+			"raw:x",            // no slashes: still the raw scheme
+			"  raw://x",        // leading spaces
+			"\t\n raw://x",     // leading whitespace
+			"\u00a0raw://x",    // no-break space
+			"\ufeffraw://x",    // byte order mark
+			"\u200b\u200braw:", // zero-width spaces
+			"\x00raw://x",      // leading NUL
+		} {
+			require.True(t, IsRawSubject(s), "subject %q", s)
+		}
+	})
+
+	t.Run("IgnoresOtherSubjects", func(t *testing.T) {
+		t.Parallel()
+		for _, s := range []string{
+			"", "r", "raw", "raw/x", "rawx://x", "wiki://raw://x", "wiki://x/raw:", "xraw://", "ra w://",
+		} {
+			require.False(t, IsRawSubject(s), "subject %q", s)
+		}
+	})
+}
+
+func TestLeaves(t *testing.T) {
+	t.Parallel()
+
+	t.Run("WebhookTypeWithOrdinarySubject", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		require.True(t, Leaves(bundle.event))
+	})
+
+	t.Run("EveryCatalogType", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		for _, ti := range WebhookTypes() {
+			bundle.event.Type = ti.Name
+			require.True(t, Leaves(bundle.event), ti.Name)
+		}
+	})
+
+	t.Run("NeverRawSubject", func(t *testing.T) {
+		t.Parallel()
+		for _, s := range []string{"raw://x", "RAW://x", " raw://x"} {
+			bundle := setup(t)
+			bundle.event.Subject = s
+			require.False(t, Leaves(bundle.event), s)
+		}
+	})
+
+	t.Run("NeverInternalType", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		bundle.event.Type = "internal.audit.logged"
+		require.False(t, Leaves(bundle.event))
+	})
+
+	t.Run("NeverNil", func(t *testing.T) {
+		t.Parallel()
+		require.False(t, Leaves(nil))
+	})
+}

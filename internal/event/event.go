@@ -1,0 +1,391 @@
+package event
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits enforced by Validate. They bound what an untrusted publisher can make
+// the dispatcher store, sign and send, and keep every value safe to put in an
+// HTTP header, a log line or a database index.
+const (
+	// MaxIDLen bounds Event.ID. The id is sent as the webhook-id header and is
+	// the receivers' dedupe key.
+	MaxIDLen = 128
+	// MaxOwnerIDLen bounds Event.OwnerID.
+	MaxOwnerIDLen = 128
+	// MaxTypeLen bounds Event.Type (and a glob, see MaxGlobLen).
+	MaxTypeLen = 128
+	// MaxSubjectLen bounds Event.Subject, in bytes.
+	MaxSubjectLen = 1024
+	// MaxDataBytes bounds Event.Data, in bytes as given: thin means small.
+	MaxDataBytes = 4096
+	// MaxFutureSkew is how far past the validator's clock OccurredAt may be,
+	// to tolerate clock skew between the publisher and the dispatcher without
+	// accepting timestamps that are plainly wrong.
+	MaxFutureSkew = time.Hour
+	// MinOccurredAtUnix (2000-01-01T00:00:00Z) is the earliest OccurredAt
+	// accepted. Anything older is a zero-ish or unit-confused timestamp
+	// (seconds read as milliseconds and the like), not a real event.
+	MinOccurredAtUnix int64 = 946684800
+)
+
+// Field names as used in FieldError.Field. They match the JSON keys of the
+// payload (and owner_id as the ingest APIs spell it), so an error can be shown
+// to a publisher verbatim.
+const (
+	FieldID         = "id"
+	FieldOwnerID    = "owner_id"
+	FieldType       = "type"
+	FieldSubject    = "subject"
+	FieldOccurredAt = "occurred_at"
+	FieldData       = "data"
+)
+
+// ErrInvalid is matched (errors.Is) by every *FieldError, so callers that only
+// need "was the event rejected" don't have to know the concrete type.
+var ErrInvalid = errors.New("invalid event")
+
+// FieldError reports the first field of an Event that breaks a rule. Reason is
+// written for the publisher and never echoes the offending value, which may be
+// large or hostile.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	return "invalid event." + e.Field + ": " + e.Reason
+}
+
+// Unwrap lets errors.Is(err, ErrInvalid) match any field error.
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+func fieldErr(field, reason string) *FieldError {
+	return &FieldError{Field: field, Reason: reason}
+}
+
+// Event is a thin domain event. OwnerID travels beside it to scope fanout and
+// is never part of what a receiver sees (see Payload).
+type Event struct {
+	ID         string
+	OwnerID    string
+	Type       string
+	Subject    string
+	OccurredAt time.Time
+	Data       json.RawMessage
+}
+
+// Validate checks every field against the documented limits and returns the
+// first violation as a *FieldError, checking id, owner_id, type, subject,
+// occurred_at, data in that order. now is the validator's clock, passed in so
+// tests and replays are deterministic.
+//
+// Validate does not require Type to be in the catalog: an unclassified type is
+// a valid event that is simply Internal (see ExposureOf).
+func (e *Event) Validate(now time.Time) error {
+	if err := validateID(e.ID); err != nil {
+		return err
+	}
+	if err := validateOwnerID(e.OwnerID); err != nil {
+		return err
+	}
+	if err := validateType(e.Type); err != nil {
+		return err
+	}
+	if err := validateSubject(e.Subject); err != nil {
+		return err
+	}
+	if err := validateOccurredAt(e.OccurredAt, now); err != nil {
+		return err
+	}
+	return validateData(e.Data)
+}
+
+func validateID(id string) error {
+	if id == "" {
+		return fieldErr(FieldID, "must not be empty")
+	}
+	if len(id) > MaxIDLen {
+		return fieldErr(FieldID, "must be at most "+strconv.Itoa(MaxIDLen)+" characters")
+	}
+	// A canonical UUID is already within this alphabet. Braced or urn: forms
+	// are not accepted: the id goes verbatim into the webhook-id header, and
+	// Standard Webhooks signs "<id>.<timestamp>.<body>", so a '.' (or anything
+	// outside a header-safe token) would make the signed content ambiguous.
+	for i := 0; i < len(id); i++ {
+		if !isIDByte(id[i]) {
+			return fieldErr(FieldID, "must be a UUID or an opaque id of characters [A-Za-z0-9_-]")
+		}
+	}
+	return nil
+}
+
+func isIDByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+}
+
+func validateOwnerID(owner string) error {
+	if owner == "" {
+		return fieldErr(FieldOwnerID, "must not be empty")
+	}
+	if len(owner) > MaxOwnerIDLen {
+		return fieldErr(FieldOwnerID, "must be at most "+strconv.Itoa(MaxOwnerIDLen)+" characters")
+	}
+	for i := 0; i < len(owner); i++ {
+		if c := owner[i]; c <= ' ' || c > '~' {
+			return fieldErr(FieldOwnerID, "must be printable ASCII without spaces")
+		}
+	}
+	return nil
+}
+
+func validateType(typ string) error {
+	if typ == "" {
+		return fieldErr(FieldType, "must not be empty")
+	}
+	if len(typ) > MaxTypeLen {
+		return fieldErr(FieldType, "must be at most "+strconv.Itoa(MaxTypeLen)+" bytes")
+	}
+	if !isTypeName(typ) {
+		return fieldErr(FieldType, `must be dotted lower-case segments like "corpus.note.changed"`)
+	}
+	return nil
+}
+
+// isTypeName reports whether s matches ^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$:
+// at least two segments, each starting with a letter. Hand-written rather than
+// a regexp because fanout runs it for every glob of every endpoint.
+func isTypeName(s string) bool {
+	return isDottedName(s) && strings.IndexByte(s, '.') >= 0
+}
+
+// isDottedName is isTypeName without the two-segment minimum, i.e. the grammar
+// of a glob prefix ("corpus" in "corpus.*").
+func isDottedName(s string) bool {
+	if s == "" {
+		return false
+	}
+	segStart := true
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case segStart:
+			if c < 'a' || c > 'z' {
+				return false
+			}
+			segStart = false
+		case c == '.':
+			segStart = true
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '_':
+		default:
+			return false
+		}
+	}
+	return !segStart // no trailing dot
+}
+
+func validateSubject(subject string) error {
+	if subject == "" {
+		return fieldErr(FieldSubject, "must not be empty")
+	}
+	if len(subject) > MaxSubjectLen {
+		return fieldErr(FieldSubject, "must be at most "+strconv.Itoa(MaxSubjectLen)+" bytes")
+	}
+	if !utf8.ValidString(subject) {
+		return fieldErr(FieldSubject, "must be valid UTF-8")
+	}
+	// Control characters (C0, DEL, C1) could split log lines or confuse a
+	// receiver's parser; nothing legitimate in an identifier needs them.
+	for _, r := range subject {
+		if unicode.IsControl(r) {
+			return fieldErr(FieldSubject, "must not contain control characters")
+		}
+	}
+	if !hasURIScheme(subject) {
+		return fieldErr(FieldSubject, `must be a URI with a scheme, like "wiki://path"`)
+	}
+	return nil
+}
+
+// hasURIScheme reports whether s is "scheme://rest" with an RFC 3986 scheme
+// (ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )) and a non-empty rest. The
+// scheme is what scoping keys on (raw:// never leaves), so it must be
+// unambiguous; the rest is the application's business.
+func hasURIScheme(s string) bool {
+	i := strings.Index(s, "://")
+	if i <= 0 || i+3 == len(s) {
+		return false
+	}
+	for j := 0; j < i; j++ {
+		c := s[j]
+		isAlpha := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		if j == 0 && !isAlpha {
+			return false
+		}
+		if !isAlpha && (c < '0' || c > '9') && c != '+' && c != '-' && c != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+func validateOccurredAt(t, now time.Time) error {
+	if t.IsZero() {
+		return fieldErr(FieldOccurredAt, "must be set")
+	}
+	if t.Before(time.Unix(MinOccurredAtUnix, 0)) {
+		return fieldErr(FieldOccurredAt, "must not be before 2000-01-01T00:00:00Z")
+	}
+	if t.After(now.Add(MaxFutureSkew)) {
+		return fieldErr(FieldOccurredAt, "must not be more than "+MaxFutureSkew.String()+" in the future")
+	}
+	return nil
+}
+
+func validateData(data json.RawMessage) error {
+	if len(data) > MaxDataBytes {
+		return fieldErr(FieldData, "must be at most "+strconv.Itoa(MaxDataBytes)+" bytes")
+	}
+	return checkDataObject(data)
+}
+
+// checkDataObject is the part of data validation that Payload needs too: a
+// single JSON object, valid UTF-8, no duplicate keys.
+func checkDataObject(data json.RawMessage) error {
+	// encoding/json accepts invalid UTF-8 inside strings (and would rewrite it
+	// to U+FFFD on the way out), so check it first: the body we sign must be
+	// the body the publisher meant.
+	if !utf8.Valid(data) {
+		return fieldErr(FieldData, "must be valid UTF-8")
+	}
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return fieldErr(FieldData, "must be a JSON object")
+	}
+	if err := checkJSON(data); err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkJSON verifies data is exactly one well-formed JSON value and that no
+// object in it repeats a key. Duplicate keys are rejected because parsers
+// disagree on which one wins: the dispatcher's scope decision (which reads
+// data.published) and a receiver must never read different values.
+func checkJSON(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber() // numbers are only skipped; don't parse them as floats
+
+	// One frame per open object or array; for objects, the keys seen so far
+	// and whether the next token is a key.
+	type frame struct {
+		keys    map[string]struct{}
+		wantKey bool
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF // EOF before the top-level value closed
+			}
+			return fieldErr(FieldData, "must be valid JSON ("+syntaxReason(err, dec)+")")
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		d, isDelim := tok.(json.Delim)
+		switch {
+		case isDelim && (d == '}' || d == ']'):
+			stack = stack[:len(stack)-1]
+		case top != nil && top.keys != nil && top.wantKey:
+			key, _ := tok.(string) // Token only yields strings in key position
+			if _, dup := top.keys[key]; dup {
+				return fieldErr(FieldData, "must not repeat an object key")
+			}
+			top.keys[key] = struct{}{}
+			top.wantKey = false
+		default:
+			// A value (or the start of one): in an object, a key comes next.
+			if top != nil && top.keys != nil {
+				top.wantKey = true
+			}
+			if isDelim && d == '{' {
+				stack = append(stack, &frame{keys: map[string]struct{}{}, wantKey: true})
+			} else if isDelim && d == '[' {
+				stack = append(stack, &frame{})
+			}
+		}
+		if len(stack) == 0 {
+			// The top-level value is complete; anything after it is junk.
+			if _, err := dec.Token(); err != io.EOF {
+				return fieldErr(FieldData, "must be a single JSON value")
+			}
+			return nil
+		}
+	}
+}
+
+// syntaxReason describes a decoding error by position only, so the reason never
+// echoes publisher data.
+func syntaxReason(err error, dec *json.Decoder) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return "syntax error at offset " + strconv.FormatInt(se.Offset, 10)
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return "unexpected end of input"
+	}
+	return "syntax error at offset " + strconv.FormatInt(dec.InputOffset(), 10)
+}
+
+// payload is the thin body exactly as receivers see it. Field order is the
+// key order on the wire; OwnerID is deliberately absent.
+type payload struct {
+	ID         string          `json:"id"`
+	Type       string          `json:"type"`
+	Subject    string          `json:"subject"`
+	OccurredAt string          `json:"occurred_at"`
+	Data       json.RawMessage `json:"data"`
+}
+
+// Payload returns the JSON body sent to receivers:
+// {"id","type","subject","occurred_at","data"} in that order, with occurred_at
+// in RFC 3339 (nanosecond precision, UTC) and data compacted. The same event
+// always yields the same bytes, which matters because the body is signed and
+// every retry must carry an identical, re-verifiable body.
+//
+// Payload only refuses what would make the body malformed (data that is not a
+// JSON object); it does not re-apply Validate's limits, so an event stored
+// under older limits can still be delivered.
+func (e *Event) Payload() ([]byte, error) {
+	if err := checkDataObject(e.Data); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	// HTML escaping would turn '&' in a subject into \u0026: valid JSON, but a
+	// needless surprise for receivers reading the body by eye.
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(payload{
+		ID:         e.ID,
+		Type:       e.Type,
+		Subject:    e.Subject,
+		OccurredAt: e.OccurredAt.UTC().Format(time.RFC3339Nano),
+		Data:       e.Data,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encode event payload: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
