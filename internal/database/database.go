@@ -28,7 +28,6 @@ const DefaultSchema = "dispatcher"
 // ErrNotMigrated is returned by CheckMigrated when the schema lags the binary.
 var ErrNotMigrated = errors.New("database is not migrated: run `dispatcher migrate` (or serve with --migrate)")
 
-
 var schemaRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]{0,45}$`)
 
 // ValidateSchema checks a schema name against River's rules (it prefixes its
