@@ -198,7 +198,10 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	}
 	opsServer := &http.Server{Handler: opsMux, ReadHeaderTimeout: 10 * time.Second}
 
-	if err := riverClient.Start(ctx); err != nil {
+	// River gets a context SIGTERM does not cancel: cancelling Start's
+	// context would cancel in-flight deliveries at once, while shutdown
+	// wants them to finish first (see shutdown).
+	if err := riverClient.Start(context.WithoutCancel(ctx)); err != nil {
 		_ = grpcLis.Close()
 		_ = opsLis.Close()
 		return fmt.Errorf("start river: %w", err)

@@ -1,0 +1,450 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+)
+
+const endpointsUsage = `usage: dispatcher endpoints <command> [flags]
+
+Manages an owner's webhook endpoints through the gRPC API (admin token).
+
+commands:
+  list                      list the owner's endpoints
+  get <id>                  show one endpoint
+  create                    create an endpoint; prints its signing secret, this once
+  update <id>               change the fields given as flags (--enable re-enables and clears the failure state)
+  delete <id>               delete an endpoint
+  rotate-secret <id>        issue a new secret; the old one keeps signing for --grace
+  send-test <id>            send one webhook.test event to this endpoint
+  deliveries <id>           list the endpoint's deliveries, newest first
+  redeliver <id>            re-queue the endpoint's discarded and cancelled deliveries
+
+Every command takes --addr, --owner, --json, --token-file, --tls, --ca-file;
+the token comes from DISPATCHER_TOKEN or --token-file.
+Run 'dispatcher endpoints <command> -h' for its flags.
+`
+
+// stringList is a flag taking comma-separated values, repeatable.
+type stringList []string
+
+func (s *stringList) String() string { return strings.Join(*s, ",") }
+
+func (s *stringList) Set(v string) error {
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*s = append(*s, p)
+		}
+	}
+	return nil
+}
+
+// endpointsCmd is one parsed `dispatcher endpoints` subcommand.
+type endpointsCmd struct {
+	client webhooksv1.EndpointServiceClient
+	conn   cliConn
+	stdout io.Writer
+}
+
+// runEndpointsCLI implements `dispatcher endpoints …`.
+func runEndpointsCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, endpointsUsage)
+		return errors.New("endpoints: no command given")
+	}
+	sub, rest := args[0], args[1:]
+	type command struct {
+		positional bool // takes an endpoint id
+		flags      func(fs *flag.FlagSet) func(ctx context.Context, c *endpointsCmd, id string) error
+	}
+	commands := map[string]command{
+		"list":          {flags: listFlags},
+		"get":           {positional: true, flags: getFlags},
+		"create":        {flags: createFlags},
+		"update":        {positional: true, flags: updateFlags},
+		"delete":        {positional: true, flags: deleteFlags},
+		"rotate-secret": {positional: true, flags: rotateFlags},
+		"send-test":     {positional: true, flags: sendTestFlags},
+		"deliveries":    {positional: true, flags: deliveriesFlags},
+		"redeliver":     {positional: true, flags: redeliverFlags},
+	}
+	if sub == "help" || sub == "-h" || sub == "--help" {
+		fmt.Fprint(stdout, endpointsUsage)
+		return nil
+	}
+	cmd, ok := commands[sub]
+	if !ok {
+		fmt.Fprint(stderr, endpointsUsage)
+		return fmt.Errorf("endpoints: unknown command %q", sub)
+	}
+
+	fs := flag.NewFlagSet("endpoints "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &endpointsCmd{stdout: stdout}
+	c.conn.bind(fs, true)
+	run := cmd.flags(fs)
+	positional, err := parseInterspersed(fs, rest)
+	if err != nil {
+		return err
+	}
+	var id string
+	switch {
+	case cmd.positional && len(positional) != 1:
+		return fmt.Errorf("endpoints %s: want exactly one endpoint id, got %d arguments", sub, len(positional))
+	case cmd.positional:
+		id = positional[0]
+	case len(positional) > 0:
+		return fmt.Errorf("endpoints %s: unexpected argument %q", sub, positional[0])
+	}
+	if c.conn.owner == "" {
+		return fmt.Errorf("endpoints %s: --owner (or DISPATCHER_OWNER) is required", sub)
+	}
+
+	conn, err := c.conn.dial(stderr)
+	if err != nil {
+		return fmt.Errorf("endpoints %s: %w", sub, err)
+	}
+	defer conn.Close()
+	c.client = webhooksv1.NewEndpointServiceClient(conn)
+	ctx, cancel := context.WithTimeout(ctx, c.conn.timeout)
+	defer cancel()
+	if err := run(ctx, c, id); err != nil {
+		return callError("endpoints "+sub, err)
+	}
+	return nil
+}
+
+func listFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
+	pageSize := fs.Int("page-size", 0, "endpoints per page (0: server default of 50, at most 200)")
+	pageToken := fs.String("page-token", "", "page to fetch, from a previous list's next page token")
+	return func(ctx context.Context, c *endpointsCmd, _ string) error {
+		resp, err := c.client.ListEndpoints(ctx, &webhooksv1.ListEndpointsRequest{
+			OwnerId: c.conn.owner, PageSize: int32(min(max(*pageSize, -1), 1<<20)), PageToken: *pageToken, //nolint:gosec // clamped
+		})
+		if err != nil {
+			return err
+		}
+		if c.conn.json {
+			return printJSON(c.stdout, resp)
+		}
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tURL\tEVENT TYPES\tSTATUS\tCREATED")
+		for _, ep := range resp.GetEndpoints() {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ep.GetId(), ep.GetUrl(), strings.Join(ep.GetEventTypes(), ","),
+				endpointStatus(ep), fmtTime(ep.GetCreatedAt()))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if len(resp.GetEndpoints()) == 0 {
+			fmt.Fprintln(c.stdout, "(no endpoints)")
+		}
+		if t := resp.GetNextPageToken(); t != "" {
+			fmt.Fprintf(c.stdout, "\nmore: --page-token %s\n", t)
+		}
+		return nil
+	}
+}
+
+func getFlags(*flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
+	return func(ctx context.Context, c *endpointsCmd, id string) error {
+		resp, err := c.client.GetEndpoint(ctx, &webhooksv1.GetEndpointRequest{OwnerId: c.conn.owner, Id: id})
+		if err != nil {
+			return err
+		}
+		if c.conn.json {
+			return printJSON(c.stdout, resp)
+		}
+		return printEndpoint(c.stdout, resp.GetEndpoint())
+	}
+}
+
+func createFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
+	url := fs.String("url", "", "receiver URL (http or https)")
+	description := fs.String("description", "", "free text shown in listings")
+	var types stringList
+	fs.Var(&types, "event-types", `event type globs, comma-separated or repeated: "*", "corpus.*", "booking.created"`)
+	embedID := fs.String("embed-id", "", "bind the endpoint to an embed: events are scoped by its access code")
+	return func(ctx context.Context, c *endpointsCmd, _ string) error {
+		resp, err := c.client.CreateEndpoint(ctx, &webhooksv1.CreateEndpointRequest{
+			OwnerId: c.conn.owner, Url: *url, Description: *description, EventTypes: types, EmbedId: *embedID,
+		})
+		if err != nil {
+			return err
+		}
+		if c.conn.json {
+			return printJSON(c.stdout, resp)
+		}
+		if err := printEndpoint(c.stdout, resp.GetEndpoint()); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "\nsigning secret: %s\n(shown only this once: store it in the receiver now)\n", resp.GetSecret())
+		return nil
+	}
+}
+
+func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
+	url := fs.String("url", "", "new receiver URL")
+	description := fs.String("description", "", "new description")
+	var types stringList
+	fs.Var(&types, "event-types", "new event type globs (replace the old list), comma-separated or repeated")
+	embedID := fs.String("embed-id", "", `new embed id ("" makes the endpoint standalone)`)
+	enable := fs.Bool("enable", false, "enable the endpoint and clear its failure state")
+	disable := fs.Bool("disable", false, "disable the endpoint")
+	return func(ctx context.Context, c *endpointsCmd, id string) error {
+		req := &webhooksv1.UpdateEndpointRequest{OwnerId: c.conn.owner, Id: id, UpdateMask: &fieldmaskpb.FieldMask{}}
+		var err error
+		// Only flags given on the command line enter the mask, so an
+		// omitted flag never blanks a field.
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "url":
+				req.Url = *url
+				req.UpdateMask.Paths = append(req.UpdateMask.Paths, "url")
+			case "description":
+				req.Description = *description
+				req.UpdateMask.Paths = append(req.UpdateMask.Paths, "description")
+			case "event-types":
+				req.EventTypes = types
+				req.UpdateMask.Paths = append(req.UpdateMask.Paths, "event_types")
+			case "embed-id":
+				req.EmbedId = *embedID
+				req.UpdateMask.Paths = append(req.UpdateMask.Paths, "embed_id")
+			case "enable", "disable":
+				if *enable && *disable {
+					err = errors.New("--enable and --disable exclude each other")
+				}
+				if *enable || *disable {
+					req.Enabled = *enable
+					if !containsString(req.UpdateMask.Paths, "enabled") {
+						req.UpdateMask.Paths = append(req.UpdateMask.Paths, "enabled")
+					}
+				}
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if len(req.UpdateMask.Paths) == 0 {
+			return errors.New("nothing to update: give at least one of --url, --description, --event-types, --embed-id, --enable, --disable")
+		}
+		resp, err := c.client.UpdateEndpoint(ctx, req)
+		if err != nil {
+			return err
+		}
+		if c.conn.json {
+			return printJSON(c.stdout, resp)
+		}
+		return printEndpoint(c.stdout, resp.GetEndpoint())
+	}
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func deleteFlags(*flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
+	return func(ctx context.Context, c *endpointsCmd, id string) error {
+		resp, err := c.client.DeleteEndpoint(ctx, &webhooksv1.DeleteEndpointRequest{OwnerId: c.conn.owner, Id: id})
+		if err != nil {
+			return err
+		}
+		if c.conn.json {
+			return printJSON(c.stdout, resp)
+		}
+		fmt.Fprintf(c.stdout, "deleted endpoint %s\n", id)
+		return nil
+	}
+}
+
+func rotateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
+	grace := fs.Duration("grace", 24*time.Hour, "how long the old secret keeps signing beside the new one (0 ends it now; at most 168h)")
+	return func(ctx context.Context, c *endpointsCmd, id string) error {
+		resp, err := c.client.RotateSecret(ctx, &webhooksv1.RotateSecretRequest{
+			OwnerId: c.conn.owner, Id: id, GracePeriod: durationpb.New(*grace),
+		})
+		if err != nil {
+			return err
+		}
+		if c.conn.json {
+			return printJSON(c.stdout, resp)
+		}
+		fmt.Fprintf(c.stdout, "new signing secret: %s\n(shown only this once: store it in the receiver now)\n", resp.GetSecret())
+		if exp := resp.GetPreviousSecretExpiresAt(); exp != nil {
+			fmt.Fprintf(c.stdout, "the previous secret keeps signing until %s\n", fmtTime(exp))
+		} else {
+			fmt.Fprintln(c.stdout, "the previous secret no longer signs")
+		}
+		return nil
+	}
+}
+
+func sendTestFlags(*flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
+	return func(ctx context.Context, c *endpointsCmd, id string) error {
+		resp, err := c.client.SendTest(ctx, &webhooksv1.SendTestRequest{OwnerId: c.conn.owner, Id: id})
+		if err != nil {
+			return err
+		}
+		if c.conn.json {
+			return printJSON(c.stdout, resp)
+		}
+		fmt.Fprintf(c.stdout, "sent webhook.test event %s to endpoint %s\n", resp.GetEventId(), id)
+		return nil
+	}
+}
+
+func deliveriesFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
+	pageSize := fs.Int("page-size", 0, "deliveries per page (0: server default of 50, at most 200)")
+	pageToken := fs.String("page-token", "", "page to fetch, from a previous call's next page token")
+	return func(ctx context.Context, c *endpointsCmd, id string) error {
+		resp, err := c.client.ListDeliveries(ctx, &webhooksv1.ListDeliveriesRequest{
+			OwnerId: c.conn.owner, EndpointId: id, PageSize: int32(min(max(*pageSize, -1), 1<<20)), PageToken: *pageToken, //nolint:gosec // clamped
+		})
+		if err != nil {
+			return err
+		}
+		if c.conn.json {
+			return printJSON(c.stdout, resp)
+		}
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "JOB\tEVENT\tTYPE\tSTATE\tATTEMPT\tLAST ERROR\tCREATED\tLINK")
+		for _, d := range resp.GetDeliveries() {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", d.GetJobId(), d.GetEventId(), orDash(d.GetEventType()),
+				deliveryState(d.GetState()), d.GetAttempt(), d.GetMaxAttempts(), orDash(oneLine(d.GetLastError(), 60)),
+				fmtTime(d.GetCreatedAt()), orDash(d.GetLink()))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if len(resp.GetDeliveries()) == 0 {
+			fmt.Fprintln(c.stdout, "(no deliveries)")
+		}
+		if t := resp.GetNextPageToken(); t != "" {
+			fmt.Fprintf(c.stdout, "\nmore: --page-token %s\n", t)
+		}
+		return nil
+	}
+}
+
+func redeliverFlags(*flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
+	return func(ctx context.Context, c *endpointsCmd, id string) error {
+		resp, err := c.client.Redeliver(ctx, &webhooksv1.RedeliverRequest{OwnerId: c.conn.owner, EndpointId: id})
+		if err != nil {
+			return err
+		}
+		if c.conn.json {
+			return printJSON(c.stdout, resp)
+		}
+		fmt.Fprintf(c.stdout, "re-queued %d deliveries of endpoint %s\n", resp.GetCount(), id)
+		return nil
+	}
+}
+
+// runEventTypesCLI implements `dispatcher event-types`.
+func runEventTypesCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("event-types", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var conn cliConn
+	conn.bind(fs, false)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("event-types: unexpected argument %q", fs.Arg(0))
+	}
+	cc, err := conn.dial(stderr)
+	if err != nil {
+		return fmt.Errorf("event-types: %w", err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	defer cancel()
+	resp, err := webhooksv1.NewEndpointServiceClient(cc).ListEventTypes(ctx, &webhooksv1.ListEventTypesRequest{})
+	if err != nil {
+		return callError("event-types", err)
+	}
+	if conn.json {
+		return printJSON(stdout, resp)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tDESCRIPTION")
+	for _, t := range resp.GetEventTypes() {
+		fmt.Fprintf(tw, "%s\t%s\n", t.GetName(), t.GetDescription())
+	}
+	return tw.Flush()
+}
+
+func printEndpoint(w io.Writer, ep *webhooksv1.Endpoint) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "id:\t%s\n", ep.GetId())
+	fmt.Fprintf(tw, "owner:\t%s\n", ep.GetOwnerId())
+	fmt.Fprintf(tw, "url:\t%s\n", ep.GetUrl())
+	fmt.Fprintf(tw, "description:\t%s\n", orDash(oneLine(ep.GetDescription(), 200)))
+	fmt.Fprintf(tw, "event types:\t%s\n", strings.Join(ep.GetEventTypes(), ", "))
+	fmt.Fprintf(tw, "embed:\t%s\n", orDash(ep.GetEmbedId()))
+	fmt.Fprintf(tw, "status:\t%s\n", endpointStatus(ep))
+	if exp := ep.GetPreviousSecretExpiresAt(); exp != nil {
+		fmt.Fprintf(tw, "previous secret signs until:\t%s\n", fmtTime(exp))
+	}
+	fmt.Fprintf(tw, "created:\t%s\n", fmtTime(ep.GetCreatedAt()))
+	fmt.Fprintf(tw, "updated:\t%s\n", fmtTime(ep.GetUpdatedAt()))
+	return tw.Flush()
+}
+
+func endpointStatus(ep *webhooksv1.Endpoint) string {
+	switch {
+	case !ep.GetEnabled() && ep.GetDisabledReason() != "":
+		return "disabled (" + ep.GetDisabledReason() + ")"
+	case !ep.GetEnabled():
+		return "disabled"
+	case ep.GetFailingSince() != nil:
+		return "failing since " + fmtTime(ep.GetFailingSince())
+	default:
+		return "enabled"
+	}
+}
+
+func deliveryState(s webhooksv1.DeliveryState) string {
+	name := strings.TrimPrefix(s.String(), "DELIVERY_STATE_")
+	return strings.ToLower(name)
+}
+
+func fmtTime(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLine keeps table cells on one line and bounded.
+func oneLine(s string, limit int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > limit {
+		return string(r[:limit-1]) + "…"
+	}
+	return s
+}

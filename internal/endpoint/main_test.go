@@ -1,0 +1,16 @@
+package endpoint
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	// The pgx pools of dbtest and the shared admin pool outlive single tests
+	// by design; everything this package starts (gRPC servers) must not.
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreAnyFunction("github.com/jackc/puddle/v2.(*Pool[...]).createIdleResources"),
+	)
+}

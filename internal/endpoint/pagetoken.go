@@ -1,0 +1,72 @@
+package endpoint
+
+import (
+	"encoding/base64"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Page tokens are opaque to callers: a version tag and the position after the
+// last item, base64url-encoded. They carry no owner: every query is filtered
+// by the request's owner anyway, so a token replayed under another owner can
+// only page through that owner's own rows.
+
+const (
+	endpointsTokenTag  = "e1"
+	deliveriesTokenTag = "d1"
+)
+
+func encodeToken(parts ...string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strings.Join(parts, "|")))
+}
+
+func decodeToken(tok, tag string, n int) ([]string, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return nil, false
+	}
+	parts := strings.Split(string(b), "|")
+	if len(parts) != n+1 || parts[0] != tag {
+		return nil, false
+	}
+	return parts[1:], true
+}
+
+func encodeListToken(c ListCursor) string {
+	return encodeToken(endpointsTokenTag, strconv.FormatInt(c.CreatedAt.UnixMicro(), 10), c.ID.String())
+}
+
+func decodeListToken(tok string) (*ListCursor, bool) {
+	parts, ok := decodeToken(tok, endpointsTokenTag, 2)
+	if !ok {
+		return nil, false
+	}
+	micros, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil {
+		return nil, false
+	}
+	id, err := uuid.Parse(parts[1])
+	if err != nil {
+		return nil, false
+	}
+	return &ListCursor{CreatedAt: time.UnixMicro(micros), ID: id}, true
+}
+
+func encodeDeliveriesToken(lastJobID int64) string {
+	return encodeToken(deliveriesTokenTag, strconv.FormatInt(lastJobID, 10))
+}
+
+func decodeDeliveriesToken(tok string) (int64, bool) {
+	parts, ok := decodeToken(tok, deliveriesTokenTag, 1)
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil || id <= 0 {
+		return 0, false
+	}
+	return id, true
+}

@@ -1,0 +1,180 @@
+package endpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/standmeet/webhook-dispatcher/internal/seal"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
+)
+
+// What is sealed is the HMAC key itself (the 32 decoded bytes), not its
+// "whsec_…" text: OpenKeys hands the delivery worker ready-to-use keys, and no
+// encoding of the secret sits anywhere at rest.
+//
+// The associated data is the endpoint id's 16 bytes, so a sealed secret copied
+// onto another endpoint's row fails to open instead of signing for it.
+
+// newSecret generates a secret and seals its key for endpoint id. It returns
+// the text shown to the owner once and the sealed value to store.
+func newSecret(kr *seal.Keyring, id uuid.UUID) (secret string, sealed []byte, err error) {
+	secret, err = webhook.GenerateSecret()
+	if err != nil {
+		return "", nil, fmt.Errorf("generate secret: %w", err)
+	}
+	key, err := webhook.ParseSecret(secret)
+	if err != nil {
+		return "", nil, fmt.Errorf("decode generated secret: %w", err)
+	}
+	defer clear(key)
+	sealed, err = kr.Seal(key, id[:])
+	if err != nil {
+		return "", nil, fmt.Errorf("seal secret: %w", err)
+	}
+	return secret, sealed, nil
+}
+
+// OpenKeys unseals the HMAC keys endpoint id signs with at now: the current
+// key first, then the previous one while its rotation grace period lasts
+// (previousExpiresAt after now). current, previous and previousExpiresAt are
+// the endpoint's secret_enc, previous_secret_enc and
+// previous_secret_expires_at columns as stored; the delivery worker reads them
+// in its lease query and calls this, so the hot path costs no extra query.
+//
+// Errors name the endpoint and the seal failure (unknown key id, failed
+// authentication), never any key material.
+func OpenKeys(kr *seal.Keyring, id uuid.UUID, current, previous []byte, previousExpiresAt *time.Time, now time.Time) ([][]byte, error) {
+	cur, err := kr.Open(current, id[:])
+	if err != nil {
+		return nil, fmt.Errorf("endpoint %s: open current secret: %w", id, err)
+	}
+	keys := [][]byte{cur}
+	if previous != nil && previousExpiresAt != nil && now.Before(*previousExpiresAt) {
+		prev, err := kr.Open(previous, id[:])
+		if err != nil {
+			return nil, fmt.Errorf("endpoint %s: open previous secret: %w", id, err)
+		}
+		keys = append(keys, prev)
+	}
+	return keys, nil
+}
+
+// resealBatch bounds the rows locked by one Reseal transaction, so a
+// re-seal of a large table never holds many row locks (and so never blocks
+// many delivery leases) at once.
+const resealBatch = 100
+
+// Reseal re-seals, under kr's primary key, every stored secret that is not
+// already sealed with it (seal.Keyring.NeedsReseal), for a master-key
+// rotation: after it returns without error, the old master key can be removed
+// from the keyring. It works in batches of rows, one transaction per batch
+// with the rows locked, so it can run while the dispatcher serves; it is
+// idempotent, and an interrupted run is finished by running it again.
+// Previous secrets whose grace period has ended are dropped rather than
+// re-sealed. It returns how many endpoints it rewrote.
+func Reseal(ctx context.Context, pool *pgxpool.Pool, kr *seal.Keyring) (int, error) {
+	if kr == nil {
+		return 0, seal.ErrNoKeyring
+	}
+	var (
+		n     int
+		after uuid.UUID // uuid.Nil sorts before every v7 id
+	)
+	for {
+		var (
+			last  uuid.UUID
+			count int
+		)
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `
+SELECT id, secret_enc, previous_secret_enc, previous_secret_expires_at <= now()
+  FROM webhook_endpoints
+ WHERE id > $1
+ ORDER BY id
+ LIMIT $2
+   FOR UPDATE`, after, resealBatch)
+			if err != nil {
+				return fmt.Errorf("read batch: %w", err)
+			}
+			type row struct {
+				id              uuid.UUID
+				cur, prev       []byte
+				previousExpired *bool
+			}
+			batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+				var x row
+				return x, r.Scan(&x.id, &x.cur, &x.prev, &x.previousExpired)
+			})
+			if err != nil {
+				return fmt.Errorf("read batch: %w", err)
+			}
+			count = len(batch)
+			for _, r := range batch {
+				last = r.id
+				dropPrev := r.prev != nil && (r.previousExpired == nil || *r.previousExpired)
+				needCur := kr.NeedsReseal(r.cur)
+				needPrev := r.prev != nil && !dropPrev && kr.NeedsReseal(r.prev)
+				if !needCur && !needPrev && !dropPrev {
+					continue
+				}
+				newCur, err := reseal(kr, r.id, r.cur, needCur)
+				if err != nil {
+					return fmt.Errorf("endpoint %s: current secret: %w", r.id, err)
+				}
+				var newPrev []byte
+				if !dropPrev {
+					if newPrev, err = reseal(kr, r.id, r.prev, needPrev); err != nil {
+						return fmt.Errorf("endpoint %s: previous secret: %w", r.id, err)
+					}
+				}
+				// updated_at is left alone: re-sealing changes nothing the
+				// owner can see.
+				_, err = tx.Exec(ctx, `
+UPDATE webhook_endpoints
+   SET secret_enc = $2,
+       previous_secret_enc = $3,
+       previous_secret_expires_at = CASE WHEN $3::bytea IS NULL THEN NULL ELSE previous_secret_expires_at END
+ WHERE id = $1`, r.id, newCur, newPrev)
+				if err != nil {
+					return fmt.Errorf("endpoint %s: write: %w", r.id, err)
+				}
+				n++
+			}
+			return nil
+		})
+		if err != nil {
+			return n, fmt.Errorf("reseal secrets: %w", err)
+		}
+		if count < resealBatch {
+			return n, nil
+		}
+		after = last
+	}
+}
+
+// reseal opens sealed and seals it again under the primary key when need is
+// set; otherwise it returns sealed unchanged.
+func reseal(kr *seal.Keyring, id uuid.UUID, sealed []byte, need bool) ([]byte, error) {
+	if sealed == nil || !need {
+		return sealed, nil
+	}
+	key, err := kr.Open(sealed, id[:])
+	if err != nil {
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	defer clear(key)
+	out, err := kr.Seal(key, id[:])
+	if err != nil {
+		return nil, fmt.Errorf("seal: %w", err)
+	}
+	return out, nil
+}
+
+// errNoKeyring guards the service against a nil keyring at construction.
+var errNoKeyring = errors.New("endpoint: a seal.Keyring is required")

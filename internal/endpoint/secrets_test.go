@@ -1,0 +1,219 @@
+package endpoint
+
+import (
+	"crypto/rand"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/seal"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
+)
+
+func TestOpenKeys(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		id       uuid.UUID
+		keyring  *seal.Keyring
+		cur      []byte
+		curKey   []byte
+		prev     []byte
+		prevKey  []byte
+		expires  time.Time
+		now time.Time
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		kr, _ := testKeyring(t, 7)
+		id := uuid.Must(uuid.NewV7())
+		mk := func() ([]byte, []byte) {
+			secret, sealed, err := newSecret(kr, id)
+			require.NoError(t, err)
+			key, err := webhook.ParseSecret(secret)
+			require.NoError(t, err)
+			return sealed, key
+		}
+		cur, curKey := mk()
+		prev, prevKey := mk()
+		now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+		return &testBundle{
+			id: id, keyring: kr, cur: cur, curKey: curKey, prev: prev, prevKey: prevKey,
+			expires: now.Add(24 * time.Hour), now: now,
+		}
+	}
+
+	t.Run("BothInsideGrace", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		keys, err := OpenKeys(b.keyring, b.id, b.cur, b.prev, &b.expires, b.now.Add(time.Hour))
+		require.NoError(t, err)
+		require.Equal(t, [][]byte{b.curKey, b.prevKey}, keys)
+	})
+
+	t.Run("OnlyCurrentAfterGrace", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		keys, err := OpenKeys(b.keyring, b.id, b.cur, b.prev, &b.expires, b.expires.Add(time.Nanosecond))
+		require.NoError(t, err)
+		require.Equal(t, [][]byte{b.curKey}, keys)
+	})
+
+	t.Run("ExpiryInstantIsAfterGrace", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		keys, err := OpenKeys(b.keyring, b.id, b.cur, b.prev, &b.expires, b.expires)
+		require.NoError(t, err)
+		require.Len(t, keys, 1)
+	})
+
+	t.Run("NoPrevious", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		keys, err := OpenKeys(b.keyring, b.id, b.cur, nil, nil, b.now)
+		require.NoError(t, err)
+		require.Equal(t, [][]byte{b.curKey}, keys)
+		// A previous secret without an expiry never signs.
+		keys, err = OpenKeys(b.keyring, b.id, b.cur, b.prev, nil, b.now)
+		require.NoError(t, err)
+		require.Len(t, keys, 1)
+	})
+
+	t.Run("BoundToEndpointID", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		other := uuid.Must(uuid.NewV7())
+		_, err := OpenKeys(b.keyring, other, b.cur, nil, nil, b.now)
+		require.ErrorIs(t, err, seal.ErrAuth)
+		require.Contains(t, err.Error(), other.String())
+		require.NotContains(t, err.Error(), string(b.curKey))
+	})
+
+	t.Run("CorruptPreviousIsAnError", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		bad := append([]byte(nil), b.prev...)
+		bad[len(bad)-1] ^= 1
+		_, err := OpenKeys(b.keyring, b.id, b.cur, bad, &b.expires, b.now)
+		require.ErrorIs(t, err, seal.ErrAuth)
+	})
+
+	t.Run("UnknownMasterKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		other, _ := testKeyring(t, 8)
+		_, err := OpenKeys(other, b.id, b.cur, nil, nil, b.now)
+		require.ErrorIs(t, err, seal.ErrUnknownKey)
+	})
+}
+
+func TestReseal(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		db        *dbtest.DB
+		oldMaster []byte
+		oldRing   *seal.Keyring
+		store     *Store
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		db := dbtest.New(t)
+		kr, master := testKeyring(t, 1)
+		return &testBundle{db: db, oldMaster: master, oldRing: kr, store: NewStore(db.Pool, kr)}
+	}
+
+	create := func(t *testing.T, b *testBundle) uuid.UUID {
+		t.Helper()
+		e, _, err := b.store.Create(t.Context(), CreateParams{
+			OwnerID: ownerA, URL: "https://x.example.com/", EventTypes: []string{"*"},
+		}, 0)
+		require.NoError(t, err)
+		return e.ID
+	}
+
+	rotatedRing := func(t *testing.T, b *testBundle) (*seal.Keyring, *seal.Keyring) {
+		t.Helper()
+		newMaster := make([]byte, 32)
+		_, err := rand.Read(newMaster)
+		require.NoError(t, err)
+		both, err := seal.NewKeyring(2, map[uint32][]byte{1: b.oldMaster, 2: newMaster})
+		require.NoError(t, err)
+		onlyNew, err := seal.NewKeyring(2, map[uint32][]byte{2: newMaster})
+		require.NoError(t, err)
+		return both, onlyNew
+	}
+
+	readKeys := func(t *testing.T, b *testBundle, kr *seal.Keyring, id uuid.UUID, now time.Time) [][]byte {
+		t.Helper()
+		var cur, prev []byte
+		var exp *time.Time
+		require.NoError(t, b.db.Pool.QueryRow(t.Context(),
+			`SELECT secret_enc, previous_secret_enc, previous_secret_expires_at FROM webhook_endpoints WHERE id = $1`, id).
+			Scan(&cur, &prev, &exp))
+		keys, err := OpenKeys(kr, id, cur, prev, exp, now)
+		require.NoError(t, err)
+		return keys
+	}
+
+	t.Run("ResealsUnderNewPrimaryIdempotently", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		plain := create(t, b)
+		inGrace := create(t, b)
+		_, _, err := b.store.RotateSecret(t.Context(), ownerA, inGrace, time.Hour)
+		require.NoError(t, err)
+		expired := create(t, b)
+		_, _, err = b.store.RotateSecret(t.Context(), ownerA, expired, time.Hour)
+		require.NoError(t, err)
+		_, err = b.db.Pool.Exec(t.Context(),
+			`UPDATE webhook_endpoints SET previous_secret_expires_at = now() - interval '1 minute' WHERE id = $1`, expired)
+		require.NoError(t, err)
+
+		now := time.Now()
+		before := map[uuid.UUID][][]byte{}
+		for _, id := range []uuid.UUID{plain, inGrace, expired} {
+			before[id] = readKeys(t, b, b.oldRing, id, now)
+		}
+
+		both, onlyNew := rotatedRing(t, b)
+		n, err := Reseal(t.Context(), b.db.Pool, both)
+		require.NoError(t, err)
+		require.Equal(t, 3, n)
+
+		// Everything opens without the old master key, to the same keys.
+		for id, keys := range before {
+			require.Equal(t, keys, readKeys(t, b, onlyNew, id, now), id)
+		}
+		var prevLeft *[]byte
+		require.NoError(t, b.db.Pool.QueryRow(t.Context(),
+			`SELECT previous_secret_enc FROM webhook_endpoints WHERE id = $1`, expired).Scan(&prevLeft))
+		require.Nil(t, prevLeft, "an expired previous secret is dropped, not re-sealed")
+
+		n, err = Reseal(t.Context(), b.db.Pool, both)
+		require.NoError(t, err)
+		require.Zero(t, n)
+	})
+
+	t.Run("MissingOldKeyFails", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		create(t, b)
+		_, onlyNew := rotatedRing(t, b)
+		_, err := Reseal(t.Context(), b.db.Pool, onlyNew)
+		require.ErrorIs(t, err, seal.ErrUnknownKey)
+	})
+
+	t.Run("EmptyTable", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		n, err := Reseal(t.Context(), b.db.Pool, b.oldRing)
+		require.NoError(t, err)
+		require.Zero(t, n)
+	})
+}

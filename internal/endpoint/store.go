@@ -1,0 +1,420 @@
+package endpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/standmeet/webhook-dispatcher/internal/job"
+	"github.com/standmeet/webhook-dispatcher/internal/seal"
+)
+
+var (
+	// ErrNotFound: no endpoint with that id for that owner. It is also what
+	// another owner's endpoint looks like.
+	ErrNotFound = errors.New("endpoint not found")
+	// ErrDisabled: the operation needs an enabled endpoint.
+	ErrDisabled = errors.New("endpoint is disabled")
+	// ErrTooManyEndpoints: the owner is at the per-owner cap.
+	ErrTooManyEndpoints = errors.New("too many endpoints for this owner")
+)
+
+// DisabledByOwner is the disabled_reason recorded when the owner disables an
+// endpoint with an update.
+const DisabledByOwner = "disabled by owner"
+
+// Endpoint is one stored receiver, without its secrets.
+type Endpoint struct {
+	ID                      uuid.UUID
+	OwnerID                 string
+	URL                     string
+	Description             string
+	EventTypes              []string
+	EmbedID                 string // "" when standalone
+	Enabled                 bool
+	DisabledReason          string
+	FailingSince            *time.Time
+	PreviousSecretExpiresAt *time.Time
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+}
+
+// Store reads and writes webhook_endpoints. Every method is scoped to an
+// owner id. It assumes the pool's search_path points at the dispatcher schema.
+type Store struct {
+	keyring *seal.Keyring
+	pool    *pgxpool.Pool
+}
+
+// NewStore returns a Store; kr seals the secrets Create and RotateSecret make.
+func NewStore(pool *pgxpool.Pool, kr *seal.Keyring) *Store {
+	return &Store{keyring: kr, pool: pool}
+}
+
+const endpointColumns = `id, owner_id, url, description, event_types, coalesce(embed_id, ''), enabled,
+       coalesce(disabled_reason, ''), failing_since, previous_secret_expires_at, created_at, updated_at`
+
+func scanEndpoint(row pgx.Row) (*Endpoint, error) {
+	var e Endpoint
+	err := row.Scan(&e.ID, &e.OwnerID, &e.URL, &e.Description, &e.EventTypes, &e.EmbedID, &e.Enabled,
+		&e.DisabledReason, &e.FailingSince, &e.PreviousSecretExpiresAt, &e.CreatedAt, &e.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// ListCursor is the position after the last endpoint of a page.
+type ListCursor struct {
+	CreatedAt time.Time
+	ID        uuid.UUID
+}
+
+// List returns up to limit of owner's endpoints after cursor (nil for the
+// first page), in creation order with the id breaking ties, so pages are
+// stable while endpoints are added or removed.
+func (s *Store) List(ctx context.Context, owner string, after *ListCursor, limit int) ([]*Endpoint, error) {
+	var (
+		afterTime *time.Time
+		afterID   uuid.UUID
+	)
+	if after != nil {
+		afterTime, afterID = &after.CreatedAt, after.ID
+	}
+	rows, err := s.pool.Query(ctx, `
+SELECT `+endpointColumns+`
+  FROM webhook_endpoints
+ WHERE owner_id = $1
+   AND ($2::timestamptz IS NULL OR (created_at, id) > ($2, $3))
+ ORDER BY created_at, id
+ LIMIT $4`, owner, afterTime, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list endpoints: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Endpoint, error) { return scanEndpoint(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list endpoints: %w", err)
+	}
+	return out, nil
+}
+
+// Get returns owner's endpoint id, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, owner string, id uuid.UUID) (*Endpoint, error) {
+	e, err := scanEndpoint(s.pool.QueryRow(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = $1 AND owner_id = $2`, id, owner))
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("get endpoint: %w", err)
+	}
+	return e, err
+}
+
+// CreateParams are a new endpoint's fields, already validated.
+type CreateParams struct {
+	OwnerID     string
+	URL         string
+	Description string
+	EventTypes  []string
+	EmbedID     string
+}
+
+// Create stores a new enabled endpoint with a fresh secret and returns it with
+// the secret's text, which is shown to the owner this once and never again.
+// maxPerOwner > 0 caps the owner's endpoints (ErrTooManyEndpoints).
+func (s *Store) Create(ctx context.Context, p CreateParams, maxPerOwner int) (*Endpoint, string, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, "", fmt.Errorf("create endpoint: new id: %w", err)
+	}
+	secret, sealed, err := newSecret(s.keyring, id)
+	if err != nil {
+		return nil, "", fmt.Errorf("create endpoint: %w", err)
+	}
+	var e *Endpoint
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if maxPerOwner > 0 {
+			// Serialise creates per owner so that two concurrent creates
+			// cannot both see room under the cap. The lock is transaction-
+			// scoped and keyed by owner, so other owners never wait.
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('dispatcher.endpoint.create.' || $1, 0))`, p.OwnerID); err != nil {
+				return err
+			}
+			var n int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhook_endpoints WHERE owner_id = $1`, p.OwnerID).Scan(&n); err != nil {
+				return err
+			}
+			if n >= maxPerOwner {
+				return ErrTooManyEndpoints
+			}
+		}
+		var err error
+		e, err = scanEndpoint(tx.QueryRow(ctx, `
+INSERT INTO webhook_endpoints (id, owner_id, url, description, event_types, secret_enc, embed_id)
+VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''))
+RETURNING `+endpointColumns, id, p.OwnerID, p.URL, p.Description, p.EventTypes, sealed, p.EmbedID))
+		return err
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("create endpoint: %w", err)
+	}
+	return e, secret, nil
+}
+
+// UpdateParams names the fields to change: a nil field is left alone.
+type UpdateParams struct {
+	URL         *string
+	Description *string
+	EventTypes  []string // nil: unchanged
+	EmbedID     *string  // "" clears it
+	Enabled     *bool
+}
+
+// Update changes the given fields of owner's endpoint id. Enabling clears the
+// failure state (failing_since, disabled_reason), so a re-enabled endpoint
+// starts afresh; disabling records DisabledByOwner unless the endpoint was
+// already disabled for another reason, which is kept.
+func (s *Store) Update(ctx context.Context, owner string, id uuid.UUID, p UpdateParams) (*Endpoint, error) {
+	var enable, disable bool
+	if p.Enabled != nil {
+		enable, disable = *p.Enabled, !*p.Enabled
+	}
+	// One statement with flags rather than SQL built per mask: every path is
+	// the same plan, and a field not in the mask can never be touched by it.
+	e, err := scanEndpoint(s.pool.QueryRow(ctx, `
+UPDATE webhook_endpoints
+   SET url             = CASE WHEN $3::boolean THEN $4::text ELSE url END,
+       description     = CASE WHEN $5::boolean THEN $6::text ELSE description END,
+       event_types     = CASE WHEN $7::boolean THEN $8::text[] ELSE event_types END,
+       embed_id        = CASE WHEN $9::boolean THEN nullif($10::text, '') ELSE embed_id END,
+       enabled         = CASE WHEN $11::boolean THEN true WHEN $12::boolean THEN false ELSE enabled END,
+       failing_since   = CASE WHEN $11 THEN NULL ELSE failing_since END,
+       disabled_reason = CASE WHEN $11 THEN NULL
+                              WHEN $12 THEN CASE WHEN enabled THEN $13::text ELSE coalesce(disabled_reason, $13::text) END
+                              ELSE disabled_reason END,
+       updated_at      = now()
+ WHERE id = $1 AND owner_id = $2
+RETURNING `+endpointColumns,
+		id, owner,
+		p.URL != nil, deref(p.URL),
+		p.Description != nil, deref(p.Description),
+		p.EventTypes != nil, p.EventTypes,
+		p.EmbedID != nil, deref(p.EmbedID),
+		enable, disable, DisabledByOwner))
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("update endpoint: %w", err)
+	}
+	return e, err
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// Delete removes owner's endpoint id. Its queued deliveries find it gone when
+// they run and end cancelled.
+func (s *Store) Delete(ctx context.Context, owner string, id uuid.UUID) error {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM webhook_endpoints WHERE id = $1 AND owner_id = $2`, id, owner)
+	if err != nil {
+		return fmt.Errorf("delete endpoint: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// RotateSecret gives owner's endpoint id a new secret and returns its text
+// (shown this once). The current secret becomes the previous one and keeps
+// signing beside the new one until grace has passed; grace 0 drops it at once.
+// Only one previous secret is kept: rotating again during a grace period ends
+// the older one's grace. It returns when the previous secret stops signing
+// (nil for grace 0).
+func (s *Store) RotateSecret(ctx context.Context, owner string, id uuid.UUID, grace time.Duration) (string, *time.Time, error) {
+	secret, sealed, err := newSecret(s.keyring, id)
+	if err != nil {
+		return "", nil, fmt.Errorf("rotate secret: %w", err)
+	}
+	// The right-hand sides read the row as it was, so previous_secret_enc
+	// receives the old secret_enc. The sealed value moves as is: its
+	// associated data is the endpoint id, which has not changed.
+	var expires *time.Time
+	err = s.pool.QueryRow(ctx, `
+UPDATE webhook_endpoints
+   SET previous_secret_enc        = CASE WHEN $4::bigint > 0 THEN secret_enc END,
+       previous_secret_expires_at = CASE WHEN $4::bigint > 0 THEN now() + $4::bigint * interval '1 microsecond' END,
+       secret_enc                 = $3,
+       updated_at                 = now()
+ WHERE id = $1 AND owner_id = $2
+RETURNING previous_secret_expires_at`, id, owner, sealed, grace.Microseconds()).Scan(&expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil, ErrNotFound
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("rotate secret: %w", err)
+	}
+	return secret, expires, nil
+}
+
+// Delivery is one webhook.deliver job of an endpoint.
+type Delivery struct {
+	JobID       int64
+	EventID     string
+	EventType   string // "" when the event was pruned
+	State       string // the River job state
+	Attempt     int
+	MaxAttempts int
+	LastError   string
+	CreatedAt   time.Time
+	AttemptedAt *time.Time
+	ScheduledAt time.Time
+	FinalizedAt *time.Time
+}
+
+// ListDeliveries returns up to limit of owner's endpoint's deliveries, newest
+// first, with job ids below beforeJobID (0 for the first page).
+func (s *Store) ListDeliveries(ctx context.Context, owner string, endpointID uuid.UUID, beforeJobID int64, limit int) ([]*Delivery, error) {
+	if err := s.exists(ctx, s.pool, owner, endpointID); err != nil {
+		return nil, err
+	}
+	// Served by river_job_webhook_deliver_endpoint_idx ((args->>'endpoint_id'), id)
+	// WHERE kind = 'webhook.deliver'; the kind is a literal, not a parameter,
+	// so that even a generic plan can prove the partial index applies. The events join is owner-scoped too, so
+	// an event id that collides with another owner's never lends its type.
+	rows, err := s.pool.Query(ctx, `
+SELECT j.id, j.args->>'event_id', coalesce(e.type, ''), j.state::text, j.attempt, j.max_attempts,
+       coalesce(j.errors[cardinality(j.errors)]->>'error', ''),
+       j.created_at, j.attempted_at, j.scheduled_at, j.finalized_at
+  FROM river_job j
+  LEFT JOIN events e ON e.id = j.args->>'event_id' AND e.owner_id = $2
+ WHERE j.kind = '`+job.KindDeliver+`'
+   AND j.args->>'endpoint_id' = $1::text
+   AND ($3::bigint = 0 OR j.id < $3::bigint)
+ ORDER BY j.id DESC
+ LIMIT $4`, endpointID.String(), owner, beforeJobID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Delivery, error) {
+		var d Delivery
+		var eventID *string
+		err := r.Scan(&d.JobID, &eventID, &d.EventType, &d.State, &d.Attempt, &d.MaxAttempts, &d.LastError,
+			&d.CreatedAt, &d.AttemptedAt, &d.ScheduledAt, &d.FinalizedAt)
+		if eventID != nil {
+			d.EventID = *eventID
+		}
+		return &d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// exists returns ErrNotFound unless owner has endpoint id.
+func (s *Store) exists(ctx context.Context, q querier, owner string, id uuid.UUID) error {
+	var one int
+	err := q.QueryRow(ctx, `SELECT 1 FROM webhook_endpoints WHERE id = $1 AND owner_id = $2`, id, owner).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("find endpoint: %w", err)
+	}
+	return nil
+}
+
+// querier is what both a pool and a transaction offer.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Redeliver re-queues every delivery of owner's endpoint id that ended
+// discarded or cancelled and whose event still exists, in one transaction,
+// and returns how many it re-queued. The endpoint must be enabled
+// (ErrDisabled): a disabled endpoint's deliveries would only be cancelled
+// again.
+//
+// River's JobRetryTx keeps the job's attempt count and errors, and gives an
+// exhausted job one more attempt. A delivery whose (endpoint, event) twin is
+// live again (a later fanout of the same event) is skipped: retrying it would
+// hit River's unique index, so each retry runs in a savepoint and a unique
+// violation only rolls that one back.
+func (s *Store) Redeliver(ctx context.Context, client *river.Client[pgx.Tx], owner string, id uuid.UUID) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var enabled bool
+		// FOR SHARE keeps the endpoint from being deleted or disabled under
+		// the transaction.
+		err := tx.QueryRow(ctx, `SELECT enabled FROM webhook_endpoints WHERE id = $1 AND owner_id = $2 FOR SHARE`, id, owner).Scan(&enabled)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if !enabled {
+			return ErrDisabled
+		}
+		rows, err := tx.Query(ctx, `
+SELECT j.id
+  FROM river_job j
+ WHERE j.kind = '`+job.KindDeliver+`'
+   AND j.args->>'endpoint_id' = $1::text
+   AND j.state IN ('discarded', 'cancelled')
+   AND EXISTS (SELECT 1 FROM events e WHERE e.id = j.args->>'event_id' AND e.owner_id = $2)
+ ORDER BY j.id`, id.String(), owner)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		for _, jobID := range ids {
+			ok, err := retryInSavepoint(ctx, client, tx, jobID)
+			if err != nil {
+				return fmt.Errorf("retry job %d: %w", jobID, err)
+			}
+			if ok {
+				n++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrDisabled) {
+			return 0, err
+		}
+		return 0, fmt.Errorf("redeliver: %w", err)
+	}
+	return n, nil
+}
+
+// retryInSavepoint retries one job inside a savepoint of tx. It reports false
+// (and rolls back only the savepoint) when the job has a live unique twin.
+func retryInSavepoint(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, jobID int64) (bool, error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	if _, err := client.JobRetryTx(ctx, sp, jobID); err != nil {
+		_ = sp.Rollback(ctx)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, sp.Commit(ctx)
+}

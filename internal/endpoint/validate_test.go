@@ -1,0 +1,113 @@
+package endpoint
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/egress"
+)
+
+func TestValidator(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		val *validator
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		return &testBundle{val: &validator{}}
+	}
+
+	fields := func(v violations) []string {
+		var out []string
+		for _, x := range v {
+			out = append(out, x.Field)
+		}
+		return out
+	}
+
+	t.Run("DescriptionInvalidUTF8", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var v violations
+		b.val.description(&v, "a\xffb")
+		require.Equal(t, []string{"description"}, fields(v))
+	})
+
+	t.Run("DescriptionAllowsLineBreaks", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var v violations
+		b.val.description(&v, "line one\nline two\ttabbed")
+		require.Empty(t, v)
+	})
+
+	t.Run("URLInvalidUTF8", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		require.NotEmpty(t, b.val.urlProblem("https://example.com/\xff"))
+	})
+
+	t.Run("URLProblemsNeverEchoInput", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, raw := range []string{"https://sekrit@example.com/", "https://example.com/%zz", "ftp://sekrit/", "https://10.0.0.1/sekrit"} {
+			p := b.val.urlProblem(raw)
+			require.NotEmpty(t, p, raw)
+			require.NotContains(t, p, "sekrit")
+			require.NotContains(t, p, raw)
+		}
+	})
+
+	t.Run("AllowCIDRsFollowEgressPolicy", func(t *testing.T) {
+		t.Parallel()
+		val := &validator{policy: egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("::1/128")}}}
+		require.Empty(t, val.urlProblem("http://[::1]:8080/"))
+		require.Empty(t, val.urlProblem("http://localhost:8080/"), "localhost resolves to an allowed loopback")
+		require.NotEmpty(t, val.urlProblem("http://127.0.0.1:8080/"))
+	})
+
+	t.Run("OwnerIDBoundary", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var v violations
+		b.val.ownerID(&v, strings.Repeat("o", 128))
+		b.val.ownerID(&v, "tenant:42/eu")
+		require.Empty(t, v)
+	})
+
+	t.Run("ValidationErrorMessage", func(t *testing.T) {
+		t.Parallel()
+		err := violations{{Field: "url", Description: "bad"}, {Field: "event_types[1]", Description: "worse"}}.err()
+		require.ErrorIs(t, err, ErrInvalid)
+		require.Equal(t, "invalid url: bad; event_types[1]: worse", err.Error())
+	})
+}
+
+func TestPageTokens(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RoundTrip", func(t *testing.T) {
+		t.Parallel()
+		c, ok := decodeListToken(encodeListToken(ListCursor{}))
+		require.True(t, ok)
+		require.NotNil(t, c)
+		id, ok := decodeDeliveriesToken(encodeDeliveriesToken(42))
+		require.True(t, ok)
+		require.Equal(t, int64(42), id)
+	})
+
+	t.Run("RejectsForeignTokens", func(t *testing.T) {
+		t.Parallel()
+		_, ok := decodeDeliveriesToken(encodeToken("d1", "-1"))
+		require.False(t, ok)
+		_, ok = decodeListToken(encodeToken("e1", "x", "y"))
+		require.False(t, ok)
+		_, ok = decodeListToken("%%%")
+		require.False(t, ok)
+	})
+}

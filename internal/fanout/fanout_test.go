@@ -1,0 +1,750 @@
+package fanout
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertest"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/standmeet/webhook-dispatcher/internal/access"
+	"github.com/standmeet/webhook-dispatcher/internal/database"
+	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/job"
+	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/scope"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// dbtest keeps one admin pool for the whole test binary.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+	)
+}
+
+const (
+	ownerID      = "owner_1"
+	otherOwnerID = "owner_2"
+	noteSubject  = "wiki://software/project/standmeet/architecture"
+)
+
+type testBundle struct {
+	client  *river.Client[pgx.Tx] // insert-only: puts a client in Work's context
+	db      *dbtest.DB
+	fake    *access.FakeServer
+	logger  *slog.Logger
+	metrics *metrics.Metrics
+	worker  *Worker
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	db := dbtest.New(t)
+	logger := testLogger(t)
+
+	fake := access.NewFakeServer()
+	fake.SetEmbed("emb_1", access.FakeEmbed{OwnerID: ownerID, CodeID: "code_1"})
+	fake.SetCode("code_1", access.FakeCode{
+		ExpiresAt:       time.Now().Add(time.Hour),
+		SubjectPrefixes: []string{"wiki://software/"},
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- fake.Serve(lis) }()
+	t.Cleanup(func() {
+		fake.Stop()
+		require.NoError(t, <-served)
+	})
+
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+
+	m := metrics.NewForTest()
+	decider := scope.NewDecider(access.NewClient(conn, 5*time.Second), m, logger)
+	return &testBundle{
+		client:  newInsertOnlyClient(t, db.Pool, db.Schema),
+		db:      db,
+		fake:    fake,
+		logger:  logger,
+		metrics: m,
+		worker:  NewWorker(db.Pool, decider.Func(), m, logger),
+	}
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	t.Helper()
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+func newInsertOnlyClient(t *testing.T, pool *pgxpool.Pool, schema string) *river.Client[pgx.Tx] {
+	t.Helper()
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: testLogger(t), TestOnly: true})
+	require.NoError(t, err)
+	return client
+}
+
+// work runs the fanout of eventID the way River would, with client in the
+// context.
+func work(ctx context.Context, w *Worker, client *river.Client[pgx.Tx], eventID string) error {
+	return w.Work(rivertest.WorkContext(ctx, client), &river.Job[job.FanoutArgs]{
+		JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, Kind: job.KindFanout},
+		Args:   job.FanoutArgs{EventID: eventID},
+	})
+}
+
+func (b *testBundle) work(t *testing.T, eventID string) {
+	t.Helper()
+	require.NoError(t, work(context.Background(), b.worker, b.client, eventID))
+}
+
+func (b *testBundle) insertEvent(t *testing.T, owner, typ, subject, data string) string {
+	t.Helper()
+	id := fmt.Sprintf("evt_%d", eventSeq.Add(1))
+	_, err := b.db.Pool.Exec(context.Background(),
+		`INSERT INTO events (id, owner_id, type, subject, occurred_at, data) VALUES ($1, $2, $3, $4, now(), $5)`,
+		id, owner, typ, subject, data)
+	require.NoError(t, err)
+	return id
+}
+
+var eventSeq atomic.Int64
+
+type endpointOpts struct {
+	owner    string // ownerID when empty
+	embedID  string
+	disabled bool
+	failing  bool
+}
+
+// insertEndpoints inserts n identical endpoints and returns their ids.
+func (b *testBundle) insertEndpoints(t *testing.T, n int, globs []string, opts endpointOpts) []string {
+	t.Helper()
+	owner := opts.owner
+	if owner == "" {
+		owner = ownerID
+	}
+	var embedID *string
+	if opts.embedID != "" {
+		embedID = &opts.embedID
+	}
+	var failingSince *time.Time
+	if opts.failing {
+		since := time.Now().Add(-time.Hour)
+		failingSince = &since
+	}
+	rows, err := b.db.Pool.Query(context.Background(),
+		`INSERT INTO webhook_endpoints (id, owner_id, url, event_types, secret_enc, embed_id, enabled, failing_since)
+		 SELECT gen_random_uuid(), $1, 'https://receiver.example/hook', $2, '\x00', $3, $4, $5
+		   FROM generate_series(1, $6)
+		 RETURNING id::text`,
+		owner, globs, embedID, !opts.disabled, failingSince, n)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return ids
+}
+
+func (b *testBundle) insertEndpoint(t *testing.T, globs []string, opts endpointOpts) string {
+	t.Helper()
+	return b.insertEndpoints(t, 1, globs, opts)[0]
+}
+
+type delivery struct {
+	EndpointID  string
+	EventID     string
+	Queue       string
+	State       string
+	MaxAttempts int
+	ScheduledAt time.Time
+}
+
+// deliveries returns every webhook.deliver job, oldest first.
+func deliveries(t *testing.T, pool *pgxpool.Pool) []delivery {
+	t.Helper()
+	rows, err := pool.Query(context.Background(),
+		`SELECT args->>'endpoint_id', args->>'event_id', queue, state::text, max_attempts, scheduled_at
+		   FROM river_job WHERE kind = $1 ORDER BY id`, job.KindDeliver)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (delivery, error) {
+		var d delivery
+		err := row.Scan(&d.EndpointID, &d.EventID, &d.Queue, &d.State, &d.MaxAttempts, &d.ScheduledAt)
+		return d, err
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// deliveredTo returns the endpoint ids with a delivery of eventID.
+func deliveredTo(t *testing.T, pool *pgxpool.Pool, eventID string) []string {
+	t.Helper()
+	ids := []string{}
+	for _, d := range deliveries(t, pool) {
+		if d.EventID == eventID {
+			ids = append(ids, d.EndpointID)
+		}
+	}
+	return ids
+}
+
+func TestWorker(t *testing.T) {
+	t.Parallel()
+
+	t.Run("EnqueuesDeliveryPerAdmittedEndpoint", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		ep := bundle.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		eventID := bundle.insertEvent(t, ownerID, "booking.created", "booking://1", `{}`)
+
+		bundle.work(t, eventID)
+
+		got := deliveries(t, bundle.db.Pool)
+		require.Len(t, got, 1)
+		require.Equal(t, ep, got[0].EndpointID)
+		require.Equal(t, eventID, got[0].EventID)
+		require.Equal(t, job.QueueDeliver, got[0].Queue)
+		require.Equal(t, job.DeliverMaxAttempts, got[0].MaxAttempts)
+		require.Equal(t, string(rivertype.JobStateAvailable), got[0].State)
+		require.WithinDuration(t, time.Now(), got[0].ScheduledAt, time.Minute)
+		require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.FanoutEnqueuedTotal), 0)
+		require.Equal(t, 1, testutil.CollectAndCount(bundle.metrics.FanoutDuration))
+	})
+
+	t.Run("GlobRouting", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		var (
+			star    = bundle.insertEndpoint(t, []string{"*"}, endpointOpts{})
+			corpus  = bundle.insertEndpoint(t, []string{"corpus.*"}, endpointOpts{})
+			exact   = bundle.insertEndpoint(t, []string{"booking.created"}, endpointOpts{})
+			several = bundle.insertEndpoint(t, []string{"code.*", "booking.cancelled"}, endpointOpts{})
+		)
+		tests := []struct {
+			typ, subject, data string
+			want               []string
+		}{
+			{typ: "booking.created", subject: "booking://1", data: `{}`, want: []string{star, exact}},
+			{typ: "booking.cancelled", subject: "booking://1", data: `{}`, want: []string{star, several}},
+			{typ: event.TypeNoteChanged, subject: noteSubject, data: `{"published":true}`, want: []string{star, corpus}},
+			{typ: "code.revoked", subject: "code://1", data: `{}`, want: []string{star, several}},
+			{typ: "owner.login", subject: "owner://1", data: `{}`, want: []string{star}},
+		}
+		for _, tt := range tests {
+			eventID := bundle.insertEvent(t, ownerID, tt.typ, tt.subject, tt.data)
+			bundle.work(t, eventID)
+			require.ElementsMatch(t, tt.want, deliveredTo(t, bundle.db.Pool, eventID), tt.typ)
+		}
+	})
+
+	t.Run("NonMatchingEndpointGetsNothing", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		bundle.insertEndpoint(t, []string{"booking.created", "corpus.*"}, endpointOpts{})
+		eventID := bundle.insertEvent(t, ownerID, "booking.cancelled", "booking://1", `{}`)
+
+		bundle.work(t, eventID)
+
+		require.Empty(t, deliveries(t, bundle.db.Pool))
+		require.Zero(t, testutil.CollectAndCount(bundle.metrics.ScopeDecisionsTotal))
+	})
+
+	t.Run("DisabledEndpointsSkipped", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		enabled := bundle.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		bundle.insertEndpoint(t, []string{"*"}, endpointOpts{disabled: true})
+		eventID := bundle.insertEvent(t, ownerID, "booking.created", "booking://1", `{}`)
+
+		bundle.work(t, eventID)
+
+		require.Equal(t, []string{enabled}, deliveredTo(t, bundle.db.Pool, eventID))
+	})
+
+	t.Run("OtherOwnersEndpointsNeverConsidered", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		mine := bundle.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		bundle.insertEndpoint(t, []string{"*"}, endpointOpts{owner: otherOwnerID})
+		bundle.insertEndpoint(t, []string{"*"}, endpointOpts{owner: otherOwnerID, embedID: "emb_1"})
+		booking := bundle.insertEvent(t, ownerID, "booking.created", "booking://1", `{}`)
+		note := bundle.insertEvent(t, ownerID, event.TypeNoteChanged, noteSubject, `{"published":true}`)
+
+		bundle.work(t, booking)
+		bundle.work(t, note)
+
+		require.Equal(t, []string{mine}, deliveredTo(t, bundle.db.Pool, booking))
+		require.Equal(t, []string{mine}, deliveredTo(t, bundle.db.Pool, note))
+		require.Zero(t, bundle.fake.Calls())
+		// Only the owner's one endpoint was ever decided on, once per event.
+		require.Equal(t, 2, testutil.CollectAndCount(bundle.metrics.ScopeDecisionsTotal))
+	})
+
+	t.Run("RawSubjectReachesNobody", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		bundle.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		bundle.insertEndpoint(t, []string{"*"}, endpointOpts{embedID: "emb_1"})
+		eventID := bundle.insertEvent(t, ownerID, event.TypeNoteChanged, "raw://notes/1", `{"published":true}`)
+
+		bundle.work(t, eventID)
+
+		require.Empty(t, deliveries(t, bundle.db.Pool))
+		require.Zero(t, bundle.fake.Calls())
+	})
+
+	t.Run("UnclassifiedTypeReachesNobody", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		bundle.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		eventID := bundle.insertEvent(t, ownerID, "internal.audit.logged", "audit://1", `{}`)
+
+		bundle.work(t, eventID)
+
+		require.Empty(t, deliveries(t, bundle.db.Pool))
+	})
+
+	t.Run("EventGoneIsNothingToDo", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		bundle.insertEndpoint(t, []string{"*"}, endpointOpts{})
+
+		bundle.work(t, "evt_pruned")
+
+		require.Empty(t, deliveries(t, bundle.db.Pool))
+	})
+
+	t.Run("PublishedSliceForStandaloneEndpoints", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		ep := bundle.insertEndpoint(t, []string{"corpus.note.changed"}, endpointOpts{})
+		var (
+			published    = bundle.insertEvent(t, ownerID, event.TypeNoteChanged, noteSubject, `{"op":"updated","published":true,"was_published":false}`)
+			unpublishing = bundle.insertEvent(t, ownerID, event.TypeNoteChanged, noteSubject, `{"op":"updated","published":false,"was_published":true}`)
+			draft        = bundle.insertEvent(t, ownerID, event.TypeNoteChanged, noteSubject, `{"op":"updated","published":false,"was_published":false}`)
+		)
+		for _, id := range []string{published, unpublishing, draft} {
+			bundle.work(t, id)
+		}
+
+		require.Equal(t, []string{ep}, deliveredTo(t, bundle.db.Pool, published))
+		require.Equal(t, []string{ep}, deliveredTo(t, bundle.db.Pool, unpublishing))
+		require.Empty(t, deliveredTo(t, bundle.db.Pool, draft))
+		require.InDelta(t, 2, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(scope.RulePublishedSlice, metrics.ScopeAdmit)), 0)
+		require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(scope.RulePublishedSlice, metrics.ScopeDeny)), 0)
+		require.Zero(t, bundle.fake.Calls())
+	})
+
+	t.Run("EmbedAdmits", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		ep := bundle.insertEndpoint(t, []string{"*"}, endpointOpts{embedID: "emb_1"})
+		eventID := bundle.insertEvent(t, ownerID, event.TypeNoteChanged, noteSubject, `{"published":true}`)
+
+		bundle.work(t, eventID)
+
+		require.Equal(t, []string{ep}, deliveredTo(t, bundle.db.Pool, eventID))
+		require.Equal(t, 1, bundle.fake.Calls())
+		require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(scope.RuleEmbed, metrics.ScopeAdmit)), 0)
+	})
+
+	t.Run("EmbedDenials", func(t *testing.T) {
+		t.Parallel()
+		tests := []struct {
+			name    string
+			subject string
+			data    string
+			change  func(f *access.FakeServer)
+		}{
+			{name: "OutOfScope", subject: "wiki://private/diary", data: `{"published":true}`},
+			{name: "Unpublished", subject: noteSubject, data: `{"published":false,"was_published":false}`},
+			{name: "Revoked", subject: noteSubject, data: `{"published":true}`, change: func(f *access.FakeServer) { f.RevokeCode("code_1") }},
+			{name: "Expired", subject: noteSubject, data: `{"published":true}`, change: func(f *access.FakeServer) {
+				f.SetCode("code_1", access.FakeCode{ExpiresAt: time.Now().Add(-time.Minute), SubjectPrefixes: []string{"wiki://"}})
+			}},
+			{name: "EmbedDeleted", subject: noteSubject, data: `{"published":true}`, change: func(f *access.FakeServer) { f.DeleteEmbed("emb_1") }},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				bundle := setup(t)
+				standalone := bundle.insertEndpoint(t, []string{"*"}, endpointOpts{})
+				bundle.insertEndpoint(t, []string{"*"}, endpointOpts{embedID: "emb_1"})
+				if tt.change != nil {
+					tt.change(bundle.fake)
+				}
+				eventID := bundle.insertEvent(t, ownerID, event.TypeNoteChanged, tt.subject, tt.data)
+
+				bundle.work(t, eventID)
+
+				got := deliveredTo(t, bundle.db.Pool, eventID)
+				if tt.name == "Unpublished" {
+					require.Empty(t, got)
+				} else {
+					require.Equal(t, []string{standalone}, got)
+				}
+				require.Equal(t, 1, bundle.fake.Calls())
+				require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(scope.RuleEmbed, metrics.ScopeDeny)), 0)
+			})
+		}
+	})
+
+	t.Run("CodeRevokedBetweenTwoEventsOnSameSubject", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		ep := bundle.insertEndpoint(t, []string{"corpus.*"}, endpointOpts{embedID: "emb_1"})
+
+		first := bundle.insertEvent(t, ownerID, event.TypeNoteChanged, noteSubject, `{"op":"updated","published":true}`)
+		bundle.work(t, first)
+		bundle.fake.RevokeCode("code_1")
+		second := bundle.insertEvent(t, ownerID, event.TypeNoteChanged, noteSubject, `{"op":"updated","published":true}`)
+		bundle.work(t, second)
+
+		require.Equal(t, []string{ep}, deliveredTo(t, bundle.db.Pool, first))
+		require.Empty(t, deliveredTo(t, bundle.db.Pool, second))
+		require.Equal(t, 2, bundle.fake.Calls())
+	})
+
+	t.Run("EmbedBoundUnscopedTypesNeedNoAccessService", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		ep := bundle.insertEndpoint(t, []string{"*"}, endpointOpts{embedID: "emb_1"})
+		bundle.fake.SetDown(true)
+		eventID := bundle.insertEvent(t, ownerID, "booking.created", "booking://1", `{}`)
+
+		bundle.work(t, eventID)
+
+		require.Equal(t, []string{ep}, deliveredTo(t, bundle.db.Pool, eventID))
+		require.Zero(t, bundle.fake.Calls())
+	})
+
+	t.Run("NoAccessServiceDeniesEmbedBound", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		decider := scope.NewDecider(nil, bundle.metrics, bundle.logger)
+		bundle.worker = NewWorker(bundle.db.Pool, decider.Func(), bundle.metrics, bundle.logger)
+		standalone := bundle.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		bundle.insertEndpoint(t, []string{"*"}, endpointOpts{embedID: "emb_1"})
+		eventID := bundle.insertEvent(t, ownerID, event.TypeNoteChanged, noteSubject, `{"published":true}`)
+
+		bundle.work(t, eventID)
+
+		require.Equal(t, []string{standalone}, deliveredTo(t, bundle.db.Pool, eventID))
+	})
+
+	t.Run("AccessDownFailsWholeFanoutThenSucceeds", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		standalone := bundle.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		embedded := bundle.insertEndpoint(t, []string{"*"}, endpointOpts{embedID: "emb_1"})
+		eventID := bundle.insertEvent(t, ownerID, event.TypeNoteChanged, noteSubject, `{"published":true}`)
+		bundle.fake.SetDown(true)
+
+		err := work(context.Background(), bundle.worker, bundle.client, eventID)
+		require.ErrorIs(t, err, scope.ErrUnavailable)
+		// Not even the standalone endpoint: the fanout is all or nothing, so
+		// the retry is a plain re-run.
+		require.Empty(t, deliveries(t, bundle.db.Pool))
+		require.Zero(t, testutil.ToFloat64(bundle.metrics.FanoutEnqueuedTotal))
+		require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(scope.RuleEmbed, metrics.ScopeError)), 0)
+
+		bundle.fake.SetDown(false)
+		bundle.work(t, eventID)
+		require.ElementsMatch(t, []string{standalone, embedded}, deliveredTo(t, bundle.db.Pool, eventID))
+	})
+
+	t.Run("FailingEndpointScheduledAfterCooldown", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		healthy := bundle.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		failing := bundle.insertEndpoint(t, []string{"*"}, endpointOpts{failing: true})
+		eventID := bundle.insertEvent(t, ownerID, "booking.created", "booking://1", `{}`)
+
+		before := time.Now()
+		bundle.work(t, eventID)
+
+		byEndpoint := map[string]delivery{}
+		for _, d := range deliveries(t, bundle.db.Pool) {
+			byEndpoint[d.EndpointID] = d
+		}
+		require.Len(t, byEndpoint, 2)
+		require.Equal(t, string(rivertype.JobStateAvailable), byEndpoint[healthy].State)
+		require.WithinDuration(t, before, byEndpoint[healthy].ScheduledAt, 30*time.Second)
+
+		require.Equal(t, string(rivertype.JobStateScheduled), byEndpoint[failing].State)
+		require.WithinDuration(t, before.Add(FailingCooldown), byEndpoint[failing].ScheduledAt, 30*time.Second)
+		// The cool-down changes only the schedule: queue and attempts are the delivery's.
+		require.Equal(t, job.QueueDeliver, byEndpoint[failing].Queue)
+		require.Equal(t, job.DeliverMaxAttempts, byEndpoint[failing].MaxAttempts)
+	})
+
+	t.Run("WebhookTestOnlyToNamedEndpoint", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		target := bundle.insertEndpoint(t, []string{"booking.created"}, endpointOpts{})
+		bundle.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		bundle.insertEndpoint(t, []string{"webhook.test"}, endpointOpts{})
+		eventID := bundle.insertEvent(t, ownerID, event.TypeWebhookTest, "webhook://test", fmt.Sprintf(`{"endpoint_id":%q}`, target))
+
+		bundle.work(t, eventID)
+
+		// Delivered although the target subscribes to other types only.
+		require.Equal(t, []string{target}, deliveredTo(t, bundle.db.Pool, eventID))
+	})
+
+	t.Run("WebhookTestToDisabledOrOtherOwnersEndpointGoesNowhere", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		disabled := bundle.insertEndpoint(t, []string{"*"}, endpointOpts{disabled: true})
+		foreign := bundle.insertEndpoint(t, []string{"*"}, endpointOpts{owner: otherOwnerID})
+		bundle.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		for _, target := range []string{disabled, foreign} {
+			eventID := bundle.insertEvent(t, ownerID, event.TypeWebhookTest, "webhook://test", fmt.Sprintf(`{"endpoint_id":%q}`, target))
+			bundle.work(t, eventID)
+		}
+
+		require.Empty(t, deliveries(t, bundle.db.Pool))
+	})
+
+	t.Run("RunTwiceEnqueuesOnce", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		eps := bundle.insertEndpoints(t, 3, []string{"*"}, endpointOpts{})
+		eventID := bundle.insertEvent(t, ownerID, "booking.created", "booking://1", `{}`)
+
+		bundle.work(t, eventID)
+		bundle.work(t, eventID)
+
+		require.ElementsMatch(t, eps, deliveredTo(t, bundle.db.Pool, eventID))
+		require.InDelta(t, 3, testutil.ToFloat64(bundle.metrics.FanoutEnqueuedTotal), 0)
+	})
+
+	t.Run("ConcurrentReplicasEnqueueOnce", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		eps := bundle.insertEndpoints(t, 40, []string{"*"}, endpointOpts{})
+		eps = append(eps, bundle.insertEndpoints(t, 10, []string{"*"}, endpointOpts{embedID: "emb_1"})...)
+		eventID := bundle.insertEvent(t, ownerID, event.TypeNoteChanged, noteSubject, `{"published":true}`)
+
+		// A second replica: its own pool, River client and worker, on the same schema.
+		pool2, err := database.Open(context.Background(), bundle.db.URL, bundle.db.Schema, 4)
+		require.NoError(t, err)
+		t.Cleanup(pool2.Close)
+		worker2 := NewWorker(pool2, bundle.worker.decide, bundle.metrics, bundle.logger)
+		client2 := newInsertOnlyClient(t, pool2, bundle.db.Schema)
+
+		var wg sync.WaitGroup
+		errs := make(chan error, 6)
+		for range 3 {
+			wg.Go(func() { errs <- work(context.Background(), bundle.worker, bundle.client, eventID) })
+			wg.Go(func() { errs <- work(context.Background(), worker2, client2, eventID) })
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+
+		require.ElementsMatch(t, eps, deliveredTo(t, bundle.db.Pool, eventID))
+		require.InDelta(t, 50, testutil.ToFloat64(bundle.metrics.FanoutEnqueuedTotal), 0)
+	})
+
+	t.Run("ThousandsOfEndpointsInOneFanout", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		// More than one insert chunk, plus enough embed-bound endpoints to
+		// exercise the bounded concurrent decisions.
+		eps := bundle.insertEndpoints(t, 2*insertChunk+50, []string{"*"}, endpointOpts{})
+		eps = append(eps, bundle.insertEndpoints(t, 40, []string{"corpus.*"}, endpointOpts{embedID: "emb_1"})...)
+		bundle.insertEndpoints(t, 100, []string{"booking.*"}, endpointOpts{})
+		eventID := bundle.insertEvent(t, ownerID, event.TypeNoteChanged, noteSubject, `{"published":true}`)
+
+		bundle.work(t, eventID)
+
+		got := deliveredTo(t, bundle.db.Pool, eventID)
+		require.Len(t, got, len(eps))
+		require.ElementsMatch(t, eps, got)
+		require.Equal(t, 40, bundle.fake.Calls())
+		require.InDelta(t, len(eps), testutil.ToFloat64(bundle.metrics.FanoutEnqueuedTotal), 0)
+	})
+}
+
+// fastRetry retries failed jobs almost at once, so a test can watch River
+// retry a fanout without waiting for the real backoff.
+type fastRetry struct{}
+
+func (fastRetry) NextRetry(*rivertype.JobRow) time.Time { return time.Now().Add(50 * time.Millisecond) }
+
+// startClient starts a River client working the fanout queue with w.
+func startClient(t *testing.T, pool *pgxpool.Pool, schema string, w *Worker) *river.Client[pgx.Tx] {
+	t.Helper()
+	workers := river.NewWorkers()
+	river.AddWorker(workers, w)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		FetchCooldown:     10 * time.Millisecond,
+		FetchPollInterval: 50 * time.Millisecond,
+		Logger:            testLogger(t),
+		Queues:            map[string]river.QueueConfig{job.QueueFanout: {MaxWorkers: 2}},
+		RetryPolicy:       fastRetry{},
+		Schema:            schema,
+		// The deliver worker is another package's; its jobs only need to be
+		// inserted here, never worked.
+		SkipUnknownJobCheck: true,
+		TestOnly:            true,
+		Workers:             workers,
+	})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		require.NoError(t, client.Stop(ctx))
+	})
+	return client
+}
+
+// waitForEvents collects n events from ch or fails after a while.
+func waitForEvents(t *testing.T, ch <-chan *river.Event, n int) []*river.Event {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	var out []*river.Event
+	for len(out) < n {
+		select {
+		case ev := <-ch:
+			out = append(out, ev)
+		case <-timeout:
+			require.FailNow(t, "timed out waiting for River events", "got %d of %d", len(out), n)
+		}
+	}
+	return out
+}
+
+func TestWorkerWithRiver(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AccessDownRetriedUntilItAnswers", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		standalone := bundle.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		embedded := bundle.insertEndpoint(t, []string{"*"}, endpointOpts{embedID: "emb_1"})
+		eventID := bundle.insertEvent(t, ownerID, event.TypeNoteChanged, noteSubject, `{"published":true}`)
+		bundle.fake.SetDown(true)
+
+		client := startClient(t, bundle.db.Pool, bundle.db.Schema, bundle.worker)
+		events, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed)
+		defer cancel()
+
+		_, err := client.Insert(context.Background(), job.FanoutArgs{EventID: eventID}, nil)
+		require.NoError(t, err)
+
+		// Two failed attempts: River is retrying, and nothing was enqueued.
+		for _, ev := range waitForEvents(t, events, 2) {
+			require.Equal(t, river.EventKindJobFailed, ev.Kind)
+			// A retry due within seconds skips the retryable state.
+			require.Contains(t, []rivertype.JobState{rivertype.JobStateRetryable, rivertype.JobStateAvailable}, ev.Job.State)
+			require.Contains(t, ev.Job.Errors[len(ev.Job.Errors)-1].Error, "access service unavailable")
+		}
+		require.Empty(t, deliveries(t, bundle.db.Pool))
+
+		bundle.fake.SetDown(false)
+		for {
+			ev := waitForEvents(t, events, 1)[0]
+			if ev.Kind == river.EventKindJobCompleted {
+				break
+			}
+		}
+		require.ElementsMatch(t, []string{standalone, embedded}, deliveredTo(t, bundle.db.Pool, eventID))
+	})
+
+	t.Run("TwoClientsOneSchemaEnqueueOnce", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		eps := bundle.insertEndpoints(t, 20, []string{"*"}, endpointOpts{})
+		eps = append(eps, bundle.insertEndpoints(t, 5, []string{"*"}, endpointOpts{embedID: "emb_1"})...)
+
+		pool2, err := database.Open(context.Background(), bundle.db.URL, bundle.db.Schema, 4)
+		require.NoError(t, err)
+		t.Cleanup(pool2.Close)
+		worker2 := NewWorker(pool2, bundle.worker.decide, bundle.metrics, bundle.logger)
+
+		clientA := startClient(t, bundle.db.Pool, bundle.db.Schema, bundle.worker)
+		clientB := startClient(t, pool2, bundle.db.Schema, worker2)
+		eventsA, cancelA := clientA.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed)
+		defer cancelA()
+		eventsB, cancelB := clientB.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed)
+		defer cancelB()
+		merged := make(chan *river.Event)
+		done := make(chan struct{})
+		defer close(done)
+		for _, ch := range []<-chan *river.Event{eventsA, eventsB} {
+			go func() {
+				for {
+					select {
+					case ev, ok := <-ch:
+						if !ok {
+							return
+						}
+						select {
+						case merged <- ev:
+						case <-done:
+							return
+						}
+					case <-done:
+						return
+					}
+				}
+			}()
+		}
+
+		const numEvents = 6
+		var jobIDs []int64
+		var ids []string
+		for range numEvents {
+			id := bundle.insertEvent(t, ownerID, event.TypeNoteChanged, noteSubject, `{"published":true}`)
+			ids = append(ids, id)
+			res, err := clientA.Insert(context.Background(), job.FanoutArgs{EventID: id}, nil)
+			require.NoError(t, err)
+			jobIDs = append(jobIDs, res.Job.ID)
+		}
+		for _, ev := range waitForEvents(t, merged, numEvents) {
+			require.Equal(t, river.EventKindJobCompleted, ev.Kind, "%+v", ev.Job.Errors)
+		}
+
+		// Re-run every fanout, from both replicas at once.
+		for i, id := range jobIDs {
+			client := clientA
+			if i%2 == 1 {
+				client = clientB
+			}
+			_, err := client.JobRetry(context.Background(), id)
+			require.NoError(t, err)
+		}
+		for _, ev := range waitForEvents(t, merged, numEvents) {
+			require.Equal(t, river.EventKindJobCompleted, ev.Kind, "%+v", ev.Job.Errors)
+		}
+
+		got := deliveries(t, bundle.db.Pool)
+		require.Len(t, got, numEvents*len(eps))
+		for _, id := range ids {
+			require.ElementsMatch(t, eps, deliveredTo(t, bundle.db.Pool, id))
+		}
+		require.InDelta(t, numEvents*len(eps), testutil.ToFloat64(bundle.metrics.FanoutEnqueuedTotal), 0)
+	})
+}

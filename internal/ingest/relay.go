@@ -1,0 +1,432 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+)
+
+// Relay defaults.
+const (
+	DefaultRelayBatchSize    = 500
+	DefaultRelayPollInterval = time.Second
+	DefaultOutboxTable       = "webhook_outbox"
+
+	// OutboxChannel is the NOTIFY channel of the outbox contract's trigger
+	// (migrations/outbox).
+	OutboxChannel = "webhook_outbox"
+)
+
+const (
+	// maxBackoff bounds the wait after a database error: short enough that a
+	// Postgres restart costs seconds of lag, long enough not to hammer a
+	// server that is down.
+	maxBackoff = 5 * time.Second
+	// listenHealthInterval is how long the listener waits for a notification
+	// before pinging its connection, so a connection silently lost (no FIN,
+	// e.g. a network partition) is noticed and replaced.
+	listenHealthInterval = 30 * time.Second
+)
+
+// RelayConfig configures a Relay. Zero values take the defaults.
+type RelayConfig struct {
+	// BatchSize is the most rows claimed per transaction (default 500).
+	BatchSize int
+	// PollInterval is the fallback wait when the outbox is drained and no
+	// notification arrives (default 1s).
+	PollInterval time.Duration
+	// DeleteRelayed deletes relayed rows instead of setting relayed_at. Rows set
+	// aside as invalid are kept either way, so an operator can inspect them.
+	DeleteRelayed bool
+	// Table is the outbox table, optionally schema-qualified
+	// (default "webhook_outbox").
+	Table string
+}
+
+var tableNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
+
+// Relay copies the main application's outbox rows into the dispatcher.
+type Relay struct {
+	cfg       RelayConfig
+	configErr error
+	logger    *slog.Logger
+	metrics   *metrics.Metrics
+	pool      *pgxpool.Pool
+	store     *Store
+	table     string // sanitised, ready to splice into SQL
+
+	// Test hooks. beforeOutboxCommit runs after the dispatcher commit and
+	// before the outbox commit; an error from it abandons the outbox
+	// transaction, which is a crash between the two commits. listening
+	// receives (without blocking) each time the listener is (re)subscribed.
+	beforeOutboxCommit func() error
+	listening          chan struct{}
+}
+
+// NewRelay returns a relay claiming rows from the outbox table in outboxPool
+// (the main application's database, which may be the dispatcher's) and
+// ingesting them through store. An invalid cfg is reported by Run.
+func NewRelay(cfg RelayConfig, outboxPool *pgxpool.Pool, store *Store, m *metrics.Metrics, logger *slog.Logger) *Relay {
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = DefaultRelayBatchSize
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultRelayPollInterval
+	}
+	if cfg.Table == "" {
+		cfg.Table = DefaultOutboxTable
+	}
+	r := &Relay{
+		cfg:     cfg,
+		logger:  logger,
+		metrics: m,
+		pool:    outboxPool,
+		store:   store,
+	}
+	if tableNameRE.MatchString(cfg.Table) {
+		r.table = pgx.Identifier(strings.Split(cfg.Table, ".")).Sanitize()
+	} else {
+		r.configErr = fmt.Errorf("outbox relay: invalid table name %q: must be [schema.]name of letters, digits and underscores", cfg.Table)
+	}
+	return r
+}
+
+// Run relays until ctx is done, then returns nil. Database errors, on either
+// side, are logged, counted and retried after a bounded backoff: Run survives
+// Postgres restarts. It returns an error only for an invalid configuration.
+func (r *Relay) Run(ctx context.Context) error {
+	if r.configErr != nil {
+		return r.configErr
+	}
+
+	wake := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() { r.listen(ctx, wake) })
+	defer wg.Wait()
+
+	failures := 0
+	for {
+		claimed, err := r.relayBatch(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+
+		wait, wakeCh := r.cfg.PollInterval, (<-chan struct{})(wake)
+		switch {
+		case err != nil:
+			failures++
+			r.metrics.RelayErrorsTotal.Inc()
+			wait = backoff(failures)
+			// A notification must not cut the backoff short, or a flapping
+			// database and a busy outbox would make a hot loop.
+			wakeCh = nil
+			r.logger.WarnContext(ctx, "outbox relay: batch failed; will retry",
+				slog.Any("error", err), slog.Duration("retry_in", wait))
+		case claimed >= r.cfg.BatchSize:
+			// A full batch: more rows are likely waiting, drain before waiting.
+			failures = 0
+			continue
+		default:
+			failures = 0
+		}
+
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-wakeCh:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// outboxRow is one claimed row of the outbox table.
+type outboxRow struct {
+	id         int64
+	eventID    string
+	ownerID    string
+	typ        string
+	subject    string
+	occurredAt time.Time
+	data       string
+	lagSeconds float64
+}
+
+func (row *outboxRow) event() *event.Event {
+	// jsonb renders with spaces after ':' and ','; the size limit is about
+	// what the publisher wrote, so measure (and later sign) the compact form,
+	// which is what pkg/outbox checks too.
+	data := []byte(row.data)
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, data); err == nil {
+		data = buf.Bytes()
+	}
+	return &event.Event{
+		ID:         row.eventID,
+		OwnerID:    row.ownerID,
+		Type:       row.typ,
+		Subject:    row.subject,
+		OccurredAt: row.occurredAt,
+		Data:       data,
+	}
+}
+
+// setAside is a claimed row that can never be relayed, and why.
+type setAside struct {
+	rowID   int64
+	eventID string
+	reason  string
+	// countInvalid: failed the relay's validation, to be counted as an
+	// invalid ingest (conflicts are counted by the store).
+	countInvalid bool
+}
+
+// relayBatch claims one batch of rows and relays it, returning how many rows
+// it claimed. Nothing is marked unless the dispatcher side committed first.
+func (r *Relay) relayBatch(ctx context.Context) (int, error) {
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("begin outbox transaction: %w", err)
+	}
+	// A no-op after Commit. With ctx done pgx closes the connection instead,
+	// which rolls back just the same.
+	defer func() { _ = tx.Rollback(ctx) }()
+
+	// SKIP LOCKED, not a cursor: concurrent relays (replicas) each take rows
+	// nobody else holds, and a row whose relay died is simply claimed again.
+	// The lag is computed by the outbox's own clock, so skew between hosts
+	// doesn't distort it.
+	rows, err := tx.Query(ctx, `
+		SELECT id, event_id, owner_id, type, subject, occurred_at, data::text,
+		       extract(epoch FROM clock_timestamp() - created_at)::float8
+		FROM `+r.table+`
+		WHERE relayed_at IS NULL AND error IS NULL
+		ORDER BY id
+		LIMIT $1
+		FOR UPDATE SKIP LOCKED`, r.cfg.BatchSize)
+	if err != nil {
+		return 0, fmt.Errorf("claim outbox rows: %w", err)
+	}
+	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
+		var o outboxRow
+		err := row.Scan(&o.id, &o.eventID, &o.ownerID, &o.typ, &o.subject, &o.occurredAt, &o.data, &o.lagSeconds)
+		return o, err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("claim outbox rows: %w", err)
+	}
+	r.metrics.RelayBatchRows.Observe(float64(len(claimed)))
+	if len(claimed) == 0 {
+		return 0, nil
+	}
+
+	// Validate before ingesting: an invalid row is set aside, never allowed
+	// to fail the batch, so it cannot block the rows behind it.
+	var (
+		aside   []setAside
+		pending []*outboxRow
+		events  []*event.Event
+		now     = r.store.now()
+	)
+	for i := range claimed {
+		row := &claimed[i]
+		e := row.event()
+		if err := e.Validate(now); err != nil {
+			aside = append(aside, setAside{rowID: row.id, eventID: row.eventID, reason: err.Error(), countInvalid: true})
+			continue
+		}
+		pending = append(pending, row)
+		events = append(events, e)
+	}
+
+	// Commits the dispatcher side. A conflicting id (reused with different
+	// content) or a row ingest itself rejects is set aside and the rest
+	// retried; each retry removes at least one row, so this ends.
+	for len(events) > 0 {
+		_, err := r.store.Ingest(ctx, metrics.PathOutbox, events)
+		if err == nil {
+			break
+		}
+		var (
+			conflict *ConflictError
+			invalid  *InvalidEventError
+			drop     []int
+		)
+		switch {
+		case errors.As(err, &conflict):
+			for _, c := range conflict.Conflicts {
+				drop = append(drop, c.Index)
+				aside = append(aside, setAside{rowID: pending[c.Index].id, eventID: c.EventID,
+					reason: fmt.Sprintf("event id %q already stored with different content; an event id must not be reused", c.EventID)})
+			}
+		case errors.As(err, &invalid):
+			// Only reachable if the store's rules outgrow Validate's. The
+			// store counted it as invalid already, hence countInvalid false.
+			drop = append(drop, invalid.Index)
+			aside = append(aside, setAside{rowID: pending[invalid.Index].id, eventID: pending[invalid.Index].eventID,
+				reason: invalid.Err.Error()})
+		default:
+			return len(claimed), err
+		}
+		slices.Sort(drop)
+		for _, idx := range slices.Backward(drop) {
+			pending = slices.Delete(pending, idx, idx+1)
+			events = slices.Delete(events, idx, idx+1)
+		}
+	}
+
+	if len(pending) > 0 {
+		ids := make([]int64, len(pending))
+		for i, row := range pending {
+			ids[i] = row.id
+		}
+		sql := `UPDATE ` + r.table + ` SET relayed_at = now() WHERE id = ANY($1)`
+		if r.cfg.DeleteRelayed {
+			sql = `DELETE FROM ` + r.table + ` WHERE id = ANY($1)`
+		}
+		if _, err := tx.Exec(ctx, sql, ids); err != nil {
+			return len(claimed), fmt.Errorf("mark outbox rows relayed: %w", err)
+		}
+	}
+	if len(aside) > 0 {
+		ids := make([]int64, len(aside))
+		reasons := make([]string, len(aside))
+		for i, a := range aside {
+			ids[i], reasons[i] = a.rowID, a.reason
+		}
+		_, err := tx.Exec(ctx, `
+			UPDATE `+r.table+` AS o SET error = a.reason
+			FROM unnest($1::bigint[], $2::text[]) AS a(id, reason)
+			WHERE o.id = a.id`, ids, reasons)
+		if err != nil {
+			return len(claimed), fmt.Errorf("mark outbox rows invalid: %w", err)
+		}
+	}
+
+	if r.beforeOutboxCommit != nil {
+		if err := r.beforeOutboxCommit(); err != nil {
+			return len(claimed), err
+		}
+	}
+	// If this commit fails the rows are claimed again later and re-ingested,
+	// which the idempotent insert turns into duplicates.
+	if err := tx.Commit(ctx); err != nil {
+		return len(claimed), fmt.Errorf("commit outbox transaction: %w", err)
+	}
+
+	for _, row := range pending {
+		r.metrics.RelayLag.Observe(max(row.lagSeconds, 0))
+	}
+	for _, a := range aside {
+		r.metrics.RelayPoisonedTotal.Inc()
+		if a.countInvalid {
+			r.metrics.IngestEventsTotal.WithLabelValues(metrics.PathOutbox, metrics.IngestInvalid).Inc()
+		}
+		r.logger.WarnContext(ctx, "outbox relay: row set aside",
+			slog.Int64("outbox_id", a.rowID), slog.String("event_id", a.eventID), slog.String("reason", a.reason))
+	}
+	return len(claimed), nil
+}
+
+// listen keeps a LISTEN subscription on a dedicated connection and signals
+// wake on each notification, reconnecting with backoff until ctx is done.
+func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
+	failures := 0
+	for {
+		err := r.listenOnce(ctx, wake, &failures)
+		if ctx.Err() != nil {
+			return
+		}
+		failures++
+		wait := backoff(failures)
+		r.logger.WarnContext(ctx, "outbox relay: listener lost; reconnecting (polling meanwhile)",
+			slog.Any("error", err), slog.Duration("retry_in", wait))
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+	}
+}
+
+func (r *Relay) listenOnce(ctx context.Context, wake chan<- struct{}, failures *int) error {
+	pooled, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire listener connection: %w", err)
+	}
+	// Taken out of the pool for good: a connection subscribed to a channel
+	// must never be handed to other work.
+	conn := pooled.Hijack()
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{OutboxChannel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	*failures = 0
+	// Rows committed while nobody listened sent their notification to no
+	// one: look now rather than at the next poll.
+	signal(wake)
+	if r.listening != nil {
+		signal(r.listening)
+	}
+
+	for {
+		waitCtx, cancel := context.WithTimeout(ctx, listenHealthInterval)
+		_, err := conn.WaitForNotification(waitCtx)
+		cancel()
+		switch {
+		case err == nil:
+			signal(wake)
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case pgconn.Timeout(err):
+			// A wait timeout leaves the connection usable; check it is alive.
+			if err := conn.Ping(ctx); err != nil {
+				return fmt.Errorf("ping listener connection: %w", err)
+			}
+		default:
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+	}
+}
+
+// signal sends on ch unless a signal is already pending: any number of
+// notifications while the relay is busy collapse into one more pass.
+func signal(ch chan<- struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// backoff returns the wait after the given number of consecutive failures:
+// 100ms doubling up to maxBackoff, with ±20% jitter so that replicas which
+// failed together don't retry in lockstep.
+func backoff(failures int) time.Duration {
+	d := min(100*time.Millisecond<<min(max(failures-1, 0), 10), maxBackoff)
+	return d*4/5 + rand.N(d*2/5+1)
+}

@@ -1,0 +1,210 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+
+	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+)
+
+// MaxBatchSize bounds PublishBatch: one batch is one transaction, and a
+// publisher with more events sends more batches.
+const MaxBatchSize = 500
+
+type eventServer struct {
+	webhooksv1.UnimplementedEventServiceServer
+
+	logger *slog.Logger
+	store  *Store
+}
+
+// NewEventServer returns the gRPC EventService. Authentication (the publisher
+// token) is the server's interceptors' business, not this service's.
+func NewEventServer(store *Store, logger *slog.Logger) webhooksv1.EventServiceServer {
+	return &eventServer{logger: logger, store: store}
+}
+
+// Publish stores one event and enqueues its fanout, returning once committed.
+func (s *eventServer) Publish(ctx context.Context, req *webhooksv1.PublishRequest) (*webhooksv1.PublishResponse, error) {
+	e, violation := s.fromProto(req.GetEvent(), "event")
+	if violation != nil {
+		s.store.metrics.IngestEventsTotal.WithLabelValues(metrics.PathGRPC, metrics.IngestInvalid).Inc()
+		return nil, invalidArgument([]*errdetails.BadRequest_FieldViolation{violation})
+	}
+	results, err := s.store.Ingest(ctx, metrics.PathGRPC, []*event.Event{e})
+	if err != nil {
+		return nil, s.storeError(ctx, err, func(int) string { return "event" }, 1)
+	}
+	return toProtoResult(results[0]), nil
+}
+
+// PublishBatch stores up to MaxBatchSize events, all or nothing. Every invalid
+// field of every event is reported, so a publisher fixes a batch in one round
+// trip. An empty batch is a no-op.
+func (s *eventServer) PublishBatch(ctx context.Context, req *webhooksv1.PublishBatchRequest) (*webhooksv1.PublishBatchResponse, error) {
+	in := req.GetEvents()
+	if len(in) > MaxBatchSize {
+		return nil, invalidArgument([]*errdetails.BadRequest_FieldViolation{{
+			Field:       "events",
+			Description: "must hold at most " + strconv.Itoa(MaxBatchSize) + " events, got " + strconv.Itoa(len(in)),
+		}})
+	}
+	if len(in) == 0 {
+		return &webhooksv1.PublishBatchResponse{}, nil
+	}
+	events := make([]*event.Event, len(in))
+	var violations []*errdetails.BadRequest_FieldViolation
+	for i, pe := range in {
+		e, violation := s.fromProto(pe, batchField(i))
+		if violation != nil {
+			s.store.metrics.IngestEventsTotal.WithLabelValues(metrics.PathGRPC, metrics.IngestInvalid).Inc()
+			violations = append(violations, violation)
+			continue
+		}
+		events[i] = e
+	}
+	if len(violations) > 0 {
+		return nil, invalidArgument(violations)
+	}
+	results, err := s.store.Ingest(ctx, metrics.PathGRPC, events)
+	if err != nil {
+		return nil, s.storeError(ctx, err, batchField, len(events))
+	}
+	out := &webhooksv1.PublishBatchResponse{Results: make([]*webhooksv1.PublishResponse, len(results))}
+	for i, r := range results {
+		out.Results[i] = toProtoResult(r)
+	}
+	return out, nil
+}
+
+func batchField(i int) string { return "events[" + strconv.Itoa(i) + "]" }
+
+// fromProto converts and validates one event. prefix names it in errors
+// ("event", "events[3]").
+func (s *eventServer) fromProto(pe *webhooksv1.Event, prefix string) (*event.Event, *errdetails.BadRequest_FieldViolation) {
+	if pe == nil {
+		return nil, &errdetails.BadRequest_FieldViolation{Field: prefix, Description: "must be set"}
+	}
+	e := &event.Event{
+		ID:      pe.GetId(),
+		OwnerID: pe.GetOwnerId(),
+		Type:    pe.GetType(),
+		Subject: pe.GetSubject(),
+		// Proto3 cannot tell an empty string from an absent one; both mean
+		// "no data", which is the empty object.
+		Data: json.RawMessage("{}"),
+	}
+	if d := pe.GetData(); d != "" {
+		e.Data = json.RawMessage(d)
+	}
+	if ts := pe.GetOccurredAt(); ts != nil {
+		// A nil timestamp stays the zero time, which Validate reports as
+		// missing; an out-of-range one must not be silently normalised.
+		if err := ts.CheckValid(); err != nil {
+			return nil, &errdetails.BadRequest_FieldViolation{
+				Field:       prefix + "." + event.FieldOccurredAt,
+				Description: "must be a valid timestamp",
+			}
+		}
+		e.OccurredAt = ts.AsTime()
+	}
+	if err := e.Validate(s.store.now()); err != nil {
+		var fe *event.FieldError
+		if errors.As(err, &fe) {
+			return nil, &errdetails.BadRequest_FieldViolation{Field: prefix + "." + fe.Field, Description: fe.Reason}
+		}
+		return nil, &errdetails.BadRequest_FieldViolation{Field: prefix, Description: err.Error()}
+	}
+	return e, nil
+}
+
+// invalidArgument builds an InvalidArgument status whose message names the
+// first bad field and whose BadRequest detail names them all.
+func invalidArgument(violations []*errdetails.BadRequest_FieldViolation) error {
+	first := violations[0]
+	msg := "invalid " + first.GetField() + ": " + first.GetDescription()
+	if n := len(violations) - 1; n > 0 {
+		msg += " (and " + strconv.Itoa(n) + " more invalid field"
+		if n > 1 {
+			msg += "s"
+		}
+		msg += ")"
+	}
+	return withDetails(status.New(codes.InvalidArgument, msg), &errdetails.BadRequest{FieldViolations: violations})
+}
+
+// storeError maps an Ingest error to a status. field names the event at an
+// index the way the request does.
+func (s *eventServer) storeError(ctx context.Context, err error, field func(int) string, n int) error {
+	var (
+		conflict *ConflictError
+		invalid  *InvalidEventError
+	)
+	switch {
+	case errors.As(err, &conflict):
+		first := conflict.Conflicts[0]
+		msg := fmt.Sprintf("%s.id: event id %q already exists with different content", field(first.Index), first.EventID)
+		if more := len(conflict.Conflicts) - 1; more > 0 {
+			msg += fmt.Sprintf(" (and %d more)", more)
+		}
+		details := make([]protoadapt.MessageV1, 0, len(conflict.Conflicts))
+		for _, c := range conflict.Conflicts {
+			details = append(details, &errdetails.ResourceInfo{
+				ResourceType: "webhooks.v1.Event",
+				ResourceName: c.EventID,
+				Description:  field(c.Index) + " already exists with different content; an event id must not be reused",
+			})
+		}
+		return withDetails(status.New(codes.AlreadyExists, msg), details...)
+	case errors.As(err, &invalid):
+		// Unreachable while fromProto validates first; kept so a divergence
+		// between the two can never surface as a retryable error.
+		var fe *event.FieldError
+		v := &errdetails.BadRequest_FieldViolation{Field: field(invalid.Index), Description: invalid.Err.Error()}
+		if errors.As(invalid.Err, &fe) {
+			v = &errdetails.BadRequest_FieldViolation{Field: field(invalid.Index) + "." + fe.Field, Description: fe.Reason}
+		}
+		return invalidArgument([]*errdetails.BadRequest_FieldViolation{v})
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	default:
+		s.logger.ErrorContext(ctx, "publish: storing events failed", slog.Int("events", n), slog.Any("error", err))
+		// Publishing is idempotent by event id, so telling the publisher to
+		// retry is always safe.
+		return status.Error(codes.Unavailable, "could not store the events; retrying is safe")
+	}
+}
+
+func withDetails(st *status.Status, details ...protoadapt.MessageV1) error {
+	withDetails, err := st.WithDetails(details...)
+	if err != nil {
+		return st.Err() // the details are a courtesy; the code and message stand alone
+	}
+	return withDetails.Err()
+}
+
+func toProtoResult(r Result) *webhooksv1.PublishResponse {
+	var o webhooksv1.PublishOutcome
+	switch r.Outcome {
+	case OutcomeStored:
+		o = webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED
+	case OutcomeDuplicate:
+		o = webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DUPLICATE
+	case OutcomeDroppedInternal:
+		o = webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_INTERNAL
+	case OutcomeDroppedRaw:
+		o = webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_RAW
+	}
+	return &webhooksv1.PublishResponse{EventId: r.EventID, Outcome: o}
+}

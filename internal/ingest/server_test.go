@@ -1,0 +1,475 @@
+package ingest
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+)
+
+// testProtoEvent returns a valid, deliverable event as a publisher sends it.
+func testProtoEvent(id string) *webhooksv1.Event {
+	return &webhooksv1.Event{
+		Id:         id,
+		OwnerId:    "owner_1",
+		Type:       event.TypeNoteChanged,
+		Subject:    "wiki://software/project/standmeet/architecture",
+		OccurredAt: timestamppb.New(testOccurredAt),
+		Data:       `{"op":"updated","note_id":"n1","published":true,"was_published":true}`,
+	}
+}
+
+// requireInvalidField asserts err is InvalidArgument naming field in its
+// message and as the first violation of its BadRequest detail.
+func requireInvalidField(t *testing.T, err error, field string) *errdetails.BadRequest {
+	t.Helper()
+
+	st, ok := status.FromError(err)
+	require.True(t, ok, "not a status: %v", err)
+	require.Equal(t, codes.InvalidArgument, st.Code(), "status: %v", st)
+	require.Contains(t, st.Message(), field)
+	var badRequest *errdetails.BadRequest
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			badRequest = br
+		}
+	}
+	require.NotNil(t, badRequest, "no BadRequest detail in %v", st)
+	require.NotEmpty(t, badRequest.GetFieldViolations())
+	require.Equal(t, field, badRequest.GetFieldViolations()[0].GetField())
+	require.NotEmpty(t, badRequest.GetFieldViolations()[0].GetDescription())
+	return badRequest
+}
+
+func TestEventServer_Publish(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+
+	type testBundle struct {
+		db      *dbtest.DB
+		metrics *metrics.Metrics
+		server  webhooksv1.EventServiceServer
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+
+		db := dbtest.New(t)
+		store, m := newTestStore(t, db)
+		return &testBundle{db: db, metrics: m, server: NewEventServer(store, testLogger())}
+	}
+
+	t.Run("StoresEventAndOneFanoutJob", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		resp, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: testProtoEvent("evt_1")})
+		require.NoError(t, err)
+		require.Equal(t, "evt_1", resp.GetEventId())
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED, resp.GetOutcome())
+
+		stored := readEvent(t, bundle.db, "evt_1")
+		require.Equal(t, "owner_1", stored.OwnerID)
+		require.Equal(t, metrics.PathGRPC, stored.Source)
+		require.True(t, testOccurredAt.Equal(stored.OccurredAt))
+		require.JSONEq(t, testProtoEvent("evt_1").GetData(), stored.Data)
+		require.Equal(t, 1, countFanoutJobs(t, bundle.db, ""))
+		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_1"))
+		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathGRPC, metrics.IngestStored))
+	})
+
+	t.Run("EmptyDataIsEmptyObject", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		e := testProtoEvent("evt_1")
+		e.Data = ""
+		_, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
+		require.NoError(t, err)
+		require.JSONEq(t, `{}`, readEvent(t, bundle.db, "evt_1").Data)
+	})
+
+	t.Run("RepublishIsIdempotent", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: testProtoEvent("evt_1")})
+		require.NoError(t, err)
+		resp, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: testProtoEvent("evt_1")})
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DUPLICATE, resp.GetOutcome())
+
+		require.Equal(t, 1, countEvents(t, bundle.db))
+		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_1"))
+	})
+
+	t.Run("ConflictingDuplicateIsAlreadyExists", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: testProtoEvent("evt_1")})
+		require.NoError(t, err)
+
+		changed := testProtoEvent("evt_1")
+		changed.Data = `{"op":"deleted"}`
+		_, err = bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: changed})
+		require.Equal(t, codes.AlreadyExists, status.Code(err), "error: %v", err)
+		require.Contains(t, status.Convert(err).Message(), `"evt_1"`)
+		require.JSONEq(t, testProtoEvent("evt_1").GetData(), readEvent(t, bundle.db, "evt_1").Data)
+		require.Equal(t, 1, countFanoutJobs(t, bundle.db, ""))
+	})
+
+	t.Run("InternalTypeAcceptedNotStored", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		e := testProtoEvent("evt_1")
+		e.Type = "billing.invoice.computed"
+		resp, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_INTERNAL, resp.GetOutcome())
+		require.Equal(t, 0, countEvents(t, bundle.db))
+		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
+		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathGRPC, metrics.IngestDroppedInternal))
+	})
+
+	t.Run("RawSubjectAcceptedNotStored", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		e := testProtoEvent("evt_1")
+		e.Subject = "raw://private/diary"
+		resp, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_RAW, resp.GetOutcome())
+		require.Equal(t, 0, countEvents(t, bundle.db))
+		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
+		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathGRPC, metrics.IngestDroppedRaw))
+	})
+
+	t.Run("DetailsSurviveTheWire", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		lis := bufconn.Listen(1 << 20)
+		srv := grpc.NewServer()
+		webhooksv1.RegisterEventServiceServer(srv, bundle.server)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = srv.Serve(lis)
+		}()
+		t.Cleanup(func() {
+			srv.Stop()
+			<-done
+		})
+		conn, err := grpc.NewClient("passthrough:///bufnet",
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+			grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close() })
+		client := webhooksv1.NewEventServiceClient(conn)
+
+		e := testProtoEvent("evt_1")
+		e.Subject = "no-scheme"
+		_, err = client.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
+		requireInvalidField(t, err, "event.subject")
+
+		resp, err := client.Publish(ctx, &webhooksv1.PublishRequest{Event: testProtoEvent("evt_1")})
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED, resp.GetOutcome())
+	})
+}
+
+func TestEventServer_PublishBatch(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+
+	type testBundle struct {
+		db      *dbtest.DB
+		metrics *metrics.Metrics
+		server  webhooksv1.EventServiceServer
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+
+		db := dbtest.New(t)
+		store, m := newTestStore(t, db)
+		return &testBundle{db: db, metrics: m, server: NewEventServer(store, testLogger())}
+	}
+
+	t.Run("ResultsInRequestOrder", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		internal := testProtoEvent("evt_2")
+		internal.Type = "billing.invoice.computed"
+		raw := testProtoEvent("evt_4")
+		raw.Subject = "raw://x"
+		resp, err := bundle.server.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: []*webhooksv1.Event{
+			testProtoEvent("evt_3"), internal, testProtoEvent("evt_1"), raw, testProtoEvent("evt_3"),
+		}})
+		require.NoError(t, err)
+
+		var got []string
+		for _, r := range resp.GetResults() {
+			got = append(got, r.GetEventId()+":"+r.GetOutcome().String())
+		}
+		require.Equal(t, []string{
+			"evt_3:PUBLISH_OUTCOME_STORED",
+			"evt_2:PUBLISH_OUTCOME_DROPPED_INTERNAL",
+			"evt_1:PUBLISH_OUTCOME_STORED",
+			"evt_4:PUBLISH_OUTCOME_DROPPED_RAW",
+			"evt_3:PUBLISH_OUTCOME_DUPLICATE",
+		}, got)
+		require.Equal(t, 2, countEvents(t, bundle.db))
+		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_1"))
+		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_3"))
+		require.Equal(t, 2, countFanoutJobs(t, bundle.db, ""))
+	})
+
+	t.Run("EmptyBatchIsNoOp", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		resp, err := bundle.server.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{})
+		require.NoError(t, err)
+		require.Empty(t, resp.GetResults())
+	})
+
+	t.Run("ConflictNamesIndexAndStoresNothing", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: testProtoEvent("evt_1")})
+		require.NoError(t, err)
+
+		changed := testProtoEvent("evt_1")
+		changed.OwnerId = "owner_2"
+		_, err = bundle.server.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: []*webhooksv1.Event{
+			testProtoEvent("evt_2"), changed,
+		}})
+		require.Equal(t, codes.AlreadyExists, status.Code(err), "error: %v", err)
+		msg := status.Convert(err).Message()
+		require.Contains(t, msg, "events[1].id")
+		require.Contains(t, msg, `"evt_1"`)
+		require.Equal(t, 1, countEvents(t, bundle.db))
+		require.Equal(t, 0, countFanoutJobs(t, bundle.db, "evt_2"))
+	})
+
+	t.Run("TooManyEvents", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		events := make([]*webhooksv1.Event, MaxBatchSize+1)
+		for i := range events {
+			events[i] = testProtoEvent("evt_" + strconv.Itoa(i))
+		}
+		_, err := bundle.server.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: events})
+		requireInvalidField(t, err, "events")
+		require.Equal(t, 0, countEvents(t, bundle.db))
+	})
+
+	t.Run("MaxEventsAccepted", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		events := make([]*webhooksv1.Event, MaxBatchSize)
+		for i := range events {
+			events[i] = testProtoEvent("evt_" + strconv.Itoa(i))
+		}
+		resp, err := bundle.server.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: events})
+		require.NoError(t, err)
+		require.Len(t, resp.GetResults(), MaxBatchSize)
+		require.Equal(t, MaxBatchSize, countEvents(t, bundle.db))
+		require.Equal(t, MaxBatchSize, countFanoutJobs(t, bundle.db, ""))
+	})
+
+	t.Run("OneBadItemStoresNothing", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		events := []*webhooksv1.Event{testProtoEvent("evt_0"), testProtoEvent("evt_1"), testProtoEvent("evt_2"), testProtoEvent("evt_3"), testProtoEvent("evt_4")}
+		events[3].Subject = ""
+		_, err := bundle.server.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: events})
+		requireInvalidField(t, err, "events[3].subject")
+		require.Equal(t, 0, countEvents(t, bundle.db))
+		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
+		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathGRPC, metrics.IngestInvalid))
+	})
+
+	t.Run("EveryBadItemReported", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		events := []*webhooksv1.Event{testProtoEvent("evt_0"), testProtoEvent("evt.1"), testProtoEvent("evt_2"), testProtoEvent("evt_3")}
+		events[3].Data = `[]`
+		_, err := bundle.server.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: events})
+		badRequest := requireInvalidField(t, err, "events[1].id")
+		require.Len(t, badRequest.GetFieldViolations(), 2)
+		require.Equal(t, "events[3].data", badRequest.GetFieldViolations()[1].GetField())
+		require.Contains(t, status.Convert(err).Message(), "and 1 more")
+		require.Equal(t, 0, countEvents(t, bundle.db))
+	})
+
+	t.Run("NilItem", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.server.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: []*webhooksv1.Event{testProtoEvent("evt_0"), nil}})
+		requireInvalidField(t, err, "events[1]")
+	})
+}
+
+// TestEventServer_BadInput checks every rule of the thin event over Publish:
+// the exact code, the field named in the message and in the BadRequest detail,
+// and nothing stored.
+func TestEventServer_BadInput(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+
+	// Invalid input never reaches the database, so the cases share one schema
+	// (which also proves none of them stored anything).
+	db := dbtest.New(t)
+
+	type testBundle struct {
+		metrics *metrics.Metrics
+		server  webhooksv1.EventServiceServer
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+
+		store, m := newTestStore(t, db)
+		return &testBundle{metrics: m, server: NewEventServer(store, testLogger())}
+	}
+
+	requireRejected := func(t *testing.T, mutate func(e *webhooksv1.Event), field string) {
+		t.Helper()
+		bundle := setup(t)
+
+		e := testProtoEvent("evt_bad")
+		mutate(e)
+		_, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
+		requireInvalidField(t, err, field)
+		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathGRPC, metrics.IngestInvalid))
+		require.Equal(t, 0, countEvents(t, db))
+		require.Equal(t, 0, countFanoutJobs(t, db, ""))
+	}
+
+	t.Run("MissingEvent", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{})
+		requireInvalidField(t, err, "event")
+	})
+
+	t.Run("EmptyID", func(t *testing.T) {
+		t.Parallel()
+		requireRejected(t, func(e *webhooksv1.Event) { e.Id = "" }, "event.id")
+	})
+
+	t.Run("IDWithDot", func(t *testing.T) {
+		t.Parallel()
+		requireRejected(t, func(e *webhooksv1.Event) { e.Id = "evt.1" }, "event.id")
+	})
+
+	t.Run("IDTooLong", func(t *testing.T) {
+		t.Parallel()
+		requireRejected(t, func(e *webhooksv1.Event) { e.Id = strings.Repeat("a", event.MaxIDLen+1) }, "event.id")
+	})
+
+	t.Run("EmptyOwnerID", func(t *testing.T) {
+		t.Parallel()
+		requireRejected(t, func(e *webhooksv1.Event) { e.OwnerId = "" }, "event.owner_id")
+	})
+
+	t.Run("BadType", func(t *testing.T) {
+		t.Parallel()
+		requireRejected(t, func(e *webhooksv1.Event) { e.Type = "Corpus.Note" }, "event.type")
+	})
+
+	t.Run("EmptyType", func(t *testing.T) {
+		t.Parallel()
+		requireRejected(t, func(e *webhooksv1.Event) { e.Type = "" }, "event.type")
+	})
+
+	t.Run("EmptySubject", func(t *testing.T) {
+		t.Parallel()
+		requireRejected(t, func(e *webhooksv1.Event) { e.Subject = "" }, "event.subject")
+	})
+
+	t.Run("SubjectWithoutScheme", func(t *testing.T) {
+		t.Parallel()
+		requireRejected(t, func(e *webhooksv1.Event) { e.Subject = "software/project/x" }, "event.subject")
+	})
+
+	t.Run("SubjectInvalidUTF8", func(t *testing.T) {
+		t.Parallel()
+		// Only reachable in process: protobuf refuses to marshal it.
+		requireRejected(t, func(e *webhooksv1.Event) { e.Subject = "wiki://\xff\xfe" }, "event.subject")
+	})
+
+	t.Run("SubjectTooLong", func(t *testing.T) {
+		t.Parallel()
+		requireRejected(t, func(e *webhooksv1.Event) { e.Subject = "wiki://" + strings.Repeat("a", event.MaxSubjectLen) }, "event.subject")
+	})
+
+	t.Run("MissingOccurredAt", func(t *testing.T) {
+		t.Parallel()
+		requireRejected(t, func(e *webhooksv1.Event) { e.OccurredAt = nil }, "event.occurred_at")
+	})
+
+	t.Run("FarFutureOccurredAt", func(t *testing.T) {
+		t.Parallel()
+		requireRejected(t, func(e *webhooksv1.Event) { e.OccurredAt = timestamppb.New(time.Now().Add(2 * time.Hour)) }, "event.occurred_at")
+	})
+
+	t.Run("AncientOccurredAt", func(t *testing.T) {
+		t.Parallel()
+		requireRejected(t, func(e *webhooksv1.Event) { e.OccurredAt = timestamppb.New(time.Unix(0, 0)) }, "event.occurred_at")
+	})
+
+	t.Run("OutOfRangeOccurredAt", func(t *testing.T) {
+		t.Parallel()
+		requireRejected(t, func(e *webhooksv1.Event) { e.OccurredAt = &timestamppb.Timestamp{Seconds: 1e12} }, "event.occurred_at")
+	})
+
+	t.Run("DataNotObject", func(t *testing.T) {
+		t.Parallel()
+		requireRejected(t, func(e *webhooksv1.Event) { e.Data = `["a"]` }, "event.data")
+	})
+
+	t.Run("DataMalformed", func(t *testing.T) {
+		t.Parallel()
+		requireRejected(t, func(e *webhooksv1.Event) { e.Data = `{"op":` }, "event.data")
+	})
+
+	t.Run("DataTooBig", func(t *testing.T) {
+		t.Parallel()
+		requireRejected(t, func(e *webhooksv1.Event) {
+			e.Data = `{"k":"` + strings.Repeat("a", event.MaxDataBytes) + `"}`
+		}, "event.data")
+	})
+}

@@ -1,0 +1,240 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+)
+
+func TestStore_Ingest(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+
+	type testBundle struct {
+		db      *dbtest.DB
+		metrics *metrics.Metrics
+		store   *Store
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+
+		db := dbtest.New(t)
+		store, m := newTestStore(t, db)
+		return &testBundle{db: db, metrics: m, store: store}
+	}
+
+	t.Run("StoresEventAndEnqueuesOneFanout", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		e := testEvent("evt_1")
+		results, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{e})
+		require.NoError(t, err)
+		require.Equal(t, []Result{{EventID: "evt_1", Outcome: OutcomeStored}}, results)
+
+		stored := readEvent(t, bundle.db, "evt_1")
+		require.Equal(t, e.OwnerID, stored.OwnerID)
+		require.Equal(t, e.Type, stored.Type)
+		require.Equal(t, e.Subject, stored.Subject)
+		require.True(t, e.OccurredAt.Equal(stored.OccurredAt))
+		require.JSONEq(t, string(e.Data), stored.Data)
+		require.Equal(t, metrics.PathTest, stored.Source)
+		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_1"))
+		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathTest, metrics.IngestStored))
+	})
+
+	t.Run("SameContentIsDuplicate", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{testEvent("evt_1")})
+		require.NoError(t, err)
+
+		// jsonb equality: key order and whitespace are not content.
+		again := testEvent("evt_1")
+		again.Data = json.RawMessage(`{ "was_published": true, "published": true, "note_id": "n1", "op": "updated" }`)
+		results, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{again})
+		require.NoError(t, err)
+		require.Equal(t, []Result{{EventID: "evt_1", Outcome: OutcomeDuplicate}}, results)
+
+		require.Equal(t, 1, countEvents(t, bundle.db))
+		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_1"))
+		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathTest, metrics.IngestDuplicate))
+	})
+
+	t.Run("SubMicrosecondTimeIsSameContent", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		// Postgres keeps microseconds; a publisher resending a time.Time with
+		// nanoseconds must still be a duplicate.
+		e := testEvent("evt_1")
+		e.OccurredAt = e.OccurredAt.Add(789)
+		_, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{e})
+		require.NoError(t, err)
+		results, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{e})
+		require.NoError(t, err)
+		require.Equal(t, OutcomeDuplicate, results[0].Outcome)
+	})
+
+	t.Run("DifferentContentIsConflict", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{testEvent("evt_1")})
+		require.NoError(t, err)
+
+		changed := testEvent("evt_1")
+		changed.Subject = "wiki://somewhere/else"
+		_, err = bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{testEvent("evt_2"), changed})
+		require.ErrorIs(t, err, ErrConflict)
+		var ce *ConflictError
+		require.ErrorAs(t, err, &ce)
+		require.Equal(t, []Conflict{{Index: 1, EventID: "evt_1"}}, ce.Conflicts)
+		require.ErrorContains(t, err, `"evt_1"`)
+
+		// All or nothing: evt_2 was not stored either, and evt_1 is unchanged.
+		require.Equal(t, 1, countEvents(t, bundle.db))
+		require.Equal(t, "wiki://software/project/standmeet/architecture", readEvent(t, bundle.db, "evt_1").Subject)
+		require.Equal(t, 0, countFanoutJobs(t, bundle.db, "evt_2"))
+		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathTest, metrics.IngestConflict))
+	})
+
+	t.Run("EveryFieldTakesPartInConflict", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{testEvent("evt_1")})
+		require.NoError(t, err)
+
+		for name, mutate := range map[string]func(e *event.Event){
+			"owner":       func(e *event.Event) { e.OwnerID = "owner_2" },
+			"type":        func(e *event.Event) { e.Type = "code.issued" },
+			"subject":     func(e *event.Event) { e.Subject = "wiki://x" },
+			"occurred_at": func(e *event.Event) { e.OccurredAt = e.OccurredAt.Add(-1e3) },
+			"data":        func(e *event.Event) { e.Data = json.RawMessage(`{"op":"deleted"}`) },
+		} {
+			e := testEvent("evt_1")
+			mutate(e)
+			_, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{e})
+			require.ErrorIs(t, err, ErrConflict, "changed %s", name)
+		}
+	})
+
+	t.Run("RepeatWithinOneCall", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		results, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{testEvent("evt_b"), testEvent("evt_a"), testEvent("evt_b")})
+		require.NoError(t, err)
+		require.Equal(t, []Result{
+			{EventID: "evt_b", Outcome: OutcomeStored},
+			{EventID: "evt_a", Outcome: OutcomeStored},
+			{EventID: "evt_b", Outcome: OutcomeDuplicate},
+		}, results)
+		require.Equal(t, 2, countEvents(t, bundle.db))
+		require.Equal(t, 2, countFanoutJobs(t, bundle.db, ""))
+
+		changed := testEvent("evt_c")
+		changed.Subject = "wiki://x"
+		_, err = bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{testEvent("evt_c"), changed})
+		var ce *ConflictError
+		require.ErrorAs(t, err, &ce)
+		require.Equal(t, []Conflict{{Index: 1, EventID: "evt_c"}}, ce.Conflicts)
+		require.Equal(t, 2, countEvents(t, bundle.db))
+	})
+
+	t.Run("InternalTypeDropped", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		e := testEvent("evt_1")
+		e.Type = "billing.invoice.computed" // not in the catalog
+		results, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{e})
+		require.NoError(t, err)
+		require.Equal(t, []Result{{EventID: "evt_1", Outcome: OutcomeDroppedInternal}}, results)
+		require.Equal(t, 0, countEvents(t, bundle.db))
+		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
+		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathTest, metrics.IngestDroppedInternal))
+	})
+
+	t.Run("RawSubjectDropped", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		e := testEvent("evt_1")
+		e.Subject = "raw://private/diary"
+		results, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{e, testEvent("evt_2")})
+		require.NoError(t, err)
+		require.Equal(t, []Result{
+			{EventID: "evt_1", Outcome: OutcomeDroppedRaw},
+			{EventID: "evt_2", Outcome: OutcomeStored},
+		}, results)
+		require.Equal(t, 1, countEvents(t, bundle.db))
+		require.Equal(t, 0, countFanoutJobs(t, bundle.db, "evt_1"))
+		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathTest, metrics.IngestDroppedRaw))
+	})
+
+	t.Run("InvalidEventRejected", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		bad := testEvent("evt_2")
+		bad.Subject = "no-scheme"
+		_, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{testEvent("evt_1"), bad})
+		var invalid *InvalidEventError
+		require.ErrorAs(t, err, &invalid)
+		require.Equal(t, 1, invalid.Index)
+		var fe *event.FieldError
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, event.FieldSubject, fe.Field)
+		require.Equal(t, 0, countEvents(t, bundle.db))
+	})
+
+	t.Run("UnknownPathRejected", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.store.Ingest(ctx, "smtp", []*event.Event{testEvent("evt_1")})
+		require.ErrorContains(t, err, "unknown path")
+	})
+
+	t.Run("IngestTxIsTheCallersTransaction", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		tx, err := bundle.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		results, err := bundle.store.IngestTx(ctx, tx, metrics.PathTest, []*event.Event{testEvent("evt_1")})
+		require.NoError(t, err)
+		require.Equal(t, OutcomeStored, results[0].Outcome)
+		require.NoError(t, tx.Rollback(ctx))
+		require.Equal(t, 0, countEvents(t, bundle.db))
+		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
+
+		tx, err = bundle.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = bundle.store.IngestTx(ctx, tx, metrics.PathTest, []*event.Event{testEvent("evt_1")})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		require.Equal(t, 1, countEvents(t, bundle.db))
+		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_1"))
+	})
+
+	t.Run("NothingToStoreNeedsNoTransaction", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		results, err := bundle.store.Ingest(ctx, metrics.PathTest, nil)
+		require.NoError(t, err)
+		require.Empty(t, results)
+	})
+}

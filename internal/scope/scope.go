@@ -1,0 +1,251 @@
+// Package scope makes the one decision of who may see an event: given a stored
+// event and one endpoint of its owner, admit or deny (SPEC §4).
+//
+// The rules, in the order they are applied:
+//
+//   - raw: a raw:// subject never leaves, whatever the type or endpoint.
+//   - internal: a type whose Exposure is not Webhook never leaves.
+//   - owner: an endpoint of another owner never sees the event.
+//   - test_target: webhook.test goes only to the endpoint named by
+//     data.endpoint_id.
+//   - published_slice: corpus.note.changed reaches a standalone endpoint (no
+//     embed) only when data.published or data.was_published is JSON true, so
+//     un-publishing is heard too.
+//   - embed: corpus.note.changed reaches an embed-bound endpoint only when the
+//     access service says that embed's code admits it, asked for every event
+//     and never cached.
+//   - unscoped: every other type reaches every subscribed endpoint.
+//
+// The first three are invariants the fanout already upholds; checking them
+// here again means a bug elsewhere fails closed instead of leaking.
+//
+// The package knows the access service only through the small EmbedAdmitter
+// interface, and the fanout knows scope only through Func, so the composition
+// root wires a gRPC client in without the fanout importing it.
+package scope
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+)
+
+// ErrUnavailable marks a decision that could not be made for now: the access
+// service did not answer. It is never turned into a yes or a no; the fanout
+// fails and River retries it. Implementations of EmbedAdmitter wrap it.
+var ErrUnavailable = errors.New("scope: access service unavailable")
+
+// Rule names, the "rule" label of the scope decisions metric.
+const (
+	RuleRaw            = "raw"
+	RuleInternal       = "internal"
+	RuleOwner          = "owner"
+	RuleTestTarget     = "test_target"
+	RulePublishedSlice = "published_slice"
+	RuleEmbed          = "embed"
+	RuleUnscoped       = "unscoped"
+)
+
+// Reasons carried by a Decision (logged, never used as a metric label except
+// through the bounded rule).
+const (
+	ReasonRawSubject      = "raw_subject"
+	ReasonInternalType    = "internal_type"
+	ReasonOtherOwner      = "other_owner"
+	ReasonTargeted        = "targeted"
+	ReasonNotTargeted     = "not_targeted"
+	ReasonPublished       = "published"
+	ReasonWasPublished    = "was_published"
+	ReasonUnpublished     = "unpublished"
+	ReasonNoAccessService = "no_access_service"
+	ReasonAccessError     = "access_error"
+	ReasonUnscoped        = "unscoped"
+)
+
+// Endpoint is scope's own view of an endpoint: just what the decision needs,
+// so this package imports no endpoint storage.
+type Endpoint struct {
+	ID      string
+	OwnerID string
+	// EmbedID is empty for a standalone endpoint.
+	EmbedID string
+}
+
+// EmbedAdmitter answers whether an embed's access code admits an event.
+//
+// A definite answer is (admits, reason, nil); a deleted embed or a revoked or
+// expired code is a definite false. When no answer could be had and asking
+// again later might give one, the error wraps ErrUnavailable. Any other error
+// means the question itself cannot be answered (a malformed request) and is
+// treated as a deny.
+type EmbedAdmitter interface {
+	EmbedAdmits(ctx context.Context, ownerID, embedID string, e *event.Event) (bool, string, error)
+}
+
+// Decision is the outcome for one (event, endpoint) pair.
+type Decision struct {
+	Admit bool
+	// Rule is the rule that decided (one of the Rule constants).
+	Rule string
+	// Reason is a short machine-readable why, for logs.
+	Reason string
+}
+
+// Func is the scope decision as a plain function: what the composition root
+// hands to the fanout. An error means no decision was made; it wraps
+// ErrUnavailable when retrying later may succeed.
+type Func func(ctx context.Context, e *event.Event, ep Endpoint) (Decision, error)
+
+// Decider applies the rules, counts and logs every decision.
+type Decider struct {
+	admitter EmbedAdmitter
+	logger   *slog.Logger
+	metrics  *metrics.Metrics
+}
+
+// NewDecider returns a Decider asking admitter about embed-bound endpoints.
+// admitter may be nil when no access service is configured; embed-bound
+// endpoints then admit nothing, and NewDecider says so once, at start-up,
+// because that silence would otherwise be invisible.
+func NewDecider(admitter EmbedAdmitter, m *metrics.Metrics, logger *slog.Logger) *Decider {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if admitter == nil {
+		logger.Warn("no access service configured: endpoints bound to an embed will receive no corpus.note.changed events")
+	}
+	return &Decider{admitter: admitter, logger: logger, metrics: m}
+}
+
+// Func returns d.Decide as a Func.
+func (d *Decider) Func() Func { return d.Decide }
+
+// Decide decides whether e may be delivered to ep. An error (always wrapping
+// ErrUnavailable) means the access service could not be asked; the caller must
+// retry later rather than deliver or drop.
+func (d *Decider) Decide(ctx context.Context, e *event.Event, ep Endpoint) (Decision, error) {
+	dec, err := d.decide(ctx, e, ep)
+
+	result := metrics.ScopeDeny
+	switch {
+	case err != nil || dec.Reason == ReasonAccessError:
+		result = metrics.ScopeError
+	case dec.Admit:
+		result = metrics.ScopeAdmit
+	}
+	if d.metrics != nil {
+		d.metrics.ScopeDecisionsTotal.WithLabelValues(dec.Rule, result).Inc()
+	}
+
+	attrs := []slog.Attr{
+		slog.String("event_id", e.ID),
+		slog.String("endpoint_id", ep.ID),
+		slog.String("rule", dec.Rule),
+		slog.String("result", result),
+		slog.String("reason", dec.Reason),
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	d.logger.LogAttrs(ctx, slog.LevelDebug, "scope decision", attrs...)
+	return dec, err
+}
+
+func (d *Decider) decide(ctx context.Context, e *event.Event, ep Endpoint) (Decision, error) {
+	switch {
+	case event.IsRawSubject(e.Subject):
+		return Decision{Rule: RuleRaw, Reason: ReasonRawSubject}, nil
+	case event.ExposureOf(e.Type) != event.ExposureWebhook:
+		return Decision{Rule: RuleInternal, Reason: ReasonInternalType}, nil
+	case ep.OwnerID != e.OwnerID:
+		return Decision{Rule: RuleOwner, Reason: ReasonOtherOwner}, nil
+	case e.Type == event.TypeWebhookTest:
+		// UUIDs compare case-insensitively; the endpoint id is one.
+		if target, ok := stringField(e.Data, "endpoint_id"); ok && target != "" && strings.EqualFold(target, ep.ID) {
+			return Decision{Admit: true, Rule: RuleTestTarget, Reason: ReasonTargeted}, nil
+		}
+		return Decision{Rule: RuleTestTarget, Reason: ReasonNotTargeted}, nil
+	case e.Type != event.TypeNoteChanged:
+		return Decision{Admit: true, Rule: RuleUnscoped, Reason: ReasonUnscoped}, nil
+	case ep.EmbedID == "":
+		return publishedSlice(e.Data), nil
+	default:
+		return d.embed(ctx, e, ep)
+	}
+}
+
+// publishedSlice admits a note event to a standalone endpoint when the note is,
+// or was until this change, published.
+func publishedSlice(data json.RawMessage) Decision {
+	fields := topLevel(data)
+	switch {
+	case isTrue(fields["published"]):
+		return Decision{Admit: true, Rule: RulePublishedSlice, Reason: ReasonPublished}
+	case isTrue(fields["was_published"]):
+		return Decision{Admit: true, Rule: RulePublishedSlice, Reason: ReasonWasPublished}
+	default:
+		return Decision{Rule: RulePublishedSlice, Reason: ReasonUnpublished}
+	}
+}
+
+func (d *Decider) embed(ctx context.Context, e *event.Event, ep Endpoint) (Decision, error) {
+	if d.admitter == nil {
+		return Decision{Rule: RuleEmbed, Reason: ReasonNoAccessService}, nil
+	}
+	admits, reason, err := d.admitter.EmbedAdmits(ctx, ep.OwnerID, ep.EmbedID, e)
+	switch {
+	case errors.Is(err, ErrUnavailable):
+		return Decision{Rule: RuleEmbed, Reason: ReasonAccessError}, fmt.Errorf("embed %q of endpoint %s: %w", ep.EmbedID, ep.ID, err)
+	case err != nil:
+		// The question cannot be answered as asked, and asking again will not
+		// change that: deny, loudly.
+		d.logger.LogAttrs(ctx, slog.LevelError, "access service rejected the question; denying",
+			slog.String("event_id", e.ID),
+			slog.String("endpoint_id", ep.ID),
+			slog.String("embed_id", ep.EmbedID),
+			slog.String("error", err.Error()),
+		)
+		return Decision{Rule: RuleEmbed, Reason: ReasonAccessError}, nil
+	case admits:
+		return Decision{Admit: true, Rule: RuleEmbed, Reason: cmp.Or(reason, "admitted")}, nil
+	default:
+		return Decision{Rule: RuleEmbed, Reason: cmp.Or(reason, "denied")}, nil
+	}
+}
+
+// topLevel decodes data's top-level members. Keys are compared exactly, not
+// with encoding/json's case-insensitive struct matching, so "Published" can
+// never stand in for "published".
+func topLevel(data json.RawMessage) map[string]json.RawMessage {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return nil
+	}
+	return fields
+}
+
+// isTrue reports whether a JSON value is the literal true; a string "true", a
+// 1 or anything else is not.
+func isTrue(v json.RawMessage) bool {
+	return bytes.Equal(bytes.TrimSpace(v), []byte("true"))
+}
+
+func stringField(data json.RawMessage, key string) (string, bool) {
+	raw, ok := topLevel(data)[key]
+	if !ok {
+		return "", false
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
+}

@@ -1,0 +1,309 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/database"
+	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/pkg/outbox"
+)
+
+func validEvent() outbox.Event {
+	return outbox.Event{
+		ID:         "0190f3a4-6b7c-7d8e-9f00-112233445566",
+		OwnerID:    "owner_1",
+		Type:       "corpus.note.changed",
+		Subject:    "wiki://software/project/standmeet/architecture",
+		OccurredAt: time.Now().Add(-time.Minute).Truncate(time.Microsecond),
+		Data:       map[string]any{"op": "updated", "published": true},
+	}
+}
+
+type storedRow struct {
+	EventID    string
+	OwnerID    string
+	Type       string
+	Subject    string
+	OccurredAt time.Time
+	Data       string
+}
+
+func TestWrite(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+
+	type testBundle struct {
+		db *dbtest.DB
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+
+		// The outbox contract in a fresh schema (the dispatcher's tables come
+		// along; they are not used here).
+		db := dbtest.New(t)
+		require.NoError(t, database.MigrateOutbox(ctx, db.Pool))
+		return &testBundle{db: db}
+	}
+
+	readRows := func(t *testing.T, bundle *testBundle, table string) []storedRow {
+		t.Helper()
+
+		rows, err := bundle.db.Pool.Query(ctx, `SELECT event_id, owner_id, type, subject, occurred_at, data::text FROM `+table+` ORDER BY id`)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[storedRow])
+		require.NoError(t, err)
+		return out
+	}
+
+	t.Run("CommittedTransactionWritesRow", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		e := validEvent()
+		tx, err := bundle.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		require.NoError(t, outbox.Write(ctx, tx, e))
+		require.NoError(t, tx.Commit(ctx))
+
+		rows := readRows(t, bundle, "webhook_outbox")
+		require.Len(t, rows, 1)
+		require.Equal(t, e.ID, rows[0].EventID)
+		require.Equal(t, e.OwnerID, rows[0].OwnerID)
+		require.Equal(t, e.Type, rows[0].Type)
+		require.Equal(t, e.Subject, rows[0].Subject)
+		require.True(t, e.OccurredAt.Equal(rows[0].OccurredAt))
+		require.JSONEq(t, `{"op":"updated","published":true}`, rows[0].Data)
+	})
+
+	t.Run("RolledBackTransactionWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		tx, err := bundle.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		require.NoError(t, outbox.Write(ctx, tx, validEvent()))
+		require.NoError(t, tx.Rollback(ctx))
+
+		require.Empty(t, readRows(t, bundle, "webhook_outbox"))
+	})
+
+	t.Run("ZeroOccurredAtIsNow", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		e := validEvent()
+		e.OccurredAt = time.Time{}
+		require.NoError(t, outbox.Write(ctx, bundle.db.Pool, e))
+
+		rows := readRows(t, bundle, "webhook_outbox")
+		require.Len(t, rows, 1)
+		require.WithinDuration(t, time.Now(), rows[0].OccurredAt, time.Minute)
+	})
+
+	t.Run("DataForms", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		type noteData struct {
+			Op        string `json:"op"`
+			Published bool   `json:"published"`
+		}
+		for i, data := range []any{
+			nil,
+			json.RawMessage(`{ "op" : "deleted" }`),
+			[]byte(`{"op":"created"}`),
+			noteData{Op: "updated", Published: true},
+		} {
+			e := validEvent()
+			e.ID = "evt_" + string(rune('a'+i))
+			e.Data = data
+			require.NoError(t, outbox.Write(ctx, bundle.db.Pool, e))
+		}
+
+		rows := readRows(t, bundle, "webhook_outbox")
+		require.Len(t, rows, 4)
+		require.JSONEq(t, `{}`, rows[0].Data)
+		require.JSONEq(t, `{"op":"deleted"}`, rows[1].Data)
+		require.JSONEq(t, `{"op":"created"}`, rows[2].Data)
+		require.JSONEq(t, `{"op":"updated","published":true}`, rows[3].Data)
+	})
+
+	t.Run("TableOption", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.db.Pool.Exec(ctx, `CREATE TABLE app_outbox (LIKE webhook_outbox INCLUDING ALL)`)
+		require.NoError(t, err)
+		require.NoError(t, outbox.Write(ctx, bundle.db.Pool, validEvent(), outbox.Table(bundle.db.Schema+".app_outbox")))
+
+		require.Len(t, readRows(t, bundle, "app_outbox"), 1)
+		require.Empty(t, readRows(t, bundle, "webhook_outbox"))
+	})
+
+	t.Run("InvalidTableName", func(t *testing.T) {
+		t.Parallel()
+
+		q := &recordingQuerier{}
+		err := outbox.Write(ctx, q, validEvent(), outbox.Table("outbox; DROP TABLE x"))
+		require.ErrorContains(t, err, "invalid table name")
+		require.Zero(t, q.calls)
+	})
+}
+
+// recordingQuerier stands in for a transaction where nothing may be written.
+type recordingQuerier struct{ calls int }
+
+func (q *recordingQuerier) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	q.calls++
+	return pgconn.CommandTag{}, nil
+}
+
+func TestWriteValidation(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+
+	// Each case breaks one field; Write must name it and write nothing.
+	requireFieldError := func(t *testing.T, mutate func(e *outbox.Event), field string) {
+		t.Helper()
+
+		e := validEvent()
+		mutate(&e)
+		q := &recordingQuerier{}
+		err := outbox.Write(ctx, q, e)
+		var fe *outbox.FieldError
+		require.ErrorAs(t, err, &fe)
+		require.ErrorIs(t, err, outbox.ErrInvalid)
+		require.Equal(t, field, fe.Field, "error: %v", err)
+		require.Contains(t, err.Error(), "event."+field)
+		require.Zero(t, q.calls)
+	}
+
+	t.Run("AcceptsValidEvent", func(t *testing.T) {
+		t.Parallel()
+
+		q := &recordingQuerier{}
+		require.NoError(t, outbox.Write(ctx, q, validEvent()))
+		require.Equal(t, 1, q.calls)
+	})
+
+	t.Run("EmptyID", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.ID = "" }, "id")
+	})
+
+	t.Run("IDWithDot", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.ID = "evt.1" }, "id")
+	})
+
+	t.Run("IDTooLong", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.ID = strings.Repeat("a", outbox.MaxIDLen+1) }, "id")
+	})
+
+	t.Run("EmptyOwnerID", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.OwnerID = "" }, "owner_id")
+	})
+
+	t.Run("OwnerIDWithSpace", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.OwnerID = "owner 1" }, "owner_id")
+	})
+
+	t.Run("BadType", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.Type = "Corpus.Note" }, "type")
+	})
+
+	t.Run("SingleSegmentType", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.Type = "corpus" }, "type")
+	})
+
+	t.Run("EmptySubject", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.Subject = "" }, "subject")
+	})
+
+	t.Run("SubjectWithoutScheme", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.Subject = "software/project/x" }, "subject")
+	})
+
+	t.Run("SubjectInvalidUTF8", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.Subject = "wiki://\xff" }, "subject")
+	})
+
+	t.Run("SubjectControlCharacter", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.Subject = "wiki://a\nb" }, "subject")
+	})
+
+	t.Run("SubjectTooLong", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.Subject = "wiki://" + strings.Repeat("a", outbox.MaxSubjectLen) }, "subject")
+	})
+
+	t.Run("OccurredAtFarFuture", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.OccurredAt = time.Now().Add(2 * time.Hour) }, "occurred_at")
+	})
+
+	t.Run("OccurredAtTooOld", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.OccurredAt = time.Unix(1000, 0) }, "occurred_at")
+	})
+
+	t.Run("DataNotObject", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.Data = []int{1, 2} }, "data")
+	})
+
+	t.Run("DataString", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.Data = `{"op":"updated"}` }, "data")
+	})
+
+	t.Run("DataMalformed", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.Data = json.RawMessage(`{"op":`) }, "data")
+	})
+
+	t.Run("DataRepeatedKey", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.Data = json.RawMessage(`{"a":{"b":1,"b":2}}`) }, "data")
+	})
+
+	t.Run("DataUnmarshalable", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.Data = map[string]any{"c": make(chan int)} }, "data")
+	})
+
+	t.Run("DataTooBig", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) {
+			e.Data = map[string]string{"k": strings.Repeat("a", outbox.MaxDataBytes)}
+		}, "data")
+	})
+
+	t.Run("DataAtLimit", func(t *testing.T) {
+		t.Parallel()
+
+		e := validEvent()
+		e.Data = json.RawMessage(`{"k":"` + strings.Repeat("a", outbox.MaxDataBytes-8) + `"}`)
+		require.NoError(t, outbox.Write(ctx, &recordingQuerier{}, e))
+	})
+}

@@ -1,0 +1,25 @@
+// Package webhook implements Standard Webhooks (https://www.standardwebhooks.com) v1
+// signing and verification, and decodes the dispatcher's thin event payload.
+//
+// It is the single home of signing in this module: the dispatcher's deliver worker
+// signs with [SignatureHeader] (or [SetHeaders]), and receivers written in Go verify
+// with a [Verifier]. Keeping both sides in one package means a change to the
+// signed-content layout cannot drift between sender and receiver.
+//
+// A delivery looks like this on the wire:
+//
+//	POST <endpoint url>
+//	content-type: application/json
+//	webhook-id: <event id, the same on every retry>
+//	webhook-timestamp: <unix seconds of this attempt>
+//	webhook-signature: v1,<base64 HMAC-SHA256(key, "<id>.<timestamp>.<body>")>
+//
+//	{"id":"…","type":"…","subject":"…","occurred_at":"…","data":{…}}
+//
+// Only the symmetric "v1" scheme (HMAC-SHA256) is implemented. Entries with other
+// versions (for example the asymmetric "v1a") are ignored by the verifier, so a header
+// that mixes schemes still verifies on its v1 entry.
+//
+// Receivers should also deduplicate on the webhook-id header (the event id): the
+// dispatcher delivers at least once and retries carry the same id.
+package webhook
