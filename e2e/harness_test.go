@@ -173,6 +173,30 @@ func (d *dispatcher) stop(t *testing.T) {
 	}
 }
 
+// kill sends SIGKILL, so the process gets no chance to clean up (its leases
+// stay taken, its jobs stay running), and waits until it is gone.
+func (d *dispatcher) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, d.cmd.Process.Signal(syscall.SIGKILL))
+	select {
+	case <-d.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("dispatcher pid %d still alive 10s after SIGKILL", d.cmd.Process.Pid)
+	}
+}
+
+// exited reports whether the process has ended on its own (without kill or
+// stop), and how.
+func (d *dispatcher) exited() (bool, error) {
+	select {
+	case err := <-d.done:
+		d.done <- err // keep it for stop
+		return true, err
+	default:
+		return false, nil
+	}
+}
+
 func (d *dispatcher) endpoints() webhooksv1.EndpointServiceClient {
 	return webhooksv1.NewEndpointServiceClient(d.conn)
 }

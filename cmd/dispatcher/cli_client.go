@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -67,8 +69,10 @@ func (c *cliConn) token() (string, error) {
 		}
 		return toks[0], nil
 	}
-	if tok := strings.TrimSpace(os.Getenv("DISPATCHER_TOKEN")); tok != "" {
-		return tok, nil
+	// A comma list (say, DISPATCHER_ADMIN_TOKENS copied over) means its
+	// first token: no token can contain a comma, LoadTokens splits on it.
+	if tok, _, _ := strings.Cut(os.Getenv("DISPATCHER_TOKEN"), ","); strings.TrimSpace(tok) != "" {
+		return strings.TrimSpace(tok), nil
 	}
 	return "", errors.New("no API token: set DISPATCHER_TOKEN or pass --token-file")
 }
@@ -152,12 +156,19 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // printJSON writes a response as protojson with the proto's field names.
+// protojson deliberately varies its whitespace between builds, so the
+// compact form is re-indented here: scripts and diffs get stable output.
 func printJSON(w io.Writer, m proto.Message) error {
-	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true}.Marshal(m)
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("encode JSON: %w", err)
 	}
-	_, err = fmt.Fprintln(w, string(b))
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return fmt.Errorf("encode JSON: %w", err)
+	}
+	out.WriteByte('\n')
+	_, err = w.Write(out.Bytes())
 	return err
 }
 

@@ -64,12 +64,13 @@ type serveConfig struct {
 	AccessTimeout time.Duration
 	AccessToken   string
 
-	DeliverWorkers  int
-	FanoutWorkers   int
-	ShutdownTimeout time.Duration
-	Retention       time.Duration
-	JobLinkTemplate string
-	RiverUI         bool
+	DeliverWorkers   int
+	FanoutWorkers    int
+	ShutdownTimeout  time.Duration
+	RescueStuckAfter time.Duration
+	Retention        time.Duration
+	JobLinkTemplate  string
+	RiverUI          bool
 
 	LogFormat string
 	LogLevel  slog.Level
@@ -99,6 +100,7 @@ func parseServeConfig(args []string) (*serveConfig, error) {
 	fs.IntVar(&c.DeliverWorkers, "deliver-workers", envInt("DISPATCHER_DELIVER_WORKERS", 200), "concurrent deliveries per process (env DISPATCHER_DELIVER_WORKERS)")
 	fs.IntVar(&c.FanoutWorkers, "fanout-workers", envInt("DISPATCHER_FANOUT_WORKERS", 20), "concurrent fanouts per process (env DISPATCHER_FANOUT_WORKERS)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", envDuration("DISPATCHER_SHUTDOWN_TIMEOUT", 20*time.Second), "how long in-flight deliveries may finish after SIGTERM before they are cancelled and re-queued (env DISPATCHER_SHUTDOWN_TIMEOUT)")
+	fs.DurationVar(&c.RescueStuckAfter, "rescue-stuck-after", envDuration("DISPATCHER_RESCUE_STUCK_AFTER", time.Minute), "how long a job may stay running before River rescues it as the job of a dead worker (SIGKILL, OOM); must exceed the deliver job timeout (20s) (env DISPATCHER_RESCUE_STUCK_AFTER)")
 	fs.DurationVar(&c.Retention, "retention", envDuration("DISPATCHER_RETENTION", 30*24*time.Hour), "how long events are kept (env DISPATCHER_RETENTION)")
 	fs.StringVar(&c.JobLinkTemplate, "job-link-template", envOr("DISPATCHER_JOB_LINK_TEMPLATE", ""), "link to a delivery job in ListDeliveries; {job_id} is replaced; default: this process's River UI (env DISPATCHER_JOB_LINK_TEMPLATE)")
 	fs.BoolVar(&c.RiverUI, "river-ui", envBool("DISPATCHER_RIVER_UI", true), "serve River UI at /riverui/ on the ops port, behind the admin token (env DISPATCHER_RIVER_UI)")

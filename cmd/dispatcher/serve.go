@@ -115,7 +115,11 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 
 	workers := river.NewWorkers()
 	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), m, logger))
-	river.AddWorker(workers, delivery.NewWorker(delivery.Config{}, pool, httpClient, keyring, m, logger))
+	deliverWorker := delivery.NewWorker(delivery.Config{}, pool, httpClient, keyring, m, logger)
+	if limit := deliverWorker.Timeout(nil); cfg.RescueStuckAfter <= limit {
+		return fmt.Errorf("invalid -rescue-stuck-after %s: must exceed the deliver job timeout (%s), or live deliveries would be rescued", cfg.RescueStuckAfter, limit)
+	}
+	river.AddWorker(workers, deliverWorker)
 	river.AddWorker(workers, retention.NewWorker(pool, logger))
 
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
@@ -129,8 +133,11 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		PeriodicJobs: []*river.PeriodicJob{retention.PeriodicJob(cfg.Retention, time.Hour)},
 		Logger:       logger.With(slog.String("component", "river")),
 		// A job whose worker died (SIGKILL) is rescued after this; longer
-		// than any job's timeout (the deliver worker's is 20 s).
-		RescueStuckJobsAfter: time.Minute,
+		// than any job's timeout (the deliver worker's is 20 s, checked
+		// above). Jobs without a timeout of their own get River's default
+		// (1 min) capped by it, as River requires.
+		RescueStuckJobsAfter: cfg.RescueStuckAfter,
+		JobTimeout:           min(time.Minute, cfg.RescueStuckAfter),
 		FetchCooldown:        20 * time.Millisecond,
 		FetchPollInterval:    250 * time.Millisecond,
 		// Discarded deliveries stay listable (and re-deliverable) for a week.

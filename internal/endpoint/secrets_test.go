@@ -17,14 +17,14 @@ func TestOpenKeys(t *testing.T) {
 	t.Parallel()
 
 	type testBundle struct {
-		id       uuid.UUID
-		keyring  *seal.Keyring
-		cur      []byte
-		curKey   []byte
-		prev     []byte
-		prevKey  []byte
-		expires  time.Time
-		now time.Time
+		id      uuid.UUID
+		keyring *seal.Keyring
+		cur     []byte
+		curKey  []byte
+		prev    []byte
+		prevKey []byte
+		expires time.Time
+		now     time.Time
 	}
 
 	setup := func(t *testing.T) *testBundle {

@@ -1,0 +1,240 @@
+// Command dispatcher-bench is the dispatcher's load harness (`make bench`).
+//
+// It builds (or takes, -binary) the dispatcher, creates a fresh Postgres
+// schema per scenario, starts one or more `dispatcher serve --migrate` child
+// processes against it, runs fast HTTP receivers on loopback, creates
+// endpoints and publishes events over gRPC (or writes outbox rows), and
+// reports, per scenario: deliveries/s, end-to-end latency (occurred_at →
+// received), Postgres commits and statements per delivery, snoozes per
+// delivery, and the dispatcher's RSS and CPU. A baseline measured in the
+// same run — single-row durable UPDATE commits at a fixed concurrency — turns
+// every rate into a ratio, since absolute numbers drift on a shared machine.
+//
+//	go run ./cmd/dispatcher-bench                       # every scenario
+//	go run ./cmd/dispatcher-bench -scenario S2,S3 -scale 0.2 -json out.json
+//
+// Scenarios (see docs/benchmarks.md): S1 sustained, S2 hot endpoint, S3
+// fanout, S4 outbox relay (and S4d, relay with deliveries), S5 latency at a
+// fixed offered rate, S6 scale-out (S1 with 1, 2 and 3 processes).
+//
+// All traffic stays on loopback; every loop is bounded in count and time;
+// child processes are killed and schemas dropped on every exit path.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DefaultDatabaseURL is the local server, as for the dispatcher itself.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// allScenarios in run order.
+var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S6"}
+
+type config struct {
+	Binary        string
+	DatabaseURL   string
+	IsolatedDB    bool
+	Scenarios     []string
+	Scale         float64
+	JSONPath      string
+	BaselineConns int
+	BaselineDur   time.Duration
+	Timeout       time.Duration
+	Env           []string
+	S6Procs       []int
+	ConnBudget    int
+	Latency       time.Duration
+	Top           int
+	KeepLogs      string
+	Verbose       bool
+}
+
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("dispatcher-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	scenarios := fs.String("scenario", strings.Join(allScenarios, ","), "comma-separated scenarios to run: "+strings.Join(allScenarios, ","))
+	s6 := fs.String("s6-procs", "1,2,3", "dispatcher process counts for S6")
+	var env stringList
+	fs.StringVar(&c.Binary, "binary", "", "dispatcher binary to run; empty: go build ./cmd/dispatcher into a temporary directory")
+	fs.StringVar(&c.DatabaseURL, "database-url", envOr("BENCH_DATABASE_URL", DefaultDatabaseURL), "Postgres server to measure against (env BENCH_DATABASE_URL); a URL, not a key=value DSN, when -isolated-db")
+	fs.BoolVar(&c.IsolatedDB, "isolated-db", true, "create a temporary database on that server for the run (dropped afterwards), so pg_stat_database counts only this run's commits; false: schemas go into the URL's own database")
+	fs.Float64Var(&c.Scale, "scale", 1, "multiply every scenario's counts and durations by this factor (e.g. 0.1 for a quick run)")
+	fs.StringVar(&c.JSONPath, "json", "", "also write the results as JSON to this file")
+	fs.IntVar(&c.BaselineConns, "baseline-conns", 32, "concurrency of the baseline commit loop")
+	fs.DurationVar(&c.BaselineDur, "baseline-duration", 5*time.Second, "duration of each baseline measurement (one before, one after the scenarios)")
+	fs.DurationVar(&c.Timeout, "timeout", 10*time.Minute, "upper bound on one scenario (set-up, load and drain)")
+	fs.Var(&env, "env", "extra KEY=VALUE for every dispatcher process (repeatable), e.g. -env DISPATCHER_DELIVER_WORKERS=100")
+	fs.IntVar(&c.ConnBudget, "conn-budget", 90, "total Postgres connections the dispatcher processes of one scenario may open; each process gets min(40, budget/processes) unless -env sets DISPATCHER_DB_MAX_CONNS")
+	fs.DurationVar(&c.Latency, "receiver-latency", 0, "extra latency of every receiver response (S2 always uses 1ms)")
+	fs.IntVar(&c.Top, "top", 12, "statements to list per scenario when pg_stat_statements is available (0: none)")
+	fs.StringVar(&c.KeepLogs, "logs", "", "directory to write each dispatcher process's stderr to (default: kept in memory, tail shown on failure)")
+	fs.BoolVar(&c.Verbose, "v", false, "progress output")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	for _, s := range strings.Split(*scenarios, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		i := slices.IndexFunc(allScenarios, func(n string) bool { return strings.EqualFold(n, s) })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown scenario %q: want some of %s", s, strings.Join(allScenarios, ","))
+		}
+		if !slices.Contains(c.Scenarios, allScenarios[i]) {
+			c.Scenarios = append(c.Scenarios, allScenarios[i])
+		}
+	}
+	slices.SortFunc(c.Scenarios, func(a, b string) int {
+		return slices.Index(allScenarios, a) - slices.Index(allScenarios, b)
+	})
+	for _, s := range strings.Split(*s6, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 8 {
+			return nil, fmt.Errorf("invalid -s6-procs entry %q: want 1..8", s)
+		}
+		c.S6Procs = append(c.S6Procs, n)
+	}
+	for _, kv := range env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || !strings.HasPrefix(k, "DISPATCHER_") {
+			return nil, fmt.Errorf("invalid -env %q: want DISPATCHER_NAME=value", kv)
+		}
+	}
+	c.Env = env
+	switch {
+	case c.Scale <= 0 || c.Scale > 10:
+		return nil, fmt.Errorf("invalid -scale %v: want (0, 10]", c.Scale)
+	case c.BaselineConns < 1 || c.BaselineConns > 200:
+		return nil, fmt.Errorf("invalid -baseline-conns %d: want 1..200", c.BaselineConns)
+	case c.BaselineDur < 500*time.Millisecond || c.BaselineDur > 5*time.Minute:
+		return nil, fmt.Errorf("invalid -baseline-duration %s: want 500ms..5m", c.BaselineDur)
+	case c.Timeout < 10*time.Second || c.Timeout > 2*time.Hour:
+		return nil, fmt.Errorf("invalid -timeout %s: want 10s..2h", c.Timeout)
+	case c.ConnBudget < 6:
+		return nil, fmt.Errorf("invalid -conn-budget %d: want at least 6", c.ConnBudget)
+	case c.Latency < 0 || c.Latency > 5*time.Second:
+		return nil, fmt.Errorf("invalid -receiver-latency %s: want 0..5s", c.Latency)
+	}
+	return c, nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "dispatcher-bench:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	b := &bench{cfg: cfg, out: stdout, log: stderr}
+	defer b.cleanup()
+
+	if cfg.Binary == "" {
+		dir, err := os.MkdirTemp("", "dispatcher-bench")
+		if err != nil {
+			return err
+		}
+		b.defers = append(b.defers, func() { _ = os.RemoveAll(dir) })
+		cfg.Binary = filepath.Join(dir, "dispatcher")
+		b.progress("building the dispatcher")
+		if err := buildDispatcher(ctx, cfg.Binary, stderr); err != nil {
+			return err
+		}
+	}
+	if cfg.KeepLogs != "" {
+		if err := os.MkdirAll(cfg.KeepLogs, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := b.openDatabase(ctx); err != nil {
+		return err
+	}
+	b.report.Machine = b.machineInfo(ctx)
+	b.report.Scale = cfg.Scale
+	b.report.Env = cfg.Env
+	b.report.StartedAt = time.Now().UTC()
+
+	b.progress("baseline (before): %d connections × %s of single-row UPDATE commits", cfg.BaselineConns, cfg.BaselineDur)
+	before, err := b.baseline(ctx)
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	b.report.Baseline = append(b.report.Baseline, before)
+
+	for _, name := range cfg.Scenarios {
+		if ctx.Err() != nil {
+			break
+		}
+		results := b.runScenario(ctx, name)
+		b.report.Results = append(b.report.Results, results...)
+	}
+
+	if ctx.Err() == nil {
+		b.progress("baseline (after)")
+		after, err := b.baseline(ctx)
+		if err != nil {
+			fmt.Fprintln(stderr, "baseline (after):", err)
+		} else {
+			b.report.Baseline = append(b.report.Baseline, after)
+		}
+	}
+	b.report.finish()
+	b.report.writeTable(stdout)
+	if cfg.JSONPath != "" {
+		if err := b.report.writeJSON(cfg.JSONPath); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "\nJSON written to %s\n", cfg.JSONPath)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (b *bench) progress(format string, args ...any) {
+	fmt.Fprintf(b.log, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func (b *bench) debugf(format string, args ...any) {
+	if b.cfg.Verbose {
+		b.progress(format, args...)
+	}
+}

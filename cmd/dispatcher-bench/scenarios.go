@@ -1,0 +1,660 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+)
+
+// result is one scenario's figures. Rates and "per unit" figures are per
+// delivery, except for S4 (per outbox row relayed).
+type result struct {
+	Scenario   string `json:"scenario"`
+	Title      string `json:"title"`
+	Processes  int    `json:"processes"`
+	Unit       string `json:"unit"`
+	Endpoints  int    `json:"endpoints"`
+	Events     int    `json:"events"`
+	Expected   int64  `json:"expected"`
+	Deliveries int64  `json:"deliveries"`
+	Rows       int64  `json:"rows,omitempty"`
+	Duplicates int64  `json:"duplicate_deliveries"`
+
+	Seconds           float64  `json:"seconds"`
+	PublishSeconds    float64  `json:"publish_seconds,omitempty"`
+	Rate              float64  `json:"rate_per_s"`
+	PerBaselineCommit float64  `json:"per_baseline_commit"`
+	LatencyMs         *latency `json:"latency_ms,omitempty"`
+
+	Commits           int64   `json:"commits"`
+	CommitsPerUnit    float64 `json:"commits_per_unit"`
+	Rollbacks         int64   `json:"rollbacks"`
+	IdleCommitsPS     float64 `json:"idle_commits_per_s"`
+	Statements        int64   `json:"statements"` // -1: n/a
+	StatementsPerUnit float64 `json:"statements_per_unit"`
+	WALBytes          int64   `json:"wal_bytes_cluster"`
+	WALBytesPerUnit   float64 `json:"wal_bytes_per_unit"`
+	Snoozes           float64 `json:"snoozes"`
+	SnoozesPerUnit    float64 `json:"snoozes_per_unit"`
+
+	CPUSeconds          float64       `json:"dispatcher_cpu_s"`
+	CPUCores            float64       `json:"dispatcher_cpu_cores"`
+	CPUMillisPerUnit    float64       `json:"dispatcher_cpu_ms_per_unit"`
+	PGBackendCPUSeconds float64       `json:"pg_backend_cpu_s"`
+	PGBackendCPUCores   float64       `json:"pg_backend_cpu_cores"`
+	BenchCPUCores       float64       `json:"bench_cpu_cores"`
+	RSSPeakMB           float64       `json:"rss_peak_mb"`
+	PerProcess          []procFigures `json:"per_process"`
+
+	MaxConcurrencyPerEndpoint int                `json:"max_concurrency_per_endpoint"`
+	Backends                  int64              `json:"pg_backends_at_end"`
+	Unsettled                 int64              `json:"unsettled_jobs"`
+	Outcomes                  map[string]float64 `json:"outcomes,omitempty"`
+	Env                       []string           `json:"env,omitempty"`
+	Top                       []stmtDelta        `json:"top_statements,omitempty"`
+	Notes                     []string           `json:"notes,omitempty"`
+	Error                     string             `json:"error,omitempty"`
+	Targets                   []targetCheck      `json:"targets,omitempty"`
+}
+
+type latency struct {
+	P50 float64 `json:"p50"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+type procFigures struct {
+	Name       string  `json:"name"`
+	CPUSeconds float64 `json:"cpu_s"`
+	RSSPeakMB  float64 `json:"rss_peak_mb"`
+	RSSEndMB   float64 `json:"rss_end_mb"`
+}
+
+func (r *result) note(format string, args ...any) {
+	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+}
+
+// scaled applies -scale to a count, never below floor.
+func (b *bench) scaled(n, floor int) int {
+	return max(floor, int(math.Round(float64(n)*b.cfg.Scale)))
+}
+
+func (b *bench) runScenario(ctx context.Context, name string) []result {
+	run := func(f func(context.Context) result) result {
+		sctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
+		defer cancel()
+		start := time.Now()
+		r := f(sctx)
+		b.progress("%s done in %s: %s", r.Scenario, time.Since(start).Round(time.Second), r.summary())
+		return r
+	}
+	switch name {
+	case "S1":
+		return []result{run(func(ctx context.Context) result { return b.sustained(ctx, "S1", 1) })}
+	case "S2":
+		return []result{run(b.hotEndpoint)}
+	case "S3":
+		return []result{run(b.fanout)}
+	case "S4":
+		return []result{run(b.relay)}
+	case "S4d":
+		return []result{run(b.relayDeliver)}
+	case "S5":
+		return []result{run(b.fixedRate)}
+	case "S6":
+		var out []result
+		for _, n := range b.cfg.S6Procs {
+			if ctx.Err() != nil {
+				break
+			}
+			out = append(out, run(func(ctx context.Context) result { return b.sustained(ctx, fmt.Sprintf("S6x%d", n), n) }))
+		}
+		return out
+	}
+	return nil
+}
+
+func (r *result) summary() string {
+	if r.Error != "" {
+		return "error: " + r.Error
+	}
+	s := fmt.Sprintf("%.0f %s/s", r.Rate, r.Unit)
+	if r.LatencyMs != nil {
+		s += fmt.Sprintf(", p99 %.0f ms", r.LatencyMs.P99)
+	}
+	return s + fmt.Sprintf(", %.2f commits/%s", r.CommitsPerUnit, r.Unit)
+}
+
+// s1Types: ten groups of ten endpoints; group g subscribes to glob and
+// receives events of typ, so every event fans out to exactly ten endpoints.
+// Each endpoint also subscribes to a type nobody publishes.
+var s1Types = []struct{ glob, typ string }{
+	{"code.issued", "code.issued"},
+	{"booking.*", "booking.created"},
+	{"conversation.*", "conversation.message"},
+	{"supplier.connected", "supplier.connected"},
+	{"page.*", "page.promoted_live"},
+	{"gas.*", "gas.refilled"},
+	{"owner.login", "owner.login"},
+	{"api_key.*", "api_key.issued"},
+	{"writing.published", "writing.published"},
+	{"block.*", "block.installed"},
+}
+
+// deliveryRun is the common tail of the gRPC-published scenarios.
+type deliveryRun struct {
+	s        *session
+	m        *measure
+	res      *result
+	events   []*webhooksv1.Event
+	occurred []time.Time
+	t0       time.Time
+}
+
+// complete waits for the deliveries and fills in the figures.
+func (d *deliveryRun) complete(ctx context.Context, stall time.Duration) error {
+	res := d.res
+	waitErr := d.s.recv.wait(ctx, res.Expected, stall)
+	d.m.loadDone()
+	receipts := d.s.recv.snapshot()
+	res.Deliveries = int64(len(receipts))
+	res.Duplicates = d.s.recv.dups.Load()
+	res.MaxConcurrencyPerEndpoint = d.s.recv.maxConcurrency()
+	if last := lastReceipt(receipts); !last.IsZero() {
+		res.Seconds = round(last.Sub(d.t0).Seconds(), 3)
+		if res.Seconds > 0 {
+			res.Rate = round(float64(res.Deliveries)/res.Seconds, 1)
+		}
+	}
+	occ := make(map[string]time.Time, len(d.events))
+	for i, e := range d.events {
+		if !d.occurred[i].IsZero() {
+			occ[e.GetId()] = d.occurred[i]
+		}
+	}
+	latencies(res, receipts, occ)
+	if waitErr != nil {
+		return waitErr
+	}
+	res.Unsettled = d.m.settle(ctx, 20*time.Second)
+	if err := d.m.finish(ctx, res, res.Deliveries); err != nil {
+		return err
+	}
+	if res.MaxConcurrencyPerEndpoint > 1 {
+		res.note("LEASE VIOLATION: an endpoint had %d concurrent POSTs", res.MaxConcurrencyPerEndpoint)
+	}
+	if res.Duplicates > 0 {
+		res.note("%d duplicate deliveries (same webhook-id to the same endpoint)", res.Duplicates)
+	}
+	if bad := d.s.recv.bad.Load(); bad > 0 {
+		res.note("%d malformed requests at the receivers", bad)
+	}
+	if res.Unsettled > 0 {
+		res.note("%d jobs still unfinished 20s after the last delivery", res.Unsettled)
+	}
+	return nil
+}
+
+// sustained is S1 (and S6 with n processes): 100 endpoints in ten groups,
+// every event matching the ten endpoints of its group.
+func (b *bench) sustained(ctx context.Context, label string, n int) (res result) {
+	res = result{Scenario: label, Unit: "delivery", Endpoints: 100,
+		Title: fmt.Sprintf("sustained: 100 endpoints, each event fans out to 10 (%d process(es))", n)}
+	events := b.scaled(5000, 20)
+	res.Events, res.Expected = events, int64(events*10)
+	defer func() { r := recover(); b.recovered(&res, r) }()
+
+	s, err := b.newSession(label)
+	if err != nil {
+		return failed(res, err)
+	}
+	defer s.close()
+	if s.recv, err = newReceivers(100, 100, b.cfg.Latency, int(res.Expected)); err != nil {
+		return failed(res, err)
+	}
+	if err := s.start(ctx, n); err != nil {
+		return failed(res, err)
+	}
+	res.Env = s.env
+	specs := make([]endpointSpec, 100)
+	for i := range specs {
+		specs[i] = endpointSpec{owner: "bench-s1", types: []string{s1Types[i%10].glob, "ip_ban.added"}}
+	}
+	if err := s.createEndpoints(ctx, specs); err != nil {
+		return failed(res, err)
+	}
+	prefix := "s1" + randomSuffix()
+	evs := make([]*webhooksv1.Event, events)
+	for i := range evs {
+		evs[i] = newEvent(prefix, "bench-s1", s1Types[i%10].typ, i)
+	}
+	m, err := s.begin(ctx)
+	if err != nil {
+		return failed(res, err)
+	}
+	d := &deliveryRun{s: s, m: m, res: &res, events: evs, occurred: make([]time.Time, events), t0: time.Now()}
+	if err := s.publishBatches(ctx, evs, 100, 4, d.occurred); err != nil {
+		return failed(res, err)
+	}
+	res.PublishSeconds = round(time.Since(d.t0).Seconds(), 3)
+	if err := d.complete(ctx, time.Minute); err != nil {
+		return failed(res, err)
+	}
+	return res
+}
+
+// hotEndpoint is S2: a burst to one endpoint whose receiver takes 1 ms.
+func (b *bench) hotEndpoint(ctx context.Context) (res result) {
+	res = result{Scenario: "S2", Unit: "delivery", Endpoints: 1, Title: "hot endpoint: one endpoint, 1 ms receiver"}
+	events := b.scaled(5000, 20)
+	res.Events, res.Expected = events, int64(events)
+	defer func() { r := recover(); b.recovered(&res, r) }()
+
+	s, err := b.newSession("S2")
+	if err != nil {
+		return failed(res, err)
+	}
+	defer s.close()
+	if s.recv, err = newReceivers(1, 1, time.Millisecond, events); err != nil {
+		return failed(res, err)
+	}
+	if err := s.start(ctx, 1); err != nil {
+		return failed(res, err)
+	}
+	res.Env = s.env
+	if err := s.createEndpoints(ctx, []endpointSpec{{owner: "bench-s2", types: []string{"*"}}}); err != nil {
+		return failed(res, err)
+	}
+	prefix := "s2" + randomSuffix()
+	evs := make([]*webhooksv1.Event, events)
+	for i := range evs {
+		evs[i] = newEvent(prefix, "bench-s2", s1Types[i%10].typ, i)
+	}
+	m, err := s.begin(ctx)
+	if err != nil {
+		return failed(res, err)
+	}
+	d := &deliveryRun{s: s, m: m, res: &res, events: evs, occurred: make([]time.Time, events), t0: time.Now()}
+	if err := s.publishBatches(ctx, evs, 500, 2, d.occurred); err != nil {
+		return failed(res, err)
+	}
+	res.PublishSeconds = round(time.Since(d.t0).Seconds(), 3)
+	if err := d.complete(ctx, time.Minute); err != nil {
+		return failed(res, err)
+	}
+	return res
+}
+
+// fanout is S3: one event to 1,000 endpoints on 1,000 receiver hosts (cold
+// connections), then a second event (warm connections).
+func (b *bench) fanout(ctx context.Context) (res result) {
+	endpoints := b.scaled(1000, 10)
+	res = result{Scenario: "S3", Unit: "delivery", Endpoints: endpoints, Events: 1, Expected: int64(endpoints),
+		Title: fmt.Sprintf("fanout: one event to %d endpoints (publish → last receipt)", endpoints)}
+	defer func() { r := recover(); b.recovered(&res, r) }()
+
+	s, err := b.newSession("S3")
+	if err != nil {
+		return failed(res, err)
+	}
+	defer s.close()
+	if s.recv, err = newReceivers(endpoints, endpoints, b.cfg.Latency, 2*endpoints); err != nil {
+		return failed(res, err)
+	}
+	if err := s.start(ctx, 1); err != nil {
+		return failed(res, err)
+	}
+	res.Env = s.env
+	specs := make([]endpointSpec, endpoints)
+	for i := range specs {
+		specs[i] = endpointSpec{owner: "bench-s3", types: []string{"code.*"}}
+	}
+	b.debugf("S3: creating %d endpoints", endpoints)
+	if err := s.createEndpoints(ctx, specs); err != nil {
+		return failed(res, err)
+	}
+	prefix := "s3" + randomSuffix()
+	evs := []*webhooksv1.Event{newEvent(prefix, "bench-s3", "code.issued", 0), newEvent(prefix, "bench-s3", "code.revoked", 1)}
+	m, err := s.begin(ctx)
+	if err != nil {
+		return failed(res, err)
+	}
+	d := &deliveryRun{s: s, m: m, res: &res, events: evs[:1], occurred: make([]time.Time, 1), t0: time.Now()}
+	if err := s.publishBatches(ctx, evs[:1], 1, 1, d.occurred); err != nil {
+		return failed(res, err)
+	}
+	res.PublishSeconds = round(time.Since(d.t0).Seconds(), 3)
+	if err := d.complete(ctx, time.Minute); err != nil {
+		return failed(res, err)
+	}
+
+	// The same again with the connections warm: a note, not the figure.
+	t1 := time.Now()
+	occ := make([]time.Time, 1)
+	if err := s.publishBatches(ctx, evs[1:], 1, 1, occ); err != nil {
+		res.note("warm fanout: %v", err)
+		return res
+	}
+	if err := s.recv.wait(ctx, int64(2*endpoints), time.Minute); err != nil {
+		res.note("warm fanout: %v", err)
+		return res
+	}
+	var last time.Time
+	for _, r := range s.recv.snapshot() {
+		if r.id == evs[1].GetId() && r.at.After(last) {
+			last = r.at
+		}
+	}
+	res.note("second event, connections warm: all %d delivered %.3f s after publish", endpoints, last.Sub(t1).Seconds())
+	return res
+}
+
+// migrateOutbox applies the dispatcher's and the outbox's migrations to the
+// session's schema with `dispatcher migrate`.
+func (s *session) migrateOutbox(ctx context.Context) error {
+	cmd := exec.CommandContext(ctx, s.b.cfg.Binary, "migrate", "--outbox-database-url", schemaURL(s.b.dbURL, s.schema))
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+s.b.dbURL, "DISPATCHER_SCHEMA="+s.schema)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("dispatcher migrate --outbox-database-url: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// relay is S4: a backlog of outbox rows for an owner without endpoints,
+// drained by one process: the ingest path alone (store event + enqueue
+// fanout, then fanout finding nothing).
+func (b *bench) relay(ctx context.Context) (res result) {
+	rows := b.scaled(100000, 100)
+	res = result{Scenario: "S4", Unit: "row", Events: rows, Rows: int64(rows),
+		Title: fmt.Sprintf("outbox relay: %d rows drained (owner without endpoints)", rows)}
+	defer func() { r := recover(); b.recovered(&res, r) }()
+
+	s, err := b.newSession("S4")
+	if err != nil {
+		return failed(res, err)
+	}
+	defer s.close()
+	if err := s.migrateOutbox(ctx); err != nil {
+		return failed(res, err)
+	}
+	prefix := "s4" + randomSuffix()
+	now := time.Now()
+	src := make([][]any, rows)
+	for i := range src {
+		src[i] = []any{prefix + "-" + strconv.Itoa(i), "bench-s4-nobody", s1Types[i%10].typ, "bench://item/" + strconv.Itoa(i), now, `{"seq":` + strconv.Itoa(i) + `}`}
+	}
+	if _, err := b.admin.CopyFrom(ctx, pgx.Identifier{s.schema, "webhook_outbox"},
+		[]string{"event_id", "owner_id", "type", "subject", "occurred_at", "data"}, pgx.CopyFromRows(src)); err != nil {
+		return failed(res, fmt.Errorf("fill the outbox: %w", err))
+	}
+	if _, err := b.admin.Exec(ctx, `ANALYZE `+s.table("webhook_outbox")); err != nil {
+		return failed(res, err)
+	}
+	if err := sleepCtx(ctx, statsFlush); err != nil {
+		return failed(res, err)
+	}
+	start, err := b.snapshot(ctx)
+	if err != nil {
+		return failed(res, err)
+	}
+	m := &measure{s: s, start: start, ownTx: 1, bench: mustSample(os.Getpid()), t0: time.Now()}
+	if err := s.start(ctx, 1, "DISPATCHER_OUTBOX_DATABASE_URL="+schemaURL(b.dbURL, s.schema)); err != nil {
+		return failed(res, err)
+	}
+	res.Env = s.env
+	tServing := time.Now()
+	// The process started inside the window: all its CPU counts.
+	m.procs = []procSample{{}}
+	m.metrics = []map[string]float64{{}}
+
+	var left int64
+	for {
+		err := b.admin.QueryRow(ctx, `SELECT count(*) FROM `+s.table("webhook_outbox")+` WHERE relayed_at IS NULL AND error IS NULL`).Scan(&left)
+		m.ownTx++
+		if err != nil {
+			return failed(res, err)
+		}
+		if left == 0 {
+			break
+		}
+		if s.procs[0].exited() {
+			return failed(res, fmt.Errorf("dispatcher exited: %v\n%s", s.procs[0].waitErr, s.procs[0].logs.String()))
+		}
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			return failed(res, fmt.Errorf("%d rows left: %w", left, err))
+		}
+	}
+	m.loadDone()
+	m.t0 = tServing
+	res.Seconds = round(time.Since(tServing).Seconds(), 3)
+	res.Rate = round(float64(rows)/res.Seconds, 1)
+	var poisoned int64
+	_ = b.admin.QueryRow(ctx, `SELECT count(*) FROM `+s.table("webhook_outbox")+` WHERE error IS NOT NULL`).Scan(&poisoned)
+	m.ownTx++
+	if poisoned > 0 {
+		res.note("%d rows set aside as invalid", poisoned)
+	}
+	res.Unsettled = m.settle(ctx, 2*time.Minute)
+	res.note("fanout jobs (finding no endpoint) finished %.1f s after the relay started", time.Since(tServing).Seconds())
+	if err := m.finish(ctx, &res, int64(rows)); err != nil {
+		return failed(res, err)
+	}
+	if res.Unsettled > 0 {
+		res.note("%d fanout jobs unfinished 2 min after the drain", res.Unsettled)
+	}
+	return res
+}
+
+func mustSample(pid int) procSample {
+	s, _ := sampleProc(pid)
+	return s
+}
+
+// spreadOwners: owners bench-o0 … bench-o99 with one "*" endpoint each, so
+// every event is exactly one delivery.
+func spreadOwners(n int) []endpointSpec {
+	specs := make([]endpointSpec, n)
+	for i := range specs {
+		specs[i] = endpointSpec{owner: "bench-o" + strconv.Itoa(i), types: []string{"*"}}
+	}
+	return specs
+}
+
+// relayDeliver is S4d: outbox rows written while the dispatcher runs (100-row
+// transactions, as an application would), relayed, fanned out and delivered;
+// 100 owners with one endpoint each.
+func (b *bench) relayDeliver(ctx context.Context) (res result) {
+	rows := b.scaled(20000, 100)
+	res = result{Scenario: "S4d", Unit: "delivery", Endpoints: 100, Events: rows, Expected: int64(rows), Rows: int64(rows),
+		Title: fmt.Sprintf("outbox relay with deliveries: %d rows → 100 endpoints", rows)}
+	defer func() { r := recover(); b.recovered(&res, r) }()
+
+	s, err := b.newSession("S4d")
+	if err != nil {
+		return failed(res, err)
+	}
+	defer s.close()
+	if s.recv, err = newReceivers(100, 100, b.cfg.Latency, rows); err != nil {
+		return failed(res, err)
+	}
+	if err := s.migrateOutbox(ctx); err != nil {
+		return failed(res, err)
+	}
+	if err := s.start(ctx, 1, "DISPATCHER_OUTBOX_DATABASE_URL="+schemaURL(b.dbURL, s.schema)); err != nil {
+		return failed(res, err)
+	}
+	res.Env = s.env
+	if err := s.createEndpoints(ctx, spreadOwners(100)); err != nil {
+		return failed(res, err)
+	}
+	prefix := "s4d" + randomSuffix()
+	evs := make([]*webhooksv1.Event, rows)
+	for i := range evs {
+		evs[i] = newEvent(prefix, "bench-o"+strconv.Itoa(i%100), s1Types[i%10].typ, i)
+	}
+	m, err := s.begin(ctx)
+	if err != nil {
+		return failed(res, err)
+	}
+	d := &deliveryRun{s: s, m: m, res: &res, events: evs, occurred: make([]time.Time, rows), t0: time.Now()}
+	// Two writers, 100 rows per transaction.
+	var (
+		wg      sync.WaitGroup
+		next    atomic.Int64
+		txs     atomic.Int64
+		errOnce sync.Once
+		werr    error
+	)
+	const size = 100
+	for range 2 {
+		wg.Go(func() {
+			for {
+				from := int(next.Add(size)) - size
+				if from >= rows || ctx.Err() != nil {
+					return
+				}
+				to := min(from+size, rows)
+				now := time.Now()
+				src := make([][]any, 0, to-from)
+				for i := from; i < to; i++ {
+					d.occurred[i] = now
+					e := evs[i]
+					src = append(src, []any{e.GetId(), e.GetOwnerId(), e.GetType(), e.GetSubject(), now, e.GetData()})
+				}
+				_, err := b.admin.CopyFrom(ctx, pgx.Identifier{s.schema, "webhook_outbox"},
+					[]string{"event_id", "owner_id", "type", "subject", "occurred_at", "data"}, pgx.CopyFromRows(src))
+				txs.Add(1)
+				if err != nil {
+					errOnce.Do(func() { werr = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	m.ownTx += txs.Load()
+	if werr != nil {
+		return failed(res, fmt.Errorf("write outbox rows: %w", werr))
+	}
+	res.PublishSeconds = round(time.Since(d.t0).Seconds(), 3)
+	if err := d.complete(ctx, time.Minute); err != nil {
+		return failed(res, err)
+	}
+	res.note("outbox writes: %d transactions of %d rows (excluded from commits)", txs.Load(), size)
+	return res
+}
+
+// fixedRate is S5: events published one by one (Publish) at a fixed offered
+// rate, each to one of 100 endpoints (100 owners); latency percentiles are
+// from the scheduled send time, so a publisher falling behind counts against
+// the dispatcher rather than hiding (no coordinated omission).
+func (b *bench) fixedRate(ctx context.Context) (res result) {
+	const rate = 200
+	dur := time.Duration(math.Max(3, 20*b.cfg.Scale) * float64(time.Second))
+	events := int(dur.Seconds() * rate)
+	res = result{Scenario: "S5", Unit: "delivery", Endpoints: 100, Events: events, Expected: int64(events),
+		Title: fmt.Sprintf("latency at %d/s offered for %s (one delivery per event)", rate, dur)}
+	defer func() { r := recover(); b.recovered(&res, r) }()
+
+	s, err := b.newSession("S5")
+	if err != nil {
+		return failed(res, err)
+	}
+	defer s.close()
+	if s.recv, err = newReceivers(100, 100, b.cfg.Latency, events); err != nil {
+		return failed(res, err)
+	}
+	if err := s.start(ctx, 1); err != nil {
+		return failed(res, err)
+	}
+	res.Env = s.env
+	if err := s.createEndpoints(ctx, spreadOwners(100)); err != nil {
+		return failed(res, err)
+	}
+	prefix := "s5" + randomSuffix()
+	evs := make([]*webhooksv1.Event, events)
+	for i := range evs {
+		evs[i] = newEvent(prefix, "bench-o"+strconv.Itoa(i%100), s1Types[i%10].typ, i)
+	}
+	m, err := s.begin(ctx)
+	if err != nil {
+		return failed(res, err)
+	}
+	d := &deliveryRun{s: s, m: m, res: &res, events: evs, occurred: make([]time.Time, events), t0: time.Now()}
+	interval := time.Second / rate
+	jobs := make(chan int, events)
+	var (
+		wg       sync.WaitGroup
+		late     atomic.Int64
+		failures atomic.Int64
+		firstErr atomic.Value
+	)
+	p := s.procs[0]
+	for range 64 {
+		wg.Go(func() {
+			for i := range jobs {
+				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				_, err := p.events().Publish(s.creds.publisherCtx(cctx), &webhooksv1.PublishRequest{Event: evs[i]})
+				cancel()
+				if err != nil {
+					failures.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}
+		})
+	}
+	for i := 0; i < events && ctx.Err() == nil; i++ {
+		at := d.t0.Add(time.Duration(i) * interval)
+		if wait := time.Until(at); wait > 0 {
+			time.Sleep(wait)
+		} else if wait < -50*time.Millisecond {
+			late.Add(1)
+		}
+		d.occurred[i] = at
+		evs[i].OccurredAt = timestamppb.New(at)
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	res.PublishSeconds = round(time.Since(d.t0).Seconds(), 3)
+	if n := failures.Load(); n > 0 {
+		return failed(res, fmt.Errorf("%d publishes failed, first: %v", n, firstErr.Load()))
+	}
+	if n := late.Load(); n > 0 {
+		res.note("%d events handed to the publishers more than 50 ms late (bench overloaded)", n)
+	}
+	if err := d.complete(ctx, time.Minute); err != nil {
+		return failed(res, err)
+	}
+	return res
+}
+
+func failed(res result, err error) result {
+	if res.Error == "" {
+		res.Error = err.Error()
+		if errors.Is(err, context.DeadlineExceeded) {
+			res.Error += " (scenario -timeout reached)"
+		}
+	}
+	return res
+}
+
+func (b *bench) recovered(res *result, r any) {
+	if r != nil {
+		res.Error = fmt.Sprintf("panic: %v", r)
+	}
+}

@@ -1,0 +1,88 @@
+package database_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/database"
+	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+)
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	logger := slog.New(slog.DiscardHandler)
+
+	t.Run("UnmigratedSchemaIsRefused", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.NewEmpty(t)
+		err := database.CheckMigrated(ctx, db.Pool, db.Schema)
+		require.ErrorIs(t, err, database.ErrNotMigrated)
+		require.Contains(t, err.Error(), "dispatcher migrate")
+	})
+
+	t.Run("IsIdempotentAndThenChecksClean", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.NewEmpty(t)
+		require.NoError(t, database.Migrate(ctx, db.Pool, db.Schema, logger))
+		require.NoError(t, database.Migrate(ctx, db.Pool, db.Schema, logger))
+		require.NoError(t, database.CheckMigrated(ctx, db.Pool, db.Schema))
+		var n int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM dispatcher_migration`).Scan(&n))
+		require.Equal(t, 1, n)
+	})
+
+	t.Run("ConcurrentMigrationsDoNotRace", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.NewEmpty(t)
+		errs := make(chan error, 3)
+		for range 3 {
+			go func() { errs <- database.Migrate(ctx, db.Pool, db.Schema, logger) }()
+		}
+		for range 3 {
+			require.NoError(t, <-errs)
+		}
+		require.NoError(t, database.CheckMigrated(ctx, db.Pool, db.Schema))
+	})
+
+	t.Run("OutboxContractIsIdempotent", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.New(t)
+		require.NoError(t, database.MigrateOutbox(ctx, db.Pool))
+		require.NoError(t, database.MigrateOutbox(ctx, db.Pool))
+		_, err := db.Pool.Exec(ctx, `INSERT INTO webhook_outbox (event_id, owner_id, type, subject) VALUES ('e1', 'o', 'code.issued', 'code://1')`)
+		require.NoError(t, err)
+	})
+}
+
+func TestValidateSchema(t *testing.T) {
+	t.Parallel()
+
+	require.NoError(t, database.ValidateSchema("dispatcher"))
+	require.NoError(t, database.ValidateSchema("_x1"))
+	for _, bad := range []string{"", "1abc", "a-b", "a b", `x"; DROP`, "this_schema_name_is_far_too_long_for_river_topics_x"} {
+		require.Error(t, database.ValidateSchema(bad), bad)
+	}
+}
+
+func TestPoolConfig(t *testing.T) {
+	t.Parallel()
+
+	t.Run("SetsSearchPath", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := database.PoolConfig("postgres://u@127.0.0.1:5432/db", "dispatcher")
+		require.NoError(t, err)
+		require.Equal(t, "dispatcher", cfg.ConnConfig.RuntimeParams["search_path"])
+	})
+
+	t.Run("BadURLDoesNotEchoThePassword", func(t *testing.T) {
+		t.Parallel()
+		_, err := database.PoolConfig("postgres://u:hunter2@127.0.0.1:notaport/db", "dispatcher")
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), "hunter2")
+	})
+}
