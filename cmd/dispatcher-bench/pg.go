@@ -373,7 +373,7 @@ func (b *bench) snapshot(ctx context.Context) (pgCounters, error) {
 		if !b.statements {
 			return nil
 		}
-		rows, err := tx.Query(ctx, `
+		rows, err = tx.Query(ctx, `
 			SELECT queryid, sum(calls)::bigint, sum(total_exec_time), sum(rows)::bigint, min(query)
 			  FROM pg_stat_statements
 			 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())

@@ -40,7 +40,6 @@ type receivers struct {
 	bad       atomic.Int64
 	inflight  []atomic.Int32
 	maxFlight []atomic.Int32
-
 }
 
 type receiptKey struct {

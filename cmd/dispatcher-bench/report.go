@@ -1,0 +1,208 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// report is everything one run measured.
+type report struct {
+	StartedAt time.Time        `json:"started_at"`
+	Machine   machine          `json:"machine"`
+	Scale     float64          `json:"scale"`
+	Env       []string         `json:"env,omitempty"`
+	Baseline  []baselineResult `json:"baseline"`
+	// BaselineCommitsPS is the mean of the baseline measurements: the
+	// denominator of every per_baseline_commit figure.
+	BaselineCommitsPS float64  `json:"baseline_commits_per_s"`
+	Results           []result `json:"results"`
+}
+
+// targetCheck is one of issue 8's floors, met or missed.
+type targetCheck struct {
+	Target string  `json:"target"`
+	Want   float64 `json:"want"`
+	Got    float64 `json:"got"`
+	Met    bool    `json:"met"`
+}
+
+func (r *report) finish() {
+	var sum float64
+	for _, b := range r.Baseline {
+		sum += b.CommitsPS
+	}
+	if len(r.Baseline) > 0 {
+		r.BaselineCommitsPS = round(sum/float64(len(r.Baseline)), 1)
+	}
+	for i := range r.Results {
+		res := &r.Results[i]
+		if r.BaselineCommitsPS > 0 {
+			res.PerBaselineCommit = round(res.Rate/r.BaselineCommitsPS, 3)
+		}
+		res.Targets = targets(res)
+	}
+}
+
+func targets(res *result) []targetCheck {
+	if res.Error != "" {
+		return nil
+	}
+	atLeast := func(name string, want, got float64) targetCheck {
+		return targetCheck{Target: name + " ≥ " + trimFloat(want), Want: want, Got: got, Met: got >= want}
+	}
+	atMost := func(name string, want, got float64) targetCheck {
+		return targetCheck{Target: name + " ≤ " + trimFloat(want), Want: want, Got: got, Met: got <= want}
+	}
+	var out []targetCheck
+	switch {
+	case res.Scenario == "S1":
+		out = append(out, atLeast("deliveries/s", 1000, res.Rate), atLeast("deliveries per baseline commit", 0.4, res.PerBaselineCommit))
+	case res.Scenario == "S2":
+		out = append(out, atLeast("deliveries/s", 150, res.Rate), atMost("snoozes per delivery", 0.2, res.SnoozesPerUnit))
+	case res.Scenario == "S3":
+		out = append(out, atMost("seconds publish → last receipt", 3, res.Seconds))
+	case res.Scenario == "S4":
+		out = append(out, atLeast("rows/s relayed", 5000, res.Rate))
+	case res.Scenario == "S5" && res.LatencyMs != nil:
+		out = append(out, atMost("p99 ms", 250, res.LatencyMs.P99))
+	}
+	return append(out, atMost("RSS MB", 200, res.RSSPeakMB))
+}
+
+func trimFloat(v float64) string {
+	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.3f", v), "0"), ".")
+}
+
+func (r *report) writeJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func na(ok bool, format string, v float64) string {
+	if !ok {
+		return "n/a"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+func (r *report) writeTable(w io.Writer) {
+	m := r.Machine
+	fmt.Fprintf(w, "\nmachine: %d CPUs (%s), %d MB RAM, load %s; Postgres %s; synchronous_commit=%s shared_buffers=%s fsync=%s wal_sync_method=%s\n",
+		m.NumCPU, m.CPUModel, m.MemTotalMB, m.LoadAvg, m.Postgres, m.Settings["synchronous_commit"], m.Settings["shared_buffers"],
+		m.Settings["fsync"], m.Settings["wal_sync_method"])
+	fmt.Fprintf(w, "database: %s; pg_stat_statements: %s\n", m.Database, m.Statements)
+	for _, b := range r.Baseline {
+		fmt.Fprintf(w, "baseline %s: %.0f single-row UPDATE commits/s at %d connections (mean %.2f ms)\n",
+			b.At.Local().Format("15:04:05"), b.CommitsPS, b.Conns, b.MeanMillis)
+	}
+	fmt.Fprintf(w, "baseline used for ratios: %.0f commits/s\n", r.BaselineCommitsPS)
+	if len(r.Env) > 0 {
+		fmt.Fprintf(w, "extra dispatcher env: %s\n", strings.Join(r.Env, " "))
+	}
+	fmt.Fprintln(w)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tprocs\tunits\tsecs\trate/s\t×baseline\tp50 ms\tp95 ms\tp99 ms\tcommits/u\tstmts/u\tsnoozes/u\tCPU ms/u\tdisp cores\tpg cores\tbench cores\tRSS MB\t")
+	for _, res := range r.Results {
+		if res.Error != "" {
+			fmt.Fprintf(tw, "%s\t%d\t\t\t\t\t\t\t\t\t\t\t\t\t\t\tERROR\t\n", res.Scenario, res.Processes)
+			continue
+		}
+		units := res.Deliveries
+		if res.Unit == "row" {
+			units = res.Rows
+		}
+		lat := res.LatencyMs != nil
+		var p50, p95, p99 float64
+		if lat {
+			p50, p95, p99 = res.LatencyMs.P50, res.LatencyMs.P95, res.LatencyMs.P99
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d %s\t%.2f\t%.0f\t%.3f\t%s\t%s\t%s\t%.2f\t%s\t%.3f\t%.2f\t%.2f\t%s\t%.2f\t%.0f\t\n",
+			res.Scenario, res.Processes, units, unitAbbrev(res.Unit), res.Seconds, res.Rate, res.PerBaselineCommit,
+			na(lat, "%.0f", p50), na(lat, "%.0f", p95), na(lat, "%.0f", p99),
+			res.CommitsPerUnit, na(res.Statements >= 0, "%.1f", res.StatementsPerUnit), res.SnoozesPerUnit,
+			res.CPUMillisPerUnit, res.CPUCores, na(res.PGBackendCPUSeconds > 0, "%.2f", res.PGBackendCPUCores), res.BenchCPUCores, res.RSSPeakMB)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "\nunits: d = deliveries received (distinct), r = outbox rows relayed; /u = per unit; latency = event occurred_at → received;")
+	fmt.Fprintln(w, "commits = pg_stat_database xact_commit delta of the measured database (bench's own queries excluded, idle background included);")
+	fmt.Fprintln(w, "cores = CPU seconds / load seconds (dispatcher processes, Postgres backends serving them, this harness).")
+
+	for _, res := range r.Results {
+		fmt.Fprintf(w, "\n%s — %s\n", res.Scenario, res.Title)
+		if res.Error != "" {
+			fmt.Fprintf(w, "  ERROR: %s\n", indent(res.Error))
+			continue
+		}
+		fmt.Fprintf(w, "  %d events, %d/%d deliveries", res.Events, res.Deliveries, res.Expected)
+		if res.Unit == "row" {
+			fmt.Fprintf(w, ", %d rows", res.Rows)
+		}
+		fmt.Fprintf(w, "; publish %.2f s; window %.2f s; idle background %.1f commits/s; %d rollbacks; %.0f WAL bytes/unit (cluster-wide)\n",
+			res.PublishSeconds, res.Seconds, res.IdleCommitsPS, res.Rollbacks, res.WALBytesPerUnit)
+		if res.LatencyMs != nil {
+			fmt.Fprintf(w, "  latency ms: p50 %.1f  p95 %.1f  p99 %.1f  max %.1f\n", res.LatencyMs.P50, res.LatencyMs.P95, res.LatencyMs.P99, res.LatencyMs.Max)
+		}
+		if len(res.Outcomes) > 0 {
+			fmt.Fprintf(w, "  outcomes: %s\n", formatOutcomes(res.Outcomes))
+		}
+		for _, p := range res.PerProcess {
+			fmt.Fprintf(w, "  %s: CPU %.2f s, RSS peak %.1f MB, end %.1f MB\n", p.Name, p.CPUSeconds, p.RSSPeakMB, p.RSSEndMB)
+		}
+		fmt.Fprintf(w, "  max concurrent POSTs per endpoint: %d; Postgres backends at end: %d\n", res.MaxConcurrencyPerEndpoint, res.Backends)
+		for _, n := range res.Notes {
+			fmt.Fprintf(w, "  note: %s\n", n)
+		}
+		for _, t := range res.Targets {
+			verdict := "MET"
+			if !t.Met {
+				verdict = "MISSED"
+			}
+			fmt.Fprintf(w, "  target %s: %s (%s)\n", t.Target, verdict, trimFloat(t.Got))
+		}
+		if len(res.Top) > 0 {
+			fmt.Fprintf(w, "  top statements (calls per %s, mean ms):\n", res.Unit)
+			for _, s := range res.Top {
+				fmt.Fprintf(w, "    %8.3f  %7.3f  %s\n", s.PerDelivery, s.MeanMillis, s.Query)
+			}
+		}
+	}
+}
+
+func unitAbbrev(u string) string {
+	if u == "row" {
+		return "r"
+	}
+	return "d"
+}
+
+func indent(s string) string {
+	return strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n    ")
+}
+
+func formatOutcomes(m map[string]float64) string {
+	keys := make([]string, 0, len(m))
+	for k, v := range m {
+		if v != 0 {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return "none"
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%.0f", k, m[k])
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,500 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
+)
+
+// The reliability tests (this file and outage_test.go) break things on
+// purpose while traffic flows through the real binary, then check at the
+// receivers that nothing was lost, doubled in a way a receiver cannot undo, or
+// delivered where it must not go. Every loop is bounded in count and time;
+// all traffic stays on loopback.
+
+// rescueStuckAfter is what the reliability tests give River for rescuing the
+// jobs of a killed process: longer than the deliver job's timeout (20 s), as
+// the dispatcher insists, and short enough for a run to settle in about a
+// minute (River's rescuer itself only looks every 30 s).
+const rescueStuckAfter = "25s"
+
+// sink is a receiver that checks every request as it arrives: the signature
+// verifies with the endpoint's secret, webhook-id is the body's id, a repeat
+// of an id carries the same body, and never two requests overlap (one POST in
+// flight per endpoint, cluster-wide).
+type sink struct {
+	*httptest.Server
+	name     string
+	verifier atomic.Pointer[webhook.Verifier]
+	// delay is how long to hold each request, to widen the window in
+	// which an overlap would show.
+	delay func() time.Duration
+
+	inFlight, peak atomic.Int64
+	requests       atomic.Int64
+	broken         atomic.Int64 // requests whose sender died mid-body
+
+	mu       sync.Mutex
+	got      map[string][]receipt // by event id
+	problems []string
+}
+
+// receipt is one request a sink accepted.
+type receipt struct {
+	body []byte
+	at   time.Time
+}
+
+func newSink(t *testing.T, name string, delay func() time.Duration) *sink {
+	t.Helper()
+	s := &sink{name: name, delay: delay, got: map[string][]receipt{}}
+	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *sink) setSecret(t *testing.T, secret string) {
+	t.Helper()
+	v, err := webhook.NewVerifier(secret)
+	require.NoError(t, err)
+	s.verifier.Store(v)
+}
+
+func (s *sink) problem(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.problems) < 20 {
+		s.problems = append(s.problems, fmt.Sprintf(format, args...))
+	}
+}
+
+func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
+	// The decrement is deferred, so it runs before the response is flushed:
+	// the sender cannot see this answer, settle and send the next request
+	// while this one still counts as in flight.
+	n := s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
+	}
+	if n > 1 {
+		s.problem("%s: %d POSTs in flight at once (%s)", s.name, n, r.Header.Get("webhook-id"))
+	}
+	s.requests.Add(1)
+
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		s.broken.Add(1) // the sender was killed mid-request
+		return
+	}
+	id := r.Header.Get("webhook-id")
+	v := s.verifier.Load()
+	switch thin, derr := webhook.Decode(body); {
+	case v == nil:
+		s.problem("%s: request before the endpoint existed", s.name)
+	case derr != nil:
+		s.problem("%s: undecodable body %q: %v", s.name, body, derr)
+	case thin.ID != id:
+		s.problem("%s: webhook-id %q but body id %q", s.name, id, thin.ID)
+	default:
+		if err := v.Verify(r.Header, body); err != nil {
+			s.problem("%s: signature of %s does not verify: %v", s.name, id, err)
+		}
+	}
+	s.mu.Lock()
+	if prev := s.got[id]; len(prev) > 0 && !bytes.Equal(prev[0].body, body) {
+		s.problems = append(s.problems, fmt.Sprintf("%s: repeat of %s with another body:\n%s\n%s", s.name, id, prev[0].body, body))
+	}
+	s.got[id] = append(s.got[id], receipt{body: body, at: time.Now()})
+	s.mu.Unlock()
+
+	if s.delay != nil {
+		time.Sleep(s.delay())
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// receipts returns how often each event id arrived.
+func (s *sink) counts() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.got))
+	for id, rs := range s.got {
+		out[id] = len(rs)
+	}
+	return out
+}
+
+// firstAt returns when each event id first arrived.
+func (s *sink) firstAt() map[string]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]time.Time, len(s.got))
+	for id, rs := range s.got {
+		out[id] = rs[0].at
+	}
+	return out
+}
+
+// check fails t with everything the sink found wrong while serving.
+func (s *sink) check(t *testing.T) {
+	t.Helper()
+	s.mu.Lock()
+	problems := slices.Clone(s.problems)
+	s.mu.Unlock()
+	require.Empty(t, problems, "receiver %s", s.name)
+	require.LessOrEqual(t, s.peak.Load(), int64(1), "receiver %s: never two concurrent POSTs to one endpoint", s.name)
+}
+
+// cluster is a set of dispatcher processes on one schema that the test kills
+// and restarts; publish spreads calls over whichever are alive.
+type cluster struct {
+	opts options
+
+	mu    sync.Mutex
+	procs []*dispatcher
+	// every process ever started, for the logs of a failed run.
+	all []*dispatcher
+}
+
+func startCluster(t *testing.T, n int, opts options) *cluster {
+	t.Helper()
+	c := &cluster{opts: opts}
+	for range n {
+		d := start(t, opts)
+		c.procs = append(c.procs, d)
+		c.all = append(c.all, d)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, d := range c.all {
+			t.Logf("--- dispatcher %d (pid %d) log tail:\n%s", i, d.cmd.Process.Pid, tail(d.logs.String(), 40))
+		}
+	})
+	return c
+}
+
+func (c *cluster) proc(i int) *dispatcher {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.procs[i%len(c.procs)]
+}
+
+// killAndRestart SIGKILLs process i and starts a replacement in its slot.
+func (c *cluster) killAndRestart(t *testing.T, i int) {
+	t.Helper()
+	c.proc(i).kill(t)
+	d := start(t, c.opts)
+	c.mu.Lock()
+	c.procs[i] = d
+	c.all = append(c.all, d)
+	c.mu.Unlock()
+}
+
+// requireAlive fails t if a current process ended on its own.
+func (c *cluster) requireAlive(t *testing.T) {
+	t.Helper()
+	c.mu.Lock()
+	procs := slices.Clone(c.procs)
+	c.mu.Unlock()
+	for i, d := range procs {
+		if gone, err := d.exited(); gone {
+			t.Fatalf("dispatcher %d exited on its own: %v\n%s", i, err, tail(d.logs.String(), 40))
+		}
+	}
+}
+
+// publishPaced publishes events in batches spread evenly over window,
+// rotating over the live processes; a call that fails (its process was just
+// killed, or the database is away) is retried on the next one. Publishing is
+// idempotent by event id, so a retry of a batch that did commit is harmless.
+// It returns when every event is stored.
+func (c *cluster) publishPaced(events []*webhooksv1.Event, batch int, window time.Duration) error {
+	start := time.Now()
+	batches := (len(events) + batch - 1) / batch
+	call := 0
+	for b := 0; b*batch < len(events); b++ {
+		chunk := events[b*batch : min((b+1)*batch, len(events))]
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			call++
+			ctx, cancel := context.WithTimeout(withToken(context.Background(), publisherToken), 10*time.Second)
+			res, err := c.proc(call).events().PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: chunk})
+			cancel()
+			if err == nil {
+				for i, r := range res.GetResults() {
+					switch r.GetOutcome() {
+					case webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DUPLICATE:
+					default:
+						return fmt.Errorf("event %s: outcome %s", chunk[i].GetId(), r.GetOutcome())
+					}
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("batch %d not stored after 90s of retries: %w", b, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(time.Until(start.Add(window * time.Duration(b+1) / time.Duration(batches))))
+	}
+	return nil
+}
+
+// jobStates counts webhook.fanout and webhook.deliver jobs by kind and state.
+func jobStates(t *testing.T, db *dbtest.DB) map[string]int {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `
+		SELECT kind || ':' || state::text, count(*)::int FROM river_job
+		 WHERE kind IN ('webhook.fanout', 'webhook.deliver') GROUP BY 1`)
+	require.NoError(t, err)
+	out := map[string]int{}
+	for rows.Next() {
+		var k string
+		var n int
+		require.NoError(t, rows.Scan(&k, &n))
+		out[k] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// unsettled counts the jobs that are not final yet.
+func unsettled(states map[string]int) int {
+	n := 0
+	for k, c := range states {
+		switch k[strings.IndexByte(k, ':')+1:] {
+		case "available", "running", "retryable", "scheduled", "pending":
+			n += c
+		}
+	}
+	return n
+}
+
+// stuckJobSample describes a few unsettled jobs, for a failure message.
+func stuckJobSample(t *testing.T, db *dbtest.DB) string {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `
+		SELECT id, kind, state::text, attempt, scheduled_at, coalesce(errors::text, '')
+		  FROM river_job
+		 WHERE kind IN ('webhook.fanout', 'webhook.deliver')
+		   AND state IN ('available', 'running', 'retryable', 'scheduled', 'pending')
+		 ORDER BY id LIMIT 5`)
+	require.NoError(t, err)
+	var b strings.Builder
+	for rows.Next() {
+		var (
+			id           int64
+			kind, st, es string
+			attempt      int
+			scheduledAt  time.Time
+		)
+		require.NoError(t, rows.Scan(&id, &kind, &st, &attempt, &scheduledAt, &es))
+		fmt.Fprintf(&b, "job %d %s %s attempt %d scheduled %s errors %s\n", id, kind, st, attempt, scheduledAt.Format(time.RFC3339), es)
+	}
+	require.NoError(t, rows.Err())
+	return b.String()
+}
+
+func countRows(t *testing.T, db *dbtest.DB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+func tail(s string, lines int) string {
+	all := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(all[max(0, len(all)-lines):], "\n")
+}
+
+func envInt(t *testing.T, key string, def int) int {
+	t.Helper()
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(t, err, "%s", key)
+	return n
+}
+
+func envDuration(t *testing.T, key string, def time.Duration) time.Duration {
+	t.Helper()
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	require.NoError(t, err, "%s", key)
+	return d
+}
+
+// TestChaosKill is the crash test: three dispatcher processes share one
+// schema while events flow to 50 endpoints, and every few seconds one of them
+// is SIGKILLed mid-work and restarted. River rescues the dead processes' jobs,
+// the endpoint leases they held expire by themselves, and in the end every
+// (endpoint, event) pair has arrived at least once, every repeat carries the
+// same webhook-id and body, no endpoint ever saw two POSTs at once, and no
+// job is left unfinished.
+//
+// CHAOS_EVENTS (default 2000; make test/chaos: 10000), CHAOS_KILLS and
+// CHAOS_KILL_EVERY scale it.
+//
+// It is deliberately not parallel: three dispatchers under load are what a
+// 2-core machine can take.
+func TestChaosKill(t *testing.T) {
+	n := envInt(t, "CHAOS_EVENTS", 2000)
+	kills := envInt(t, "CHAOS_KILLS", 4)
+	killEvery := envDuration(t, "CHAOS_KILL_EVERY", 3*time.Second)
+	require.GreaterOrEqual(t, n, 100)
+	require.GreaterOrEqual(t, kills, 1)
+	// A job rescued from one kill comes back about rescueStuckAfter later;
+	// killing it a second time would count a second failure and push its
+	// retry 5 minutes out (the delivery schedule), past any settle bound.
+	// So all kills land within a window shorter than that.
+	require.LessOrEqual(t, time.Duration(kills-1)*killEvery, 18*time.Second,
+		"kills must land within 18s (see the comment)")
+	publishWindow := max(time.Duration(kills)*killEvery, time.Duration(n)*time.Millisecond)
+
+	db := dbtest.New(t)
+	c := startCluster(t, 3, options{db: db, masterKey: masterKey(t), env: []string{
+		"DISPATCHER_RESCUE_STUCK_AFTER=" + rescueStuckAfter,
+		"DISPATCHER_LOG_LEVEL=info",
+	}})
+
+	// 50 endpoints: 10 owners with 5 each. Endpoint j of an owner hears one
+	// type of its own plus a broadcast type all five hear.
+	const owners, perOwner = 10, 5
+	types := []string{"code.issued", "code.revoked", "code.redeemed", "booking.created", "booking.cancelled"}
+	const broadcast = "conversation.message"
+	owner := func(k int) string { return fmt.Sprintf("chaos-owner-%02d", k) }
+	sinks := make([]*sink, owners*perOwner)
+	for e := range sinks {
+		sinks[e] = newSink(t, fmt.Sprintf("endpoint %02d", e), func() time.Duration {
+			return time.Duration(rand.IntN(2000)) * time.Microsecond
+		})
+		res := createEndpoint(t, c.proc(0), owner(e/perOwner), sinks[e].URL, types[e%perOwner], broadcast)
+		sinks[e].setSecret(t, res.GetSecret())
+	}
+
+	// Event i goes round-robin to endpoint i%50; every 7th goes to all five
+	// endpoints of that owner instead.
+	events := make([]*webhooksv1.Event, n)
+	want := make([]map[string]bool, len(sinks))
+	for e := range want {
+		want[e] = map[string]bool{}
+	}
+	pairs := 0
+	for i := range events {
+		e := i % len(sinks)
+		k := e / perOwner
+		typ, targets := types[e%perOwner], []int{e}
+		if i%7 == 3 {
+			typ, targets = broadcast, nil
+			for j := range perOwner {
+				targets = append(targets, k*perOwner+j)
+			}
+		}
+		events[i] = newEvent(owner(k), typ, fmt.Sprintf("app://chaos/%d", i), fmt.Sprintf(`{"seq":%d}`, i))
+		for _, e := range targets {
+			want[e][events[i].GetId()] = true
+			pairs++
+		}
+	}
+	t.Logf("%d events, %d deliveries to %d endpoints; %d kills every %s; publishing over %s",
+		n, pairs, len(sinks), kills, killEvery, publishWindow)
+
+	begin := time.Now()
+	published := make(chan error, 1)
+	go func() { published <- c.publishPaced(events, 100, publishWindow) }()
+
+	// The chaos: SIGKILL one process (round-robin, so the River leader is hit
+	// too) and restart it, every killEvery.
+	time.Sleep(killEvery / 2)
+	for k := range kills {
+		if k > 0 {
+			time.Sleep(time.Until(begin.Add(killEvery/2 + time.Duration(k)*killEvery)))
+		}
+		c.killAndRestart(t, k%3)
+		t.Logf("%6.1fs: killed and restarted process slot %d", time.Since(begin).Seconds(), k%3)
+	}
+	lastKill := time.Now()
+	select {
+	case err := <-published:
+		require.NoError(t, err, "publishing")
+	case <-time.After(3 * time.Minute):
+		t.Fatal("publishing did not finish")
+	}
+	t.Logf("%6.1fs: all %d events published", time.Since(begin).Seconds(), n)
+
+	missing := func() (int, string) {
+		count, example := 0, ""
+		for e, s := range sinks {
+			got := s.counts()
+			for id := range want[e] {
+				if got[id] == 0 {
+					count++
+					example = fmt.Sprintf("event %s at endpoint %02d", id, e)
+				}
+			}
+		}
+		return count, example
+	}
+	settleTimeout := envDuration(t, "CHAOS_SETTLE_TIMEOUT", 150*time.Second)
+	for {
+		m, example := missing()
+		states := jobStates(t, db)
+		if m == 0 && unsettled(states) == 0 {
+			break
+		}
+		if time.Since(lastKill) > settleTimeout {
+			t.Fatalf("not settled %s after the last kill: %d pairs missing (e.g. %s); jobs %v\n%s",
+				settleTimeout, m, example, states, stuckJobSample(t, db))
+		}
+		c.requireAlive(t)
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("%6.1fs: settled, %.1fs after the last kill", time.Since(begin).Seconds(), time.Since(lastKill).Seconds())
+	c.requireAlive(t)
+
+	// At the receivers.
+	duplicates, requests, broken := 0, int64(0), int64(0)
+	for e, s := range sinks {
+		s.check(t)
+		for id, count := range s.counts() {
+			require.True(t, want[e][id], "endpoint %02d received event %s it is not subscribed to", e, id)
+			duplicates += count - 1
+		}
+		requests += s.requests.Load()
+		broken += s.broken.Load()
+	}
+	// In the database: everything final, nothing given up.
+	states := jobStates(t, db)
+	require.Equal(t, map[string]int{"webhook.fanout:completed": n, "webhook.deliver:completed": pairs}, states)
+	require.Equal(t, n, countRows(t, db, `SELECT count(*)::int FROM events`))
+	rescued := countRows(t, db, `SELECT count(*)::int FROM river_job WHERE errors::text LIKE '%rescued%'`)
+	t.Logf("%d requests for %d deliveries: %d repeats (same webhook-id and body), %d cut off by a kill; %d jobs rescued from killed processes",
+		requests, pairs, duplicates, broken, rescued)
+}

@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
+)
+
+// TestSecretsNeverLeak runs a full create → deliver → rotate → deliver cycle
+// and then scans everything the dispatcher writes or exposes — its logs, its
+// metrics, River's job rows, the events table and the endpoint row — for the
+// endpoint secrets (in any encoding) and the master key.
+func TestSecretsNeverLeak(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	db := dbtest.NewEmpty(t)
+	mk := masterKey(t)
+	d := start(t, options{db: db, masterKey: mk, args: []string{"--migrate"}})
+	rc := newReceiver(t)
+
+	created := createEndpoint(t, d, "owner-s", rc.URL, "*")
+	publish(t, d, newEvent("owner-s", "code.issued", "code://1", `{}`))
+	waitFor(t, 30*time.Second, "the first delivery", func() bool { return len(rc.requests()) == 1 })
+
+	rotated, err := d.endpoints().RotateSecret(adminCtx(t), &webhooksv1.RotateSecretRequest{
+		OwnerId: "owner-s", Id: created.GetEndpoint().GetId(), GracePeriod: durationpb.New(time.Hour),
+	})
+	require.NoError(t, err)
+	publish(t, d, newEvent("owner-s", "code.revoked", "code://1", `{}`))
+	waitFor(t, 30*time.Second, "the second delivery", func() bool { return len(rc.requests()) == 2 })
+	// A failing attempt too, so error paths are covered.
+	rc.setHandler(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) })
+	publish(t, d, newEvent("owner-s", "code.redeemed", "code://1", `{}`))
+	waitFor(t, 30*time.Second, "the failing delivery", func() bool { return len(rc.requests()) == 3 })
+
+	// The last delivery during the grace period verifies with either secret.
+	last := rc.requests()[1]
+	for _, s := range []string{created.GetSecret(), rotated.GetSecret()} {
+		v, err := webhook.NewVerifier(s)
+		require.NoError(t, err)
+		require.NoError(t, v.Verify(last.header, last.body))
+	}
+
+	var needles []string
+	for _, s := range []string{created.GetSecret(), rotated.GetSecret()} {
+		key, err := webhook.ParseSecret(s)
+		require.NoError(t, err)
+		needles = append(needles, s, strings.TrimPrefix(s, "whsec_"),
+			base64.RawStdEncoding.EncodeToString(key), base64.URLEncoding.EncodeToString(key), hexString(key))
+	}
+	_, mkB64, _ := strings.Cut(mk, ":")
+	needles = append(needles, mkB64)
+
+	// River records the failed attempt's error asynchronously.
+	waitFor(t, 10*time.Second, "the recorded error", func() bool {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE errors::text LIKE '%HTTP 500%'`).Scan(&n))
+		return n == 1
+	})
+	_, metricsBody := d.get(t, "/metrics")
+	var jobs, events, endpoints string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT coalesce(string_agg(args::text || errors::text || metadata::text, ' '), '') FROM river_job`).Scan(&jobs))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT coalesce(string_agg(e::text, ' '), '') FROM events e`).Scan(&events))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT coalesce(string_agg(w::text, ' '), '') FROM webhook_endpoints w`).Scan(&endpoints))
+	require.Contains(t, jobs, "HTTP 500", "the scan sees the error texts")
+
+	haystacks := map[string]string{"logs": d.logs.String(), "metrics": metricsBody, "river jobs": jobs, "events": events, "endpoint row": endpoints}
+	for where, hay := range haystacks {
+		require.NotEmpty(t, hay, where)
+		for _, n := range needles {
+			require.NotContains(t, hay, n, "a secret leaked into %s", where)
+		}
+	}
+}
+
+func hexString(b []byte) string {
+	const digits = "0123456789abcdef"
+	out := make([]byte, 0, len(b)*2)
+	for _, c := range b {
+		out = append(out, digits[c>>4], digits[c&0x0f])
+	}
+	return string(out)
+}
