@@ -40,14 +40,17 @@ type cliConn struct {
 	timeout   time.Duration
 	tls       bool
 	tokenFile string
+	env       *environ
 }
 
 func (c *cliConn) bind(fs *flag.FlagSet, withOwner bool) {
-	fs.StringVar(&c.addr, "addr", envOr("DISPATCHER_ADDR", cliDefaultAddr), "gRPC API address (env DISPATCHER_ADDR)")
+	c.env = osEnviron()
+	env := c.env
+	fs.StringVar(&c.addr, "addr", env.str("DISPATCHER_ADDR", cliDefaultAddr), "gRPC API address (env DISPATCHER_ADDR)")
 	fs.StringVar(&c.tokenFile, "token-file", os.Getenv("DISPATCHER_TOKEN_FILE"),
 		"file holding the admin token (default: env DISPATCHER_TOKEN; env DISPATCHER_TOKEN_FILE)")
 	fs.BoolVar(&c.json, "json", false, "print the API response as JSON")
-	fs.BoolVar(&c.tls, "tls", envBool("DISPATCHER_TLS", false), "connect with TLS (env DISPATCHER_TLS)")
+	fs.BoolVar(&c.tls, "tls", env.boolean("DISPATCHER_TLS", false), "connect with TLS (env DISPATCHER_TLS)")
 	fs.StringVar(&c.caFile, "ca-file", os.Getenv("DISPATCHER_CA_FILE"), "PEM CA bundle to verify the server with --tls (default: system roots; env DISPATCHER_CA_FILE)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "deadline of the call")
 	if withOwner {
@@ -92,6 +95,9 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 func (b bearer) RequireTransportSecurity() bool { return b.secure }
 
 func (c *cliConn) dial(stderr io.Writer) (*grpc.ClientConn, error) {
+	if err := c.env.err(); err != nil {
+		return nil, err
+	}
 	tok, err := c.token()
 	if err != nil {
 		return nil, err

@@ -38,13 +38,14 @@ func runResealCLI(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprint(fs.Output(), resealUsage)
 		fs.PrintDefaults()
 	}
-	db.bind(fs)
+	env := osEnviron()
+	db.bind(fs, env)
 	keysFile := fs.String("master-keys-file", os.Getenv("DISPATCHER_MASTER_KEYS_FILE"),
 		"file holding the master keyring (default: env DISPATCHER_MASTER_KEYS; env DISPATCHER_MASTER_KEYS_FILE)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := errors.Join(envErrs...); err != nil {
+	if err := env.err(); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

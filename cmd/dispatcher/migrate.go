@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -17,15 +16,16 @@ import (
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var db dbConfig
+	env := osEnviron()
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	db.bind(fs)
-	outbox := fs.String("outbox-database-url", os.Getenv("DISPATCHER_OUTBOX_DATABASE_URL"),
+	db.bind(fs, env)
+	outbox := fs.String("outbox-database-url", env.get("DISPATCHER_OUTBOX_DATABASE_URL"),
 		"also apply the outbox contract (migrations/outbox) to this database; for development and tests, production main apps apply it themselves")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := errors.Join(envErrs...); err != nil {
+	if err := env.err(); err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))

@@ -44,7 +44,7 @@ import (
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseServeConfig(args)
+	cfg, err := parseServeConfig(args, osEnviron())
 	if err != nil {
 		return err
 	}

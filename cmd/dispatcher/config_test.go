@@ -1,0 +1,98 @@
+package main
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseServeConfig(t *testing.T) {
+	t.Parallel()
+
+	const key = "1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+
+	type testBundle struct{ env map[string]string }
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		return &testBundle{env: map[string]string{"DISPATCHER_MASTER_KEYS": key}}
+	}
+	parse := func(b *testBundle, args ...string) (*serveConfig, error) {
+		return parseServeConfig(args, newEnviron(func(k string) (string, bool) {
+			v, ok := b.env[k]
+			return v, ok
+		}))
+	}
+
+	t.Run("Defaults", func(t *testing.T) {
+		t.Parallel()
+		c, err := parse(setup(t))
+		require.NoError(t, err)
+		require.Equal(t, DefaultDatabaseURL, c.DB.URL)
+		require.Equal(t, "dispatcher", c.DB.Schema)
+		require.Equal(t, "127.0.0.1:7070", c.GRPCAddr)
+		require.Equal(t, 200, c.DeliverWorkers)
+		require.Equal(t, 30*24*time.Hour, c.Retention)
+		require.Empty(t, c.EgressAllowCIDRs, "no loopback receivers unless configured")
+		require.Empty(t, c.OutboxURL)
+	})
+
+	t.Run("EnvironmentAndFlags", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.env["DATABASE_URL"] = "postgres://db.internal/app"
+		b.env["DISPATCHER_DELIVER_WORKERS"] = "50"
+		b.env["DISPATCHER_EGRESS_ALLOW_CIDRS"] = "127.0.0.1/8, ::1/128"
+		c, err := parse(b, "--deliver-workers", "70", "--schema", "hooks")
+		require.NoError(t, err)
+		require.Equal(t, "postgres://db.internal/app", c.DB.URL)
+		require.Equal(t, 70, c.DeliverWorkers, "a flag beats the environment")
+		require.Equal(t, "hooks", c.DB.Schema)
+		require.Equal(t, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}, c.EgressAllowCIDRs)
+	})
+
+	t.Run("MalformedEnvironmentNamesTheVariable", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.env["DISPATCHER_DELIVER_WORKERS"] = "many"
+		b.env["DISPATCHER_SHUTDOWN_TIMEOUT"] = "soon"
+		_, err := parse(b)
+		require.ErrorContains(t, err, "DISPATCHER_DELIVER_WORKERS")
+		require.ErrorContains(t, err, "DISPATCHER_SHUTDOWN_TIMEOUT")
+	})
+
+	t.Run("MissingMasterKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		delete(b.env, "DISPATCHER_MASTER_KEYS")
+		_, err := parse(b)
+		require.ErrorContains(t, err, "DISPATCHER_MASTER_KEYS")
+		require.ErrorContains(t, err, "gen-master-key")
+	})
+
+	t.Run("MasterKeyIsNeverAFlag", func(t *testing.T) {
+		t.Parallel()
+		_, err := parse(setup(t), "--master-keys", key)
+		require.Error(t, err)
+	})
+
+	t.Run("BadValues", func(t *testing.T) {
+		t.Parallel()
+		for _, args := range [][]string{
+			{"--deliver-workers", "0"},
+			{"--fanout-workers", "10001"},
+			{"--outbox-batch", "0"},
+			{"--retention", "1m"},
+			{"--log-format", "xml"},
+			{"--log-level", "loud"},
+			{"--egress-allow-cidrs", "10.0.0.0/33"},
+			{"--grpc-tls-cert", "cert.pem"},
+			{"--schema", "bad-name"},
+			{"stray"},
+		} {
+			_, err := parse(setup(t), args...)
+			require.Error(t, err, "%v", args)
+		}
+	})
+}
