@@ -24,6 +24,10 @@ build: ## Build bin/dispatcher and bin/dispatcher-bench.
 test: ## Run every test (needs Postgres: DATABASE_URL or 127.0.0.1:5432).
 	$(GO) test $(TEST_FLAGS) ./...
 
+.PHONY: test/chaos
+test/chaos: ## The long reliability run: 10,000 events through 3 dispatchers killed with SIGKILL, plus the outage tests (needs Postgres).
+	CHAOS_EVENTS=$${CHAOS_EVENTS:-10000} CHAOS_KILLS=$${CHAOS_KILLS:-6} $(GO) test $(TEST_FLAGS) -v -run '^(TestChaos|TestOutage)' ./e2e
+
 .PHONY: test/race
 test/race: ## Run every test with the race detector.
 	$(GO) test -race $(TEST_FLAGS) ./...

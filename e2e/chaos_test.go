@@ -176,6 +176,9 @@ type cluster struct {
 
 func startCluster(t *testing.T, n int, opts options) *cluster {
 	t.Helper()
+	if opts.masterKey == "" {
+		opts.masterKey = masterKey(t) // one key for all: any process opens any secret
+	}
 	c := &cluster{opts: opts}
 	for range n {
 		d := start(t, opts)
@@ -229,11 +232,12 @@ func (c *cluster) requireAlive(t *testing.T) {
 // rotating over the live processes; a call that fails (its process was just
 // killed, or the database is away) is retried on the next one. Publishing is
 // idempotent by event id, so a retry of a batch that did commit is harmless.
-// It returns when every event is stored.
-func (c *cluster) publishPaced(events []*webhooksv1.Event, batch int, window time.Duration) error {
+// It returns when every event is stored, with the number of calls that failed
+// and were retried.
+func (c *cluster) publishPaced(events []*webhooksv1.Event, batch int, window time.Duration) (int, error) {
 	start := time.Now()
 	batches := (len(events) + batch - 1) / batch
-	call := 0
+	call, failed := 0, 0
 	for b := 0; b*batch < len(events); b++ {
 		chunk := events[b*batch : min((b+1)*batch, len(events))]
 		deadline := time.Now().Add(90 * time.Second)
@@ -247,19 +251,20 @@ func (c *cluster) publishPaced(events []*webhooksv1.Event, batch int, window tim
 					switch r.GetOutcome() {
 					case webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DUPLICATE:
 					default:
-						return fmt.Errorf("event %s: outcome %s", chunk[i].GetId(), r.GetOutcome())
+						return failed, fmt.Errorf("event %s: outcome %s", chunk[i].GetId(), r.GetOutcome())
 					}
 				}
 				break
 			}
+			failed++
 			if time.Now().After(deadline) {
-				return fmt.Errorf("batch %d not stored after 90s of retries: %w", b, err)
+				return failed, fmt.Errorf("batch %d not stored after 90s of retries: %w", b, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 		time.Sleep(time.Until(start.Add(window * time.Duration(b+1) / time.Duration(batches))))
 	}
-	return nil
+	return failed, nil
 }
 
 // jobStates counts webhook.fanout and webhook.deliver jobs by kind and state.
@@ -359,11 +364,12 @@ func envDuration(t *testing.T, key string, def time.Duration) time.Duration {
 // same webhook-id and body, no endpoint ever saw two POSTs at once, and no
 // job is left unfinished.
 //
-// CHAOS_EVENTS (default 2000; make test/chaos: 10000), CHAOS_KILLS and
-// CHAOS_KILL_EVERY scale it.
+// CHAOS_EVENTS (default 2000; make test/chaos: 10000), CHAOS_KILLS (4; 6),
+// CHAOS_KILL_EVERY (3s) and CHAOS_SETTLE_TIMEOUT scale it.
 //
-// It is deliberately not parallel: three dispatchers under load are what a
-// 2-core machine can take.
+// It is deliberately not parallel: three dispatchers under load are as much
+// CPU and as many Postgres connections as a shared 2-core machine should give
+// one test.
 func TestChaosKill(t *testing.T) {
 	n := envInt(t, "CHAOS_EVENTS", 2000)
 	kills := envInt(t, "CHAOS_KILLS", 4)
@@ -382,6 +388,7 @@ func TestChaosKill(t *testing.T) {
 	c := startCluster(t, 3, options{db: db, masterKey: masterKey(t), env: []string{
 		"DISPATCHER_RESCUE_STUCK_AFTER=" + rescueStuckAfter,
 		"DISPATCHER_LOG_LEVEL=info",
+		"DISPATCHER_DB_MAX_CONNS=8",
 	}})
 
 	// 50 endpoints: 10 owners with 5 each. Endpoint j of an owner hears one
@@ -428,7 +435,13 @@ func TestChaosKill(t *testing.T) {
 
 	begin := time.Now()
 	published := make(chan error, 1)
-	go func() { published <- c.publishPaced(events, 100, publishWindow) }()
+	go func() {
+		failed, err := c.publishPaced(events, 100, publishWindow)
+		if err == nil {
+			t.Logf("%d publish calls failed (their process was killed) and were retried", failed)
+		}
+		published <- err
+	}()
 
 	// The chaos: SIGKILL one process (round-robin, so the River leader is hit
 	// too) and restart it, every killEvery.
@@ -462,7 +475,10 @@ func TestChaosKill(t *testing.T) {
 		}
 		return count, example
 	}
-	settleTimeout := envDuration(t, "CHAOS_SETTLE_TIMEOUT", 150*time.Second)
+	// Rescue takes up to rescueStuckAfter plus River's 30 s rescuer period
+	// (plus a leader election when the leader was killed); the backlog
+	// drains on top of that.
+	settleTimeout := envDuration(t, "CHAOS_SETTLE_TIMEOUT", 120*time.Second+time.Duration(n)*10*time.Millisecond)
 	for {
 		m, example := missing()
 		states := jobStates(t, db)

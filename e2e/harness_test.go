@@ -179,7 +179,8 @@ func (d *dispatcher) kill(t *testing.T) {
 	t.Helper()
 	require.NoError(t, d.cmd.Process.Signal(syscall.SIGKILL))
 	select {
-	case <-d.done:
+	case err := <-d.done:
+		_ = err // "signal: killed", as intended
 	case <-time.After(10 * time.Second):
 		t.Fatalf("dispatcher pid %d still alive 10s after SIGKILL", d.cmd.Process.Pid)
 	}

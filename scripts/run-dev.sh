@@ -32,8 +32,11 @@ if [ -z "${DATABASE_URL:-}" ]; then
   fi
 fi
 
+echo "run-dev: building bin/dispatcher"
+go build -o bin/dispatcher ./cmd/dispatcher
+
 if [ ! -f .data/dev.env ]; then
-  key=$(go run ./cmd/dispatcher gen-master-key)
+  key=$(./bin/dispatcher gen-master-key)
   {
     echo "DISPATCHER_MASTER_KEYS=$key"
     echo "DISPATCHER_PUBLISHER_TOKENS=dev-publisher-$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')"
@@ -50,7 +53,6 @@ export DISPATCHER_OUTBOX_DATABASE_URL="${DISPATCHER_OUTBOX_DATABASE_URL:-$DATABA
 export DISPATCHER_EGRESS_ALLOW_CIDRS="${DISPATCHER_EGRESS_ALLOW_CIDRS:-127.0.0.0/8,::1/128}"
 export DISPATCHER_LOG_FORMAT="${DISPATCHER_LOG_FORMAT:-text}"
 
-go build -o bin/dispatcher ./cmd/dispatcher
 ./bin/dispatcher migrate --outbox-database-url "$DISPATCHER_OUTBOX_DATABASE_URL"
 cat <<MSG
 ----------------------------------------------------------------------

@@ -59,6 +59,7 @@ type config struct {
 	Latency       time.Duration
 	Top           int
 	KeepLogs      string
+	SchemaSQL     string
 	Verbose       bool
 }
 
@@ -83,10 +84,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.BaselineDur, "baseline-duration", 5*time.Second, "duration of each baseline measurement (one before, one after the scenarios)")
 	fs.DurationVar(&c.Timeout, "timeout", 10*time.Minute, "upper bound on one scenario (set-up, load and drain)")
 	fs.Var(&env, "env", "extra KEY=VALUE for every dispatcher process (repeatable), e.g. -env DISPATCHER_DELIVER_WORKERS=100")
-	fs.IntVar(&c.ConnBudget, "conn-budget", 90, "total Postgres connections the dispatcher processes of one scenario may open; each process gets min(40, budget/processes) unless -env sets DISPATCHER_DB_MAX_CONNS")
+	fs.IntVar(&c.ConnBudget, "conn-budget", 60, "total Postgres connections the dispatcher processes of one scenario may open; each process gets min(40, budget/processes) unless -env sets DISPATCHER_DB_MAX_CONNS")
 	fs.DurationVar(&c.Latency, "receiver-latency", 0, "extra latency of every receiver response (S2 always uses 1ms)")
 	fs.IntVar(&c.Top, "top", 12, "statements to list per scenario when pg_stat_statements is available (0: none)")
 	fs.StringVar(&c.KeepLogs, "logs", "", "directory to write each dispatcher process's stderr to (default: kept in memory, tail shown on failure)")
+	fs.StringVar(&c.SchemaSQL, "schema-sql", "", "experiments: SQL run in each scenario's schema (search_path set) once migrated, before any endpoint exists, e.g. \"DROP INDEX river_job_args_index\"")
 	fs.BoolVar(&c.Verbose, "v", false, "progress output")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

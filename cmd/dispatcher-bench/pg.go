@@ -355,25 +355,20 @@ func (b *bench) snapshot(ctx context.Context) (pgCounters, error) {
 		if err := tx.QueryRow(ctx, `SELECT wal_bytes::bigint, wal_records FROM pg_stat_wal`).Scan(&c.walBytes, &c.walRecords); err != nil {
 			return fmt.Errorf("pg_stat_wal: %w", err)
 		}
-		rows, err := tx.Query(ctx, `SELECT pid FROM pg_stat_activity
-			WHERE datname = current_database() AND coalesce(application_name, '') <> $1 AND pid <> pg_backend_pid()`, benchAppName)
+		pids, err := backendPIDs(ctx, tx)
 		if err != nil {
-			return fmt.Errorf("pg_stat_activity: %w", err)
-		}
-		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-		if err != nil {
-			return fmt.Errorf("pg_stat_activity: %w", err)
+			return err
 		}
 		c.backendCPU = map[int]float64{}
 		for _, pid := range pids {
-			if s, err := sampleProc(int(pid)); err == nil {
-				c.backendCPU[int(pid)] = s.cpuSecs
+			if s, err := sampleProc(pid); err == nil {
+				c.backendCPU[pid] = s.cpuSecs
 			}
 		}
 		if !b.statements {
 			return nil
 		}
-		rows, err = tx.Query(ctx, `
+		rows, err := tx.Query(ctx, `
 			SELECT queryid, sum(calls)::bigint, sum(total_exec_time), sum(rows)::bigint, min(query)
 			  FROM pg_stat_statements
 			 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -395,6 +390,30 @@ func (b *bench) snapshot(ctx context.Context) (pgCounters, error) {
 	})
 	return c, err
 }
+
+// backendPIDs lists the server processes serving this database, except the
+// bench's own: the dispatcher's (and, for S4, the relay's) connections.
+// Their CPU is read from /proc, so it is only known for a local server.
+func backendPIDs(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}) ([]int, error) {
+	rows, err := q.Query(ctx, `SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND coalesce(application_name, '') <> $1 AND pid <> pg_backend_pid()`, benchAppName)
+	if err != nil {
+		return nil, fmt.Errorf("pg_stat_activity: %w", err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, fmt.Errorf("pg_stat_activity: %w", err)
+	}
+	out := make([]int, len(pids))
+	for i, p := range pids {
+		out[i] = int(p)
+	}
+	return out, nil
+}
+
+func (b *bench) backendPIDs(ctx context.Context) ([]int, error) { return backendPIDs(ctx, b.admin) }
 
 // statsFlush is how long to wait for backends to publish their counters.
 const statsFlush = 1100 * time.Millisecond

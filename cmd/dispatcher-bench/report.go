@@ -158,7 +158,14 @@ func (r *report) writeTable(w io.Writer) {
 		for _, p := range res.PerProcess {
 			fmt.Fprintf(w, "  %s: CPU %.2f s, RSS peak %.1f MB, end %.1f MB\n", p.Name, p.CPUSeconds, p.RSSPeakMB, p.RSSEndMB)
 		}
+		fmt.Fprintf(w, "  Postgres backends serving the dispatcher: %.2f CPU s (%.2f ms per %s)\n", res.PGBackendCPUSeconds, res.PGCPUMillisPerUnit, res.Unit)
 		fmt.Fprintf(w, "  max concurrent POSTs per endpoint: %d; Postgres backends at end: %d\n", res.MaxConcurrencyPerEndpoint, res.Backends)
+		if len(res.Stages) > 0 {
+			fmt.Fprintln(w, "  stages from the jobs' timestamps (ms, p50 / p99):")
+			for _, st := range res.Stages {
+				fmt.Fprintf(w, "    %-40s %8.1f / %8.1f\n", st.Stage, st.P50, st.P99)
+			}
+		}
 		for _, n := range res.Notes {
 			fmt.Fprintf(w, "  note: %s\n", n)
 		}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -54,6 +56,7 @@ type result struct {
 	CPUMillisPerUnit    float64       `json:"dispatcher_cpu_ms_per_unit"`
 	PGBackendCPUSeconds float64       `json:"pg_backend_cpu_s"`
 	PGBackendCPUCores   float64       `json:"pg_backend_cpu_cores"`
+	PGCPUMillisPerUnit  float64       `json:"pg_backend_cpu_ms_per_unit"`
 	BenchCPUCores       float64       `json:"bench_cpu_cores"`
 	RSSPeakMB           float64       `json:"rss_peak_mb"`
 	PerProcess          []procFigures `json:"per_process"`
@@ -64,6 +67,7 @@ type result struct {
 	Outcomes                  map[string]float64 `json:"outcomes,omitempty"`
 	Env                       []string           `json:"env,omitempty"`
 	Top                       []stmtDelta        `json:"top_statements,omitempty"`
+	Stages                    []stage            `json:"stages_ms,omitempty"`
 	Notes                     []string           `json:"notes,omitempty"`
 	Error                     string             `json:"error,omitempty"`
 	Targets                   []targetCheck      `json:"targets,omitempty"`
@@ -74,6 +78,13 @@ type latency struct {
 	P95 float64 `json:"p95"`
 	P99 float64 `json:"p99"`
 	Max float64 `json:"max"`
+}
+
+// stage is one step of the pipeline's latency, from the jobs' timestamps.
+type stage struct {
+	Stage string  `json:"stage"`
+	P50   float64 `json:"p50"`
+	P99   float64 `json:"p99"`
 }
 
 type procFigures struct {
@@ -193,8 +204,12 @@ func (d *deliveryRun) complete(ctx context.Context, stall time.Duration) error {
 	if err := d.m.finish(ctx, res, res.Deliveries); err != nil {
 		return err
 	}
+	d.s.stages(ctx, res)
 	if res.MaxConcurrencyPerEndpoint > 1 {
 		res.note("LEASE VIOLATION: an endpoint had %d concurrent POSTs", res.MaxConcurrencyPerEndpoint)
+	}
+	if n := d.s.retries.Load(); n > 0 {
+		res.note("%d publishes retried after Unavailable", n)
 	}
 	if res.Duplicates > 0 {
 		res.note("%d duplicate deliveries (same webhook-id to the same endpoint)", res.Duplicates)
@@ -222,6 +237,7 @@ func (b *bench) sustained(ctx context.Context, label string, n int) (res result)
 		return failed(res, err)
 	}
 	defer s.close()
+	defer s.attachLogs(&res)
 	if s.recv, err = newReceivers(100, 100, b.cfg.Latency, int(res.Expected)); err != nil {
 		return failed(res, err)
 	}
@@ -268,6 +284,7 @@ func (b *bench) hotEndpoint(ctx context.Context) (res result) {
 		return failed(res, err)
 	}
 	defer s.close()
+	defer s.attachLogs(&res)
 	if s.recv, err = newReceivers(1, 1, time.Millisecond, events); err != nil {
 		return failed(res, err)
 	}
@@ -311,10 +328,13 @@ func (b *bench) fanout(ctx context.Context) (res result) {
 		return failed(res, err)
 	}
 	defer s.close()
+	defer s.attachLogs(&res)
 	if s.recv, err = newReceivers(endpoints, endpoints, b.cfg.Latency, 2*endpoints); err != nil {
 		return failed(res, err)
 	}
-	if err := s.start(ctx, 1); err != nil {
+	// One owner holds every endpoint: lift the per-owner cap (default 100)
+	// where the dispatcher lets it be configured.
+	if err := s.start(ctx, 1, maxEndpointsEnv+"="+strconv.Itoa(endpoints)); err != nil {
 		return failed(res, err)
 	}
 	res.Env = s.env
@@ -324,6 +344,9 @@ func (b *bench) fanout(ctx context.Context) (res result) {
 	}
 	b.debugf("S3: creating %d endpoints", endpoints)
 	if err := s.createEndpoints(ctx, specs); err != nil {
+		if status.Code(errors.Unwrap(err)) == codes.ResourceExhausted {
+			err = fmt.Errorf("%w (the dispatcher caps endpoints per owner and did not take %s=%d)", err, maxEndpointsEnv, endpoints)
+		}
 		return failed(res, err)
 	}
 	prefix := "s3" + randomSuffix()
@@ -362,6 +385,9 @@ func (b *bench) fanout(ctx context.Context) (res result) {
 	return res
 }
 
+// maxEndpointsEnv lifts the dispatcher's endpoints-per-owner cap for S3.
+const maxEndpointsEnv = "DISPATCHER_MAX_ENDPOINTS_PER_OWNER"
+
 // migrateOutbox applies the dispatcher's and the outbox's migrations to the
 // session's schema with `dispatcher migrate`.
 func (s *session) migrateOutbox(ctx context.Context) error {
@@ -371,7 +397,7 @@ func (s *session) migrateOutbox(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dispatcher migrate --outbox-database-url: %w\n%s", err, out)
 	}
-	return nil
+	return s.schemaSQL(ctx)
 }
 
 // relay is S4: a backlog of outbox rows for an owner without endpoints,
@@ -388,6 +414,7 @@ func (b *bench) relay(ctx context.Context) (res result) {
 		return failed(res, err)
 	}
 	defer s.close()
+	defer s.attachLogs(&res)
 	if err := s.migrateOutbox(ctx); err != nil {
 		return failed(res, err)
 	}
@@ -453,6 +480,7 @@ func (b *bench) relay(ctx context.Context) (res result) {
 	if err := m.finish(ctx, &res, int64(rows)); err != nil {
 		return failed(res, err)
 	}
+	s.stages(ctx, &res)
 	if res.Unsettled > 0 {
 		res.note("%d fanout jobs unfinished 2 min after the drain", res.Unsettled)
 	}
@@ -488,6 +516,7 @@ func (b *bench) relayDeliver(ctx context.Context) (res result) {
 		return failed(res, err)
 	}
 	defer s.close()
+	defer s.attachLogs(&res)
 	if s.recv, err = newReceivers(100, 100, b.cfg.Latency, rows); err != nil {
 		return failed(res, err)
 	}
@@ -575,6 +604,7 @@ func (b *bench) fixedRate(ctx context.Context) (res result) {
 		return failed(res, err)
 	}
 	defer s.close()
+	defer s.attachLogs(&res)
 	if s.recv, err = newReceivers(100, 100, b.cfg.Latency, events); err != nil {
 		return failed(res, err)
 	}
@@ -607,9 +637,10 @@ func (b *bench) fixedRate(ctx context.Context) (res result) {
 	for range 64 {
 		wg.Go(func() {
 			for i := range jobs {
-				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				_, err := p.events().Publish(s.creds.publisherCtx(cctx), &webhooksv1.PublishRequest{Event: evs[i]})
-				cancel()
+				err := s.retryUnavailable(ctx, func(ctx context.Context) error {
+					_, err := p.events().Publish(s.creds.publisherCtx(ctx), &webhooksv1.PublishRequest{Event: evs[i]})
+					return err
+				})
 				if err != nil {
 					failures.Add(1)
 					firstErr.CompareAndSwap(nil, err)
@@ -641,6 +672,13 @@ func (b *bench) fixedRate(ctx context.Context) (res result) {
 		return failed(res, err)
 	}
 	return res
+}
+
+// attachLogs adds the processes' log tails to a failed result.
+func (s *session) attachLogs(res *result) {
+	if res.Error != "" {
+		res.Error += s.logTails()
+	}
 }
 
 func failed(res result, err error) result {

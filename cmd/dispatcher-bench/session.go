@@ -9,9 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -28,6 +31,10 @@ type session struct {
 	procs  []*proc
 	recv   *receivers
 	env    []string
+	// schemaDone: -schema-sql already ran.
+	schemaDone bool
+	// retries counts publishes retried after Unavailable.
+	retries atomic.Int64
 }
 
 func (b *bench) newSession(name string) (*session, error) {
@@ -61,8 +68,30 @@ func (s *session) start(ctx context.Context, n int, extraEnv ...string) error {
 			return err
 		}
 		s.procs = append(s.procs, p)
+		if i == 0 {
+			if err := s.schemaSQL(ctx); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// schemaSQL runs -schema-sql in the session's schema, once.
+func (s *session) schemaSQL(ctx context.Context) error {
+	if s.b.cfg.SchemaSQL == "" || s.schemaDone {
+		return nil
+	}
+	s.schemaDone = true
+	return pgx.BeginFunc(ctx, s.b.admin, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('search_path', $1, true)`, s.schema); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, s.b.cfg.SchemaSQL); err != nil {
+			return fmt.Errorf("-schema-sql: %w", err)
+		}
+		return nil
+	})
 }
 
 func (s *session) close() {
@@ -164,9 +193,10 @@ func (s *session) publishBatches(ctx context.Context, events []*webhooksv1.Event
 					events[i].OccurredAt = ts
 					occurred[i] = now
 				}
-				cctx, c := context.WithTimeout(ctx, time.Minute)
-				_, err := p.events().PublishBatch(s.creds.publisherCtx(cctx), &webhooksv1.PublishBatchRequest{Events: events[bt.from:bt.to]})
-				c()
+				err := s.retryUnavailable(ctx, func(ctx context.Context) error {
+					_, err := p.events().PublishBatch(s.creds.publisherCtx(ctx), &webhooksv1.PublishBatchRequest{Events: events[bt.from:bt.to]})
+					return err
+				})
 				if err != nil {
 					select {
 					case errs <- fmt.Errorf("PublishBatch: %w", err):
@@ -194,6 +224,39 @@ func (s *session) publishBatches(ctx context.Context, events []*webhooksv1.Event
 	}
 }
 
+// retryUnavailable runs call (with a 1 min timeout each time) and retries it
+// up to 5 times, with backoff, while it fails with Unavailable (the
+// dispatcher's "could not store the events; retrying is safe").
+func (s *session) retryUnavailable(ctx context.Context, call func(context.Context) error) error {
+	for attempt := 0; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := call(cctx)
+		cancel()
+		if err == nil || status.Code(err) != codes.Unavailable || attempt >= 5 {
+			return err
+		}
+		s.retries.Add(1)
+		if err := sleepCtx(ctx, time.Duration(100<<attempt)*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// logTails is the end of every process's log, for error reports.
+func (s *session) logTails() string {
+	var b strings.Builder
+	for _, p := range s.procs {
+		t := p.logs.String()
+		if len(t) > 2000 {
+			t = t[len(t)-2000:]
+		}
+		if t = strings.TrimSpace(t); t != "" {
+			fmt.Fprintf(&b, "\n--- %s log tail ---\n%s", p.name, t)
+		}
+	}
+	return b.String()
+}
+
 // measure holds the start of a measurement window.
 type measure struct {
 	s        *session
@@ -208,6 +271,8 @@ type measure struct {
 	tEnd     time.Time
 	procsEnd []procSample
 	benchEnd procSample
+	// pgCPUEnd: CPU seconds of the dispatcher's backends at loadDone.
+	pgCPUEnd map[int]float64
 }
 
 // idleWindow is how long the background (River polling, leadership) is
@@ -258,6 +323,15 @@ func (m *measure) loadDone() {
 		m.procsEnd = append(m.procsEnd, p.sample())
 	}
 	m.benchEnd, _ = sampleProc(os.Getpid())
+	if pids, err := m.s.b.backendPIDs(context.Background()); err == nil {
+		m.ownTx++
+		m.pgCPUEnd = map[int]float64{}
+		for _, pid := range pids {
+			if s, err := sampleProc(pid); err == nil {
+				m.pgCPUEnd[pid] = s.cpuSecs
+			}
+		}
+	}
 }
 
 // settle waits (bounded) until no fanout or delivery job is left
@@ -309,18 +383,26 @@ func (m *measure) finish(ctx context.Context, res *result, units int64) error {
 		}
 		res.Top = top
 	}
-	var pgCPU float64
-	if len(end.backendCPU) > 0 {
-		for pid, c := range end.backendCPU {
-			pgCPU += c - m.start.backendCPU[pid]
-		}
-		res.PGBackendCPUSeconds = round(pgCPU, 2)
-	}
+	// CPU: cores over the load window (t0 → loadDone); seconds and ms per
+	// unit over the whole window, drain included.
 	loadSecs := m.tEnd.Sub(m.t0).Seconds()
-	var cpu float64
+	var pgCPU, pgCPULoad float64
+	for pid, c := range end.backendCPU {
+		pgCPU += c - m.start.backendCPU[pid]
+	}
+	for pid, c := range m.pgCPUEnd {
+		pgCPULoad += c - m.start.backendCPU[pid]
+	}
+	res.PGBackendCPUSeconds = round(pgCPU, 2)
+	var cpu, cpuLoad float64
 	for i, p := range m.s.procs {
-		a, b := m.procs[i], m.procsEnd[i]
+		a, l := m.procs[i], m.procsEnd[i]
+		b := p.sample()
+		if p.exited() {
+			b = l
+		}
 		cpu += b.cpuSecs - a.cpuSecs
+		cpuLoad += l.cpuSecs - a.cpuSecs
 		res.PerProcess = append(res.PerProcess, procFigures{
 			Name: p.name, CPUSeconds: round(b.cpuSecs-a.cpuSecs, 2),
 			RSSPeakMB: round(float64(b.hwmKB)/1024, 1), RSSEndMB: round(float64(b.rssKB)/1024, 1),
@@ -329,11 +411,9 @@ func (m *measure) finish(ctx context.Context, res *result, units int64) error {
 	}
 	res.CPUSeconds = round(cpu, 2)
 	if loadSecs > 0 {
-		res.CPUCores = round(cpu/loadSecs, 2)
+		res.CPUCores = round(cpuLoad/loadSecs, 2)
 		res.BenchCPUCores = round((m.benchEnd.cpuSecs-m.bench.cpuSecs)/loadSecs, 2)
-		if len(end.backendCPU) > 0 {
-			res.PGBackendCPUCores = round(pgCPU/loadSecs, 2)
-		}
+		res.PGBackendCPUCores = round(pgCPULoad/loadSecs, 2)
 	}
 	res.Outcomes = map[string]float64{}
 	for i, p := range m.s.procs {
@@ -362,8 +442,47 @@ func (m *measure) finish(ctx context.Context, res *result, units int64) error {
 		res.SnoozesPerUnit = round(res.Snoozes/u, 3)
 		res.WALBytesPerUnit = round(float64(res.WALBytes)/u, 0)
 		res.CPUMillisPerUnit = round(cpu*1000/u, 3)
+		res.PGCPUMillisPerUnit = round(pgCPU*1000/u, 3)
 	}
 	return nil
+}
+
+// stages breaks the pipeline's latency down from the jobs' own timestamps
+// (read after the window closed): event stored, fanout picked up and done,
+// delivery picked up (its last attempt) and finalized. Milliseconds, p50
+// and p99.
+func (s *session) stages(ctx context.Context, res *result) {
+	rows, err := s.b.admin.Query(ctx, `
+		WITH d AS (
+			SELECT e.occurred_at, e.created_at AS stored,
+			       f.attempted_at AS f_start, f.finalized_at AS f_end,
+			       j.created_at AS d_created, j.attempted_at AS d_start, j.finalized_at AS d_end
+			  FROM `+s.table("events")+` e
+			  JOIN `+s.table("river_job")+` f ON f.kind = 'webhook.fanout' AND f.args->>'event_id' = e.id
+			  LEFT JOIN `+s.table("river_job")+` j ON j.kind = 'webhook.deliver' AND j.args->>'event_id' = e.id
+		), x AS (
+			SELECT 'ingest (occurred → stored)' AS stage, 1 AS ord, extract(epoch FROM stored - occurred_at) * 1000 AS ms FROM d
+			UNION ALL SELECT 'fanout wait (stored → picked up)', 2, extract(epoch FROM f_start - stored) * 1000 FROM d
+			UNION ALL SELECT 'fanout run (picked up → done)', 3, extract(epoch FROM f_end - f_start) * 1000 FROM d
+			UNION ALL SELECT 'deliver wait (enqueued → last attempt)', 4, extract(epoch FROM d_start - d_created) * 1000 FROM d
+			UNION ALL SELECT 'deliver run (last attempt → finalized)', 5, extract(epoch FROM d_end - d_start) * 1000 FROM d
+		)
+		SELECT stage, percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)
+		  FROM x WHERE ms IS NOT NULL GROUP BY stage, ord ORDER BY ord`)
+	if err != nil {
+		res.note("stage breakdown: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var st stage
+		if err := rows.Scan(&st.Stage, &st.P50, &st.P99); err != nil {
+			res.note("stage breakdown: %v", err)
+			return
+		}
+		st.P50, st.P99 = round(st.P50, 1), round(st.P99, 1)
+		res.Stages = append(res.Stages, st)
+	}
 }
 
 // latencies fills res with occurred_at → received percentiles.

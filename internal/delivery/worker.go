@@ -292,7 +292,7 @@ func (w *Worker) conclude(j *river.Job[job.DeliverArgs], v verdict, status int, 
 		var e error
 		if err != nil {
 			w.metrics.EgressBlockedTotal.Inc()
-			e = fmt.Errorf("destination not allowed: %w", err)
+			e = fmt.Errorf("destination not allowed: %w", scrubURL(err))
 		} else {
 			e = httpError(status, summary)
 		}
@@ -306,7 +306,7 @@ func (w *Worker) conclude(j *river.Job[job.DeliverArgs], v verdict, status int, 
 		if e == nil {
 			e = httpError(status, summary)
 		} else {
-			e = fmt.Errorf("request failed: %w", scrubURL(e))
+			e = fmt.Errorf("request failed: %w", &boundedError{err: scrubURL(e), n: maxTransportErrorLen})
 		}
 		outcome := metrics.OutcomeRetryable
 		if j.Attempt >= j.MaxAttempts {
@@ -371,6 +371,21 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// maxTransportErrorLen bounds the text of a transport error: net/http quotes
+// what the receiver sent when it is malformed (a whole header line, up to the
+// 64 KiB header limit, escaped), and the text goes into the job's errors, the
+// log and ListDeliveries.
+const maxTransportErrorLen = 256
+
+// boundedError caps err's text and keeps its chain for errors.Is/As.
+type boundedError struct {
+	err error
+	n   int
+}
+
+func (e *boundedError) Error() string { return truncate(e.err.Error(), e.n) }
+func (e *boundedError) Unwrap() error { return e.err }
 
 // scrubURL drops the URL from *url.Error messages: endpoint URLs may carry
 // tokens in their query strings.

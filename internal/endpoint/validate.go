@@ -138,6 +138,9 @@ func (val *validator) urlProblem(raw string) string {
 	if u.Opaque != "" || u.Host == "" || u.Hostname() == "" {
 		return `must include a host, as in "https://example.com/webhooks"`
 	}
+	if !validHost(u.Hostname()) {
+		return "host must be a DNS name or an IP address"
+	}
 	if u.User != nil {
 		return "must not contain user information (credentials belong in the receiver's verification, not the URL)"
 	}
@@ -155,6 +158,35 @@ func (val *validator) urlProblem(raw string) string {
 		return "host is not an allowed destination (internal, loopback, private and special-purpose addresses are refused)"
 	}
 	return ""
+}
+
+// validHost reports whether host (a URL's Hostname) is an IP address or a DNS
+// name: dot-separated labels of letters, digits, '-' and '_', where non-ASCII
+// letters are allowed (internationalised names; the HTTP client converts them
+// to punycode). net/url lets '<', '>', '"', '\'', '(', ')', '*', '+', ',', ';',
+// '=', '!', '$' and '&' through in a host; no resolvable name contains them.
+func validHost(host string) bool {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	name := strings.TrimSuffix(host, ".")
+	if name == "" {
+		return false
+	}
+	for label := range strings.SplitSeq(name, ".") {
+		if label == "" {
+			return false
+		}
+		for _, r := range label {
+			switch {
+			case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			case r >= utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r)):
+			default:
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // hostAllowed pre-checks a literal IP (and the localhost names, which always

@@ -255,7 +255,62 @@ func validateData(data json.RawMessage) error {
 	if len(data) > MaxDataBytes {
 		return fieldErr(FieldData, "must be at most "+strconv.Itoa(MaxDataBytes)+" bytes")
 	}
-	return checkDataObject(data)
+	if err := checkDataObject(data); err != nil {
+		return err
+	}
+	return checkStorableEscapes(data)
+}
+
+// checkStorableEscapes refuses the two \u escapes that are valid JSON but that
+// Postgres' jsonb (where events are stored) rejects: \u0000, and a surrogate
+// not part of a pair. Accepted, they would fail the insert, which a publisher
+// is told to retry, forever. data must already be valid JSON, so a backslash
+// only ever starts an escape inside a string.
+func checkStorableEscapes(data []byte) error {
+	bad := fieldErr(FieldData, `must not contain \u0000 or an unpaired surrogate escape`)
+	highPending := false
+	for i := 0; i < len(data); i++ {
+		if data[i] != '\\' {
+			if highPending {
+				return bad
+			}
+			continue
+		}
+		if data[i+1] != 'u' {
+			if highPending {
+				return bad
+			}
+			i++ // skip the escaped character: "\\u0000" is a backslash and "u0000"
+			continue
+		}
+		r, err := strconv.ParseUint(string(data[i+2:i+6]), 16, 16)
+		if err != nil {
+			return bad // unreachable for valid JSON
+		}
+		i += 5
+		switch {
+		case r == 0:
+			return bad
+		case r >= 0xd800 && r <= 0xdbff:
+			if highPending {
+				return bad
+			}
+			highPending = true
+		case r >= 0xdc00 && r <= 0xdfff:
+			if !highPending {
+				return bad
+			}
+			highPending = false
+		default:
+			if highPending {
+				return bad
+			}
+		}
+	}
+	if highPending {
+		return bad
+	}
+	return nil
 }
 
 // checkDataObject is the part of data validation that Payload needs too: a

@@ -215,7 +215,11 @@ func (r *Relay) relayBatch(ctx context.Context) (int, error) {
 	// The lag is computed by the outbox's own clock, so skew between hosts
 	// doesn't distort it.
 	rows, err := tx.Query(ctx, `
-		SELECT id, event_id, owner_id, type, subject, occurred_at, data::text,
+		SELECT id, event_id, owner_id, type, subject,
+		       -- Clamped so that 'infinity' (which time.Time cannot hold) scans
+		       -- and fails validation instead of failing every batch.
+		       least(greatest(occurred_at, '1000-01-01 00:00:00+00'), '9999-12-31 23:59:59+00'),
+		       data::text,
 		       extract(epoch FROM clock_timestamp() - created_at)::float8
 		FROM `+r.table+`
 		WHERE relayed_at IS NULL AND error IS NULL
