@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,7 +132,7 @@ func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// receipts returns how often each event id arrived.
+// counts returns how often each event id arrived.
 func (s *sink) counts() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -385,7 +386,7 @@ func TestChaosKill(t *testing.T) {
 	publishWindow := max(time.Duration(kills)*killEvery, time.Duration(n)*time.Millisecond)
 
 	db := dbtest.New(t)
-	c := startCluster(t, 3, options{db: db, masterKey: masterKey(t), env: []string{
+	c := startCluster(t, 3, options{db: db, env: []string{
 		"DISPATCHER_RESCUE_STUCK_AFTER=" + rescueStuckAfter,
 		"DISPATCHER_LOG_LEVEL=info",
 		"DISPATCHER_DB_MAX_CONNS=8",
@@ -445,11 +446,8 @@ func TestChaosKill(t *testing.T) {
 
 	// The chaos: SIGKILL one process (round-robin, so the River leader is hit
 	// too) and restart it, every killEvery.
-	time.Sleep(killEvery / 2)
 	for k := range kills {
-		if k > 0 {
-			time.Sleep(time.Until(begin.Add(killEvery/2 + time.Duration(k)*killEvery)))
-		}
+		time.Sleep(time.Until(begin.Add(killEvery/2 + time.Duration(k)*killEvery)))
 		c.killAndRestart(t, k%3)
 		t.Logf("%6.1fs: killed and restarted process slot %d", time.Since(begin).Seconds(), k%3)
 	}
@@ -511,6 +509,21 @@ func TestChaosKill(t *testing.T) {
 	require.Equal(t, map[string]int{"webhook.fanout:completed": n, "webhook.deliver:completed": pairs}, states)
 	require.Equal(t, n, countRows(t, db, `SELECT count(*)::int FROM events`))
 	rescued := countRows(t, db, `SELECT count(*)::int FROM river_job WHERE errors::text LIKE '%rescued%'`)
+	require.Positive(t, rescued, "the kills hit running jobs, which River rescued")
 	t.Logf("%d requests for %d deliveries: %d repeats (same webhook-id and body), %d cut off by a kill; %d jobs rescued from killed processes",
 		requests, pairs, duplicates, broken, rescued)
+}
+
+// TestRescueStuckAfterMustExceedDeliverTimeout: a rescue horizon shorter than
+// a delivery may legitimately run would have River rescue (and re-run) live
+// deliveries, so serve refuses it.
+func TestRescueStuckAfterMustExceedDeliverTimeout(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	cmd := exec.Command(binary, "serve", "--grpc-addr", "127.0.0.1:0", "--ops-addr", "127.0.0.1:0", "--rescue-stuck-after", "20s")
+	cmd.Env = append(cmd.Environ(), "DATABASE_URL="+db.URL, "DISPATCHER_SCHEMA="+db.Schema,
+		"DISPATCHER_MASTER_KEYS="+masterKey(t), "DISPATCHER_ADMIN_TOKENS="+adminToken)
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "rescue-stuck-after 20s: must exceed the deliver job timeout (20s)")
 }

@@ -172,12 +172,28 @@ func settle(ctx context.Context, q interface {
 	return enabledBefore && !enabledAfter, nil
 }
 
-// releaseLease gives the lease up without touching health (shutdown, or a
-// hand-off that found nobody waiting).
+// releaseRetryFor bounds how long releaseLease keeps trying.
+const releaseRetryFor = 10 * time.Second
+
+// releaseLease gives the lease up without touching health (shutdown, a
+// hand-off that found nobody waiting, or an attempt that failed on the
+// database). A release that fails leaves the endpoint blocked until the lease
+// expires (LeaseTTL), so it is retried for a little while: a database blip (a
+// restart, a failover) then costs the endpoint seconds, not the whole TTL.
 func releaseLease(ctx context.Context, pool *pgxpool.Pool, endpointID, token uuid.UUID) error {
-	_, err := pool.Exec(ctx, `UPDATE webhook_endpoints SET busy_until = NULL, lease_token = NULL WHERE id = $1 AND lease_token = $2`, endpointID, token)
-	if err != nil {
-		return fmt.Errorf("release lease: %w", err)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseRetryFor)
+	defer cancel()
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		_, err := pool.Exec(ctx, `UPDATE webhook_endpoints SET busy_until = NULL, lease_token = NULL WHERE id = $1 AND lease_token = $2`, endpointID, token)
+		if err == nil {
+			return nil
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return fmt.Errorf("release lease: %w", err)
+		case <-timer.C:
+		}
 	}
-	return nil
 }

@@ -158,7 +158,13 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.DeliverArgs]) error 
 	case errors.Is(err, errEndpointGone), errors.Is(err, errEndpointDisabled):
 		return w.cancel(j, "", err)
 	case err != nil:
-		return err // a database error: River retries
+		// A database error: River retries. The lease may be ours all the
+		// same (handed over, or taken by a statement whose reply was lost):
+		// free it so the retry need not wait for it to expire.
+		if rerr := releaseLease(context.WithoutCancel(ctx), w.pool, endpointID, token); rerr != nil {
+			w.logger.WarnContext(ctx, "release lease", slog.String("endpoint_id", endpointID.String()), slog.Any("error", rerr))
+		}
+		return err
 	}
 
 	res := w.attempt(attemptCtx, ctx, j, endpointID, token, t)
