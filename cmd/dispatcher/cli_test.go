@@ -147,7 +147,7 @@ func TestEndpointsCLI(t *testing.T) {
 		require.Contains(t, out, "disabled (disabled by owner)")
 		require.Contains(t, out, "paused")
 
-		out, err = endpoints(t, b, "send-test", id)
+		_, err = endpoints(t, b, "send-test", id)
 		require.Error(t, err)
 		require.Contains(t, err.Error(), "FailedPrecondition")
 

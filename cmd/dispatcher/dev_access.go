@@ -88,7 +88,10 @@ func runDevAccess(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		select {
 		case <-ctx.Done():
 			fake.Stop()
-			<-served
+			// Serve returns nil after Stop; anything else is worth reporting.
+			if err := <-served; err != nil {
+				return fmt.Errorf("dev-access: %w", err)
+			}
 			return nil
 		case err := <-served:
 			return fmt.Errorf("dev-access: %w", err)

@@ -67,7 +67,7 @@ func findServer() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if _, err := testcontainers.NewDockerProvider(); err != nil {
-		return "", fmt.Errorf("DATABASE_URL is unset, 127.0.0.1:5432 refused (%v), and no Docker engine for testcontainers (%v); start Postgres or set DATABASE_URL", localErr, err)
+		return "", fmt.Errorf("DATABASE_URL is unset, 127.0.0.1:5432 refused (%w), and no Docker engine for testcontainers (%w); start Postgres or set DATABASE_URL", localErr, err)
 	}
 	container, err := tcpostgres.Run(ctx, "postgres:15-alpine",
 		tcpostgres.WithDatabase("dispatcher_test"),

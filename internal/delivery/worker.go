@@ -259,7 +259,7 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 	webhook.SetHeaders(req.Header, keys, ev.ID, w.now(), body)
 
 	start := time.Now()
-	resp, err := w.client.Do(req)
+	resp, err := w.client.Do(req) //nolint:bodyclose // egress.ReadBody below closes it
 	elapsed := time.Since(start)
 	status := 0
 	var summary string

@@ -641,12 +641,12 @@ func TestRotateSecret(t *testing.T) {
 		before := time.Now()
 		resp := rotate(t, b, nil)
 		require.NotEqual(t, b.secret, resp.GetSecret())
-		exp := resp.GetPreviousSecretExpiresAt().AsTime()
-		require.WithinDuration(t, before.Add(24*time.Hour), exp, time.Minute)
+		until := resp.GetPreviousSecretExpiresAt().AsTime()
+		require.WithinDuration(t, before.Add(24*time.Hour), until, time.Minute)
 
 		cur, prev, expires := secretColumns(t, b.env, b.id)
 		require.NotNil(t, prev)
-		require.True(t, exp.Equal(*expires))
+		require.True(t, until.Equal(*expires))
 
 		newKey, err := webhook.ParseSecret(resp.GetSecret())
 		require.NoError(t, err)
@@ -670,7 +670,7 @@ func TestRotateSecret(t *testing.T) {
 
 		got, err := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, Id: b.id.String()})
 		require.NoError(t, err)
-		require.True(t, exp.Equal(got.GetEndpoint().GetPreviousSecretExpiresAt().AsTime()))
+		require.True(t, until.Equal(got.GetEndpoint().GetPreviousSecretExpiresAt().AsTime()))
 	})
 
 	t.Run("ZeroGraceDropsPrevious", func(t *testing.T) {

@@ -525,7 +525,7 @@ func TestPayload(t *testing.T) {
 		bundle.event.OccurredAt = time.Date(2026, 9, 27, 11, 59, 0, 123456789, time.UTC)
 		body, err := bundle.event.Payload()
 		require.NoError(t, err)
-		require.Equal(t,
+		require.Equal(t, //nolint:testifylint // the exact bytes, key order included, are the point
 			`{"id":"0190f3a4-6b7c-7d8e-9f00-112233445566","type":"corpus.note.changed",`+
 				`"subject":"wiki://software/project/standmeet/architecture",`+
 				`"occurred_at":"2026-09-27T11:59:00.123456789Z",`+

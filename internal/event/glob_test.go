@@ -1,7 +1,6 @@
 package event
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
@@ -95,7 +94,7 @@ func TestValidateGlob(t *testing.T) {
 		t.Parallel()
 		err := ValidateGlob("corp*")
 		require.EqualError(t, err, `invalid event type glob "corp*": "*" is allowed only alone or as the whole last segment ("prefix.*")`)
-		require.True(t, errors.Is(err, ErrInvalidGlob))
+		require.ErrorIs(t, err, ErrInvalidGlob)
 	})
 
 	t.Run("ErrorTruncatesLongGlob", func(t *testing.T) {

@@ -26,7 +26,7 @@ const (
 	KindPrune   = "webhook.prune_events"
 )
 
-// DeliverMaxAttempts: 5 s, 5 min, 30 min, 2 h, 5 h, then 10 h each; the 18th
+// DeliverMaxAttempts bounds a delivery: 5 s, 5 min, 30 min, 2 h, 5 h, then 10 h each; the 18th
 // failed attempt (about 5.3 days after the first) discards the delivery.
 const DeliverMaxAttempts = 18
 

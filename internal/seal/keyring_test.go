@@ -33,7 +33,7 @@ func requireNoKeyMaterial(t *testing.T, s string, masters ...[]byte) {
 				base64.StdEncoding.EncodeToString(key),
 				base64.RawStdEncoding.EncodeToString(key),
 				base64.URLEncoding.EncodeToString(key),
-				fmt.Sprint(key), // [0 1 2 ...]
+				fmt.Sprint(key), //nolint:staticcheck // the "[0 1 2 ...]" form is the point
 			} {
 				// A quarter of the key is already too much.
 				require.NotContains(t, s, form[:len(form)/4], "leaked key material")
@@ -224,7 +224,7 @@ func TestKeyringNeverRevealsKeys(t *testing.T) {
 
 	t.Run("JSON", func(t *testing.T) {
 		t.Parallel()
-		out, err := json.Marshal(newKeyring(t, 1, 1))
+		out, err := json.Marshal(newKeyring(t, 1, 1)) //nolint:staticcheck // marshalling it must reveal nothing
 		require.NoError(t, err)
 		requireNoKeyMaterial(t, string(out), testMasterKey(1))
 	})

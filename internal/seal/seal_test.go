@@ -84,7 +84,7 @@ func TestSealOpen(t *testing.T) {
 			require.NoError(t, err)
 			got, err := bundle.keyring.Open(sealed, bundle.ad)
 			require.NoError(t, err)
-			require.Equal(t, len(pt), len(got))
+			require.Len(t, got, len(pt))
 			require.True(t, bytes.Equal(pt, got))
 		}
 	})
