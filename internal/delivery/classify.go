@@ -59,12 +59,17 @@ func classify(jobCtx context.Context, resp *http.Response, err error, now time.T
 		return verdict{kind: verdictRetry}
 	case code >= 500, code == http.StatusRequestTimeout:
 		return verdict{kind: verdictRetry}
+	case code < 200:
+		// A final 1xx (101 to a plain POST) is neither success nor a
+		// refusal; like a 3xx it is a misconfiguration the owner can fix,
+		// so nothing is dropped meanwhile.
+		return verdict{kind: verdictRetry}
 	case code >= 300 && code < 400:
 		// Redirects are never followed (Standard Webhooks): a failure the
 		// owner fixes by updating the URL, retried meanwhile.
 		return verdict{kind: verdictRetry}
 	default:
-		// 1xx leftovers and the remaining 4xx (400, 401, 403, 404, 410, …):
+		// The remaining 4xx (400, 401, 403, 404, 410, …):
 		// the receiver refuses this delivery; retrying won't change that.
 		return verdict{kind: verdictCancel}
 	}

@@ -163,8 +163,8 @@ func (val *validator) urlProblem(raw string) string {
 // validHost reports whether host (a URL's Hostname) is an IP address or a DNS
 // name: dot-separated labels of letters, digits, '-' and '_', where non-ASCII
 // letters are allowed (internationalised names; the HTTP client converts them
-// to punycode). net/url lets '<', '>', '"', '\'', '(', ')', '*', '+', ',', ';',
-// '=', '!', '$' and '&' through in a host; no resolvable name contains them.
+// to punycode). net/url lets < > " ' ( ) * + , ; = ! $ and & through in a
+// host; no resolvable name contains them.
 func validHost(host string) bool {
 	if _, err := netip.ParseAddr(host); err == nil {
 		return true

@@ -1,0 +1,690 @@
+package endpoint
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+)
+
+// Bad input (issue 9, item 5) for the EndpointService: every field of every
+// op with each class of wrong value (empty, too long, wrong format, invalid
+// UTF-8, injection strings), a foreign owner, and wrong or missing tokens.
+// Each case gets one exact status (InvalidArgument naming the field in the
+// message and in a BadRequest detail; NotFound with the one not-found
+// message; Unauthenticated / PermissionDenied) and writes nothing: the
+// endpoints, the jobs and the events are byte for byte what they were, and
+// no test event is published.
+
+// injectionValues are hostile strings an admin form might carry. Refused,
+// they are never echoed; accepted (only as free text), they are stored
+// verbatim and never executed.
+var injectionValues = []string{
+	"'; DROP TABLE webhook_endpoints; --",
+	"<script>alert(1)</script>",
+	"../../etc/passwd",
+	"%00",
+}
+
+// badFixture is one owner's endpoint with one discarded delivery, served
+// over the wire behind the auth interceptor, plus the same service in
+// process for what protobuf cannot marshal.
+type badFixture struct {
+	env *testEnv
+	svc webhooksv1.EndpointServiceServer
+	raw webhooksv1.EndpointServiceClient // no token of its own
+	id  string
+}
+
+func newBadFixture(t *testing.T) *badFixture {
+	t.Helper()
+	env := newTestEnv(t, ServiceConfig{})
+	id := env.create(t, ownerA, "*").GetEndpoint().GetId()
+	jobID := env.insertDelivery(t, id, env.insertEvent(t, ownerA, "code.issued"))
+	env.finalize(t, jobID, "discarded", "HTTP 500")
+	return &badFixture{
+		env: env,
+		svc: NewService(ServiceConfig{}, env.db.Pool, env.river, env.keyring, env.publisher, nil),
+		raw: webhooksv1.NewEndpointServiceClient(env.raw),
+		id:  id,
+	}
+}
+
+// snapshot renders everything an op could write.
+func (f *badFixture) snapshot(t *testing.T) string {
+	t.Helper()
+	var s string
+	require.NoError(t, f.env.db.Pool.QueryRow(t.Context(), `
+SELECT concat_ws(E'\n--\n',
+  (SELECT coalesce(string_agg(w::text, E'\n' ORDER BY w.id), '') FROM webhook_endpoints w),
+  (SELECT coalesce(string_agg(concat_ws('|', j.id, j.state, j.attempt, j.max_attempts, j.scheduled_at, j.args), E'\n' ORDER BY j.id), '') FROM river_job j),
+  (SELECT coalesce(string_agg(e.id, ',' ORDER BY e.id), '') FROM events e))`).Scan(&s))
+	return s
+}
+
+// call sends req (one of the service's request messages) over the wire
+// with the admin token, or to the service in process.
+func (f *badFixture) call(ctx context.Context, inProcess bool, req proto.Message) error {
+	c, s := f.env.client, f.svc
+	var err error
+	switch r := req.(type) {
+	case *webhooksv1.ListEndpointsRequest:
+		if inProcess {
+			_, err = s.ListEndpoints(ctx, r)
+		} else {
+			_, err = c.ListEndpoints(ctx, r)
+		}
+	case *webhooksv1.GetEndpointRequest:
+		if inProcess {
+			_, err = s.GetEndpoint(ctx, r)
+		} else {
+			_, err = c.GetEndpoint(ctx, r)
+		}
+	case *webhooksv1.CreateEndpointRequest:
+		if inProcess {
+			_, err = s.CreateEndpoint(ctx, r)
+		} else {
+			_, err = c.CreateEndpoint(ctx, r)
+		}
+	case *webhooksv1.UpdateEndpointRequest:
+		if inProcess {
+			_, err = s.UpdateEndpoint(ctx, r)
+		} else {
+			_, err = c.UpdateEndpoint(ctx, r)
+		}
+	case *webhooksv1.DeleteEndpointRequest:
+		if inProcess {
+			_, err = s.DeleteEndpoint(ctx, r)
+		} else {
+			_, err = c.DeleteEndpoint(ctx, r)
+		}
+	case *webhooksv1.RotateSecretRequest:
+		if inProcess {
+			_, err = s.RotateSecret(ctx, r)
+		} else {
+			_, err = c.RotateSecret(ctx, r)
+		}
+	case *webhooksv1.SendTestRequest:
+		if inProcess {
+			_, err = s.SendTest(ctx, r)
+		} else {
+			_, err = c.SendTest(ctx, r)
+		}
+	case *webhooksv1.ListDeliveriesRequest:
+		if inProcess {
+			_, err = s.ListDeliveries(ctx, r)
+		} else {
+			_, err = c.ListDeliveries(ctx, r)
+		}
+	case *webhooksv1.RedeliverRequest:
+		if inProcess {
+			_, err = s.Redeliver(ctx, r)
+		} else {
+			_, err = c.Redeliver(ctx, r)
+		}
+	case *webhooksv1.ListEventTypesRequest:
+		if inProcess {
+			_, err = s.ListEventTypes(ctx, r)
+		} else {
+			_, err = c.ListEventTypes(ctx, r)
+		}
+	default:
+		panic("unknown request type")
+	}
+	return err
+}
+
+// endpointOp is one EndpointService op: a valid request for the fixture,
+// and how to put a value into its owner and endpoint id fields.
+type endpointOp struct {
+	name    string
+	valid   func(f *badFixture) proto.Message
+	setOwn  func(m proto.Message, v string)
+	setID   func(m proto.Message, v string) // nil: the op takes no endpoint id
+	idField string
+}
+
+func fieldMask(paths ...string) *fieldmaskpb.FieldMask { return &fieldmaskpb.FieldMask{Paths: paths} }
+
+func validCreate() *webhooksv1.CreateEndpointRequest {
+	return &webhooksv1.CreateEndpointRequest{
+		OwnerId:     ownerA,
+		Url:         "https://receiver.example.com/hooks",
+		Description: "bad-input base",
+		EventTypes:  []string{"corpus.*"},
+		EmbedId:     "emb_1",
+	}
+}
+
+var endpointOps = []endpointOp{
+	{
+		name:   "ListEndpoints",
+		valid:  func(*badFixture) proto.Message { return &webhooksv1.ListEndpointsRequest{OwnerId: ownerA} },
+		setOwn: func(m proto.Message, v string) { m.(*webhooksv1.ListEndpointsRequest).OwnerId = v },
+	},
+	{
+		name:    "GetEndpoint",
+		valid:   func(f *badFixture) proto.Message { return &webhooksv1.GetEndpointRequest{OwnerId: ownerA, Id: f.id} },
+		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.GetEndpointRequest).OwnerId = v },
+		setID:   func(m proto.Message, v string) { m.(*webhooksv1.GetEndpointRequest).Id = v },
+		idField: FieldID,
+	},
+	{
+		name:   "CreateEndpoint",
+		valid:  func(*badFixture) proto.Message { return validCreate() },
+		setOwn: func(m proto.Message, v string) { m.(*webhooksv1.CreateEndpointRequest).OwnerId = v },
+	},
+	{
+		name: "UpdateEndpoint",
+		valid: func(f *badFixture) proto.Message {
+			return &webhooksv1.UpdateEndpointRequest{OwnerId: ownerA, Id: f.id, UpdateMask: fieldMask("description", "enabled"), Description: "changed"}
+		},
+		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.UpdateEndpointRequest).OwnerId = v },
+		setID:   func(m proto.Message, v string) { m.(*webhooksv1.UpdateEndpointRequest).Id = v },
+		idField: FieldID,
+	},
+	{
+		name:    "DeleteEndpoint",
+		valid:   func(f *badFixture) proto.Message { return &webhooksv1.DeleteEndpointRequest{OwnerId: ownerA, Id: f.id} },
+		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.DeleteEndpointRequest).OwnerId = v },
+		setID:   func(m proto.Message, v string) { m.(*webhooksv1.DeleteEndpointRequest).Id = v },
+		idField: FieldID,
+	},
+	{
+		name:    "RotateSecret",
+		valid:   func(f *badFixture) proto.Message { return &webhooksv1.RotateSecretRequest{OwnerId: ownerA, Id: f.id} },
+		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.RotateSecretRequest).OwnerId = v },
+		setID:   func(m proto.Message, v string) { m.(*webhooksv1.RotateSecretRequest).Id = v },
+		idField: FieldID,
+	},
+	{
+		name:    "SendTest",
+		valid:   func(f *badFixture) proto.Message { return &webhooksv1.SendTestRequest{OwnerId: ownerA, Id: f.id} },
+		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.SendTestRequest).OwnerId = v },
+		setID:   func(m proto.Message, v string) { m.(*webhooksv1.SendTestRequest).Id = v },
+		idField: FieldID,
+	},
+	{
+		name: "ListDeliveries",
+		valid: func(f *badFixture) proto.Message {
+			return &webhooksv1.ListDeliveriesRequest{OwnerId: ownerA, EndpointId: f.id}
+		},
+		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.ListDeliveriesRequest).OwnerId = v },
+		setID:   func(m proto.Message, v string) { m.(*webhooksv1.ListDeliveriesRequest).EndpointId = v },
+		idField: FieldEndpointID,
+	},
+	{
+		name: "Redeliver",
+		valid: func(f *badFixture) proto.Message {
+			return &webhooksv1.RedeliverRequest{OwnerId: ownerA, EndpointId: f.id}
+		},
+		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.RedeliverRequest).OwnerId = v },
+		setID:   func(m proto.Message, v string) { m.(*webhooksv1.RedeliverRequest).EndpointId = v },
+		idField: FieldEndpointID,
+	},
+}
+
+// badCase is one request and the one status it must get.
+type badCase struct {
+	name  string
+	req   func(f *badFixture) proto.Message
+	code  codes.Code
+	field string // for InvalidArgument: the field named
+	// inProcess: the value is invalid UTF-8, which protobuf refuses to
+	// marshal; the case checks that refusal and then calls in process.
+	inProcess bool
+}
+
+// edit returns a request builder: op's valid request changed by fn.
+func edit[M proto.Message](op endpointOp, fn func(M)) func(f *badFixture) proto.Message {
+	return func(f *badFixture) proto.Message {
+		m := op.valid(f)
+		fn(m.(M))
+		return m
+	}
+}
+
+func opNamed(name string) endpointOp {
+	for _, op := range endpointOps {
+		if op.name == name {
+			return op
+		}
+	}
+	panic("no op " + name)
+}
+
+func badEndpointCases() []badCase {
+	var cases []badCase
+	invalid := func(name, field string, req func(*badFixture) proto.Message) {
+		cases = append(cases, badCase{name: name, req: req, code: codes.InvalidArgument, field: field})
+	}
+	invalidUTF8 := func(name, field string, req func(*badFixture) proto.Message) {
+		cases = append(cases, badCase{name: name, req: req, code: codes.InvalidArgument, field: field, inProcess: true})
+	}
+	notFound := func(name string, inProcess bool, req func(*badFixture) proto.Message) {
+		cases = append(cases, badCase{name: name, req: req, code: codes.NotFound, inProcess: inProcess})
+	}
+
+	// owner_id and the endpoint id, on every op that has them.
+	for _, op := range endpointOps {
+		owner := func(v string) func(*badFixture) proto.Message {
+			return func(f *badFixture) proto.Message {
+				m := op.valid(f)
+				op.setOwn(m, v)
+				return m
+			}
+		}
+		invalid(op.name+"OwnerEmpty", FieldOwnerID, owner(""))
+		invalid(op.name+"OwnerTooLong", FieldOwnerID, owner(strings.Repeat("o", MaxOwnerIDLen+1)))
+		invalid(op.name+"OwnerWithSpace", FieldOwnerID, owner("owner a"))
+		invalid(op.name+"OwnerNonASCII", FieldOwnerID, owner("ownér"))
+		invalid(op.name+"OwnerNUL", FieldOwnerID, owner("owner\x00a"))
+		invalid(op.name+"OwnerSQLInjection", FieldOwnerID, owner(injectionValues[0]))
+		invalidUTF8(op.name+"OwnerInvalidUTF8", FieldOwnerID, owner("owner\xff"))
+		// Another owner's endpoint looks exactly like a missing one.
+		if op.setID == nil {
+			continue
+		}
+		id := func(v string) func(*badFixture) proto.Message {
+			return func(f *badFixture) proto.Message {
+				m := op.valid(f)
+				op.setID(m, v)
+				return m
+			}
+		}
+		invalid(op.name+"IDEmpty", op.idField, id(""))
+		notFound(op.name+"ForeignOwner", false, owner(ownerB))
+		notFound(op.name+"IDNotUUID", false, id("endpoint-1"))
+		notFound(op.name+"IDUnknown", false, id(uuid.NewString()))
+		notFound(op.name+"IDBraced", false, func(f *badFixture) proto.Message { return id("{" + f.id + "}")(f) })
+		notFound(op.name+"IDURN", false, func(f *badFixture) proto.Message { return id("urn:uuid:" + f.id)(f) })
+		notFound(op.name+"IDSQLInjection", false, func(f *badFixture) proto.Message { return id(f.id + injectionValues[0])(f) })
+		notFound(op.name+"IDPathTraversal", false, id(injectionValues[2]))
+		notFound(op.name+"IDInvalidUTF8", true, id("\xff"+strings.Repeat("0", 35)))
+	}
+
+	create := opNamed("CreateEndpoint")
+	createWith := func(fn func(*webhooksv1.CreateEndpointRequest)) func(*badFixture) proto.Message {
+		return edit(create, fn)
+	}
+	url := func(name, raw string) {
+		invalid("CreateURL"+name, FieldURL, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Url = raw }))
+	}
+	url("Empty", "")
+	url("TooLong", "https://example.com/"+strings.Repeat("a", MaxURLLen))
+	url("NotAURL", "receiver example com")
+	url("Relative", "/hooks")
+	url("SchemeOnly", "https://")
+	url("FTP", "ftp://example.com/hooks")
+	url("Javascript", "javascript:alert(1)")
+	url("Data", "data:text/html,<script>alert(1)</script>")
+	url("File", "file:///etc/passwd")
+	url("Gopher", "gopher://example.com/")
+	url("Opaque", "https:example.com")
+	url("BackslashHost", `https:\\example.com\hooks`)
+	url("UserInfo", "https://user:pass@example.com/")
+	url("UserOnly", "https://user@example.com/")
+	url("Fragment", "https://example.com/hooks#frag")
+	url("Space", "https://example.com/a b")
+	url("Tab", "https://example.com/\thooks")
+	url("CRLF", "https://example.com/\r\nHost: internal")
+	url("DEL", "https://example.com/\x7f")
+	url("BadPort", "https://example.com:99999/")
+	url("NonNumericPort", "https://example.com:https/")
+	url("BadEscape", "https://example.com/%zz")
+	url("Loopback", "http://127.0.0.1/hooks")
+	url("Localhost", "http://localhost/hooks")
+	url("LocalhostSubdomain", "http://api.localhost./hooks")
+	url("Metadata", "http://169.254.169.254/latest/meta-data/")
+	url("Private", "https://192.168.1.10/hooks")
+	url("Unspecified", "http://0.0.0.0/")
+	url("LoopbackV6", "http://[::1]/")
+	url("LinkLocalV6WithZone", "http://[fe80::1%25eth0]/")
+	url("NAT64Metadata", "http://[64:ff9b::a9fe:a9fe]/")
+	url("SQLInjection", "https://example.com/"+injectionValues[0])
+	url("ScriptHost", "https://<script>alert(1)</script>/")
+	url("QuoteInHost", `https://example.com"onmouseover="alert(1)/`)
+	url("PathTraversal", injectionValues[2])
+	url("PercentNUL", injectionValues[3])
+	invalidUTF8("CreateURLInvalidUTF8", FieldURL, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Url = "https://example.com/\xff" }))
+
+	invalid("CreateDescriptionTooLong", FieldDescription, createWith(func(r *webhooksv1.CreateEndpointRequest) {
+		r.Description = strings.Repeat("é", MaxDescriptionLen+1)
+	}))
+	invalid("CreateDescriptionNUL", FieldDescription, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Description = "a\x00b" }))
+	invalid("CreateDescriptionEscape", FieldDescription, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Description = "a\x1b[31mred" }))
+	invalidUTF8("CreateDescriptionInvalidUTF8", FieldDescription, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Description = "a\xc3" }))
+
+	globs := func(name, field string, g ...string) {
+		invalid("CreateEventTypes"+name, field, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.EventTypes = g }))
+	}
+	globs("None", FieldEventTypes)
+	globs("TooMany", FieldEventTypes, strings.Split(strings.Repeat("*,", MaxEventTypes+1), ",")[:MaxEventTypes+1]...)
+	globs("EmptyGlob", "event_types[1]", "*", "")
+	globs("TooLongGlob", "event_types[0]", "corpus."+strings.Repeat("a", 200))
+	globs("StarStar", "event_types[0]", "*.*")
+	globs("InnerStar", "event_types[0]", "corpus.*.changed")
+	globs("UpperCase", "event_types[0]", "Corpus.*")
+	globs("UnknownType", "event_types[0]", "corpus.note.deleted")
+	globs("Duplicate", "event_types[1]", "corpus.*", "corpus.*")
+	globs("SQLInjection", "event_types[0]", injectionValues[0])
+	globs("Script", "event_types[0]", injectionValues[1])
+	invalidUTF8("CreateEventTypesInvalidUTF8", "event_types[0]", createWith(func(r *webhooksv1.CreateEndpointRequest) { r.EventTypes = []string{"corpus.\xff"} }))
+
+	embed := func(name, v string) {
+		invalid("CreateEmbed"+name, FieldEmbedID, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.EmbedId = v }))
+	}
+	embed("TooLong", strings.Repeat("e", MaxEmbedIDLen+1))
+	embed("Slash", "emb/1")
+	embed("SQLInjection", injectionValues[0])
+	embed("Script", injectionValues[1])
+	embed("PathTraversal", injectionValues[2])
+	embed("PercentNUL", injectionValues[3])
+	invalidUTF8("CreateEmbedInvalidUTF8", FieldEmbedID, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.EmbedId = "emb\xff" }))
+
+	update := opNamed("UpdateEndpoint")
+	updateWith := func(fn func(*webhooksv1.UpdateEndpointRequest)) func(*badFixture) proto.Message {
+		return edit(update, fn)
+	}
+	invalid("UpdateMaskMissing", FieldUpdateMask, updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.UpdateMask = nil }))
+	invalid("UpdateMaskEmpty", FieldUpdateMask, updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.UpdateMask = fieldMask() }))
+	invalid("UpdateMaskSecret", "update_mask.paths[0]", updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.UpdateMask = fieldMask("secret_enc") }))
+	invalid("UpdateMaskOwner", "update_mask.paths[1]", updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
+		r.UpdateMask = fieldMask("description", "owner_id")
+	}))
+	invalid("UpdateMaskFailingSince", "update_mask.paths[0]", updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
+		r.UpdateMask = fieldMask("failing_since")
+	}))
+	invalid("UpdateMaskSQLInjection", "update_mask.paths[0]", updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
+		r.UpdateMask = fieldMask(injectionValues[0])
+	}))
+	invalid("UpdateMaskWildcard", "update_mask.paths[0]", updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.UpdateMask = fieldMask("*") }))
+	invalidUTF8("UpdateMaskInvalidUTF8", "update_mask.paths[0]", updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
+		r.UpdateMask = fieldMask("url\xff")
+	}))
+	invalid("UpdateURLJavascript", FieldURL, updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
+		r.UpdateMask = fieldMask("url")
+		r.Url = "javascript:alert(1)"
+	}))
+	invalid("UpdateURLEmpty", FieldURL, updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.UpdateMask = fieldMask("url") }))
+	invalid("UpdateURLMetadata", FieldURL, updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
+		r.UpdateMask = fieldMask("url", "enabled")
+		r.Url = "http://169.254.169.254/"
+	}))
+	invalid("UpdateDescriptionTooLong", FieldDescription, updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
+		r.Description = strings.Repeat("x", MaxDescriptionLen+1)
+	}))
+	invalidUTF8("UpdateDescriptionInvalidUTF8", FieldDescription, updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.Description = "\xff" }))
+	invalid("UpdateEventTypesEmpty", FieldEventTypes, updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.UpdateMask = fieldMask("event_types") }))
+	invalid("UpdateEventTypesBadGlob", "event_types[0]", updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
+		r.UpdateMask = fieldMask("event_types")
+		r.EventTypes = []string{"corpus*"}
+	}))
+	invalid("UpdateEmbedInjection", FieldEmbedID, updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
+		r.UpdateMask = fieldMask("embed_id")
+		r.EmbedId = injectionValues[0]
+	}))
+	// Every violation is named, and the valid path in the same mask does not
+	// half-apply.
+	cases = append(cases, badCase{name: "UpdateSeveralViolationsNothingApplied", code: codes.InvalidArgument, field: FieldURL,
+		req: updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
+			r.UpdateMask = fieldMask("description", "url", "enabled")
+			r.Url = "ftp://x"
+		})})
+
+	rotate := opNamed("RotateSecret")
+	grace := func(name string, d *durationpb.Duration) {
+		invalid("RotateGrace"+name, FieldGracePeriod, edit(rotate, func(r *webhooksv1.RotateSecretRequest) { r.GracePeriod = d }))
+	}
+	grace("Negative", durationpb.New(-time.Second))
+	grace("TooLong", durationpb.New(MaxGracePeriod+time.Second))
+	grace("Huge", &durationpb.Duration{Seconds: math.MaxInt64})
+	grace("MixedSigns", &durationpb.Duration{Seconds: 60, Nanos: -1})
+	grace("NanosOverflow", &durationpb.Duration{Seconds: 0, Nanos: 1_000_000_000})
+
+	for _, op := range []endpointOp{opNamed("ListEndpoints"), opNamed("ListDeliveries")} {
+		setPage := func(size int32, tok string) func(*badFixture) proto.Message {
+			return func(f *badFixture) proto.Message {
+				m := op.valid(f)
+				switch r := m.(type) {
+				case *webhooksv1.ListEndpointsRequest:
+					r.PageSize, r.PageToken = size, tok
+				case *webhooksv1.ListDeliveriesRequest:
+					r.PageSize, r.PageToken = size, tok
+				}
+				return m
+			}
+		}
+		otherTag := encodeDeliveriesToken(7)
+		if op.name == "ListDeliveries" {
+			otherTag = encodeListToken(ListCursor{CreatedAt: time.Now(), ID: uuid.New()})
+		}
+		invalid(op.name+"PageSizeNegative", FieldPageSize, setPage(-1, ""))
+		invalid(op.name+"PageSizeMinInt", FieldPageSize, setPage(math.MinInt32, ""))
+		invalid(op.name+"PageTokenGarbage", FieldPageToken, setPage(0, "not a token"))
+		invalid(op.name+"PageTokenOtherOp", FieldPageToken, setPage(0, otherTag))
+		invalid(op.name+"PageTokenSQLInjection", FieldPageToken, setPage(0, injectionValues[0]))
+		invalid(op.name+"PageTokenPathTraversal", FieldPageToken, setPage(0, injectionValues[2]))
+		invalid(op.name+"PageTokenStdBase64", FieldPageToken, setPage(0, "ZTF8MTIzfGFiYw=="))
+		invalid(op.name+"PageTokenExtraPart", FieldPageToken, setPage(0, encodeToken("e1", "1", uuid.NewString(), "x")))
+		invalid(op.name+"PageTokenNotANumber", FieldPageToken, setPage(0, encodeToken("d1", "1e3")))
+		invalidUTF8(op.name+"PageTokenInvalidUTF8", FieldPageToken, setPage(0, "\xff\xfe"))
+	}
+	invalid("ListDeliveriesPageTokenZeroID", FieldPageToken, edit(opNamed("ListDeliveries"), func(r *webhooksv1.ListDeliveriesRequest) {
+		r.PageToken = encodeToken("d1", "0")
+	}))
+	return cases
+}
+
+func TestEndpointBadInput(t *testing.T) {
+	t.Parallel()
+
+	// Every case runs against one fixture and must leave it untouched, so
+	// each case also proves the others wrote nothing.
+	f := newBadFixture(t)
+	before := f.snapshot(t)
+
+	cases := badEndpointCases()
+	t.Logf("%d cases", len(cases))
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			req := tc.req(f)
+			if tc.inProcess {
+				// Over the wire the client refuses to marshal it at all.
+				werr := f.call(t.Context(), false, req)
+				require.Equal(t, codes.Internal, status.Code(werr), "%v", werr)
+				require.Contains(t, werr.Error(), "invalid UTF-8")
+			}
+			err := f.call(t.Context(), tc.inProcess, req)
+			switch tc.code {
+			case codes.InvalidArgument:
+				requireField(t, err, tc.field)
+			case codes.NotFound:
+				requireNotFound(t, err)
+			default:
+				requireCode(t, err, tc.code)
+			}
+			msg := status.Convert(err).Message()
+			for _, inj := range injectionValues {
+				require.NotContains(t, msg, inj, "the refusal never echoes the value")
+			}
+			require.NotContains(t, msg, f.id, "the refusal never echoes the id")
+			require.Equal(t, before, f.snapshot(t), "nothing written")
+			require.Empty(t, f.env.publisher.published(), "no test event published")
+		})
+	}
+
+	type authCase struct {
+		name   string
+		header string // the raw authorization value; "" sends none
+		code   codes.Code
+	}
+	authCases := []authCase{
+		{"NoToken", "", codes.Unauthenticated},
+		{"WrongToken", "Bearer wrong-token-wrong-token", codes.Unauthenticated},
+		{"PublisherToken", "Bearer " + testPublisherToken, codes.PermissionDenied},
+		{"BasicScheme", "Basic " + testAdminToken, codes.Unauthenticated},
+		{"EmptyBearer", "Bearer ", codes.Unauthenticated},
+		{"TokenWithoutScheme", testAdminToken, codes.Unauthenticated},
+		{"TruncatedToken", "Bearer " + testAdminToken[:len(testAdminToken)-1], codes.Unauthenticated},
+		{"SQLInjectionToken", "Bearer " + injectionValues[0], codes.Unauthenticated},
+	}
+	ops := append(append([]endpointOp(nil), endpointOps...), endpointOp{
+		name:  "ListEventTypes",
+		valid: func(*badFixture) proto.Message { return &webhooksv1.ListEventTypesRequest{} },
+	})
+	for _, op := range ops {
+		for _, ac := range authCases {
+			t.Run(op.name+"Auth"+ac.name, func(t *testing.T) {
+				t.Parallel()
+				ctx := t.Context()
+				if ac.header != "" {
+					ctx = metadata.AppendToOutgoingContext(ctx, "authorization", ac.header)
+				}
+				err := invokeRaw(ctx, f.raw, op.valid(f))
+				requireCode(t, err, ac.code)
+				require.NotContains(t, status.Convert(err).Message(), testAdminToken)
+				require.Equal(t, before, f.snapshot(t), "nothing written")
+				require.Empty(t, f.env.publisher.published())
+			})
+		}
+	}
+
+	// A well-formed cursor forged with a time Postgres cannot represent is
+	// no error: the page simply starts before everything or after
+	// everything, and only ever holds the caller's own endpoints.
+	for name, micros := range map[string]string{"MaxTime": "9223372036854775807", "MinTime": "-9223372036854775808"} {
+		t.Run("ListEndpointsForgedCursor"+name, func(t *testing.T) {
+			t.Parallel()
+			resp, err := f.env.client.ListEndpoints(t.Context(), &webhooksv1.ListEndpointsRequest{
+				OwnerId: ownerA, PageToken: encodeToken("e1", micros, uuid.NewString()),
+			})
+			require.NoError(t, err)
+			for _, ep := range resp.GetEndpoints() {
+				require.Equal(t, ownerA, ep.GetOwnerId())
+			}
+			require.Equal(t, before, f.snapshot(t), "nothing written")
+		})
+	}
+
+	// A client that is not Go's can put invalid UTF-8 on the wire: gRPC
+	// refuses it before the service runs (grpc-go answers Internal for a
+	// request it cannot unmarshal).
+	t.Run("InvalidUTF8OnTheWire", func(t *testing.T) {
+		t.Parallel()
+		var body []byte
+		body = protowire.AppendTag(body, 1, protowire.BytesType) // owner_id
+		body = protowire.AppendString(body, ownerA)
+		body = protowire.AppendTag(body, 2, protowire.BytesType) // url
+		body = protowire.AppendString(body, "https://example.com/\xff")
+		body = protowire.AppendTag(body, 4, protowire.BytesType) // event_types
+		body = protowire.AppendString(body, "*")
+		var resp webhooksv1.CreateEndpointResponse
+		err := f.env.raw.Invoke(metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+testAdminToken),
+			webhooksv1.EndpointService_CreateEndpoint_FullMethodName, rawMessage(body), &resp, grpc.ForceCodec(rawCodec{}))
+		requireCode(t, err, codes.Internal)
+		require.Contains(t, err.Error(), "invalid UTF-8")
+		require.Equal(t, before, f.snapshot(t), "nothing written")
+	})
+}
+
+// invokeRaw calls req's op on a client that adds no token of its own.
+func invokeRaw(ctx context.Context, c webhooksv1.EndpointServiceClient, req proto.Message) error {
+	var err error
+	switch r := req.(type) {
+	case *webhooksv1.ListEndpointsRequest:
+		_, err = c.ListEndpoints(ctx, r)
+	case *webhooksv1.GetEndpointRequest:
+		_, err = c.GetEndpoint(ctx, r)
+	case *webhooksv1.CreateEndpointRequest:
+		_, err = c.CreateEndpoint(ctx, r)
+	case *webhooksv1.UpdateEndpointRequest:
+		_, err = c.UpdateEndpoint(ctx, r)
+	case *webhooksv1.DeleteEndpointRequest:
+		_, err = c.DeleteEndpoint(ctx, r)
+	case *webhooksv1.RotateSecretRequest:
+		_, err = c.RotateSecret(ctx, r)
+	case *webhooksv1.SendTestRequest:
+		_, err = c.SendTest(ctx, r)
+	case *webhooksv1.ListDeliveriesRequest:
+		_, err = c.ListDeliveries(ctx, r)
+	case *webhooksv1.RedeliverRequest:
+		_, err = c.Redeliver(ctx, r)
+	case *webhooksv1.ListEventTypesRequest:
+		_, err = c.ListEventTypes(ctx, r)
+	default:
+		panic("unknown request type")
+	}
+	return err
+}
+
+// rawMessage is a request already encoded by hand; rawCodec sends it as is
+// and decodes replies as protobuf.
+type rawMessage []byte
+
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	if b, ok := v.(rawMessage); ok {
+		return b, nil
+	}
+	return proto.Marshal(v.(proto.Message))
+}
+
+func (rawCodec) Unmarshal(data []byte, v any) error { return proto.Unmarshal(data, v.(proto.Message)) }
+
+func (rawCodec) Name() string { return "proto" }
+
+var _ encoding.Codec = rawCodec{}
+
+// TestEndpointInjectionStoredVerbatim: where a hostile string is legitimate
+// free text (a description) or an opaque id (an owner id without spaces), it
+// is stored and returned byte for byte, and never executed.
+func TestEndpointInjectionStoredVerbatim(t *testing.T) {
+	t.Parallel()
+
+	env := newTestEnv(t, ServiceConfig{})
+	description := strings.Join(injectionValues, "\n") + "\n\"quoted\" \\ backslash"
+	owner := "';DROP/**/TABLE/**/webhook_endpoints;--"
+	created, err := env.client.CreateEndpoint(t.Context(), &webhooksv1.CreateEndpointRequest{
+		OwnerId:     owner,
+		Url:         "https://receiver.example.com/hooks?q=%27%3B%20DROP%20TABLE%20webhook_endpoints%3B--",
+		Description: description,
+		EventTypes:  []string{"*"},
+	})
+	require.NoError(t, err)
+	require.Equal(t, description, created.GetEndpoint().GetDescription())
+
+	got, err := env.client.ListEndpoints(t.Context(), &webhooksv1.ListEndpointsRequest{OwnerId: owner})
+	require.NoError(t, err)
+	require.Len(t, got.GetEndpoints(), 1)
+	require.Equal(t, description, got.GetEndpoints()[0].GetDescription())
+	require.Equal(t, owner, got.GetEndpoints()[0].GetOwnerId())
+
+	// Still there, and the only row: nothing was executed.
+	require.Equal(t, 1, env.countEndpoints(t))
+	var stored string
+	require.NoError(t, env.db.Pool.QueryRow(t.Context(), `SELECT description FROM webhook_endpoints WHERE owner_id = $1`, owner).Scan(&stored))
+	require.Equal(t, description, stored)
+
+	// The same owner id is another owner: owner_a sees nothing of it.
+	other, err := env.client.ListEndpoints(t.Context(), &webhooksv1.ListEndpointsRequest{OwnerId: ownerA})
+	require.NoError(t, err)
+	require.Empty(t, other.GetEndpoints())
+}

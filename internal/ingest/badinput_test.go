@@ -1,0 +1,490 @@
+package ingest
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/standmeet/webhook-dispatcher/internal/auth"
+	"github.com/standmeet/webhook-dispatcher/internal/database"
+	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+)
+
+// Bad input (issue 9, item 5) for the ingest side: every field of Publish and
+// PublishBatch with each class of wrong value, the tokens, and malformed
+// outbox rows. Each case gets one exact status naming the field, and leaves
+// nothing behind: no event, no fanout job.
+
+const (
+	badInputPublisherToken = "badinput-publisher-token-0123456789"
+	badInputAdminToken     = "badinput-admin-token-0123456789"
+)
+
+// injections are hostile strings a form or a compromised publisher might
+// send. Where they are refused, the refusal must not echo them; nowhere may
+// they be executed.
+var injections = []string{
+	"'; DROP TABLE events; --",
+	"<script>alert(1)</script>",
+	"../../etc/passwd",
+	"%00",
+}
+
+// publishWire is the EventService behind the real auth interceptors, over
+// bufconn, on db.
+type publishWire struct {
+	metrics *metrics.Metrics
+	server  webhooksv1.EventServiceServer // in process, for what protobuf cannot marshal
+	client  webhooksv1.EventServiceClient // presents the publisher token
+	raw     webhooksv1.EventServiceClient // presents no token of its own
+}
+
+func newPublishWire(t *testing.T, db *dbtest.DB) *publishWire {
+	t.Helper()
+	store, m := newTestStore(t, db)
+	server := NewEventServer(store, testLogger())
+	authn, err := auth.New(auth.Tokens{Publisher: []string{badInputPublisherToken}, Admin: []string{badInputAdminToken}}, testLogger())
+	require.NoError(t, err)
+
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer(authn.ServerOptions()...)
+	webhooksv1.RegisterEventServiceServer(srv, server)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-done
+	})
+	dial := func(opts ...grpc.DialOption) webhooksv1.EventServiceClient {
+		opts = append(opts,
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+			grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient("passthrough:///bufnet", opts...)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close() })
+		return webhooksv1.NewEventServiceClient(conn)
+	}
+	withPublisher := grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		return invoker(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+badInputPublisherToken), method, req, reply, cc, opts...)
+	})
+	return &publishWire{metrics: m, server: server, client: dial(withPublisher), raw: dial()}
+}
+
+// requireNothingStored: no event and no fanout job in db.
+func requireNothingStored(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	require.Zero(t, countEvents(t, db), "no event stored")
+	require.Zero(t, countFanoutJobs(t, db, ""), "no fanout enqueued")
+}
+
+func TestPublishBadInput(t *testing.T) {
+	t.Parallel()
+
+	// Nothing valid is ever published here, so every case shares one schema:
+	// that also proves no case left anything behind for another to see.
+	db := dbtest.New(t)
+
+	type testCase struct {
+		name   string
+		mutate func(*webhooksv1.Event)
+		field  string
+		// inProcess: protobuf refuses to marshal the value (invalid UTF-8 in a
+		// string field), so only a call in process can carry it.
+		inProcess bool
+	}
+	long := func(n int) string { return strings.Repeat("a", n) }
+	cases := []testCase{
+		// id
+		{"IDEmpty", func(e *webhooksv1.Event) { e.Id = "" }, "event.id", false},
+		{"IDTooLong", func(e *webhooksv1.Event) { e.Id = long(event.MaxIDLen + 1) }, "event.id", false},
+		{"IDWithDot", func(e *webhooksv1.Event) { e.Id = "evt.1" }, "event.id", false},
+		{"IDWithSpace", func(e *webhooksv1.Event) { e.Id = "evt 1" }, "event.id", false},
+		{"IDBracedUUID", func(e *webhooksv1.Event) { e.Id = "{0190f3a4-6b7c-7d8e-9f00-112233445566}" }, "event.id", false},
+		{"IDNonASCII", func(e *webhooksv1.Event) { e.Id = "évt_1" }, "event.id", false},
+		{"IDInvalidUTF8", func(e *webhooksv1.Event) { e.Id = "evt_\xff" }, "event.id", true},
+		{"IDSQLInjection", func(e *webhooksv1.Event) { e.Id = injections[0] }, "event.id", false},
+		{"IDScript", func(e *webhooksv1.Event) { e.Id = injections[1] }, "event.id", false},
+		{"IDPathTraversal", func(e *webhooksv1.Event) { e.Id = injections[2] }, "event.id", false},
+		{"IDPercentNUL", func(e *webhooksv1.Event) { e.Id = injections[3] }, "event.id", false},
+		{"IDNUL", func(e *webhooksv1.Event) { e.Id = "evt\x00" }, "event.id", false},
+		// owner_id
+		{"OwnerEmpty", func(e *webhooksv1.Event) { e.OwnerId = "" }, "event.owner_id", false},
+		{"OwnerTooLong", func(e *webhooksv1.Event) { e.OwnerId = long(event.MaxOwnerIDLen + 1) }, "event.owner_id", false},
+		{"OwnerWithSpace", func(e *webhooksv1.Event) { e.OwnerId = "owner 1" }, "event.owner_id", false},
+		{"OwnerNonASCII", func(e *webhooksv1.Event) { e.OwnerId = "ownér" }, "event.owner_id", false},
+		{"OwnerControl", func(e *webhooksv1.Event) { e.OwnerId = "owner\x7f" }, "event.owner_id", false},
+		{"OwnerInvalidUTF8", func(e *webhooksv1.Event) { e.OwnerId = "owner\xc3" }, "event.owner_id", true},
+		{"OwnerSQLInjection", func(e *webhooksv1.Event) { e.OwnerId = injections[0] }, "event.owner_id", false},
+		// type
+		{"TypeEmpty", func(e *webhooksv1.Event) { e.Type = "" }, "event.type", false},
+		{"TypeTooLong", func(e *webhooksv1.Event) { e.Type = "a." + long(event.MaxTypeLen) }, "event.type", false},
+		{"TypeUpperCase", func(e *webhooksv1.Event) { e.Type = "Corpus.Note.Changed" }, "event.type", false},
+		{"TypeOneSegment", func(e *webhooksv1.Event) { e.Type = "corpus" }, "event.type", false},
+		{"TypeTrailingDot", func(e *webhooksv1.Event) { e.Type = "corpus.note." }, "event.type", false},
+		{"TypeGlob", func(e *webhooksv1.Event) { e.Type = "corpus.*" }, "event.type", false},
+		{"TypeInvalidUTF8", func(e *webhooksv1.Event) { e.Type = "corpus.\xff" }, "event.type", true},
+		{"TypeSQLInjection", func(e *webhooksv1.Event) { e.Type = event.TypeNoteChanged + injections[0] }, "event.type", false},
+		{"TypeScript", func(e *webhooksv1.Event) { e.Type = injections[1] }, "event.type", false},
+		// subject
+		{"SubjectEmpty", func(e *webhooksv1.Event) { e.Subject = "" }, "event.subject", false},
+		{"SubjectTooLong", func(e *webhooksv1.Event) { e.Subject = "wiki://" + long(event.MaxSubjectLen) }, "event.subject", false},
+		{"SubjectNoScheme", func(e *webhooksv1.Event) { e.Subject = "software/project/x" }, "event.subject", false},
+		{"SubjectSchemeOnly", func(e *webhooksv1.Event) { e.Subject = "wiki://" }, "event.subject", false},
+		{"SubjectJavascript", func(e *webhooksv1.Event) { e.Subject = "javascript:alert(1)" }, "event.subject", false},
+		{"SubjectPathTraversal", func(e *webhooksv1.Event) { e.Subject = injections[2] }, "event.subject", false},
+		{"SubjectNewline", func(e *webhooksv1.Event) { e.Subject = "wiki://a\r\nX-Injected: 1" }, "event.subject", false},
+		{"SubjectNUL", func(e *webhooksv1.Event) { e.Subject = "wiki://a\x00b" }, "event.subject", false},
+		{"SubjectC1Control", func(e *webhooksv1.Event) { e.Subject = "wiki://a\u0085b" }, "event.subject", false},
+		{"SubjectInvalidUTF8", func(e *webhooksv1.Event) { e.Subject = "wiki://\xff\xfe" }, "event.subject", true},
+		// occurred_at
+		{"OccurredAtMissing", func(e *webhooksv1.Event) { e.OccurredAt = nil }, "event.occurred_at", false},
+		{"OccurredAtFarFuture", func(e *webhooksv1.Event) { e.OccurredAt = timestamppb.New(time.Now().AddDate(10, 0, 0)) }, "event.occurred_at", false},
+		{"OccurredAtEpoch", func(e *webhooksv1.Event) { e.OccurredAt = timestamppb.New(time.Unix(0, 0)) }, "event.occurred_at", false},
+		{"OccurredAtBeyondYear9999", func(e *webhooksv1.Event) { e.OccurredAt = &timestamppb.Timestamp{Seconds: 1e12} }, "event.occurred_at", false},
+		{"OccurredAtNegativeNanos", func(e *webhooksv1.Event) { e.OccurredAt = &timestamppb.Timestamp{Seconds: 1.7e9, Nanos: -1} }, "event.occurred_at", false},
+		{"OccurredAtNanosOverflow", func(e *webhooksv1.Event) { e.OccurredAt = &timestamppb.Timestamp{Seconds: 1.7e9, Nanos: 1e9} }, "event.occurred_at", false},
+		// data
+		{"DataArray", func(e *webhooksv1.Event) { e.Data = `["a"]` }, "event.data", false},
+		{"DataString", func(e *webhooksv1.Event) { e.Data = `"published"` }, "event.data", false},
+		{"DataNumber", func(e *webhooksv1.Event) { e.Data = `42` }, "event.data", false},
+		{"DataNull", func(e *webhooksv1.Event) { e.Data = `null` }, "event.data", false},
+		{"DataNotJSON", func(e *webhooksv1.Event) { e.Data = `published=true` }, "event.data", false},
+		{"DataTruncated", func(e *webhooksv1.Event) { e.Data = `{"op":` }, "event.data", false},
+		{"DataTrailingJunk", func(e *webhooksv1.Event) { e.Data = `{"op":"updated"} {}` }, "event.data", false},
+		{"DataDuplicateKeys", func(e *webhooksv1.Event) { e.Data = `{"published":false,"published":true}` }, "event.data", false},
+		{"DataTooLarge", func(e *webhooksv1.Event) { e.Data = `{"k":"` + long(event.MaxDataBytes) + `"}` }, "event.data", false},
+		{"DataInvalidUTF8", func(e *webhooksv1.Event) { e.Data = "{\"k\":\"\xff\"}" }, "event.data", true},
+		{"DataSQLInjection", func(e *webhooksv1.Event) { e.Data = injections[0] }, "event.data", false},
+		// Valid JSON that Postgres' jsonb cannot hold: it must be refused as
+		// bad input, not surface as a storage failure the publisher retries.
+		{"DataEscapedNUL", func(e *webhooksv1.Event) { e.Data = `{"k":"\u0000"}` }, "event.data", false},
+		{"DataLoneSurrogate", func(e *webhooksv1.Event) { e.Data = `{"k":"\ud800"}` }, "event.data", false},
+	}
+
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w := newPublishWire(t, db)
+			e := testProtoEvent("evt_bad")
+			tc.mutate(e)
+
+			var err error
+			if tc.inProcess {
+				// Over the wire the client refuses to marshal it at all.
+				_, wireErr := w.client.Publish(t.Context(), &webhooksv1.PublishRequest{Event: e})
+				require.Equal(t, codes.Internal, status.Code(wireErr), "%v", wireErr)
+				require.Contains(t, wireErr.Error(), "invalid UTF-8")
+				_, err = w.server.Publish(t.Context(), &webhooksv1.PublishRequest{Event: e})
+			} else {
+				_, err = w.client.Publish(t.Context(), &webhooksv1.PublishRequest{Event: e})
+			}
+			t.Logf("%s: %v", tc.name, err)
+			requireInvalidField(t, err, tc.field)
+			for _, inj := range injections {
+				require.NotContains(t, status.Convert(err).Message(), inj, "the refusal never echoes the value")
+			}
+			require.Equal(t, 1, ingestCount(w.metrics, metrics.PathGRPC, metrics.IngestInvalid))
+
+			// The same event inside a batch, between two good ones: named by
+			// its index, and the good ones are not stored either.
+			batch := []*webhooksv1.Event{testProtoEvent("evt_ok_1"), e, testProtoEvent("evt_ok_2")}
+			if tc.inProcess {
+				_, err = w.server.PublishBatch(t.Context(), &webhooksv1.PublishBatchRequest{Events: batch})
+			} else {
+				_, err = w.client.PublishBatch(t.Context(), &webhooksv1.PublishBatchRequest{Events: batch})
+			}
+			requireInvalidField(t, err, strings.Replace(tc.field, "event.", "events[1].", 1))
+			requireNothingStored(t, db)
+		})
+	}
+
+	t.Run("MissingEvent", func(t *testing.T) {
+		t.Parallel()
+		w := newPublishWire(t, db)
+		_, err := w.client.Publish(t.Context(), &webhooksv1.PublishRequest{})
+		requireInvalidField(t, err, "event")
+		requireNothingStored(t, db)
+	})
+
+	t.Run("BatchNilItem", func(t *testing.T) {
+		t.Parallel()
+		w := newPublishWire(t, db)
+		_, err := w.server.PublishBatch(t.Context(), &webhooksv1.PublishBatchRequest{Events: []*webhooksv1.Event{testProtoEvent("evt_ok"), nil}})
+		requireInvalidField(t, err, "events[1]")
+		requireNothingStored(t, db)
+	})
+
+	t.Run("BatchTooLarge", func(t *testing.T) {
+		t.Parallel()
+		w := newPublishWire(t, db)
+		events := make([]*webhooksv1.Event, MaxBatchSize+1)
+		for i := range events {
+			events[i] = testProtoEvent("evt_" + strings.Repeat("x", i%50))
+		}
+		_, err := w.client.PublishBatch(t.Context(), &webhooksv1.PublishBatchRequest{Events: events})
+		requireInvalidField(t, err, "events")
+		requireNothingStored(t, db)
+	})
+
+	t.Run("BatchEveryBadItemNamed", func(t *testing.T) {
+		t.Parallel()
+		w := newPublishWire(t, db)
+		bad := func(id string, f func(*webhooksv1.Event)) *webhooksv1.Event {
+			e := testProtoEvent(id)
+			f(e)
+			return e
+		}
+		_, err := w.client.PublishBatch(t.Context(), &webhooksv1.PublishBatchRequest{Events: []*webhooksv1.Event{
+			bad("evt.0", func(*webhooksv1.Event) {}),
+			testProtoEvent("evt_ok"),
+			bad("evt_2", func(e *webhooksv1.Event) { e.OwnerId = "" }),
+			bad("evt_3", func(e *webhooksv1.Event) { e.Data = "[]" }),
+		}})
+		br := requireInvalidField(t, err, "events[0].id")
+		var fields []string
+		for _, v := range br.GetFieldViolations() {
+			fields = append(fields, v.GetField())
+		}
+		require.Equal(t, []string{"events[0].id", "events[2].owner_id", "events[3].data"}, fields)
+		requireNothingStored(t, db)
+	})
+
+	t.Run("BatchReusedIDWithOtherContent", func(t *testing.T) {
+		t.Parallel()
+		w := newPublishWire(t, db)
+		other := testProtoEvent("evt_twice")
+		other.Subject = "wiki://other"
+		_, err := w.client.PublishBatch(t.Context(), &webhooksv1.PublishBatchRequest{Events: []*webhooksv1.Event{testProtoEvent("evt_twice"), other}})
+		require.Equal(t, codes.AlreadyExists, status.Code(err), "%v", err)
+		require.Contains(t, status.Convert(err).Message(), "events[1].id")
+		requireNothingStored(t, db)
+	})
+
+	type authCase struct {
+		name  string
+		token string // "" sends no authorization header at all
+		raw   string // a raw authorization header instead of "Bearer <token>"
+		code  codes.Code
+	}
+	for _, ac := range []authCase{
+		{"NoToken", "", "", codes.Unauthenticated},
+		{"WrongToken", "wrong-token-wrong-token-wrong", "", codes.Unauthenticated},
+		{"EmptyBearer", "", "Bearer ", codes.Unauthenticated},
+		{"BasicScheme", "", "Basic " + badInputPublisherToken, codes.Unauthenticated},
+		{"TokenWithoutScheme", "", badInputPublisherToken, codes.Unauthenticated},
+		{"TokenPrefix", badInputPublisherToken[:len(badInputPublisherToken)-1], "", codes.Unauthenticated},
+		{"SQLInjectionToken", "", "Bearer " + injections[0], codes.Unauthenticated},
+	} {
+		t.Run("Auth"+ac.name, func(t *testing.T) {
+			t.Parallel()
+			w := newPublishWire(t, db)
+			ctx := t.Context()
+			switch {
+			case ac.raw != "":
+				ctx = metadata.AppendToOutgoingContext(ctx, "authorization", ac.raw)
+			case ac.token != "":
+				ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+ac.token)
+			}
+			_, err := w.raw.Publish(ctx, &webhooksv1.PublishRequest{Event: testProtoEvent("evt_auth")})
+			require.Equal(t, ac.code, status.Code(err), "%v", err)
+			_, err = w.raw.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: []*webhooksv1.Event{testProtoEvent("evt_auth")}})
+			require.Equal(t, ac.code, status.Code(err), "%v", err)
+			require.NotContains(t, status.Convert(err).Message(), badInputPublisherToken)
+			requireNothingStored(t, db)
+			require.Zero(t, ingestCount(w.metrics, metrics.PathGRPC, metrics.IngestInvalid), "refused before the service ran")
+		})
+	}
+}
+
+// TestPublishAdminTokenMayPublish is the control for the auth cases above: the
+// same harness and request succeed with a token that may publish.
+func TestPublishAdminTokenMayPublish(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	w := newPublishWire(t, db)
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+badInputAdminToken)
+	resp, err := w.raw.Publish(ctx, &webhooksv1.PublishRequest{Event: testProtoEvent("evt_admin")})
+	require.NoError(t, err)
+	require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED, resp.GetOutcome())
+	require.Equal(t, 1, countEvents(t, db))
+}
+
+// TestRelayMalformedRows writes every kind of row a main app writing its own
+// SQL could produce, between good rows: each bad row is set aside with an
+// error naming its field (never echoing the value) and counted; every good
+// row is relayed, including good rows written afterwards.
+func TestRelayMalformedRows(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	db := dbtest.New(t)
+	require.NoError(t, database.MigrateOutbox(ctx, db.Pool))
+	store, m := newTestStore(t, db)
+
+	type row struct {
+		name       string
+		eventID    string
+		owner      string
+		typ        string
+		subject    string
+		occurredAt string // a timestamptz literal
+		data       string // a jsonb literal
+		field      string // the field the error names; "" for a row that is relayed
+	}
+	okAt := testOccurredAt.Format(time.RFC3339Nano)
+	good := func(name, id string) row {
+		return row{name, id, "owner_1", event.TypeNoteChanged, "wiki://software/project/x", okAt, `{"published":true}`, ""}
+	}
+	bad := func(name, field string, edit func(*row)) row {
+		r := good(name, "evt_"+name)
+		r.field = field
+		edit(&r)
+		return r
+	}
+	rows := []row{
+		good("First", "evt_good_1"),
+		bad("DataArray", "event.data", func(r *row) { r.data = `[1, 2]` }),
+		bad("DataString", "event.data", func(r *row) { r.data = `"published"` }),
+		bad("DataNumber", "event.data", func(r *row) { r.data = `42` }),
+		bad("DataNull", "event.data", func(r *row) { r.data = `null` }),
+		bad("DataBool", "event.data", func(r *row) { r.data = `true` }),
+		bad("DataTooLarge", "event.data", func(r *row) { r.data = `{"k":"` + strings.Repeat("a", event.MaxDataBytes) + `"}` }),
+		good("Second", "evt_good_2"),
+		bad("TypeEmpty", "event.type", func(r *row) { r.typ = "" }),
+		bad("TypeUpperCase", "event.type", func(r *row) { r.typ = "Corpus.Note.Changed" }),
+		bad("TypeOneSegment", "event.type", func(r *row) { r.typ = "corpus" }),
+		bad("TypeTooLong", "event.type", func(r *row) { r.typ = "a." + strings.Repeat("b", event.MaxTypeLen) }),
+		bad("TypeSQLInjection", "event.type", func(r *row) { r.typ = injections[0] }),
+		bad("IDEmpty", "event.id", func(r *row) { r.eventID = "" }),
+		bad("IDWithDot", "event.id", func(r *row) { r.eventID = "evt.dot" }),
+		bad("IDSQLInjection", "event.id", func(r *row) { r.eventID = injections[0] }),
+		bad("IDPathTraversal", "event.id", func(r *row) { r.eventID = injections[2] }),
+		bad("IDTooLong", "event.id", func(r *row) { r.eventID = strings.Repeat("i", event.MaxIDLen+1) }),
+		good("Third", "evt_good_3"),
+		bad("OwnerEmpty", "event.owner_id", func(r *row) { r.owner = "" }),
+		bad("OwnerWithSpace", "event.owner_id", func(r *row) { r.owner = "owner 1" }),
+		bad("OwnerNonASCII", "event.owner_id", func(r *row) { r.owner = "ownér" }),
+		bad("SubjectEmpty", "event.subject", func(r *row) { r.subject = "" }),
+		bad("SubjectNoScheme", "event.subject", func(r *row) { r.subject = injections[2] }),
+		bad("SubjectControl", "event.subject", func(r *row) { r.subject = "wiki://a\x01b" }),
+		bad("SubjectScript", "event.subject", func(r *row) { r.subject = injections[1] }),
+		bad("SubjectTooLong", "event.subject", func(r *row) { r.subject = "wiki://" + strings.Repeat("s", event.MaxSubjectLen) }),
+		bad("OccurredAtFuture", "event.occurred_at", func(r *row) { r.occurredAt = time.Now().Add(3 * time.Hour).Format(time.RFC3339Nano) }),
+		bad("OccurredAtYear294276", "event.occurred_at", func(r *row) { r.occurredAt = "294276-12-31 23:59:59+00" }),
+		bad("OccurredAtEpoch", "event.occurred_at", func(r *row) { r.occurredAt = "1970-01-01 00:00:00+00" }),
+		// Postgres' infinities have no time.Time: the row must be set aside,
+		// not fail the claim query and so every batch behind it.
+		bad("OccurredAtInfinity", "event.occurred_at", func(r *row) { r.occurredAt = "infinity" }),
+		bad("OccurredAtMinusInfinity", "event.occurred_at", func(r *row) { r.occurredAt = "-infinity" }),
+		// Valid, but never delivered: relayed and counted, not set aside.
+		func() row { r := good("RawSubject", "evt_raw"); r.subject = "raw://diary/secret"; return r }(),
+		func() row { r := good("UnknownType", "evt_internal"); r.typ = "billing.invoice.computed"; return r }(),
+		good("Last", "evt_good_4"),
+	}
+
+	for _, r := range rows {
+		_, err := db.Pool.Exec(ctx, `
+			INSERT INTO webhook_outbox (event_id, owner_id, type, subject, occurred_at, data)
+			VALUES ($1, $2, $3, $4, $5::timestamptz, $6::jsonb)`,
+			r.eventID, r.owner, r.typ, r.subject, r.occurredAt, r.data)
+		require.NoError(t, err, r.name)
+	}
+
+	// Small batches: bad rows fill whole batches and must not hold back the
+	// good ones behind them.
+	relay := NewRelay(RelayConfig{BatchSize: 3}, db.Pool, store, m, testLogger())
+	drainRelay := func() {
+		for range 100 {
+			n, err := relay.relayBatch(ctx)
+			require.NoError(t, err)
+			if n < relay.cfg.BatchSize {
+				return
+			}
+		}
+		require.FailNow(t, "outbox did not drain in 100 batches")
+	}
+	drainRelay()
+
+	type state struct {
+		relayed bool
+		err     *string
+	}
+	read := func() map[string]state {
+		got := map[string]state{}
+		dbRows, err := db.Pool.Query(ctx, `SELECT event_id, relayed_at IS NOT NULL, error FROM webhook_outbox ORDER BY id`)
+		require.NoError(t, err)
+		defer dbRows.Close()
+		for dbRows.Next() {
+			var id string
+			var s state
+			require.NoError(t, dbRows.Scan(&id, &s.relayed, &s.err))
+			got[id] = s
+		}
+		require.NoError(t, dbRows.Err())
+		return got
+	}
+
+	states := read()
+	nBad := 0
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			t.Parallel()
+			s, ok := states[r.eventID]
+			require.True(t, ok)
+			if r.field == "" {
+				require.True(t, s.relayed)
+				require.Nil(t, s.err)
+				return
+			}
+			require.False(t, s.relayed, "set aside, not relayed")
+			require.NotNil(t, s.err, "set aside with its error")
+			t.Logf("%s: %s", r.name, *s.err)
+			require.Contains(t, *s.err, r.field)
+			for _, inj := range injections {
+				require.NotContains(t, *s.err, inj, "the error never echoes the value")
+			}
+			var stored int
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE id = $1`, r.eventID).Scan(&stored))
+			require.Zero(t, stored)
+		})
+		if r.field != "" {
+			nBad++
+		}
+	}
+
+	require.Equal(t, 4, countEvents(t, db), "the good rows, and only they, are stored")
+	require.Equal(t, 4, countFanoutJobs(t, db, ""))
+	require.InDelta(t, nBad, testutil.ToFloat64(m.RelayPoisonedTotal), 0)
+	require.Equal(t, nBad, ingestCount(m, metrics.PathOutbox, metrics.IngestInvalid))
+	require.Equal(t, 4, ingestCount(m, metrics.PathOutbox, metrics.IngestStored))
+	require.Equal(t, 1, ingestCount(m, metrics.PathOutbox, metrics.IngestDroppedRaw))
+	require.Equal(t, 1, ingestCount(m, metrics.PathOutbox, metrics.IngestDroppedInternal))
+
+	// Set aside for good, and a good row written later is still relayed.
+	_, err := db.Pool.Exec(ctx, `
+		INSERT INTO webhook_outbox (event_id, owner_id, type, subject, occurred_at, data)
+		VALUES ('evt_good_later', 'owner_1', $1, 'wiki://later', $2, '{}')`, event.TypeNoteChanged, testOccurredAt)
+	require.NoError(t, err)
+	drainRelay()
+	require.True(t, read()["evt_good_later"].relayed)
+	require.Equal(t, 5, countEvents(t, db))
+	require.InDelta(t, nBad, testutil.ToFloat64(m.RelayPoisonedTotal), 0, "nothing set aside twice")
+}

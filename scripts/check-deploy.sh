@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# `make check/deploy`: validates everything in deploy/ with tools built from
+# the Go module proxy only (no binary downloads, no other network access).
+#
+#   scripts/check-deploy.sh              check deploy/
+#   scripts/check-deploy.sh --write      regenerate the generated manifests, then check
+#   scripts/check-deploy.sh --self-test  also break copies of deploy/ in known ways and
+#                                        fail unless every breakage is caught
+#   scripts/check-deploy.sh DIR          check another deploy directory (e.g. a copy)
+#
+# What runs (tools/deploy/go.mod pins the tools; this script the schema sources):
+#   kubeconform -strict  deploy/kubernetes/*.yaml against JSON schemas built
+#                        offline from Kubernetes' OpenAPI document (module
+#                        k8s.io/kubernetes) and the Prometheus operator's CRDs
+#                        (module github.com/prometheus-operator/prometheus-operator),
+#                        both fetched with `go mod download`
+#   deploycheck check    tools/deploy/cmd/deploycheck: alert rules (Prometheus'
+#                        rulefmt + PromQL parser), dashboard, generated files,
+#                        cross-object consistency, compose (compose-go),
+#                        Dockerfile (BuildKit's parser and linter),
+#                        docs/operations.md (runbooks, config reference); every
+#                        metric and label used must exist in internal/metrics
+#   kubectl kustomize    only if kubectl is installed: the kustomization renders
+#   hadolint             only if installed (it is not packaged in Debian/Ubuntu)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+# The Kubernetes version whose API the manifests are validated against: the
+# oldest minor still supported upstream, so nothing newer sneaks in.
+K8S_VERSION=v1.35.4
+# The Prometheus operator release whose CRDs define ServiceMonitor and PrometheusRule.
+PROM_OPERATOR_VERSION=v0.85.0
+
+write=false
+selftest=false
+deploy=deploy
+for arg in "$@"; do
+  case "$arg" in
+    --write) write=true ;;
+    --self-test) selftest=true ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+    -*) echo "check-deploy: unknown flag $arg" >&2; exit 2 ;;
+    *) deploy=$arg ;;
+  esac
+done
+
+export GOWORK=off
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+bin="$root/bin/deploy-tools"
+mkdir -p "$bin"
+
+# --- tools --------------------------------------------------------------------
+start=$SECONDS
+(
+  cd tools/deploy
+  go build -o "$bin/" ./cmd/deploycheck github.com/yannh/kubeconform/cmd/kubeconform
+)
+echo "check-deploy: tools ready in $((SECONDS - start))s (tools/deploy)"
+
+# Modules used as data, downloaded (and checksum-verified) through the proxy.
+# Run outside any module so that no go.mod or go.sum is touched.
+module_dir() {
+  local out
+  out=$(cd "$tmp" && go mod download -json "$1") || { echo "$out" >&2; return 1; }
+  sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p' <<<"$out"
+}
+start=$SECONDS
+k8s_dir=$(module_dir "k8s.io/kubernetes@$K8S_VERSION")
+op_dir=$(module_dir "github.com/prometheus-operator/prometheus-operator@$PROM_OPERATOR_VERSION")
+swagger="$k8s_dir/api/openapi-spec/swagger.json"
+crds="$op_dir/example/prometheus-operator-crd"
+[ -f "$swagger" ] || { echo "check-deploy: $swagger missing" >&2; exit 1; }
+[ -d "$crds" ] || { echo "check-deploy: $crds missing" >&2; exit 1; }
+echo "check-deploy: schema sources ready in $((SECONDS - start))s (k8s.io/kubernetes@$K8S_VERSION, prometheus-operator@$PROM_OPERATOR_VERSION)"
+
+if $write; then
+  "$bin/deploycheck" generate -repo . -deploy "$deploy"
+fi
+
+# Schemas for the kinds the manifests use, built once per run.
+schemas="$tmp/schemas"
+manifests_of() {
+  local f
+  for f in "$1"/kubernetes/*.yaml; do
+    [ "$(basename "$f")" = kustomization.yaml ] || echo "$f"
+  done
+}
+all_manifests=()
+while IFS= read -r f; do all_manifests+=("$f"); done < <(manifests_of "$deploy")
+"$bin/deploycheck" schemas -swagger "$swagger" -crds "$crds" -out "$schemas" "${all_manifests[@]}" >/dev/null
+
+# check_dir DIR [DOCS]: every check on one deploy directory (and the
+# operations guide its alerts link to); returns non-zero on failure.
+check_dir() {
+  local dir=$1 docs=${2:-docs/operations.md} rc=0 manifests f
+  echo "== $dir"
+  "$bin/deploycheck" check -repo . -deploy "$dir" -docs "$docs" || rc=1
+
+  echo "-- kubeconform (Kubernetes ${K8S_VERSION#v}, strict)"
+  manifests=()
+  while IFS= read -r f; do manifests+=("$f"); done < <(manifests_of "$dir")
+  "$bin/kubeconform" -strict -summary -schema-location "$schemas/{{ .ResourceKind }}{{ .KindSuffix }}.json" \
+    "${manifests[@]}" || rc=1
+  if command -v kubectl >/dev/null 2>&1; then
+    echo "-- kubectl kustomize | kubeconform"
+    if ! kubectl kustomize "$dir/kubernetes" >"$tmp/rendered.yaml"; then
+      rc=1
+    else
+      "$bin/kubeconform" -strict -summary -schema-location "$schemas/{{ .ResourceKind }}{{ .KindSuffix }}.json" \
+        "$tmp/rendered.yaml" || rc=1
+    fi
+  else
+    echo "-- kubectl not installed: the kustomization's resource list is checked by deploycheck only"
+  fi
+  if command -v hadolint >/dev/null 2>&1; then
+    echo "-- hadolint"
+    hadolint "$dir/Dockerfile" || rc=1
+  fi
+  return $rc
+}
+
+rc=0
+check_dir "$deploy" || rc=1
+command -v hadolint >/dev/null 2>&1 ||
+  echo "check-deploy: note: hadolint is not installed (no apt package); the Dockerfile was checked with BuildKit's parser and linter"
+if [ $rc -ne 0 ]; then
+  echo "check-deploy: FAILED" >&2
+  exit 1
+fi
+
+# --- self-test: every known breakage must be caught -----------------------------
+if $selftest; then
+  # file | perl substitution (whole file, /m for ^) | what it breaks | the report must match this ERE
+  mutations=(
+    'docs/operations.md|s/^### DispatcherNoRiverLeader$/### No River leader/m|alert without its runbook section|anchor #dispatchernoriverleader does not exist'
+    'docs/operations.md|s/DISPATCHER_OUTBOX_POLL/DISPATCHER_OUTBOX_POLLING/g|config reference misses a variable|does not mention DISPATCHER_OUTBOX_POLL '
+    'deploy/kubernetes/deployment.yaml|s/revisionHistoryLimit:/revisionHistoryLimt:/|unknown field|additional properties .revisionHistoryLimt. not allowed'
+    'deploy/kubernetes/deployment.yaml|s/^  replicas: 3$/  replicas: "3"/m|wrong type|/spec/replicas.: got string, want integer'
+    'deploy/kubernetes/deployment.yaml|s/^  selector:\n    matchLabels:\n.*\n.*\n//m|missing required field|missing property .selector.'
+    'deploy/kubernetes/servicemonitor.yaml|s/interval: 30s/interval: 30 seconds/|bad value in a CRD field|/spec/endpoints/0/interval.*does not match pattern'
+    'deploy/kubernetes/poddisruptionbudget.yaml|s/maxUnavailable: 1/maxUnavailable: one/|int-or-string the schema accepts, the API server not|must be a number or a percentage'
+    'deploy/kubernetes/service.yaml|s/targetPort: grpc/targetPort: grcp/|Service targetPort names no container port|targetPort "grcp" is not a container port'
+    'deploy/kubernetes/networkpolicy.yaml|s/^ *- 169\.254\.0\.0\/16\n//m|metadata range no longer excluded from egress|must except 169.254.0.0/16'
+    'deploy/kubernetes/deployment.yaml|s/DISPATCHER_LOG_LEVEL/DISPATCHER_LOGLEVEL/|env var that config.go does not read|env DISPATCHER_LOGLEVEL is not read'
+    'deploy/kubernetes/deployment.yaml|s/terminationGracePeriodSeconds: 45/terminationGracePeriodSeconds: 30/|grace period shorter than shutdown|terminationGracePeriodSeconds 30 must exceed'
+    'deploy/kubernetes/migrate-job.yaml|s/webhook-dispatcher:0\.1\.0/webhook-dispatcher:0.0.9/|migrate Job on another image|the migrate Job must run the version'
+    'deploy/kubernetes/kustomization.yaml|s/^  - servicemonitor.yaml\n//m|manifest missing from the kustomization|servicemonitor.yaml is not listed in resources'
+    'deploy/prometheus/alerts.yaml|s/dispatcher_relay_lag_seconds_bucket/dispatcher_relay_lag_bucket/|alert on a metric that does not exist|selects dispatcher_relay_lag_bucket, which the dispatcher does not export'
+    'deploy/prometheus/alerts.yaml|s/max by \(kind\)/max by (queue)/|alert groups by a label the metric lacks|max by \(queue\): the aggregated expression has no label "queue"'
+    'deploy/prometheus/alerts.yaml|s/sum by \(le\) \(rate\(dispatcher_relay/sum(rate(dispatcher_relay/|histogram_quantile without le|histogram_quantile over an expression without the le label'
+    'deploy/prometheus/alerts.yaml|s/> 300/> 600/|PrometheusRule out of sync with alerts.yaml|prometheusrule.yaml: out of date'
+    'deploy/prometheus/alerts.yaml|s/operations.md#dispatcherdown/operations.md#dispatcher-down/|runbook anchor missing from the docs|anchor #dispatcher-down does not exist'
+    'deploy/prometheus/alerts.yaml|s/for: 5m/for: 5 minutes/|invalid rule file|unknown unit .* in duration .5 minutes.'
+    'deploy/grafana/dispatcher-dashboard.json|s/sum by \(outcome\)/sum by (result)/|dashboard groups by a label the metric lacks|no label "result"'
+    'deploy/grafana/dispatcher-dashboard.json|s/go_goroutines/go_goroutine/|dashboard queries a metric that does not exist|selects go_goroutine,'
+    'deploy/grafana/dispatcher-dashboard.json|s/"schemaVersion": 39,/"schemaVersion": 39/|dashboard is not JSON|not valid JSON'
+    'deploy/Dockerfile|s/^USER 65532:65532$/USER root/m|image runs as root|non-root USER'
+    'deploy/Dockerfile|s/^COPY pkg\/ pkg\/\n//m|build stage misses a source directory|does not copy pkg/'
+    'deploy/docker-compose.yaml|s/^    image: postgres:15$/    imag: postgres:15/m|compose file violates the Compose schema|services.postgres.imag false schema'
+    'deploy/docker-compose.yaml|s/DISPATCHER_LOG_FORMAT: text/DISPATCHER_LOGFORMAT: text/|compose env var config.go does not read|env DISPATCHER_LOGFORMAT is not read'
+  )
+  echo "== self-test: ${#mutations[@]} deliberate breakages, each must be reported"
+  failed=0
+  for m in "${mutations[@]}"; do
+    IFS='|' read -r file subst what expect <<<"$m"
+    # A copy of deploy/ (named deploy/, so that the compose file's build
+    # context, its parent, resolves as in the repository) and of the guide.
+    mutant="$tmp/mutant"
+    rm -rf "$mutant"
+    mkdir -p "$mutant/docs"
+    cp -R "$deploy" "$mutant/deploy"
+    cp docs/operations.md "$mutant/docs/operations.md"
+    perl -0pi -e "$subst" "$mutant/$file"
+    orig="$deploy/${file#deploy/}"
+    [ "${file#docs/}" = "$file" ] || orig=$file
+    if cmp -s "$orig" "$mutant/$file"; then
+      echo "self-test: BROKEN MUTATION, nothing changed: $what ($file: $subst)" >&2
+      failed=1
+      continue
+    fi
+    if check_dir "$mutant/deploy" "$mutant/docs/operations.md" >"$tmp/mutant.log" 2>&1; then
+      echo "self-test: NOT CAUGHT: $what ($file)" >&2
+      failed=1
+    elif ! grep -Eq -- "$expect" "$tmp/mutant.log"; then
+      echo "self-test: caught, but not by the expected check: $what (want /$expect/):" >&2
+      sed 's/^/    /' "$tmp/mutant.log" >&2
+      failed=1
+    else
+      echo "self-test: caught: $what"
+      echo "           $(grep -Em1 -- "$expect" "$tmp/mutant.log" | sed 's/^ *//' | cut -c1-150)"
+    fi
+  done
+  if [ $failed -ne 0 ]; then
+    echo "check-deploy: self-test FAILED" >&2
+    exit 1
+  fi
+fi
+echo "check-deploy: ok"
