@@ -85,19 +85,11 @@ type validator struct {
 	requireHTTPS bool
 }
 
+// ownerID applies the event package's rule: one definition of a valid owner.
 func (val *validator) ownerID(v *violations, owner string) {
-	switch {
-	case owner == "":
-		v.add(FieldOwnerID, "must not be empty")
-	case len(owner) > MaxOwnerIDLen:
-		v.add(FieldOwnerID, "must be at most "+strconv.Itoa(MaxOwnerIDLen)+" characters")
-	default:
-		for i := 0; i < len(owner); i++ {
-			if c := owner[i]; c <= ' ' || c > '~' {
-				v.add(FieldOwnerID, "must be printable ASCII without spaces")
-				return
-			}
-		}
+	var fe *event.FieldError
+	if err := event.ValidateOwnerID(owner); errors.As(err, &fe) {
+		v.add(FieldOwnerID, fe.Reason)
 	}
 }
 

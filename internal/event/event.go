@@ -133,6 +133,12 @@ func isIDByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
 }
 
+// ValidateOwnerID checks an owner id, the scope of every event and endpoint:
+// 1..MaxOwnerIDLen printable ASCII characters without spaces. The endpoint
+// service applies the same rule, so an endpoint can only be created for an
+// owner whose events could exist.
+func ValidateOwnerID(owner string) error { return validateOwnerID(owner) }
+
 func validateOwnerID(owner string) error {
 	if owner == "" {
 		return fieldErr(FieldOwnerID, "must not be empty")
