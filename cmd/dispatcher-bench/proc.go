@@ -167,7 +167,7 @@ func (b *bench) startProc(ctx context.Context, name, schema string, creds creden
 		p.grpcAddr, p.opsAddr = a[0], a[1]
 	case <-p.done:
 		b.forget(p)
-		return nil, fmt.Errorf("%s exited before serving: %v\n%s", name, p.waitErr, p.logs.String())
+		return nil, fmt.Errorf("%s exited before serving: %w\n%s", name, p.waitErr, p.logs.String())
 	case <-timer.C:
 		b.stopProc(p)
 		return nil, fmt.Errorf("%s did not start within 90s\n%s", name, p.logs.String())

@@ -459,7 +459,7 @@ func (b *bench) relay(ctx context.Context) (res result) {
 			break
 		}
 		if s.procs[0].exited() {
-			return failed(res, fmt.Errorf("dispatcher exited: %v\n%s", s.procs[0].waitErr, s.procs[0].logs.String()))
+			return failed(res, fmt.Errorf("dispatcher exited: %w\n%s", s.procs[0].waitErr, s.procs[0].logs.String()))
 		}
 		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
 			return failed(res, fmt.Errorf("%d rows left: %w", left, err))
