@@ -57,6 +57,7 @@ type serveConfig struct {
 	OutboxDelete     bool
 	EgressAllowCIDRs []netip.Prefix
 	RequireHTTPS     bool
+	MaxEndpoints     int
 
 	AccessAddr    string
 	AccessTLS     bool
@@ -93,6 +94,7 @@ func parseServeConfig(args []string, env *environ) (*serveConfig, error) {
 	fs.BoolVar(&c.OutboxDelete, "outbox-delete", env.boolean("DISPATCHER_OUTBOX_DELETE", false), "delete relayed outbox rows instead of marking them (env DISPATCHER_OUTBOX_DELETE)")
 	allow := fs.String("egress-allow-cidrs", env.get("DISPATCHER_EGRESS_ALLOW_CIDRS"), "comma-separated CIDRs receivers may use despite the SSRF deny list, e.g. 127.0.0.0/8 for local development; empty in production (env DISPATCHER_EGRESS_ALLOW_CIDRS)")
 	fs.BoolVar(&c.RequireHTTPS, "require-https", env.boolean("DISPATCHER_REQUIRE_HTTPS", false), "refuse endpoint URLs that are not https (env DISPATCHER_REQUIRE_HTTPS)")
+	fs.IntVar(&c.MaxEndpoints, "max-endpoints-per-owner", env.integer("DISPATCHER_MAX_ENDPOINTS_PER_OWNER", 100), "endpoints one owner may have; -1 for no limit (env DISPATCHER_MAX_ENDPOINTS_PER_OWNER)")
 	fs.StringVar(&c.AccessAddr, "access-addr", env.get("DISPATCHER_ACCESS_ADDR"), "address of the access service (EmbedAdmits); empty: embed-bound endpoints receive nothing scoped (env DISPATCHER_ACCESS_ADDR)")
 	fs.BoolVar(&c.AccessTLS, "access-tls", env.boolean("DISPATCHER_ACCESS_TLS", false), "use TLS to the access service (env DISPATCHER_ACCESS_TLS)")
 	fs.StringVar(&c.AccessCAFile, "access-ca-file", env.get("DISPATCHER_ACCESS_CA_FILE"), "CA bundle for the access service (env DISPATCHER_ACCESS_CA_FILE)")
@@ -139,6 +141,9 @@ func parseServeConfig(args []string, env *environ) (*serveConfig, error) {
 	}
 	if c.FanoutWorkers < 1 || c.FanoutWorkers > 10000 {
 		return nil, fmt.Errorf("invalid -fanout-workers %d: want 1..10000", c.FanoutWorkers)
+	}
+	if c.MaxEndpoints == 0 || c.MaxEndpoints < -1 {
+		return nil, fmt.Errorf("invalid -max-endpoints-per-owner %d: want a positive number or -1 (no limit)", c.MaxEndpoints)
 	}
 	if c.OutboxBatch < 1 || c.OutboxBatch > 10000 {
 		return nil, fmt.Errorf("invalid -outbox-batch %d: want 1..10000", c.OutboxBatch)

@@ -115,7 +115,12 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 
 	workers := river.NewWorkers()
 	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), m, logger))
-	deliverWorker := delivery.NewWorker(delivery.Config{}, pool, httpClient, keyring, m, logger)
+	// Every fetched delivery to a hot endpoint may wait locally for the
+	// lease hand-off: with fewer waiters than workers, the overflow snoozes,
+	// comes back, and the endpoint drains at a fraction of its speed (S2 in
+	// docs/benchmarks.md: 41/s and 6 snoozes per delivery with 64 waiters,
+	// 163/s and none with one per worker).
+	deliverWorker := delivery.NewWorker(delivery.Config{LocalWaiters: cfg.DeliverWorkers}, pool, httpClient, keyring, m, logger)
 	if limit := deliverWorker.Timeout(nil); cfg.RescueStuckAfter <= limit {
 		return fmt.Errorf("invalid -rescue-stuck-after %s: must exceed the deliver job timeout (%s), or live deliveries would be rescued", cfg.RescueStuckAfter, limit)
 	}
@@ -155,9 +160,10 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		linkTemplate = "http://" + cfg.OpsAddr + "/riverui/jobs/{job_id}"
 	}
 	endpoints := endpoint.NewService(endpoint.ServiceConfig{
-		JobLinkTemplate: linkTemplate,
-		RequireHTTPS:    cfg.RequireHTTPS,
-		AllowCIDRs:      cfg.EgressAllowCIDRs,
+		JobLinkTemplate:      linkTemplate,
+		RequireHTTPS:         cfg.RequireHTTPS,
+		MaxEndpointsPerOwner: cfg.MaxEndpoints,
+		AllowCIDRs:           cfg.EgressAllowCIDRs,
 	}, pool, riverClient, keyring, testPublisher{store}, logger)
 
 	// gRPC API.
