@@ -82,7 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.JSONPath, "json", "", "also write the results as JSON to this file")
 	fs.IntVar(&c.BaselineConns, "baseline-conns", 32, "concurrency of the baseline commit loop")
 	fs.DurationVar(&c.BaselineDur, "baseline-duration", 5*time.Second, "duration of each baseline measurement (one before, one after the scenarios)")
-	fs.DurationVar(&c.Timeout, "timeout", 10*time.Minute, "upper bound on one scenario (set-up, load and drain)")
+	fs.DurationVar(&c.Timeout, "timeout", 20*time.Minute, "upper bound on one scenario (set-up, load and drain)")
 	fs.Var(&env, "env", "extra KEY=VALUE for every dispatcher process (repeatable), e.g. -env DISPATCHER_DELIVER_WORKERS=100")
 	fs.IntVar(&c.ConnBudget, "conn-budget", 60, "total Postgres connections the dispatcher processes of one scenario may open; each process gets min(40, budget/processes) unless -env sets DISPATCHER_DB_MAX_CONNS")
 	fs.DurationVar(&c.Latency, "receiver-latency", 0, "extra latency of every receiver response (S2 always uses 1ms)")
@@ -153,9 +153,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "dispatcher-bench:", err)
+		if errors.Is(err, flag.ErrHelp) {
+			return
 		}
+		fmt.Fprintln(os.Stderr, "dispatcher-bench:", err)
+		stop()
 		os.Exit(1)
 	}
 }
