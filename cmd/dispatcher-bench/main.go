@@ -15,7 +15,14 @@
 //
 // Scenarios (see docs/benchmarks.md): S1 sustained, S2 hot endpoint, S3
 // fanout, S4 outbox relay (and S4d, relay with deliveries), S5 latency at a
-// fixed offered rate, S6 scale-out (S1 with 1, 2 and 3 processes).
+// fixed offered rate of 200/s (and S5b, at 1,000/s), S6 scale-out (S1 with
+// 1, 2 and 3 processes), S7 the peer table's scenario A (100 owners with one
+// endpoint each, one Publish per event from 32 concurrent callers).
+//
+// Receivers listen on one loopback port per endpoint, or, with -one-host, all
+// on one port as distinct paths; every scenario reports how many TCP
+// connections they accepted (the churn of the dispatcher's HTTP client pool).
+// Each scenario is checked against its targets (MET / MISSED).
 //
 // All traffic stays on loopback; every loop is bounded in count and time;
 // child processes are killed and schemas dropped on every exit path.
@@ -41,7 +48,7 @@ import (
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // allScenarios in run order.
-var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S6"}
+var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7"}
 
 type config struct {
 	Binary        string
@@ -57,6 +64,7 @@ type config struct {
 	S6Procs       []int
 	ConnBudget    int
 	Latency       time.Duration
+	OneHost       bool
 	Top           int
 	KeepLogs      string
 	SchemaSQL     string
@@ -86,6 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Var(&env, "env", "extra KEY=VALUE for every dispatcher process (repeatable), e.g. -env DISPATCHER_DELIVER_WORKERS=100")
 	fs.IntVar(&c.ConnBudget, "conn-budget", 60, "total Postgres connections the dispatcher processes of one scenario may open; each process gets min(40, budget/processes) unless -env sets DISPATCHER_DB_MAX_CONNS")
 	fs.DurationVar(&c.Latency, "receiver-latency", 0, "extra latency of every receiver response (S2 always uses 1ms)")
+	fs.BoolVar(&c.OneHost, "one-host", false, "put every endpoint on one receiver listener (one host, endpoint i at /e/i) instead of one listener per endpoint, so all deliveries share the dispatcher's per-host connection pool")
 	fs.IntVar(&c.Top, "top", 12, "statements to list per scenario when pg_stat_statements is available (0: none)")
 	fs.StringVar(&c.KeepLogs, "logs", "", "directory to write each dispatcher process's stderr to (default: kept in memory, tail shown on failure)")
 	fs.StringVar(&c.SchemaSQL, "schema-sql", "", "experiments: SQL run in each scenario's schema (search_path set) once migrated, before any endpoint exists, e.g. \"DROP INDEX river_job_args_index\"")
@@ -221,6 +230,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	b.report.finish()
 	b.report.writeTable(stdout)
+	b.report.writeTargetSummary(stdout)
 	if cfg.JSONPath != "" {
 		if err := b.report.writeJSON(cfg.JSONPath); err != nil {
 			return err

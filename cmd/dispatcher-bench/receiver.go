@@ -24,12 +24,18 @@ type receipt struct {
 // receivers are the loopback webhook receivers of one scenario: endpoint i is
 // http://127.0.0.1:<port of host i mod hosts>/e/i. Each host is its own
 // listener, so the dispatcher's per-host connection pools behave as with
-// receivers on distinct machines. Handlers answer 200 at once (after the
-// optional latency) and keep connections alive.
+// receivers on distinct machines (with -one-host there is one listener and
+// every endpoint is a path on it). Handlers answer 200 at once (after the
+// optional latency) and keep connections alive. Every TCP connection the
+// listeners accept is counted, to show the churn of the dispatcher's HTTP
+// client pool.
 type receivers struct {
 	latency time.Duration
 	servers []*http.Server
 	ports   []int
+
+	// conns counts the TCP connections accepted (http.StateNew).
+	conns atomic.Int64
 
 	mu       sync.Mutex
 	receipts []receipt
@@ -45,6 +51,15 @@ type receivers struct {
 type receiptKey struct {
 	endpoint int32
 	id       string
+}
+
+// newReceivers starts the receivers of a scenario: endpoints spread over
+// hosts listeners, or all on one with -one-host.
+func (b *bench) newReceivers(endpoints, hosts int, latency time.Duration, expect int) (*receivers, error) {
+	if b.cfg.OneHost {
+		hosts = 1
+	}
+	return newReceivers(endpoints, hosts, latency, expect)
 }
 
 func newReceivers(endpoints, hosts int, latency time.Duration, expect int) (*receivers, error) {
@@ -66,6 +81,11 @@ func newReceivers(endpoints, hosts int, latency time.Duration, expect int) (*rec
 			Handler:           http.HandlerFunc(r.serve),
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       2 * time.Minute,
+			ConnState: func(_ net.Conn, st http.ConnState) {
+				if st == http.StateNew {
+					r.conns.Add(1)
+				}
+			},
 		}
 		r.servers = append(r.servers, srv)
 		r.ports = append(r.ports, lis.Addr().(*net.TCPAddr).Port)
@@ -73,6 +93,9 @@ func newReceivers(endpoints, hosts int, latency time.Duration, expect int) (*rec
 	}
 	return r, nil
 }
+
+// hosts is the number of listeners (receiver hosts).
+func (r *receivers) hosts() int { return len(r.servers) }
 
 func (r *receivers) url(endpoint int) string {
 	return "http://127.0.0.1:" + strconv.Itoa(r.ports[endpoint%len(r.ports)]) + "/e/" + strconv.Itoa(endpoint)

@@ -224,6 +224,53 @@ func (s *session) publishBatches(ctx context.Context, events []*webhooksv1.Event
 	}
 }
 
+// publishSingles publishes events one per Publish RPC from conc callers, each
+// as fast as it can; caller w publishes to process w mod len(procs). Each
+// event's occurred_at is the moment it is sent; occurred[i] records it for
+// events[i]. The first failure stops every caller.
+func (s *session) publishSingles(ctx context.Context, events []*webhooksv1.Event, conc int, occurred []time.Time) error {
+	errs := make(chan error, conc)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64
+	)
+	for w := range conc {
+		wg.Go(func() {
+			p := s.procs[w%len(s.procs)]
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= len(events) {
+					return
+				}
+				now := time.Now()
+				events[i].OccurredAt = timestamppb.New(now)
+				occurred[i] = now
+				err := s.retryUnavailable(ctx, func(ctx context.Context) error {
+					_, err := p.events().Publish(s.creds.publisherCtx(ctx), &webhooksv1.PublishRequest{Event: events[i]})
+					return err
+				})
+				if err != nil {
+					select {
+					case errs <- fmt.Errorf("Publish: %w", err):
+					default:
+					}
+					cancel()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return ctx.Err()
+	}
+}
+
 // retryUnavailable runs call (with a 1 min timeout each time) and retries it
 // up to 5 times, with backoff, while it fails with Unavailable (the
 // dispatcher's "could not store the events; retrying is safe").

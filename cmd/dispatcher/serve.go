@@ -108,19 +108,20 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	}
 	decider := scope.NewDecider(admitter, m, logger)
 
-	httpClient := egress.NewClient(egress.Config{AllowCIDRs: cfg.EgressAllowCIDRs})
+	// One idle connection per deliver worker and host: every worker may be
+	// delivering to endpoints on the same receiver host at once, and a
+	// smaller pool would close and re-dial connections all the time.
+	httpClient := egress.NewClient(egress.Config{AllowCIDRs: cfg.EgressAllowCIDRs, MaxIdleConnsPerHost: cfg.DeliverWorkers})
 	if len(cfg.EgressAllowCIDRs) > 0 {
 		logger.WarnContext(ctx, "egress allow-list overrides the SSRF deny list", slog.Any("cidrs", cfg.EgressAllowCIDRs))
 	}
 
 	workers := river.NewWorkers()
 	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), m, logger))
-	// Every fetched delivery to a hot endpoint may wait locally for the
-	// lease hand-off: with fewer waiters than workers, the overflow snoozes,
-	// comes back, and the endpoint drains at a fraction of its speed (S2 in
-	// docs/benchmarks.md: 41/s and 6 snoozes per delivery with 64 waiters,
-	// 163/s and none with one per worker).
-	deliverWorker := delivery.NewWorker(delivery.Config{LocalWaiters: cfg.DeliverWorkers}, pool, httpClient, keyring, m, logger)
+	// Every fetched delivery to a hot endpoint may wait in its lane: with
+	// fewer waiters than workers the overflow would snooze and come back.
+	deliverWorker := delivery.NewWorker(delivery.Config{LocalWaiters: cfg.DeliverWorkers, Channel: delivery.LeaseChannel(cfg.DB.Schema)},
+		pool, httpClient, keyring, m, logger)
 	if limit := deliverWorker.Timeout(nil); cfg.RescueStuckAfter <= limit {
 		return fmt.Errorf("invalid -rescue-stuck-after %s: must exceed the deliver job timeout (%s), or live deliveries would be rescued", cfg.RescueStuckAfter, limit)
 	}
@@ -153,7 +154,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		return fmt.Errorf("river client: %w", err)
 	}
 
-	store := ingest.NewStore(pool, riverClient, m, logger)
+	store := ingest.NewStore(ingest.StoreConfig{Fanout: fanout.NewInline(decider.Func(), m)}, pool, riverClient, m, logger)
 
 	linkTemplate := cfg.JobLinkTemplate
 	if linkTemplate == "" && cfg.RiverUI {
@@ -227,6 +228,12 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		slog.String("ops_addr", opsLis.Addr().String()), slog.String("schema", cfg.DB.Schema))
 
 	g, gctx := errgroup.WithContext(ctx)
+	// The lease listener outlives SIGTERM until River has stopped: in-flight
+	// deliveries still hand leases over, and the leases left are released on
+	// the way out instead of blocking other replicas until they expire.
+	leaseCtx, stopLeases := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLeases()
+	g.Go(func() error { deliverWorker.Run(leaseCtx); return nil })
 	g.Go(func() error {
 		if err := grpcServer.Serve(grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("gRPC server: %w", err)
@@ -259,6 +266,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		logger.Info("shutting down")
 		healthServer.Shutdown()
 		shutdown(grpcServer, opsServer, riverClient, cfg.ShutdownTimeout, logger)
+		stopLeases()
 		return nil
 	})
 	err = g.Wait()

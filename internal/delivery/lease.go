@@ -8,12 +8,66 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// target is what one attempt needs, read in the same round trip that takes
-// (or confirms) the endpoint's lease.
+// The endpoint lease lives on the endpoint row: busy_until (when it expires
+// if its holder dies) and lease_token (who holds it). It is taken by a
+// conditional UPDATE, never by an advisory or row lock held across a POST.
+//
+// A process holds an endpoint's lease for as long as it has deliveries to
+// that endpoint (see lanes.go), so most attempts only read. Every database
+// step of an attempt goes through one of two batchers, so the deliveries of
+// all endpoints in flight at one moment share one statement:
+//
+//   - load: take, extend or just confirm each lease, and read what each
+//     attempt needs (the endpoint row and the event row);
+//   - settle: record health changes and release leases.
+
+// leaseMode is what a load does with the lease.
+type leaseMode int32
+
+const (
+	// leaseConfirm: this process holds the lease; check it still does.
+	leaseConfirm leaseMode = iota
+	// leaseExtend: this process holds the lease; push busy_until out.
+	leaseExtend
+	// leaseTake: take the lease if nobody holds it (or the holder's expired).
+	leaseTake
+)
+
+// loadReq asks for one attempt's target.
+type loadReq struct {
+	endpointID uuid.UUID
+	eventID    string
+	mode       leaseMode
+	token      uuid.UUID
+}
+
+// loadStatus says how a load ended for the lease.
+type loadStatus int
+
+const (
+	loadHeld     loadStatus = iota // the lease is ours; target is filled in
+	loadBusy                       // another holder; heldUntil says until when
+	loadGone                       // the endpoint was deleted
+	loadDisabled                   // the endpoint is disabled
+)
+
+// loadRes is one load's answer.
+type loadRes struct {
+	status loadStatus
+	// heldUntil is the other holder's busy_until (loadBusy), as a duration
+	// from the statement's time, so clocks need not agree.
+	heldFor time.Duration
+	// expires is a conservative local deadline of our lease (loadHeld after
+	// a take or an extend): the statement was sent before Postgres computed
+	// busy_until, so the real expiry is later.
+	expires time.Time
+	target  *target
+}
+
+// target is what one attempt needs.
 type target struct {
 	ownerID           string
 	url               string
@@ -31,7 +85,225 @@ type target struct {
 	eventCreatedAt  time.Time
 }
 
-// errLeaseBusy: another delivery to the endpoint is in flight.
+// loadSQL takes or extends the requested leases and reads every target in
+// one statement. Rows to lease are locked in id order with SKIP LOCKED, so
+// concurrent loads never deadlock and never wait: a row locked by someone
+// else counts as busy for now. The final SELECT sees the rows as they were
+// before the UPDATE (one snapshot), which is what it reports of another
+// holder. Each failed take notifies the holder that the lease is wanted.
+const loadSQL = `
+WITH req AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::uuid[]) WITH ORDINALITY
+        AS r(endpoint_id, event_id, mode, token, n)
+),
+lockable AS (
+    SELECT ep.id
+      FROM webhook_endpoints ep JOIN req r ON r.endpoint_id = ep.id
+     WHERE r.mode <> 0 AND ep.enabled
+       AND CASE WHEN r.mode = 2 THEN ep.busy_until IS NULL OR ep.busy_until < now()
+                ELSE ep.lease_token = r.token END
+     ORDER BY ep.id
+       FOR NO KEY UPDATE OF ep SKIP LOCKED
+),
+leased AS (
+    UPDATE webhook_endpoints ep
+       SET busy_until = now() + make_interval(secs => $5), lease_token = r.token
+      FROM req r, lockable l
+     WHERE ep.id = l.id AND r.endpoint_id = l.id
+ RETURNING ep.id
+),
+wanted AS (
+    SELECT pg_notify($6, 'w:' || r.endpoint_id::text)
+      FROM req r JOIN webhook_endpoints ep ON ep.id = r.endpoint_id
+     WHERE r.mode = 2 AND ep.enabled AND ep.busy_until >= now()
+       AND NOT EXISTS (SELECT FROM leased l WHERE l.id = r.endpoint_id)
+)
+SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
+       CASE WHEN r.mode = 0 THEN ep.lease_token IS NOT DISTINCT FROM r.token AND ep.busy_until > now()
+            ELSE EXISTS (SELECT FROM leased l WHERE l.id = r.endpoint_id) END,
+       extract(epoch FROM coalesce(ep.busy_until - now(), interval '0'))::float8,
+       ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since,
+       e.id IS NOT NULL, e.owner_id, e.type, e.subject, e.occurred_at, e.data, e.created_at,
+       (SELECT count(*) FROM wanted)
+  FROM req r
+  LEFT JOIN webhook_endpoints ep ON ep.id = r.endpoint_id
+  LEFT JOIN events e ON e.id = r.event_id
+ ORDER BY r.n`
+
+// load runs one batch of loads.
+func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel string, reqs []loadReq) ([]loadRes, error) {
+	var (
+		ids    = make([]uuid.UUID, len(reqs))
+		events = make([]string, len(reqs))
+		modes  = make([]int32, len(reqs))
+		tokens = make([]uuid.UUID, len(reqs))
+	)
+	for i, r := range reqs {
+		ids[i], events[i], modes[i], tokens[i] = r.endpointID, r.eventID, int32(r.mode), r.token
+	}
+	sent := time.Now()
+	rows, err := pool.Query(ctx, loadSQL, ids, events, modes, tokens, ttl.Seconds(), channel)
+	if err != nil {
+		return nil, fmt.Errorf("load delivery targets: %w", err)
+	}
+	out := make([]loadRes, 0, len(reqs))
+	for rows.Next() {
+		var (
+			n                          int64
+			found, enabled, held       bool
+			heldFor                    float64
+			owner, url                 *string
+			secret, prevSecret         []byte
+			prevExpires, failingSince  *time.Time
+			evFound                    bool
+			evOwner, evType, evSubject *string
+			evOccurred, evCreated      *time.Time
+			evData                     []byte
+			notified                   int64
+		)
+		if err := rows.Scan(&n, &found, &enabled, &held, &heldFor, &owner, &url, &secret, &prevSecret, &prevExpires, &failingSince,
+			&evFound, &evOwner, &evType, &evSubject, &evOccurred, &evData, &evCreated, &notified); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("load delivery targets: %w", err)
+		}
+		var res loadRes
+		switch {
+		case !found:
+			res.status = loadGone
+		case !enabled:
+			res.status = loadDisabled
+		case !held:
+			res.status = loadBusy
+			res.heldFor = time.Duration(heldFor * float64(time.Second))
+		default:
+			res.status = loadHeld
+			if reqs[n-1].mode != leaseConfirm {
+				res.expires = sent.Add(ttl)
+			}
+			t := &target{
+				ownerID: *owner, url: *url, secret: secret, previousSecret: prevSecret,
+				previousExpiresAt: prevExpires, failingSince: failingSince,
+				eventFound: evFound, eventData: evData,
+			}
+			if evFound {
+				t.eventOwnerID, t.eventType, t.eventSubject = *evOwner, *evType, *evSubject
+				t.eventOccurredAt, t.eventCreatedAt = *evOccurred, *evCreated
+			}
+			res.target = t
+		}
+		out = append(out, res)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load delivery targets: %w", err)
+	}
+	return out, nil
+}
+
+// health is what an attempt means for its endpoint's health.
+type health int32
+
+const (
+	healthNone    health = iota // no health change to record
+	healthSuccess               // failing → enabled
+	healthFailure               // enabled → failing, or failing → disabled
+)
+
+// settleReq records one endpoint's health change and/or releases its lease.
+type settleReq struct {
+	endpointID uuid.UUID
+	token      uuid.UUID
+	health     health
+	release    bool
+	// summary goes into disabled_reason if the endpoint is disabled now.
+	summary string
+}
+
+// settleRes reports what a settle changed.
+type settleRes struct {
+	// disabledNow: this settlement disabled the endpoint.
+	disabledNow bool
+}
+
+// settleSQL is the endpoint health state machine in one statement for many
+// endpoints: success clears failing_since; a failure sets it (the first
+// failure's time is kept) and disables the endpoint once it has failed
+// continuously for the disable-after period. It applies only to leases the
+// caller still holds (lease_token), locks rows in id order so concurrent
+// settles cannot deadlock, and notifies every release so a process waiting
+// for one of these leases takes it at once.
+const settleSQL = `
+WITH s AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::bool[], $5::text[])
+        AS s(id, token, health, release, summary)
+),
+old AS (
+    SELECT ep.id, ep.enabled, ep.failing_since
+      FROM webhook_endpoints ep JOIN s ON s.id = ep.id AND ep.lease_token = s.token
+     ORDER BY ep.id
+       FOR NO KEY UPDATE OF ep
+),
+upd AS (
+    UPDATE webhook_endpoints ep
+       SET failing_since   = CASE s.health WHEN 1 THEN NULL WHEN 2 THEN coalesce(old.failing_since, now()) ELSE ep.failing_since END,
+           enabled         = CASE WHEN s.health = 2 AND old.failing_since < now() - make_interval(secs => $6) THEN false ELSE ep.enabled END,
+           disabled_reason = CASE WHEN s.health = 2 AND old.failing_since < now() - make_interval(secs => $6)
+                                  THEN 'failing continuously since ' || to_char(old.failing_since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ': ' || s.summary
+                                  ELSE ep.disabled_reason END,
+           busy_until      = CASE WHEN s.release THEN NULL ELSE ep.busy_until END,
+           lease_token     = CASE WHEN s.release THEN NULL ELSE ep.lease_token END,
+           updated_at      = CASE WHEN (s.health = 1 AND old.failing_since IS NOT NULL) OR (s.health = 2 AND old.failing_since IS NULL)
+                                  THEN now() ELSE ep.updated_at END
+      FROM s, old
+     WHERE ep.id = s.id AND old.id = s.id
+ RETURNING ep.id, ep.enabled, old.enabled AS was_enabled, s.release
+),
+released AS (
+    SELECT pg_notify($7, 'r:' || id::text) FROM upd WHERE release
+)
+SELECT id, enabled, was_enabled, (SELECT count(*) FROM released) FROM upd`
+
+// settle runs one batch of settlements. A settlement whose lease is no longer
+// the caller's (it expired and moved on, or the endpoint is gone) changes
+// nothing: the new holder's settlements stand.
+func settle(ctx context.Context, pool *pgxpool.Pool, disableAfter time.Duration, channel string, reqs []settleReq) ([]settleRes, error) {
+	var (
+		ids       = make([]uuid.UUID, len(reqs))
+		tokens    = make([]uuid.UUID, len(reqs))
+		healths   = make([]int32, len(reqs))
+		releases  = make([]bool, len(reqs))
+		summaries = make([]string, len(reqs))
+		index     = make(map[uuid.UUID]int, len(reqs))
+	)
+	for i, r := range reqs {
+		ids[i], tokens[i], healths[i], releases[i], summaries[i] = r.endpointID, r.token, int32(r.health), r.release, r.summary
+		index[r.endpointID] = i
+	}
+	rows, err := pool.Query(ctx, settleSQL, ids, tokens, healths, releases, summaries, disableAfter.Seconds(), channel)
+	if err != nil {
+		return nil, fmt.Errorf("settle endpoints: %w", err)
+	}
+	out := make([]settleRes, len(reqs))
+	for rows.Next() {
+		var (
+			id                  uuid.UUID
+			enabled, wasEnabled bool
+			notified            int64
+		)
+		if err := rows.Scan(&id, &enabled, &wasEnabled, &notified); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("settle endpoints: %w", err)
+		}
+		if i, ok := index[id]; ok {
+			out[i].disabledNow = wasEnabled && !enabled
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("settle endpoints: %w", err)
+	}
+	return out, nil
+}
+
+// errLeaseBusy: another process is delivering to the endpoint.
 var errLeaseBusy = errors.New("endpoint lease busy")
 
 // errEndpointGone / errEndpointDisabled end the delivery (cancelled).
@@ -39,161 +311,3 @@ var (
 	errEndpointGone     = errors.New("endpoint deleted")
 	errEndpointDisabled = errors.New("endpoint disabled")
 )
-
-// The lease is one conditional UPDATE: no advisory lock, no row lock held
-// across the POST. busy_until makes a dead worker's lease expire by itself;
-// lease_token makes sure only the holder releases or extends it.
-const takeLeaseSQL = `
-WITH lease AS (
-    UPDATE webhook_endpoints
-       SET busy_until = now() + make_interval(secs => $3), lease_token = $4
-     WHERE id = $1 AND enabled AND (busy_until IS NULL OR busy_until < now())
- RETURNING owner_id, url, secret_enc, previous_secret_enc, previous_secret_expires_at, failing_since
-)
-SELECT lease.*, e.id IS NOT NULL, e.owner_id, e.type, e.subject, e.occurred_at, e.data, e.created_at
-  FROM lease LEFT JOIN events e ON e.id = $2`
-
-// A hand-off already holds the lease: read the same things without writing.
-const readLeasedSQL = `
-SELECT ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since,
-       e.id IS NOT NULL, e.owner_id, e.type, e.subject, e.occurred_at, e.data, e.created_at
-  FROM webhook_endpoints ep LEFT JOIN events e ON e.id = $2
- WHERE ep.id = $1 AND ep.enabled AND ep.lease_token = $3`
-
-func scanTarget(row pgx.Row) (*target, error) {
-	var (
-		t                          target
-		evOwner, evType, evSubject *string
-		evOccurred, evCreated      *time.Time
-	)
-	err := row.Scan(&t.ownerID, &t.url, &t.secret, &t.previousSecret, &t.previousExpiresAt, &t.failingSince,
-		&t.eventFound, &evOwner, &evType, &evSubject, &evOccurred, &t.eventData, &evCreated)
-	if err != nil {
-		return nil, err
-	}
-	if t.eventFound {
-		t.eventOwnerID, t.eventType, t.eventSubject = *evOwner, *evType, *evSubject
-		t.eventOccurredAt, t.eventCreatedAt = *evOccurred, *evCreated
-	}
-	return &t, nil
-}
-
-// takeLease takes the endpoint's lease for ttl under token. It returns
-// errLeaseBusy, errEndpointGone or errEndpointDisabled when it cannot.
-func takeLease(ctx context.Context, pool *pgxpool.Pool, endpointID uuid.UUID, eventID string, ttl time.Duration, token uuid.UUID) (*target, error) {
-	t, err := scanTarget(pool.QueryRow(ctx, takeLeaseSQL, endpointID, eventID, ttl.Seconds(), token))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, whyNoLease(ctx, pool, endpointID)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("take lease: %w", err)
-	}
-	return t, nil
-}
-
-// readLeased reads the target of a delivery that was handed the lease.
-func readLeased(ctx context.Context, pool *pgxpool.Pool, endpointID uuid.UUID, eventID string, token uuid.UUID) (*target, error) {
-	t, err := scanTarget(pool.QueryRow(ctx, readLeasedSQL, endpointID, eventID, token))
-	if errors.Is(err, pgx.ErrNoRows) {
-		// The lease expired and moved on, or the endpoint went away.
-		if why := whyNoLease(ctx, pool, endpointID); !errors.Is(why, errLeaseBusy) {
-			return nil, why
-		}
-		return nil, errLeaseBusy
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read leased endpoint: %w", err)
-	}
-	return t, nil
-}
-
-func whyNoLease(ctx context.Context, pool *pgxpool.Pool, endpointID uuid.UUID) error {
-	var enabled bool
-	err := pool.QueryRow(ctx, `SELECT enabled FROM webhook_endpoints WHERE id = $1`, endpointID).Scan(&enabled)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return errEndpointGone
-	case err != nil:
-		return fmt.Errorf("read endpoint: %w", err)
-	case !enabled:
-		return errEndpointDisabled
-	default:
-		return errLeaseBusy
-	}
-}
-
-// settlement is how an attempt ends for the endpoint's health.
-type settlement struct {
-	success bool
-	// keep extends the lease instead of releasing it, for a local hand-off.
-	keep bool
-	// summary goes into disabled_reason if the endpoint is disabled now.
-	summary string
-}
-
-// The endpoint health state machine (SPEC §3) in one statement: success
-// clears failing_since; any failure sets it (first failure wins) and
-// disables the endpoint once it has failed continuously for disableAfter.
-// The lease is released (or extended for a hand-off) in the same write.
-const settleSQL = `
-WITH old AS (
-    SELECT id, enabled, failing_since FROM webhook_endpoints WHERE id = $1 AND lease_token = $2 FOR UPDATE
-)
-UPDATE webhook_endpoints ep
-   SET failing_since   = CASE WHEN $3 THEN NULL ELSE coalesce(old.failing_since, now()) END,
-       enabled         = CASE WHEN NOT $3 AND old.failing_since < now() - make_interval(secs => $5) THEN false ELSE old.enabled END,
-       disabled_reason = CASE WHEN NOT $3 AND old.failing_since < now() - make_interval(secs => $5)
-                              THEN 'failing continuously since ' || to_char(old.failing_since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ': ' || $6
-                              ELSE ep.disabled_reason END,
-       busy_until      = CASE WHEN $4 THEN now() + make_interval(secs => $7) ELSE NULL END,
-       lease_token     = CASE WHEN $4 THEN ep.lease_token ELSE NULL END,
-       updated_at      = CASE WHEN $3 = (old.failing_since IS NOT NULL) THEN now() ELSE ep.updated_at END
-  FROM old
- WHERE ep.id = old.id
-RETURNING ep.enabled, old.enabled`
-
-// settle applies s to the endpoint through q (a pool or the transaction that
-// completes the job). It reports whether this settlement disabled the endpoint.
-func settle(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, endpointID, token uuid.UUID, s settlement, disableAfter, ttl time.Duration,
-) (disabledNow bool, err error) {
-	var enabledAfter, enabledBefore bool
-	err = q.QueryRow(ctx, settleSQL, endpointID, token, s.success, s.keep, disableAfter.Seconds(), s.summary, ttl.Seconds()).
-		Scan(&enabledAfter, &enabledBefore)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// Our lease expired and someone else holds it now (or the endpoint
-		// is gone); their settlement stands.
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("settle endpoint: %w", err)
-	}
-	return enabledBefore && !enabledAfter, nil
-}
-
-// releaseRetryFor bounds how long releaseLease keeps trying.
-const releaseRetryFor = 10 * time.Second
-
-// releaseLease gives the lease up without touching health (shutdown, a
-// hand-off that found nobody waiting, or an attempt that failed on the
-// database). A release that fails leaves the endpoint blocked until the lease
-// expires (LeaseTTL), so it is retried for a little while: a database blip (a
-// restart, a failover) then costs the endpoint seconds, not the whole TTL.
-func releaseLease(ctx context.Context, pool *pgxpool.Pool, endpointID, token uuid.UUID) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseRetryFor)
-	defer cancel()
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		_, err := pool.Exec(ctx, `UPDATE webhook_endpoints SET busy_until = NULL, lease_token = NULL WHERE id = $1 AND lease_token = $2`, endpointID, token)
-		if err == nil {
-			return nil
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return fmt.Errorf("release lease: %w", err)
-		case <-timer.C:
-		}
-	}
-}

@@ -9,20 +9,22 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/standmeet/webhook-dispatcher/internal/batch"
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/pglisten"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -34,16 +36,28 @@ type Config struct {
 	// settling. Default 15 s.
 	AttemptTimeout time.Duration
 	// LeaseTTL is how long a lease lives if its holder dies; longer than
-	// AttemptTimeout so a live holder never loses it. Default 30 s.
+	// AttemptTimeout so a live holder never loses it. A holder extends it
+	// before an attempt that might outlive it. Default 30 s.
 	LeaseTTL time.Duration
-	// BusySnooze is how long a delivery that finds the lease taken by
-	// another process waits before trying again. Default 2 s.
+	// LeaseLinger is how long a process keeps an endpoint's lease after its
+	// last local delivery to that endpoint, so that the next one (often
+	// milliseconds later) costs no write. Another process that wants the
+	// lease meanwhile gets it at once. It needs the worker's Run (which
+	// listens for those requests); without it leases are released as soon
+	// as a lane goes idle. Default 2 s.
+	LeaseLinger time.Duration
+	// BusySnooze is the shortest snooze of a delivery that could not get
+	// the lease from another process within LocalWait; the snooze lasts
+	// until the holder's lease would expire, capped at LeaseTTL/3.
+	// Default 2 s.
 	BusySnooze time.Duration
-	// LocalWait bounds how long a delivery waits in-process behind another
-	// delivery to the same endpoint before it falls back to a snooze.
-	// Default 5 s.
+	// LocalWait bounds how long a delivery waits for its turn: behind other
+	// local deliveries to the same endpoint, then for another process to
+	// release the lease. Default 5 s.
 	LocalWait time.Duration
-	// LocalWaiters bounds the in-process queue per endpoint. Default 64.
+	// LocalWaiters bounds the in-process queue per endpoint. Default 64;
+	// a process should allow as many as it runs deliver workers, or a hot
+	// endpoint's overflow snoozes and comes back over and over.
 	LocalWaiters int
 	// MaxRetryAfter caps one Retry-After snooze. Default 1 h.
 	MaxRetryAfter time.Duration
@@ -53,9 +67,13 @@ type Config struct {
 	// ErrorBodyBytes bounds the response body kept as an error summary.
 	// Default 256.
 	ErrorBodyBytes int64
+	// Channel is the NOTIFY channel for lease releases and requests. It must
+	// be the same for every process on one schema and differ between
+	// schemas. Default: LeaseChannel(the pool's search_path).
+	Channel string
 }
 
-func (c *Config) setDefaults() {
+func (c *Config) setDefaults(pool *pgxpool.Pool) {
 	setDefault := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
@@ -63,6 +81,7 @@ func (c *Config) setDefaults() {
 	}
 	setDefault(&c.AttemptTimeout, 15*time.Second)
 	setDefault(&c.LeaseTTL, 30*time.Second)
+	setDefault(&c.LeaseLinger, 2*time.Second)
 	setDefault(&c.BusySnooze, 2*time.Second)
 	setDefault(&c.LocalWait, 5*time.Second)
 	setDefault(&c.MaxRetryAfter, time.Hour)
@@ -73,10 +92,25 @@ func (c *Config) setDefaults() {
 	if c.ErrorBodyBytes <= 0 {
 		c.ErrorBodyBytes = 256
 	}
+	if c.Channel == "" && pool != nil {
+		c.Channel = LeaseChannel(pool.Config().ConnConfig.RuntimeParams["search_path"])
+	}
+}
+
+// LeaseChannel is the NOTIFY channel of the endpoint leases in schema.
+func LeaseChannel(schema string) string {
+	if schema == "" {
+		return "webhook_lease"
+	}
+	return schema + ".webhook_lease"
 }
 
 // minSnooze keeps a receiver answering "Retry-After: 0" from spinning a job.
 const minSnooze = time.Second
+
+// renewMargin: a lease is extended before an attempt unless it will outlive
+// the attempt by at least this much.
+const renewMargin = 5 * time.Second
 
 // Worker is the webhook.deliver worker: lease → sign → POST → classify →
 // settle. It never retries by itself: every retry is River's.
@@ -89,27 +123,38 @@ type Worker struct {
 	keyring *seal.Keyring
 	metrics *metrics.Metrics
 	logger  *slog.Logger
-	gate    *gate
+	lanes   *lanes
+	loads   *batch.Batcher[loadReq, loadRes]
+	settles *batch.Batcher[settleReq, settleRes]
 	now     func() time.Time
 }
 
 // NewWorker builds the deliver worker. client must be the guarded egress
 // client (internal/egress).
 func NewWorker(cfg Config, pool *pgxpool.Pool, client *http.Client, keyring *seal.Keyring, m *metrics.Metrics, logger *slog.Logger) *Worker {
-	cfg.setDefaults()
-	return &Worker{
+	cfg.setDefaults(pool)
+	w := &Worker{
 		cfg:     cfg,
 		pool:    pool,
 		client:  client,
 		keyring: keyring,
 		metrics: m,
 		logger:  logger,
-		gate:    newGate(cfg.LocalWaiters),
+		lanes:   newLanes(cfg.LocalWaiters),
 		now:     time.Now,
 	}
+	// A few statements in flight at once keep latency low when the pool is
+	// busy; everything that arrives meanwhile waits for the next one.
+	w.loads = batch.New(batch.Config{MaxSize: 500, MaxInFlight: 4}, func(ctx context.Context, reqs []loadReq) ([]loadRes, error) {
+		return load(ctx, pool, cfg.LeaseTTL, cfg.Channel, reqs)
+	})
+	w.settles = batch.New(batch.Config{MaxSize: 500, MaxInFlight: 2}, func(ctx context.Context, reqs []settleReq) ([]settleRes, error) {
+		return settle(ctx, pool, cfg.DisableAfter, cfg.Channel, reqs)
+	})
+	return w
 }
 
-// Timeout covers the in-process wait for the lease plus one attempt.
+// Timeout covers the wait for the endpoint's turn plus one attempt.
 func (w *Worker) Timeout(*river.Job[job.DeliverArgs]) time.Duration {
 	return w.cfg.LocalWait + w.cfg.AttemptTimeout
 }
@@ -120,99 +165,302 @@ func (w *Worker) NextRetry(j *river.Job[job.DeliverArgs]) time.Time {
 }
 
 // Work delivers one event to one endpoint.
+//
+// A success returns nil and River's batch completer marks the job completed
+// along with many others: the delivery writes nothing of its own unless the
+// endpoint's health changes. If the process dies after the POST and before
+// that batch is written, the job is rescued and delivered again, with the
+// same webhook-id, which receivers dedupe (see docs/design.md).
 func (w *Worker) Work(ctx context.Context, j *river.Job[job.DeliverArgs]) error {
 	endpointID, err := uuid.Parse(j.Args.EndpointID)
 	if err != nil {
 		return w.cancel(j, "", fmt.Errorf("malformed endpoint id in job args: %w", err))
 	}
+	waitUntil := time.Now().Add(w.cfg.LocalWait)
+	if !w.lanes.enter(ctx, endpointID, w.cfg.LocalWait) {
+		return w.snoozeBusy(w.cfg.BusySnooze)
+	}
 
-	// Wait behind a local delivery to the same endpoint, if any: it will
-	// hand its lease over when it settles.
-	handed, local := w.gate.enter(ctx, endpointID, w.cfg.LocalWait)
-	var token uuid.UUID
-	handoffDone := false
-	defer func() {
-		if local && !handoffDone {
-			// Leaving without handing over (errors, cancellations): pass the
-			// local turn on; the next waiter takes the lease itself.
-			w.gate.leave(endpointID, uuid.Nil)
+	t, token, err := w.acquire(ctx, endpointID, j.Args.EventID, waitUntil)
+	if err != nil {
+		w.endTurn(ctx, endpointID, settleReq{endpointID: endpointID, token: token})
+		var busy *busyError
+		switch {
+		case errors.As(err, &busy):
+			// Until the holder's lease would expire if it died, but not for
+			// long if it is alive: it may hand over any moment.
+			return w.snoozeBusy(min(max(busy.heldFor, w.cfg.BusySnooze), w.cfg.LeaseTTL/3))
+		case errors.Is(err, errEndpointGone), errors.Is(err, errEndpointDisabled):
+			return w.cancel(j, "", err)
+		default:
+			// A database error: River retries.
+			return err
 		}
-	}()
+	}
 
 	attemptCtx, cancel := context.WithTimeout(ctx, w.cfg.AttemptTimeout)
 	defer cancel()
-
-	var t *target
-	if handed != uuid.Nil {
-		token = handed
-		t, err = readLeased(attemptCtx, w.pool, endpointID, j.Args.EventID, token)
-	} else {
-		token = uuid.New()
-		t, err = takeLease(attemptCtx, w.pool, endpointID, j.Args.EventID, w.cfg.LeaseTTL, token)
-	}
-	switch {
-	case errors.Is(err, errLeaseBusy):
-		w.metrics.SnoozesTotal.WithLabelValues(metrics.SnoozeLeaseBusy).Inc()
-		w.metrics.DeliveriesTotal.WithLabelValues(metrics.OutcomeSnoozed, "none").Inc()
-		return river.JobSnooze(w.cfg.BusySnooze)
-	case errors.Is(err, errEndpointGone), errors.Is(err, errEndpointDisabled):
-		return w.cancel(j, "", err)
-	case err != nil:
-		// A database error: River retries. The lease may be ours all the
-		// same (handed over, or taken by a statement whose reply was lost):
-		// free it so the retry need not wait for it to expire.
-		if rerr := releaseLease(context.WithoutCancel(ctx), w.pool, endpointID, token); rerr != nil {
-			w.logger.WarnContext(ctx, "release lease", slog.String("endpoint_id", endpointID.String()), slog.Any("error", rerr))
-		}
-		return err
-	}
-
-	res := w.attempt(attemptCtx, ctx, j, endpointID, token, t)
-
-	// Hand the lease to the next local delivery if one waits: settle keeps
-	// it (extended) instead of releasing it.
-	keep := res.settle != nil && w.gate.waiting(endpointID)
+	res := w.attempt(attemptCtx, ctx, j, endpointID, t)
+	s := settleReq{endpointID: endpointID, token: token}
 	if res.settle != nil {
-		res.settle.keep = keep
-		if err := w.settle(ctx, j, endpointID, token, res); err != nil {
-			// The attempt stands but its record failed: River retries it (the
-			// receiver dedupes by webhook-id); free the lease for that retry.
-			if rerr := releaseLease(context.WithoutCancel(ctx), w.pool, endpointID, token); rerr != nil {
-				w.logger.WarnContext(ctx, "release lease", slog.String("endpoint_id", endpointID.String()), slog.Any("error", rerr))
-			}
-			return err
-		}
-	} else if err := releaseLease(context.WithoutCancel(ctx), w.pool, endpointID, token); err != nil {
-		w.logger.WarnContext(ctx, "release lease", slog.String("endpoint_id", endpointID.String()), slog.Any("error", err))
+		s.health, s.summary = res.settle.health(t.failingSince, w.now(), w.cfg.DisableAfter), res.settle.summary
 	}
-	if local {
-		handoffDone = true
-		if handedOver := w.gate.leave(endpointID, tokenIf(keep, token)); keep && !handedOver {
-			// The waiter gave up meanwhile: nobody takes the kept lease.
-			if err := releaseLease(context.WithoutCancel(ctx), w.pool, endpointID, token); err != nil {
-				w.logger.WarnContext(ctx, "release lease", slog.String("endpoint_id", endpointID.String()), slog.Any("error", err))
-			}
-		}
+	if err := w.endTurn(ctx, endpointID, s); err != nil {
+		// The attempt stands but its effect on the endpoint's health was not
+		// recorded: River retries it (the receiver dedupes by webhook-id).
+		return err
 	}
 	return res.err
 }
 
-func tokenIf(ok bool, token uuid.UUID) uuid.UUID {
-	if ok {
-		return token
+// busyError: another process holds the endpoint's lease.
+type busyError struct{ heldFor time.Duration }
+
+func (e *busyError) Error() string { return errLeaseBusy.Error() }
+func (e *busyError) Unwrap() error { return errLeaseBusy }
+
+func (w *Worker) snoozeBusy(d time.Duration) error {
+	w.metrics.SnoozesTotal.WithLabelValues(metrics.SnoozeLeaseBusy).Inc()
+	w.metrics.DeliveriesTotal.WithLabelValues(metrics.OutcomeSnoozed, "none").Inc()
+	return river.JobSnooze(d)
+}
+
+// acquire makes sure this process holds the endpoint's lease for long enough
+// and reads the attempt's target, in one batched statement. When another
+// process holds the lease it waits, until waitUntil, for that process to
+// release it (the release is announced) or for it to expire. It returns the
+// token of the lease held (or possibly held, after a database error) so the
+// caller can release it.
+func (w *Worker) acquire(ctx context.Context, ep uuid.UUID, eventID string, waitUntil time.Time) (*target, uuid.UUID, error) {
+	var poll time.Duration
+	for {
+		cur := w.lanes.current(ep)
+		req := loadReq{endpointID: ep, eventID: eventID, mode: leaseConfirm, token: cur.token}
+		switch {
+		case cur.token == uuid.Nil:
+			req.mode, req.token = leaseTake, uuid.New()
+		case time.Until(cur.expires) < w.cfg.AttemptTimeout+renewMargin:
+			req.mode = leaseExtend
+		}
+		res, err := w.loads.Do(ctx, req)
+		if err != nil {
+			// The statement may have taken the lease even so.
+			w.lanes.hold(ep, lease{token: req.token, expires: time.Now().Add(w.cfg.LeaseTTL)})
+			return nil, req.token, err
+		}
+		switch res.status {
+		case loadHeld:
+			if req.mode != leaseConfirm {
+				w.lanes.hold(ep, lease{token: req.token, expires: res.expires})
+			}
+			return res.target, req.token, nil
+		case loadGone:
+			w.lanes.drop(ep)
+			return nil, uuid.Nil, errEndpointGone
+		case loadDisabled:
+			return nil, req.token, errEndpointDisabled
+		}
+		if req.mode != leaseTake {
+			// Our lease lapsed and moved on: take it like anyone else.
+			w.lanes.drop(ep)
+			continue
+		}
+		left := time.Until(waitUntil)
+		if left <= 0 {
+			return nil, uuid.Nil, &busyError{heldFor: res.heldFor}
+		}
+		// Wait for the holder's release (announced), its lease's expiry, or
+		// the next poll, whichever comes first. Polls back off: with the
+		// announcement working they are only a safety net.
+		poll = min(max(2*poll, 20*time.Millisecond), time.Second)
+		wait := min(poll, left)
+		if res.heldFor > 0 {
+			wait = min(wait, res.heldFor+10*time.Millisecond)
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-w.lanes.remoteWake(ep):
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, uuid.Nil, ctx.Err()
+		}
+		timer.Stop()
 	}
-	return uuid.Nil
 }
 
-// result is an attempt's conclusion: what to return to River and how to
-// settle the endpoint (nil settle: leave health alone, release the lease).
+// endTurn records the attempt's effect on the endpoint's health (s.health)
+// and ends this delivery's turn on the endpoint: the next local delivery
+// takes over with the lease, or the lease lingers or is released (in the
+// same statement as the health change when both are due). Only a failure to
+// record a health change is returned; a lease that cannot be released
+// expires by itself.
+func (w *Worker) endTurn(ctx context.Context, ep uuid.UUID, s settleReq) error {
+	// Settle even if the job's context just ended: the attempt happened.
+	ctx = context.WithoutCancel(ctx)
+	if tok := w.lanes.yield(ep); tok != uuid.Nil {
+		s.token, s.release = tok, true
+	}
+	var err error
+	if s.health != healthNone || s.release {
+		err = w.settle(ctx, s)
+		if err != nil && s.release {
+			// Retried as a plain release so the endpoint is not blocked
+			// until the lease expires.
+			w.release(ctx, map[uuid.UUID]uuid.UUID{ep: s.token})
+		}
+	}
+	if tok := w.lanes.leave(ep); tok != uuid.Nil {
+		w.release(ctx, map[uuid.UUID]uuid.UUID{ep: tok})
+	}
+	if s.health == healthNone {
+		return nil
+	}
+	return err
+}
+
+// settle runs one settlement through the batcher.
+func (w *Worker) settle(ctx context.Context, s settleReq) error {
+	res, err := w.settles.Do(ctx, s)
+	if err != nil {
+		return err
+	}
+	if res.disabledNow {
+		w.metrics.EndpointsDisabledTotal.Inc()
+		w.logger.WarnContext(ctx, "endpoint disabled after continuous failure",
+			slog.String("endpoint_id", s.endpointID.String()), slog.Duration("after", w.cfg.DisableAfter))
+	}
+	return nil
+}
+
+// releaseRetryFor bounds how long release keeps trying.
+const releaseRetryFor = 10 * time.Second
+
+// release gives leases up (endpoint → token) without touching health. A
+// release that fails leaves the endpoint blocked until the lease expires
+// (LeaseTTL), so it is retried for a little while: a database blip (a
+// restart, a failover) then costs the endpoint seconds, not the whole TTL.
+// Failures are logged, not returned: the lease expires by itself.
+func (w *Worker) release(ctx context.Context, leases map[uuid.UUID]uuid.UUID) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseRetryFor)
+	defer cancel()
+	var wg sync.WaitGroup
+	for ep, tok := range leases {
+		wg.Go(func() {
+			var err error
+			for failures := 1; ; failures++ {
+				if err = w.settle(ctx, settleReq{endpointID: ep, token: tok, release: true}); err == nil {
+					return
+				}
+				timer := time.NewTimer(pglisten.Backoff(failures))
+				select {
+				case <-ctx.Done():
+					timer.Stop()
+					w.logger.WarnContext(ctx, "release lease", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
+					return
+				case <-timer.C:
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// Run listens for lease announcements from other processes and releases
+// leases that have lingered idle, until ctx is done; then it releases every
+// lease this process still holds idle. While it runs, idle lanes keep their
+// lease for LeaseLinger. The composition root runs it beside River and
+// cancels it once River has stopped.
+func (w *Worker) Run(ctx context.Context) {
+	var (
+		wg        sync.WaitGroup
+		listening atomic.Bool
+	)
+	defer func() {
+		wg.Wait()
+		w.lanes.setLinger(false)
+		w.release(ctx, w.lanes.idle(time.Time{}))
+	}()
+	releaseAsync := func(leases map[uuid.UUID]uuid.UUID) {
+		if len(leases) > 0 {
+			wg.Go(func() { w.release(ctx, leases) })
+		}
+	}
+	l := &pglisten.Listener{
+		Pool:    w.pool,
+		Channel: w.cfg.Channel,
+		OnNotify: func(payload string) {
+			kind, id, ok := strings.Cut(payload, ":")
+			ep, err := uuid.Parse(id)
+			if !ok || err != nil {
+				return
+			}
+			switch kind {
+			case "r":
+				w.lanes.released(ep)
+			case "w":
+				if tok := w.lanes.wanted(ep); tok != uuid.Nil {
+					releaseAsync(map[uuid.UUID]uuid.UUID{ep: tok})
+				}
+			}
+		},
+		// Lingering needs the announcements: without them another process
+		// would wait out the linger for nothing.
+		OnListen: func() { listening.Store(true); w.lanes.setLinger(true) },
+		OnLost: func(error) {
+			listening.Store(false)
+			w.lanes.setLinger(false)
+			releaseAsync(w.lanes.idle(time.Time{}))
+		},
+		Logger: w.logger.With(slog.String("component", "lease listener")),
+	}
+	wg.Go(func() { l.Run(ctx) })
+
+	ticker := time.NewTicker(max(w.cfg.LeaseLinger/4, 10*time.Millisecond))
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			if listening.Load() {
+				releaseAsync(w.lanes.idle(time.Now().Add(-w.cfg.LeaseLinger)))
+			}
+		}
+	}
+}
+
+// result is an attempt's conclusion: what to return to River and what it
+// means for the endpoint's health (nil settle: nothing, e.g. a shutdown).
 type result struct {
-	err      error
-	settle   *settlement
-	complete bool // complete the job in the settle transaction
+	err    error
+	settle *settlement
 }
 
-func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverArgs], endpointID, token uuid.UUID, t *target) result {
+// settlement is how an attempt ended for the endpoint's health.
+type settlement struct {
+	success bool
+	// summary goes into disabled_reason if the endpoint is disabled now.
+	summary string
+}
+
+// health says whether the attempt changes the endpoint's health (the endpoint state machine),
+// given failing_since as read with the lease: only a transition is written,
+// so a healthy endpoint's successes write nothing.
+func (s settlement) health(failingSince *time.Time, now time.Time, disableAfter time.Duration) health {
+	switch {
+	case s.success && failingSince != nil:
+		return healthSuccess
+	case s.success:
+		return healthNone
+	case failingSince == nil, now.Sub(*failingSince) > disableAfter:
+		return healthFailure
+	default:
+		return healthNone
+	}
+}
+
+func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverArgs], endpointID uuid.UUID, t *target) result {
 	ep := endpointID.String()
 	log := w.logger.With(slog.String("endpoint_id", ep), slog.String("event_id", j.Args.EventID),
 		slog.Int64("job_id", j.ID), slog.Int("attempt", j.Attempt))
@@ -289,7 +537,7 @@ func (w *Worker) conclude(j *river.Job[job.DeliverArgs], v verdict, status int, 
 	switch v.kind {
 	case verdictComplete:
 		w.metrics.DeliveryLag.Observe(w.now().Sub(ev.OccurredAt).Seconds())
-		return metrics.OutcomeCompleted, result{settle: &settlement{success: true}, complete: true}
+		return metrics.OutcomeCompleted, result{settle: &settlement{success: true}}
 	case verdictSnooze:
 		e := fmt.Errorf("HTTP %d with Retry-After: %s", status, summary)
 		w.metrics.SnoozesTotal.WithLabelValues(metrics.SnoozeRetryAfter).Inc()
@@ -320,38 +568,6 @@ func (w *Worker) conclude(j *river.Job[job.DeliverArgs], v verdict, status int, 
 		}
 		return outcome, result{err: e, settle: failure(e)}
 	}
-}
-
-// settle records the attempt's effect on the endpoint and releases (or keeps,
-// for a hand-off) the lease. A success completes the job in the same
-// transaction, so the endpoint's health and the job's state commit together.
-func (w *Worker) settle(ctx context.Context, j *river.Job[job.DeliverArgs], endpointID, token uuid.UUID, res result) error {
-	// Settle even if the job's context just ended: the attempt happened.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	var disabledNow bool
-	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-		var err error
-		disabledNow, err = settle(ctx, tx, endpointID, token, *res.settle, w.cfg.DisableAfter, w.cfg.LeaseTTL)
-		if err != nil {
-			return err
-		}
-		if res.complete {
-			if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, j); err != nil {
-				return fmt.Errorf("complete job: %w", err)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	if disabledNow {
-		w.metrics.EndpointsDisabledTotal.Inc()
-		w.logger.WarnContext(ctx, "endpoint disabled after continuous failure",
-			slog.String("endpoint_id", endpointID.String()), slog.Duration("after", w.cfg.DisableAfter))
-	}
-	return nil
 }
 
 func (w *Worker) cancel(j *river.Job[job.DeliverArgs], endpointID string, err error) error {

@@ -226,7 +226,6 @@ func TestWorkerDelivery(t *testing.T) {
 		j := b.runningJob(t, epID, evID)
 
 		require.NoError(t, b.work(t, j))
-		require.Equal(t, rivertype.JobStateCompleted, b.jobState(t, j.ID), "completed in the settle transaction")
 		ep := b.endpoint(t, epID)
 		require.Nil(t, ep.failingSince, "a success clears failing_since")
 		require.Nil(t, ep.busyUntil, "the lease is released")
@@ -452,7 +451,11 @@ func TestWorkerDelivery(t *testing.T) {
 		_, err := b.db.Pool.Exec(ctx, `UPDATE webhook_endpoints SET busy_until = now() + interval '30 seconds', lease_token = $2 WHERE id = $1`, epID, uuid.New())
 		require.NoError(t, err)
 		j := b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))
-		require.Equal(t, 2*time.Second, requireSnooze(t, b.work(t, j)))
+		b.worker.cfg.LocalWait = 300 * time.Millisecond
+		start := time.Now()
+		snooze := requireSnooze(t, b.work(t, j))
+		require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "waited for a release first")
+		require.Equal(t, 10*time.Second, snooze, "until the holder's lease would expire (25 s), capped at a third of the TTL")
 		require.Zero(t, rc.hits.Load())
 		require.InDelta(t, 1, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(metrics.SnoozeLeaseBusy)), 0)
 	})
@@ -670,15 +673,51 @@ func TestWithRiver(t *testing.T) {
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
 		const n = 60
 		insertMany(t, b, epID, n)
-		// A second process: its own worker (own in-process gate), same database.
-		other := NewWorker(Config{LocalWait: 50 * time.Millisecond, BusySnooze: 100 * time.Millisecond}, b.db.Pool,
-			egress.NewClient(egress.Config{AllowCIDRs: loopback}), b.keyring, b.metrics, slog.New(slog.DiscardHandler))
-		b.worker.cfg.BusySnooze = 100 * time.Millisecond
+		// A second process: its own worker (own lanes), same database.
+		other := b.otherProcess(Config{})
+		runWorker(t, b.worker)
+		runWorker(t, other)
 		startClient(t, b, b.worker, 10)
 		startClient(t, b, other, 10)
 		waitCompleted(t, b, n)
 		require.EqualValues(t, 1, c.peak.Load(), "never two concurrent POSTs to one endpoint across instances")
 		require.GreaterOrEqual(t, rc.hits.Load(), int64(n))
+	})
+
+	t.Run("ThreeInstancesShareEndpointsWithFewSnoozes", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		const endpoints, perEndpoint = 4, 40
+		var peaks [endpoints]concurrency
+		ids := make([]uuid.UUID, endpoints)
+		for i := range ids {
+			rc := newReceiver(t, serialHandler(&peaks[i], time.Millisecond))
+			ids[i], _ = b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		}
+		// Interleaved, as fanouts of many events enqueue them, so every
+		// instance fetches deliveries of every endpoint.
+		params := make([]river.InsertManyParams, 0, endpoints*perEndpoint)
+		for range perEndpoint {
+			for _, id := range ids {
+				params = append(params, river.InsertManyParams{Args: job.DeliverArgs{EndpointID: id.String(), EventID: b.insertEvent(t, "owner-1", "code.issued", "code://x")}})
+			}
+		}
+		_, err := b.client.InsertMany(context.Background(), params)
+		require.NoError(t, err)
+		workers := []*Worker{b.worker, b.otherProcess(Config{}), b.otherProcess(Config{})}
+		for _, w := range workers {
+			runWorker(t, w)
+		}
+		for _, w := range workers {
+			startClient(t, b, w, 8)
+		}
+		waitCompleted(t, b, endpoints*perEndpoint)
+		for i := range peaks {
+			require.EqualValues(t, 1, peaks[i].peak.Load(), "endpoint %d: one POST at a time across instances", i)
+		}
+		snoozes := testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(metrics.SnoozeLeaseBusy))
+		t.Logf("snoozes per delivery: %.3f", snoozes/(endpoints*perEndpoint))
+		require.LessOrEqual(t, snoozes/(endpoints*perEndpoint), 0.1, "instances hand leases over instead of snoozing")
 	})
 
 	t.Run("SeveralEndpointsInParallel", func(t *testing.T) {

@@ -101,18 +101,28 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 		return nil
 	}
 
-	candidates, err := w.matchingEndpoints(ctx, e)
+	byOwner, err := readEndpoints(ctx, w.pool, []string{e.OwnerID})
 	if err != nil {
-		return err
+		return fmt.Errorf("fanout: event %s: %w", e.ID, err)
 	}
-	admitted, err := w.decideAll(ctx, e, candidates)
+	candidates := matching(e, byOwner[e.OwnerID])
+	admitted, err := decideAll(ctx, w.decide, e, candidates)
 	if err != nil {
 		return err
 	}
 
-	enqueued, duplicates, err := w.enqueue(ctx, e, admitted)
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
+		return fmt.Errorf("fanout: %w", err)
+	}
+	params := deliverJobs(e, admitted, time.Now())
+	var enqueued, duplicates int
+	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		enqueued, duplicates, err = insert(ctx, tx, client, params)
 		return err
+	})
+	if err != nil {
+		return fmt.Errorf("fanout: enqueue %d deliveries of event %s: %w", len(params), e.ID, err)
 	}
 	if w.metrics != nil {
 		w.metrics.FanoutEnqueuedTotal.Add(float64(enqueued))
@@ -141,59 +151,142 @@ func (w *Worker) loadEvent(ctx context.Context, id string) (*event.Event, error)
 	return e, nil
 }
 
-// matchingEndpoints returns the owner's enabled endpoints subscribed to e's
-// type (all of them for webhook.test), ordered by id. The order matters beyond determinism: two replicas
-// fanning out the same event insert the same unique keys in the same order,
-// so they queue behind each other instead of deadlocking.
-func (w *Worker) matchingEndpoints(ctx context.Context, e *event.Event) ([]candidate, error) {
-	rows, err := w.pool.Query(ctx,
-		`SELECT id::text, event_types, embed_id, failing_since
-		   FROM webhook_endpoints
-		  WHERE owner_id = $1 AND enabled
-		  ORDER BY id`, e.OwnerID)
-	if err != nil {
-		return nil, fmt.Errorf("fanout: read endpoints of event %s: %w", e.ID, err)
-	}
-	defer rows.Close()
+// Inline fans events out inside the transaction that stores them (the ingest
+// transaction), so that an event whose deliveries can be decided right there
+// costs no fanout job, no job fetch and no second transaction. An event whose
+// decision needs the access service (an embed-bound endpoint of a scoped
+// type) gets a webhook.fanout job instead, as every event did before: the
+// access service is never called with a transaction open. Both paths use the
+// same endpoint read, glob matching, scope function and insert.
+type Inline struct {
+	decide  scope.Func
+	metrics *metrics.Metrics
+}
 
-	var out []candidate
-	for rows.Next() {
-		var (
-			c       candidate
-			globs   []string
-			embedID *string
-		)
-		if err := rows.Scan(&c.ep.ID, &globs, &embedID, &c.failingSince); err != nil {
-			return nil, fmt.Errorf("fanout: read endpoints of event %s: %w", e.ID, err)
+// NewInline returns the inline fanout using decide (scope.Decider.Func).
+func NewInline(decide scope.Func, m *metrics.Metrics) *Inline {
+	return &Inline{decide: decide, metrics: m}
+}
+
+// EnqueueTx enqueues, in tx, the deliveries of every event that can be
+// decided without the access service and a webhook.fanout job for each of
+// the others. The events must be newly stored in tx and may leave the
+// instance. It returns how many events were deferred to a fanout job.
+func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], events []*event.Event) (int, error) {
+	if len(events) == 0 {
+		return 0, nil
+	}
+	owners := make([]string, 0, len(events))
+	seen := make(map[string]bool, len(events))
+	for _, e := range events {
+		if !seen[e.OwnerID] {
+			seen[e.OwnerID] = true
+			owners = append(owners, e.OwnerID)
 		}
-		// A test goes to the endpoint it names whatever that endpoint
-		// subscribes to: "send test" must work on any endpoint. Scope's
-		// test_target rule keeps it from every other endpoint.
-		if e.Type != event.TypeWebhookTest && !event.MatchAny(globs, e.Type) {
+	}
+	byOwner, err := readEndpoints(ctx, tx, owners)
+	if err != nil {
+		return 0, err
+	}
+	local := scope.WithoutAccess(ctx)
+	now := time.Now()
+	var (
+		params   []river.InsertManyParams
+		deferred int
+	)
+	for _, e := range events {
+		admitted, err := decideAll(local, f.decide, e, matching(e, byOwner[e.OwnerID]))
+		if errors.Is(err, scope.ErrNeedsAccess) {
+			deferred++
+			params = append(params, river.InsertManyParams{Args: job.FanoutArgs{EventID: e.ID}})
 			continue
 		}
-		c.ep.OwnerID = e.OwnerID
-		if embedID != nil {
-			c.ep.EmbedID = *embedID
+		if err != nil {
+			return 0, err
 		}
-		out = append(out, c)
+		params = append(params, deliverJobs(e, admitted, now)...)
+	}
+	enqueued, _, err := insert(ctx, tx, client, params)
+	if err != nil {
+		return 0, err
+	}
+	if f.metrics != nil {
+		f.metrics.FanoutEnqueuedTotal.Add(float64(enqueued - deferred))
+	}
+	return deferred, nil
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// readEndpoints returns the owners' enabled endpoints, each owner's ordered
+// by id. The order matters beyond determinism: two replicas fanning out the
+// same event insert the same unique keys in the same order, so they queue
+// behind each other instead of deadlocking.
+func readEndpoints(ctx context.Context, q querier, owners []string) (map[string][]endpointRow, error) {
+	rows, err := q.Query(ctx,
+		`SELECT id::text, owner_id, event_types, embed_id, failing_since
+		   FROM webhook_endpoints
+		  WHERE owner_id = ANY($1) AND enabled
+		  ORDER BY owner_id, id`, owners)
+	if err != nil {
+		return nil, fmt.Errorf("read endpoints: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string][]endpointRow, len(owners))
+	for rows.Next() {
+		var r endpointRow
+		if err := rows.Scan(&r.id, &r.ownerID, &r.globs, &r.embedID, &r.failingSince); err != nil {
+			return nil, fmt.Errorf("read endpoints: %w", err)
+		}
+		out[r.ownerID] = append(out[r.ownerID], r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("fanout: read endpoints of event %s: %w", e.ID, err)
+		return nil, fmt.Errorf("read endpoints: %w", err)
 	}
 	return out, nil
 }
 
+type endpointRow struct {
+	id, ownerID  string
+	globs        []string
+	embedID      *string
+	failingSince *time.Time
+}
+
+// matching keeps the endpoints subscribed to e's type (all of them for
+// webhook.test), in the order given.
+func matching(e *event.Event, endpoints []endpointRow) []candidate {
+	var out []candidate
+	for _, r := range endpoints {
+		// A test goes to the endpoint it names whatever that endpoint
+		// subscribes to: "send test" must work on any endpoint. Scope's
+		// test_target rule keeps it from every other endpoint.
+		if e.Type != event.TypeWebhookTest && !event.MatchAny(r.globs, e.Type) {
+			continue
+		}
+		c := candidate{ep: scope.Endpoint{ID: r.id, OwnerID: e.OwnerID}, failingSince: r.failingSince}
+		if r.embedID != nil {
+			c.ep.EmbedID = *r.embedID
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
 // decideAll asks scope about every candidate, a bounded number at a time, and
 // returns the admitted ones in candidate order. The first error cancels the
-// rest: one unanswerable endpoint already means the fanout must be retried.
-func (w *Worker) decideAll(ctx context.Context, e *event.Event, candidates []candidate) ([]candidate, error) {
+// rest: one unanswerable endpoint already means the fanout must be retried
+// (or, inline, handed to a fanout job).
+func decideAll(ctx context.Context, decide scope.Func, e *event.Event, candidates []candidate) ([]candidate, error) {
 	admit := make([]bool, len(candidates))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(decideConcurrency)
 	for i, c := range candidates {
 		g.Go(func() error {
-			dec, err := w.decide(gctx, e, c.ep)
+			dec, err := decide(gctx, e, c.ep)
 			if err != nil {
 				return fmt.Errorf("fanout: scope of event %s for endpoint %s: %w", e.ID, c.ep.ID, err)
 			}
@@ -213,20 +306,10 @@ func (w *Worker) decideAll(ctx context.Context, e *event.Event, candidates []can
 	return out, nil
 }
 
-// enqueue inserts one delivery per admitted endpoint in one transaction and
-// returns how many were new and how many already existed.
-func (w *Worker) enqueue(ctx context.Context, e *event.Event, admitted []candidate) (int, int, error) {
-	if len(admitted) == 0 {
-		return 0, 0, nil
-	}
-	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("fanout: %w", err)
-	}
-
-	now := time.Now()
-	// River fails the whole statement when one unique key appears twice in a
-	// batch, so an endpoint is enqueued at most once whatever the input.
+// deliverJobs returns one webhook.deliver job per admitted endpoint. River
+// fails a whole insert when one unique key appears twice in it, so an
+// endpoint gets at most one whatever the input.
+func deliverJobs(e *event.Event, admitted []candidate, now time.Time) []river.InsertManyParams {
 	seen := make(map[string]struct{}, len(admitted))
 	params := make([]river.InsertManyParams, 0, len(admitted))
 	for _, c := range admitted {
@@ -242,27 +325,24 @@ func (w *Worker) enqueue(ctx context.Context, e *event.Event, admitted []candida
 		}
 		params = append(params, p)
 	}
+	return params
+}
 
-	var enqueued, duplicates int
-	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-		enqueued, duplicates = 0, 0
-		for chunk := range slices.Chunk(params, insertChunk) {
-			results, err := client.InsertManyTx(ctx, tx, chunk)
-			if err != nil {
-				return err
-			}
-			for _, r := range results {
-				if r.UniqueSkippedAsDuplicate {
-					duplicates++
-				} else {
-					enqueued++
-				}
+// insert inserts jobs in tx, in chunks, and returns how many were new and
+// how many already existed (unique by args).
+func insert(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], params []river.InsertManyParams) (enqueued, duplicates int, err error) {
+	for chunk := range slices.Chunk(params, insertChunk) {
+		results, err := client.InsertManyTx(ctx, tx, chunk)
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, r := range results {
+			if r.UniqueSkippedAsDuplicate {
+				duplicates++
+			} else {
+				enqueued++
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		return 0, 0, fmt.Errorf("fanout: enqueue %d deliveries of event %s: %w", len(params), e.ID, err)
 	}
 	return enqueued, duplicates, nil
 }

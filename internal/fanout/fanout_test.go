@@ -51,6 +51,7 @@ type testBundle struct {
 	logger  *slog.Logger
 	metrics *metrics.Metrics
 	worker  *Worker
+	inline  *Inline
 }
 
 func setup(t *testing.T) *testBundle {
@@ -86,6 +87,7 @@ func setup(t *testing.T) *testBundle {
 		logger:  logger,
 		metrics: m,
 		worker:  NewWorker(db.Pool, decider.Func(), m, logger),
+		inline:  NewInline(decider.Func(), m),
 	}
 }
 
@@ -747,4 +749,101 @@ func TestWorkerWithRiver(t *testing.T) {
 		}
 		require.InDelta(t, numEvents*len(eps), testutil.ToFloat64(bundle.metrics.FanoutEnqueuedTotal), 0)
 	})
+}
+
+// inlineTx runs the inline fanout of the given events in a transaction, as
+// ingest does, and commits it.
+func (b *testBundle) inlineTx(t *testing.T, eventIDs ...string) int {
+	t.Helper()
+	ctx := context.Background()
+	var events []*event.Event
+	for _, id := range eventIDs {
+		e := &event.Event{ID: id}
+		var data []byte
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT owner_id, type, subject, occurred_at, data FROM events WHERE id = $1`, id).
+			Scan(&e.OwnerID, &e.Type, &e.Subject, &e.OccurredAt, &data))
+		e.Data = data
+		events = append(events, e)
+	}
+	var deferred int
+	require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+		var err error
+		deferred, err = b.inline.EnqueueTx(ctx, tx, b.client, events)
+		return err
+	}))
+	return deferred
+}
+
+func TestInline(t *testing.T) {
+	t.Parallel()
+
+	published := `{"op":"updated","published":true}`
+
+	t.Run("DecidesLocallyAndEnqueuesDeliveries", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ep1 := b.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		ep2 := b.insertEndpoint(t, []string{"code.*"}, endpointOpts{owner: otherOwnerID})
+		_ = b.insertEndpoint(t, []string{"booking.*"}, endpointOpts{})
+		failing := b.insertEndpoint(t, []string{"code.issued"}, endpointOpts{failing: true})
+		ev1 := b.insertEvent(t, ownerID, "code.issued", "code://1", "{}")
+		ev2 := b.insertEvent(t, otherOwnerID, "code.revoked", "code://2", "{}")
+
+		require.Zero(t, b.inlineTx(t, ev1, ev2))
+
+		got := map[[2]string]delivery{}
+		for _, d := range deliveries(t, b.db.Pool) {
+			got[[2]string{d.EndpointID, d.EventID}] = d
+		}
+		require.Len(t, got, 3, "owner 1's matching endpoints for ev1, owner 2's for ev2; never across owners")
+		require.Contains(t, got, [2]string{ep1, ev1})
+		require.Contains(t, got, [2]string{ep2, ev2})
+		require.Contains(t, got, [2]string{failing, ev1})
+		require.WithinDuration(t, time.Now().Add(FailingCooldown), got[[2]string{failing, ev1}].ScheduledAt, time.Minute,
+			"a failing endpoint's delivery cools down, as in the fanout job")
+		require.Zero(t, countFanoutJobs(t, b.db.Pool), "nothing left for a fanout job")
+		require.Zero(t, b.fake.Calls())
+	})
+
+	t.Run("AppliesTheScopeRules", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ep := b.insertEndpoint(t, []string{"corpus.*"}, endpointOpts{})
+		pub := b.insertEvent(t, ownerID, event.TypeNoteChanged, noteSubject, published)
+		unpub := b.insertEvent(t, ownerID, event.TypeNoteChanged, noteSubject, `{"op":"updated","published":false}`)
+		require.Zero(t, b.inlineTx(t, pub, unpub))
+		got := deliveries(t, b.db.Pool)
+		require.Len(t, got, 1)
+		require.Equal(t, ep, got[0].EndpointID)
+		require.Equal(t, pub, got[0].EventID, "the published slice: an unpublished note stays in")
+	})
+
+	t.Run("DefersToAFanoutJobWhenTheAccessServiceMustBeAsked", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_ = b.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		_ = b.insertEndpoint(t, []string{"*"}, endpointOpts{embedID: "emb_1"})
+		note := b.insertEvent(t, ownerID, event.TypeNoteChanged, noteSubject, published)
+		other := b.insertEvent(t, ownerID, "code.issued", "code://1", "{}")
+
+		require.Equal(t, 1, b.inlineTx(t, note, other))
+		require.Zero(t, b.fake.Calls(), "never called with the ingest transaction open")
+		require.Equal(t, 1, countFanoutJobs(t, b.db.Pool), "the scoped event goes to a fanout job, whole")
+		for _, d := range deliveries(t, b.db.Pool) {
+			require.Equal(t, other, d.EventID, "only the unscoped event is delivered inline")
+		}
+		require.Len(t, deliveries(t, b.db.Pool), 2, "an unscoped type reaches the embed-bound endpoint too")
+
+		// The job then decides with the access service, as before.
+		b.work(t, note)
+		require.Equal(t, 1, b.fake.Calls())
+		require.Len(t, deliveries(t, b.db.Pool), 4)
+	})
+}
+
+func countFanoutJobs(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE kind = $1`, job.KindFanout).Scan(&n))
+	return n
 }

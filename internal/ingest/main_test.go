@@ -39,7 +39,7 @@ func newTestStore(t *testing.T, db *dbtest.DB) (*Store, *metrics.Metrics) {
 	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Logger: testLogger(), Schema: db.Schema})
 	require.NoError(t, err)
 	m := metrics.NewForTest()
-	return NewStore(db.Pool, client, m, testLogger()), m
+	return NewStore(StoreConfig{}, db.Pool, client, m, testLogger()), m
 }
 
 // testOccurredAt is one instant for every testEvent, so that two calls with

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"regexp"
 	"slices"
 	"strings"
@@ -15,11 +14,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/pglisten"
 )
 
 // Relay defaults.
@@ -31,17 +30,6 @@ const (
 	// OutboxChannel is the NOTIFY channel of the outbox contract's trigger
 	// (migrations/outbox).
 	OutboxChannel = "webhook_outbox"
-)
-
-const (
-	// maxBackoff bounds the wait after a database error: short enough that a
-	// Postgres restart costs seconds of lag, long enough not to hammer a
-	// server that is down.
-	maxBackoff = 5 * time.Second
-	// listenHealthInterval is how long the listener waits for a notification
-	// before pinging its connection, so a connection silently lost (no FIN,
-	// e.g. a network partition) is noticed and replaced.
-	listenHealthInterval = 30 * time.Second
 )
 
 // RelayConfig configures a Relay. Zero values take the defaults.
@@ -132,7 +120,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		case err != nil:
 			failures++
 			r.metrics.RelayErrorsTotal.Inc()
-			wait = backoff(failures)
+			wait = pglisten.Backoff(failures)
 			// A notification must not cut the backoff short, or a flapping
 			// database and a busy outbox would make a hot loop.
 			wakeCh = nil
@@ -350,72 +338,23 @@ func (r *Relay) relayBatch(ctx context.Context) (int, error) {
 	return len(claimed), nil
 }
 
-// listen keeps a LISTEN subscription on a dedicated connection and signals
-// wake on each notification, reconnecting with backoff until ctx is done.
+// listen keeps a LISTEN subscription and signals wake on each notification,
+// and after each (re)subscription: rows committed while nobody listened sent
+// their notification to no one.
 func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
-	failures := 0
-	for {
-		err := r.listenOnce(ctx, wake, &failures)
-		if ctx.Err() != nil {
-			return
-		}
-		failures++
-		wait := backoff(failures)
-		r.logger.WarnContext(ctx, "outbox relay: listener lost; reconnecting (polling meanwhile)",
-			slog.Any("error", err), slog.Duration("retry_in", wait))
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return
-		case <-timer.C:
-		}
-	}
-}
-
-func (r *Relay) listenOnce(ctx context.Context, wake chan<- struct{}, failures *int) error {
-	pooled, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("acquire listener connection: %w", err)
-	}
-	// Taken out of the pool for good: a connection subscribed to a channel
-	// must never be handed to other work.
-	conn := pooled.Hijack()
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-	}()
-
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{OutboxChannel}.Sanitize()); err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	*failures = 0
-	// Rows committed while nobody listened sent their notification to no
-	// one: look now rather than at the next poll.
-	signal(wake)
-	if r.listening != nil {
-		signal(r.listening)
-	}
-
-	for {
-		waitCtx, cancel := context.WithTimeout(ctx, listenHealthInterval)
-		_, err := conn.WaitForNotification(waitCtx)
-		cancel()
-		switch {
-		case err == nil:
+	l := &pglisten.Listener{
+		Pool:     r.pool,
+		Channel:  OutboxChannel,
+		OnNotify: func(string) { signal(wake) },
+		OnListen: func() {
 			signal(wake)
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case pgconn.Timeout(err):
-			// A wait timeout leaves the connection usable; check it is alive.
-			if err := conn.Ping(ctx); err != nil {
-				return fmt.Errorf("ping listener connection: %w", err)
+			if r.listening != nil {
+				signal(r.listening)
 			}
-		default:
-			return fmt.Errorf("wait for notification: %w", err)
-		}
+		},
+		Logger: r.logger.With(slog.String("component", "outbox relay")),
 	}
+	l.Run(ctx)
 }
 
 // signal sends on ch unless a signal is already pending: any number of
@@ -425,12 +364,4 @@ func signal(ch chan<- struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
-}
-
-// backoff returns the wait after the given number of consecutive failures:
-// 100ms doubling up to maxBackoff, with ±20% jitter so that replicas which
-// failed together don't retry in lockstep.
-func backoff(failures int) time.Duration {
-	d := min(100*time.Millisecond<<min(max(failures-1, 0), 10), maxBackoff)
-	return d*4/5 + rand.N(d*2/5+1)
 }

@@ -429,15 +429,3 @@ func TestRelay(t *testing.T) {
 		require.Equal(t, 1, countEvents(t, bundle.db))
 	})
 }
-
-func TestBackoff(t *testing.T) {
-	t.Parallel()
-
-	for failures := range 20 {
-		d := backoff(failures)
-		require.Positive(t, d)
-		require.LessOrEqual(t, d, maxBackoff*6/5, "failures=%d", failures)
-	}
-	require.Less(t, backoff(1), 200*time.Millisecond)
-	require.GreaterOrEqual(t, backoff(20), maxBackoff*4/5)
-}

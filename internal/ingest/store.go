@@ -15,7 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/standmeet/webhook-dispatcher/internal/batch"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/fanout"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 )
@@ -112,47 +114,74 @@ func (e *InvalidEventError) Error() string {
 func (e *InvalidEventError) Unwrap() error { return e.Err }
 
 // Store is the single "store event + enqueue fanout" path.
+//
+// Concurrent Ingest calls share transactions (group commit): a call joins the
+// next transaction to start, and returns once that transaction has
+// committed. Each call is still all or nothing: a call whose events conflict
+// with stored ones fails alone, the others of its group are stored.
 type Store struct {
 	logger  *slog.Logger
 	metrics *metrics.Metrics
 	pool    *pgxpool.Pool
 	river   *river.Client[pgx.Tx]
+	fanout  *fanout.Inline
+	group   *batch.Batcher[*ingestPlan, error]
 
 	// now is the validation clock; tests may replace it.
 	now func() time.Time
 }
 
+// StoreConfig tunes a Store. Zero values take the defaults.
+type StoreConfig struct {
+	// Fanout, if set, fans stored events out in the ingest transaction
+	// wherever that needs no access-service call; otherwise (and for the
+	// events that do need one) each event gets a webhook.fanout job.
+	Fanout *fanout.Inline
+	// GroupEvents bounds the events of one group transaction. Default 2,000.
+	GroupEvents int
+	// GroupInFlight bounds the group transactions running at once; calls
+	// arriving meanwhile wait and go together in the next. Default 2.
+	GroupInFlight int
+}
+
 // NewStore returns a Store writing to pool (whose search_path is the
 // dispatcher's schema) and enqueuing through river, which may be an
 // insert-only client (no queues, never started).
-func NewStore(pool *pgxpool.Pool, river *river.Client[pgx.Tx], m *metrics.Metrics, logger *slog.Logger) *Store {
-	return &Store{
+func NewStore(cfg StoreConfig, pool *pgxpool.Pool, river *river.Client[pgx.Tx], m *metrics.Metrics, logger *slog.Logger) *Store {
+	if cfg.GroupEvents <= 0 {
+		cfg.GroupEvents = 2000
+	}
+	if cfg.GroupInFlight <= 0 {
+		cfg.GroupInFlight = 2
+	}
+	s := &Store{
 		logger:  logger,
 		metrics: m,
 		pool:    pool,
 		river:   river,
+		fanout:  cfg.Fanout,
 		now:     time.Now,
 	}
+	s.group = batch.NewWeighted(batch.Config{MaxSize: cfg.GroupEvents, MaxInFlight: cfg.GroupInFlight},
+		func(p *ingestPlan) int { return len(p.toStore) }, s.commitGroup)
+	return s
 }
 
-// Ingest stores events and enqueues their fanout in one transaction of its
-// own, and returns once it has committed. It returns one Result per event, in
-// order. path is the ingest path and the events' source: metrics.PathGRPC,
-// metrics.PathOutbox or metrics.PathTest.
+// Ingest stores events and enqueues their fanout, and returns once they are
+// committed. It returns one Result per event, in order. path is the ingest
+// path and the events' source: metrics.PathGRPC, metrics.PathOutbox or
+// metrics.PathTest.
 //
 // The call is all or nothing: on any error (an invalid event, a
-// *ConflictError, a database error) nothing is stored.
+// *ConflictError, a database error) nothing of it is stored.
 func (s *Store) Ingest(ctx context.Context, path string, events []*event.Event) ([]Result, error) {
 	plan, err := s.plan(path, events)
 	if err != nil {
 		return nil, err
 	}
 	if len(plan.toStore) > 0 {
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			return s.write(ctx, tx, plan)
-		})
-		if err != nil {
-			s.noteConflicts(ctx, path, err)
+		planErr, err := s.group.Do(ctx, plan)
+		if err := cmp.Or(err, planErr); err != nil {
 			return nil, fmt.Errorf("ingest: %w", err)
 		}
 	}
@@ -162,34 +191,80 @@ func (s *Store) Ingest(ctx context.Context, path string, events []*event.Event) 
 	return plan.results, nil
 }
 
-// IngestTx is Ingest inside the caller's transaction, which must be on the
-// dispatcher's database: nothing is durable until the caller commits, and on
-// any error the caller must roll back (the transaction may hold part of the
-// batch). Outcomes are counted when IngestTx returns.
-func (s *Store) IngestTx(ctx context.Context, tx pgx.Tx, path string, events []*event.Event) ([]Result, error) {
-	plan, err := s.plan(path, events)
-	if err != nil {
+// commitGroup stores the plans of one group in one transaction and reports
+// each plan's error. A conflict in one plan must not fail the others, so a
+// group with a conflict is rolled back and its plans are stored one by one:
+// conflicts are publisher bugs, rare enough that the slow path costs nothing.
+func (s *Store) commitGroup(ctx context.Context, plans []*ingestPlan) ([]error, error) {
+	errs := make([]error, len(plans))
+	if len(plans) == 1 {
+		errs[0] = s.commit(ctx, plans[0])
+		return errs, nil
+	}
+	merged := mergePlans(plans)
+	err := s.commit(ctx, merged)
+	var conflict *ConflictError
+	switch {
+	case errors.As(err, &conflict):
+		for i, p := range plans {
+			errs[i] = s.commit(ctx, p)
+		}
+		return errs, nil
+	case err != nil:
 		return nil, err
 	}
-	if len(plan.toStore) > 0 {
-		if err := s.write(ctx, tx, plan); err != nil {
-			s.noteConflicts(ctx, path, err)
-			return nil, fmt.Errorf("ingest: %w", err)
-		}
+	off := 0
+	for _, p := range plans {
+		copy(p.results, merged.results[off:off+len(p.results)])
+		off += len(p.results)
 	}
-	s.count(path, plan.results)
-	return plan.results, nil
+	return errs, nil
+}
+
+// commit stores one plan in a transaction of its own.
+func (s *Store) commit(ctx context.Context, p *ingestPlan) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		return s.write(ctx, tx, p)
+	})
+	if err != nil {
+		s.noteConflicts(ctx, p, err)
+	}
+	return err
 }
 
 // ingestPlan is the part of ingest decided without the database.
 type ingestPlan struct {
-	events  []*event.Event
-	path    string
+	events []*event.Event
+	// sources holds each event's ingest path (its source column).
+	sources []string
 	results []Result
 	// toStore holds the indexes of events that may leave, sorted by event id
 	// so that concurrent batches with overlapping ids take their row locks in
 	// the same order and cannot deadlock each other.
 	toStore []int
+}
+
+// mergePlans concatenates plans into one, for a group transaction.
+func mergePlans(plans []*ingestPlan) *ingestPlan {
+	m := &ingestPlan{}
+	for _, p := range plans {
+		off := len(m.events)
+		m.events = append(m.events, p.events...)
+		m.sources = append(m.sources, p.sources...)
+		m.results = append(m.results, p.results...)
+		for _, i := range p.toStore {
+			m.toStore = append(m.toStore, off+i)
+		}
+	}
+	m.sortToStore()
+	return m
+}
+
+// sortToStore orders toStore by event id. Stable, so that of two events with
+// one id the first given is the one inserted and the later one is compared
+// against it.
+func (p *ingestPlan) sortToStore() {
+	slices.SortStableFunc(p.toStore, func(a, b int) int { return cmp.Compare(p.events[a].ID, p.events[b].ID) })
 }
 
 func (s *Store) plan(path string, events []*event.Event) (*ingestPlan, error) {
@@ -199,7 +274,7 @@ func (s *Store) plan(path string, events []*event.Event) (*ingestPlan, error) {
 		return nil, fmt.Errorf("ingest: unknown path %q", path)
 	}
 	now := s.now()
-	p := &ingestPlan{events: events, path: path, results: make([]Result, len(events))}
+	p := &ingestPlan{events: events, sources: make([]string, len(events)), results: make([]Result, len(events))}
 	for i, e := range events {
 		if e == nil {
 			return nil, fmt.Errorf("ingest: %w", &InvalidEventError{Index: i, Err: errors.New("nil event")})
@@ -208,6 +283,7 @@ func (s *Store) plan(path string, events []*event.Event) (*ingestPlan, error) {
 			s.metrics.IngestEventsTotal.WithLabelValues(path, metrics.IngestInvalid).Inc()
 			return nil, fmt.Errorf("ingest: %w", &InvalidEventError{Index: i, Err: err})
 		}
+		p.sources[i] = path
 		p.results[i].EventID = e.ID
 		switch {
 		case event.ExposureOf(e.Type) != event.ExposureWebhook:
@@ -218,9 +294,7 @@ func (s *Store) plan(path string, events []*event.Event) (*ingestPlan, error) {
 			p.toStore = append(p.toStore, i)
 		}
 	}
-	// Stable, so that of two events with one id the first given is the one
-	// inserted and the later one is compared against it.
-	slices.SortStableFunc(p.toStore, func(a, b int) int { return cmp.Compare(events[a].ID, events[b].ID) })
+	p.sortToStore()
 	return p, nil
 }
 
@@ -236,6 +310,7 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 		subjs  []string
 		times  []time.Time
 		datas  []string
+		srcs   []string
 	)
 	for _, i := range p.toStore {
 		e := p.events[i]
@@ -250,18 +325,19 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 		subjs = append(subjs, e.Subject)
 		times = append(times, e.OccurredAt)
 		datas = append(datas, string(e.Data))
+		srcs = append(srcs, p.sources[i])
 	}
 
 	// ON CONFLICT DO NOTHING rather than an upsert: an existing event is never
 	// overwritten. RETURNING names the rows this statement inserted.
 	rows, err := tx.Query(ctx, `
 		INSERT INTO events (id, owner_id, type, subject, occurred_at, data, source)
-		SELECT id, owner_id, type, subject, occurred_at, data::jsonb, $7::text
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[])
-		     AS t(id, owner_id, type, subject, occurred_at, data)
+		SELECT id, owner_id, type, subject, occurred_at, data::jsonb, source
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $7::text[])
+		     AS t(id, owner_id, type, subject, occurred_at, data, source)
 		ON CONFLICT (id) DO NOTHING
 		RETURNING id`,
-		ids, owners, types, subjs, times, datas, p.path)
+		ids, owners, types, subjs, times, datas, srcs)
 	if err != nil {
 		return fmt.Errorf("insert events: %w", err)
 	}
@@ -351,15 +427,27 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 	if len(inserted) == 0 {
 		return nil
 	}
-	// Inserted in the same transaction as the events: an event is never stored
-	// without its fanout, nor fanned out without being stored. FanoutArgs is
-	// unique by event id, and ids are distinct here (a repeated unique key in
-	// one InsertMany would abort the statement).
-	params := make([]river.InsertManyParams, 0, len(inserted))
+	// Fanned out in the same transaction as the events are stored: an event
+	// is never stored without its fanout, nor fanned out without being
+	// stored. Only newly stored events fan out, so a duplicate publish never
+	// delivers twice.
+	fresh := make([]*event.Event, 0, len(inserted))
 	for _, i := range first {
-		if id := p.events[i].ID; isNew[id] {
-			params = append(params, river.InsertManyParams{Args: job.FanoutArgs{EventID: id}})
+		if isNew[p.events[i].ID] {
+			fresh = append(fresh, p.events[i])
 		}
+	}
+	if s.fanout != nil {
+		if _, err := s.fanout.EnqueueTx(ctx, tx, s.river, fresh); err != nil {
+			return fmt.Errorf("fanout: %w", err)
+		}
+		return nil
+	}
+	// FanoutArgs is unique by event id, and ids are distinct here (a
+	// repeated unique key in one InsertMany would abort the statement).
+	params := make([]river.InsertManyParams, len(fresh))
+	for i, e := range fresh {
+		params[i] = river.InsertManyParams{Args: job.FanoutArgs{EventID: e.ID}}
 	}
 	if _, err := s.river.InsertManyTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("enqueue fanout: %w", err)
@@ -373,15 +461,15 @@ func (s *Store) count(path string, results []Result) {
 	}
 }
 
-func (s *Store) noteConflicts(ctx context.Context, path string, err error) {
+func (s *Store) noteConflicts(ctx context.Context, p *ingestPlan, err error) {
 	var ce *ConflictError
 	if errors.As(err, &ce) {
-		s.metrics.IngestEventsTotal.WithLabelValues(path, metrics.IngestConflict).Add(float64(len(ce.Conflicts)))
-		// A reused id is a publisher bug worth an operator's attention; the
-		// ids are the publisher's own and carry no payload.
 		for _, c := range ce.Conflicts {
+			s.metrics.IngestEventsTotal.WithLabelValues(p.sources[c.Index], metrics.IngestConflict).Inc()
+			// A reused id is a publisher bug worth an operator's attention;
+			// the ids are the publisher's own and carry no payload.
 			s.logger.WarnContext(ctx, "ingest: event id reused with different content",
-				slog.String("path", path), slog.String("event_id", c.EventID))
+				slog.String("path", p.sources[c.Index]), slog.String("event_id", c.EventID))
 		}
 	}
 }

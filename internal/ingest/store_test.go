@@ -3,6 +3,8 @@ package ingest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -207,26 +209,71 @@ func TestStore_Ingest(t *testing.T) {
 		require.ErrorContains(t, err, "unknown path")
 	})
 
-	t.Run("IngestTxIsTheCallersTransaction", func(t *testing.T) {
+	t.Run("ConcurrentCallsShareTransactions", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		tx, err := bundle.db.Pool.Begin(ctx)
-		require.NoError(t, err)
-		results, err := bundle.store.IngestTx(ctx, tx, metrics.PathTest, []*event.Event{testEvent("evt_1")})
-		require.NoError(t, err)
-		require.Equal(t, OutcomeStored, results[0].Outcome)
-		require.NoError(t, tx.Rollback(ctx))
-		require.Equal(t, 0, countEvents(t, bundle.db))
-		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
+		const n = 40
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				results, err := bundle.store.Ingest(ctx, metrics.PathGRPC, []*event.Event{testEvent(fmt.Sprintf("evt_%02d", i))})
+				require.NoError(t, err)
+				require.Equal(t, OutcomeStored, results[0].Outcome, "answered only once stored")
+			})
+		}
+		wg.Wait()
+		require.Equal(t, n, countEvents(t, bundle.db))
+		require.Equal(t, n, countFanoutJobs(t, bundle.db, ""))
+		var txs int
+		require.NoError(t, bundle.db.Pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FROM events`).Scan(&txs))
+		t.Logf("%d calls in %d transactions", n, txs)
+		require.Less(t, txs, n, "calls that arrive while a transaction runs share the next one")
+	})
 
-		tx, err = bundle.db.Pool.Begin(ctx)
+	t.Run("ConflictFailsOnlyItsOwnCallInAGroup", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.store.Ingest(ctx, metrics.PathGRPC, []*event.Event{testEvent("evt_1")})
 		require.NoError(t, err)
-		_, err = bundle.store.IngestTx(ctx, tx, metrics.PathTest, []*event.Event{testEvent("evt_1")})
+		changed := testEvent("evt_1")
+		changed.Subject = "wiki://changed"
+		guilty, err := bundle.store.plan(metrics.PathGRPC, []*event.Event{testEvent("evt_2"), changed})
 		require.NoError(t, err)
-		require.NoError(t, tx.Commit(ctx))
-		require.Equal(t, 1, countEvents(t, bundle.db))
-		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_1"))
+		innocent, err := bundle.store.plan(metrics.PathOutbox, []*event.Event{testEvent("evt_3")})
+		require.NoError(t, err)
+
+		errs, err := bundle.store.commitGroup(ctx, []*ingestPlan{guilty, innocent})
+		require.NoError(t, err)
+		var conflict *ConflictError
+		require.ErrorAs(t, errs[0], &conflict)
+		require.Equal(t, []Conflict{{Index: 1, EventID: "evt_1"}}, conflict.Conflicts, "indexes are the call's own")
+		require.NoError(t, errs[1])
+		require.Equal(t, OutcomeStored, innocent.results[0].Outcome)
+		require.Equal(t, 2, countEvents(t, bundle.db), "evt_1 and evt_3; nothing of the conflicting call")
+		require.Equal(t, 0, countFanoutJobs(t, bundle.db, "evt_2"))
+		require.Equal(t, "outbox", readEvent(t, bundle.db, "evt_3").Source, "each call keeps its own source")
+	})
+
+	t.Run("GroupResultsBelongToTheirCalls", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.store.Ingest(ctx, metrics.PathGRPC, []*event.Event{testEvent("evt_old")})
+		require.NoError(t, err)
+		internal := testEvent("evt_int")
+		internal.Type = "internal.only"
+		a, err := bundle.store.plan(metrics.PathGRPC, []*event.Event{testEvent("evt_b"), testEvent("evt_old")})
+		require.NoError(t, err)
+		b, err := bundle.store.plan(metrics.PathGRPC, []*event.Event{internal, testEvent("evt_a"), testEvent("evt_b")})
+		require.NoError(t, err)
+		errs, err := bundle.store.commitGroup(ctx, []*ingestPlan{a, b})
+		require.NoError(t, err)
+		require.Equal(t, []error{nil, nil}, errs)
+		require.Equal(t, []Result{{"evt_b", OutcomeStored}, {"evt_old", OutcomeDuplicate}}, a.results)
+		require.Equal(t, []Result{{"evt_int", OutcomeDroppedInternal}, {"evt_a", OutcomeStored}, {"evt_b", OutcomeDuplicate}}, b.results)
+		require.Equal(t, 3, countEvents(t, bundle.db))
 	})
 
 	t.Run("NothingToStoreNeedsNoTransaction", func(t *testing.T) {

@@ -38,6 +38,20 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 )
 
+// ErrNeedsAccess is returned, instead of a decision, when ctx came from
+// WithoutAccess and the decision needs the access service. It is how the
+// ingest path asks "can this be decided right here?" with the same function
+// that decides.
+var ErrNeedsAccess = errors.New("scope: decision needs the access service")
+
+type withoutAccessKey struct{}
+
+// WithoutAccess returns a context under which a Func never calls the access
+// service: a decision that would need it returns ErrNeedsAccess instead.
+func WithoutAccess(ctx context.Context) context.Context {
+	return context.WithValue(ctx, withoutAccessKey{}, true)
+}
+
 // ErrUnavailable marks a decision that could not be made for now: the access
 // service did not answer. It is never turned into a yes or a no; the fanout
 // fails and River retries it. Implementations of EmbedAdmitter wrap it.
@@ -133,6 +147,9 @@ func (d *Decider) Func() Func { return d.Decide }
 // retry later rather than deliver or drop.
 func (d *Decider) Decide(ctx context.Context, e *event.Event, ep Endpoint) (Decision, error) {
 	dec, err := d.decide(ctx, e, ep)
+	if errors.Is(err, ErrNeedsAccess) {
+		return dec, err // not decided: neither counted nor logged
+	}
 
 	result := metrics.ScopeDeny
 	switch {
@@ -199,6 +216,9 @@ func publishedSlice(data json.RawMessage) Decision {
 func (d *Decider) embed(ctx context.Context, e *event.Event, ep Endpoint) (Decision, error) {
 	if d.admitter == nil {
 		return Decision{Rule: RuleEmbed, Reason: ReasonNoAccessService}, nil
+	}
+	if ctx.Value(withoutAccessKey{}) != nil {
+		return Decision{Rule: RuleEmbed}, ErrNeedsAccess
 	}
 	admits, reason, err := d.admitter.EmbedAdmits(ctx, ep.OwnerID, ep.EmbedID, e)
 	switch {

@@ -280,6 +280,37 @@ func TestDecider(t *testing.T) {
 		require.Contains(t, bundle.logs.String(), `"level":"ERROR"`)
 	})
 
+	t.Run("WithoutAccessNeverAsksTheAccessService", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		ctx := WithoutAccess(context.Background())
+		bundle.endpoint.EmbedID = "emb_1"
+		_, err := bundle.decider.Decide(ctx, newEvent(event.TypeNoteChanged, `{"published":true}`), bundle.endpoint)
+		require.ErrorIs(t, err, ErrNeedsAccess)
+		require.Zero(t, bundle.admitter.calls())
+		require.Zero(t, testutil.CollectAndCount(bundle.metrics.ScopeDecisionsTotal), "not a decision: not counted")
+
+		// Everything that needs no access service is decided as usual.
+		dec, err := bundle.decider.Decide(ctx, newEvent("code.issued", `{}`), bundle.endpoint)
+		require.NoError(t, err)
+		require.True(t, dec.Admit)
+		bundle.endpoint.EmbedID = ""
+		dec, err = bundle.decider.Decide(ctx, newEvent(event.TypeNoteChanged, `{"published":false}`), bundle.endpoint)
+		require.NoError(t, err)
+		require.False(t, dec.Admit)
+		require.Zero(t, bundle.admitter.calls())
+	})
+
+	t.Run("WithoutAccessAndNoAccessServiceStillDecides", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		bundle.decider = NewDecider(nil, bundle.metrics, slog.New(slog.DiscardHandler))
+		bundle.endpoint.EmbedID = "emb_1"
+		dec, err := bundle.decider.Decide(WithoutAccess(context.Background()), newEvent(event.TypeNoteChanged, `{"published":true}`), bundle.endpoint)
+		require.NoError(t, err, "nothing to ask: the embed-bound endpoint admits nothing, decided here")
+		require.Equal(t, ReasonNoAccessService, dec.Reason)
+	})
+
 	t.Run("NilAdmitterDeniesEmbedBound", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)

@@ -1,0 +1,188 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestBatcher(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+
+	double := func(_ context.Context, reqs []int) ([]int, error) {
+		out := make([]int, len(reqs))
+		for i, r := range reqs {
+			out[i] = 2 * r
+		}
+		return out, nil
+	}
+
+	t.Run("LoneCallRunsAtOnce", func(t *testing.T) {
+		t.Parallel()
+		b := New(Config{Linger: 0}, double)
+		start := time.Now()
+		got, err := b.Do(ctx, 21)
+		require.NoError(t, err)
+		require.Equal(t, 42, got)
+		require.Less(t, time.Since(start), time.Second)
+	})
+
+	t.Run("ConcurrentCallsShareBatches", func(t *testing.T) {
+		t.Parallel()
+		var (
+			batches atomic.Int64
+			release = make(chan struct{})
+		)
+		b := New(Config{}, func(ctx context.Context, reqs []int) ([]int, error) {
+			if batches.Add(1) == 1 {
+				<-release // hold the first batch so the rest pile up
+			}
+			return double(ctx, reqs)
+		})
+		const n = 50
+		var wg sync.WaitGroup
+		results := make([]int, n)
+		wg.Go(func() { results[0], _ = b.Do(ctx, 0) })
+		require.Eventually(t, func() bool { return batches.Load() == 1 }, 5*time.Second, time.Millisecond)
+		for i := 1; i < n; i++ {
+			wg.Go(func() {
+				v, err := b.Do(ctx, i)
+				require.NoError(t, err)
+				results[i] = v
+			})
+		}
+		require.Eventually(t, func() bool {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			return len(b.queue) == n-1
+		}, 5*time.Second, time.Millisecond)
+		close(release)
+		wg.Wait()
+		for i, v := range results {
+			require.Equal(t, 2*i, v, "each caller gets its own result")
+		}
+		require.EqualValues(t, 2, batches.Load(), "the calls that queued behind the first batch went together")
+	})
+
+	t.Run("MaxSizeSplitsBatches", func(t *testing.T) {
+		t.Parallel()
+		var sizes []int
+		var mu sync.Mutex
+		release := make(chan struct{})
+		b := New(Config{MaxSize: 3}, func(ctx context.Context, reqs []int) ([]int, error) {
+			mu.Lock()
+			sizes = append(sizes, len(reqs))
+			first := len(sizes) == 1
+			mu.Unlock()
+			if first {
+				<-release
+			}
+			return double(ctx, reqs)
+		})
+		var wg sync.WaitGroup
+		wg.Go(func() { _, _ = b.Do(ctx, 0) })
+		require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 1 }, 5*time.Second, time.Millisecond)
+		for i := range 7 {
+			wg.Go(func() { _, _ = b.Do(ctx, i) })
+		}
+		require.Eventually(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 7 }, 5*time.Second, time.Millisecond)
+		close(release)
+		wg.Wait()
+		require.Equal(t, []int{1, 3, 3, 1}, sizes)
+	})
+
+	t.Run("MaxInFlightBoundsConcurrentBatches", func(t *testing.T) {
+		t.Parallel()
+		var now, peak atomic.Int64
+		b := New(Config{MaxInFlight: 2, MaxSize: 1}, func(ctx context.Context, reqs []int) ([]int, error) {
+			n := now.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			time.Sleep(5 * time.Millisecond)
+			now.Add(-1)
+			return double(ctx, reqs)
+		})
+		var wg sync.WaitGroup
+		for i := range 20 {
+			wg.Go(func() { _, _ = b.Do(ctx, i) })
+		}
+		wg.Wait()
+		require.EqualValues(t, 2, peak.Load())
+	})
+
+	t.Run("ErrorFailsEveryCallOfTheBatch", func(t *testing.T) {
+		t.Parallel()
+		boom := errors.New("boom")
+		b := New(Config{}, func(context.Context, []int) ([]int, error) { return nil, boom })
+		_, err := b.Do(ctx, 1)
+		require.ErrorIs(t, err, boom)
+	})
+
+	t.Run("WrongResultCountIsAnError", func(t *testing.T) {
+		t.Parallel()
+		b := New(Config{}, func(context.Context, []int) ([]int, error) { return []int{1, 2}, nil })
+		_, err := b.Do(ctx, 1)
+		require.ErrorContains(t, err, "2 results for 1 requests")
+	})
+
+	t.Run("PanicBecomesAnError", func(t *testing.T) {
+		t.Parallel()
+		b := New(Config{}, func(context.Context, []int) ([]int, error) { panic("oops") })
+		_, err := b.Do(ctx, 1)
+		require.ErrorContains(t, err, "panic: oops")
+		got, err := New(Config{}, double).Do(ctx, 2)
+		require.NoError(t, err)
+		require.Equal(t, 4, got)
+	})
+
+	t.Run("CallerCancellationDoesNotCancelTheBatch", func(t *testing.T) {
+		t.Parallel()
+		b := New(Config{}, func(ctx context.Context, reqs []int) ([]int, error) {
+			time.Sleep(20 * time.Millisecond)
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			return double(ctx, reqs)
+		})
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		got, err := b.Do(cctx, 5)
+		require.NoError(t, err, "a queued call runs: others in its batch must not fail with it")
+		require.Equal(t, 10, got)
+	})
+
+	t.Run("TimeoutBoundsABatch", func(t *testing.T) {
+		t.Parallel()
+		b := New(Config{Timeout: 20 * time.Millisecond}, func(ctx context.Context, _ []int) ([]int, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+		_, err := b.Do(ctx, 1)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	})
+
+	t.Run("LingerGathersMore", func(t *testing.T) {
+		t.Parallel()
+		var batches atomic.Int64
+		b := New(Config{Linger: 50 * time.Millisecond}, func(ctx context.Context, reqs []int) ([]int, error) {
+			batches.Add(1)
+			return double(ctx, reqs)
+		})
+		var wg sync.WaitGroup
+		for i := range 10 {
+			wg.Go(func() { _, _ = b.Do(ctx, i) })
+		}
+		wg.Wait()
+		require.EqualValues(t, 1, batches.Load())
+	})
+}

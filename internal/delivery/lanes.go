@@ -1,0 +1,255 @@
+package delivery
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// lanes is this process's view of the endpoints it delivers to: one lane per
+// endpoint, which lets one local delivery run at a time and queues the others
+// behind it. The lane also holds the process's database lease on the
+// endpoint between deliveries, so a burst to one endpoint costs one lease
+// write, not one per delivery.
+//
+// A lease held by a lane is given up when
+//   - the lane has no more work and lingering is off (no listener running),
+//     or it has lingered idle for Config.LeaseLinger;
+//   - another process asked for it (a failed take notifies the holder): an
+//     idle lane releases at once, a busy one after serving the deliveries that
+//     were already queued when the request came, so neither side starves.
+type lanes struct {
+	mu         sync.Mutex
+	byEndpoint map[uuid.UUID]*lane
+	// maxWaiters bounds the local queue per endpoint, so one hot endpoint
+	// cannot hold every worker slot of the process.
+	maxWaiters int
+	// linger: idle lanes keep their lease (a listener and a sweeper run).
+	linger bool
+}
+
+type lane struct {
+	// running: a local delivery has the lane (it may still be waiting for
+	// the database lease).
+	running bool
+	waiters []chan struct{}
+
+	// The database lease this process holds on the endpoint, if any.
+	token   uuid.UUID
+	expires time.Time
+	// idleSince is when the lane last went idle holding the lease.
+	idleSince time.Time
+
+	// wanted: another process waits for the lease; burst counts the local
+	// hand-offs left before it is given up.
+	wanted bool
+	burst  int
+
+	// remote wakes a runner waiting for another process's lease when a
+	// release of that lease is announced.
+	remote chan struct{}
+}
+
+func newLanes(maxWaiters int) *lanes {
+	return &lanes{byEndpoint: make(map[uuid.UUID]*lane), maxWaiters: maxWaiters}
+}
+
+// lease is the lane's database lease as a runner sees it.
+type lease struct {
+	token   uuid.UUID
+	expires time.Time
+}
+
+// enter makes the caller the lane's runner, queuing behind the current one
+// for at most maxWait. It returns false when the caller should not wait (the
+// queue is full, or the wait ran out): the delivery then snoozes.
+func (ls *lanes) enter(ctx context.Context, ep uuid.UUID, maxWait time.Duration) bool {
+	ls.mu.Lock()
+	ln := ls.byEndpoint[ep]
+	if ln == nil {
+		ln = &lane{remote: make(chan struct{}, 1)}
+		ls.byEndpoint[ep] = ln
+	}
+	if !ln.running {
+		ln.running = true
+		ln.idleSince = time.Time{}
+		ls.mu.Unlock()
+		return true
+	}
+	if len(ln.waiters) >= ls.maxWaiters || maxWait <= 0 {
+		ls.mu.Unlock()
+		return false
+	}
+	ch := make(chan struct{}, 1)
+	ln.waiters = append(ln.waiters, ch)
+	ls.mu.Unlock()
+
+	timer := time.NewTimer(maxWait)
+	defer timer.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	// Give up, unless the turn was handed over meanwhile: then it is ours.
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	select {
+	case <-ch:
+		return true
+	default:
+	}
+	for i, w := range ln.waiters {
+		if w == ch {
+			ln.waiters = append(ln.waiters[:i], ln.waiters[i+1:]...)
+			break
+		}
+	}
+	return false
+}
+
+// current returns the lane's lease, for the runner.
+func (ls *lanes) current(ep uuid.UUID) lease {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.byEndpoint[ep]
+	return lease{token: ln.token, expires: ln.expires}
+}
+
+// hold records the lease the runner took or extended.
+func (ls *lanes) hold(ep uuid.UUID, l lease) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.byEndpoint[ep]
+	ln.token, ln.expires = l.token, l.expires
+}
+
+// drop forgets the lane's lease: it is lost (taken over after expiring) or
+// about to be released by the caller.
+func (ls *lanes) drop(ep uuid.UUID) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.byEndpoint[ep]
+	ln.token, ln.expires = uuid.Nil, time.Time{}
+}
+
+// remoteWake returns the channel that announces releases of ep's lease.
+func (ls *lanes) remoteWake(ep uuid.UUID) <-chan struct{} {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.byEndpoint[ep].remote
+}
+
+// yield decides, before the runner settles, whether it gives the lease up
+// now: when nothing queues behind it and idle lanes may not linger, or when
+// another process wants the lease and its queued deliveries have been
+// served. It then forgets the lease and returns its token for the runner to
+// release in its settlement; otherwise it returns uuid.Nil.
+func (ls *lanes) yield(ep uuid.UUID) uuid.UUID {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.byEndpoint[ep]
+	if ln.token == uuid.Nil {
+		return uuid.Nil
+	}
+	queued := len(ln.waiters) > 0
+	if (!queued && !ls.linger) || (ln.wanted && (!queued || ln.burst <= 0)) {
+		tok := ln.token
+		ln.token, ln.expires, ln.wanted, ln.burst = uuid.Nil, time.Time{}, false, 0
+		return tok
+	}
+	return uuid.Nil
+}
+
+// leave ends the runner's turn: the next local delivery gets the lane (and
+// the lease, if the lane still holds one), or the lane goes idle, lingering
+// with its lease or disappearing. It returns a lease token the caller must
+// release when the lane can neither hand it on nor keep it.
+func (ls *lanes) leave(ep uuid.UUID) uuid.UUID {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.byEndpoint[ep]
+	if len(ln.waiters) > 0 {
+		next := ln.waiters[0]
+		ln.waiters = ln.waiters[1:]
+		if ln.wanted {
+			ln.burst--
+		}
+		next <- struct{}{}
+		return uuid.Nil
+	}
+	ln.running = false
+	if ln.token == uuid.Nil {
+		delete(ls.byEndpoint, ep)
+		return uuid.Nil
+	}
+	if !ls.linger || ln.wanted {
+		tok := ln.token
+		delete(ls.byEndpoint, ep)
+		return tok
+	}
+	ln.idleSince = time.Now()
+	return uuid.Nil
+}
+
+// wanted records that another process waits for ep's lease. An idle lane
+// gives the lease up at once: its token is returned for the caller to
+// release.
+func (ls *lanes) wanted(ep uuid.UUID) uuid.UUID {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.byEndpoint[ep]
+	switch {
+	case ln == nil || ln.token == uuid.Nil:
+		return uuid.Nil
+	case !ln.running:
+		tok := ln.token
+		delete(ls.byEndpoint, ep)
+		return tok
+	case !ln.wanted:
+		ln.wanted, ln.burst = true, len(ln.waiters)
+	}
+	return uuid.Nil
+}
+
+// released wakes a runner waiting for ep's lease held elsewhere.
+func (ls *lanes) released(ep uuid.UUID) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ln := ls.byEndpoint[ep]; ln != nil {
+		select {
+		case ln.remote <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// idle removes the lanes that have lingered idle since before cutoff (all
+// idle lanes with a zero cutoff) and returns their leases to release.
+func (ls *lanes) idle(cutoff time.Time) map[uuid.UUID]uuid.UUID {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	var out map[uuid.UUID]uuid.UUID
+	for ep, ln := range ls.byEndpoint {
+		if ln.running || ln.token == uuid.Nil || (!cutoff.IsZero() && ln.idleSince.After(cutoff)) {
+			continue
+		}
+		if out == nil {
+			out = make(map[uuid.UUID]uuid.UUID)
+		}
+		out[ep] = ln.token
+		delete(ls.byEndpoint, ep)
+	}
+	return out
+}
+
+// setLinger turns lingering on or off. Off, idle lanes are released by the
+// caller (idle with a zero cutoff).
+func (ls *lanes) setLinger(on bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.linger = on
+}

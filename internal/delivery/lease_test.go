@@ -1,0 +1,188 @@
+package delivery
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river/rivertest"
+	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/egress"
+	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+)
+
+// runWorker runs w's lease listener and sweeper for the rest of the test.
+func runWorker(t *testing.T, w *Worker) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	// Lingering starts once the listener is subscribed.
+	require.Eventually(t, func() bool {
+		w.lanes.mu.Lock()
+		defer w.lanes.mu.Unlock()
+		return w.lanes.linger
+	}, 10*time.Second, 5*time.Millisecond)
+}
+
+// otherProcess is a second worker on the same database: its own lanes,
+// batchers and listener, as another replica would have.
+func (b *testBundle) otherProcess(cfg Config) *Worker {
+	return NewWorker(cfg, b.db.Pool, egress.NewClient(egress.Config{AllowCIDRs: loopback}), b.keyring, b.metrics, slog.New(slog.DiscardHandler))
+}
+
+// endpointXmin is the row version of an endpoint: it changes with every write.
+func (b *testBundle) endpointXmin(t *testing.T, id uuid.UUID) string {
+	t.Helper()
+	var xmin string
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT xmin::text FROM webhook_endpoints WHERE id = $1`, id).Scan(&xmin))
+	return xmin
+}
+
+func TestLease(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+
+	t.Run("ReleasedWhenIdleWithoutListener", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rc := newReceiver(t, status(http.StatusOK))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		require.NoError(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
+		require.Nil(t, b.endpoint(t, epID).busyUntil, "no listener: nobody could ask for a lingering lease, so none lingers")
+	})
+
+	t.Run("SuccessOnHealthyEndpointWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		runWorker(t, b.worker)
+		rc := newReceiver(t, status(http.StatusOK))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+
+		require.NoError(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://1"))))
+		require.NotNil(t, b.endpoint(t, epID).busyUntil, "the lease lingers for the next delivery")
+		before := b.endpointXmin(t, epID)
+		for i := range 3 {
+			j := b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://"+string(rune('a'+i))))
+			require.NoError(t, b.work(t, j))
+		}
+		require.EqualValues(t, 4, rc.hits.Load())
+		require.Equal(t, before, b.endpointXmin(t, epID), "no write to the endpoint row for successes under a held lease")
+	})
+
+	t.Run("FailureWritesOnlyTheTransition", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		runWorker(t, b.worker)
+		rc := newReceiver(t, status(http.StatusInternalServerError))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+
+		requireRetryable(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://1"))))
+		since := b.endpoint(t, epID).failingSince
+		require.NotNil(t, since, "enabled → failing is written")
+		before := b.endpointXmin(t, epID)
+		requireRetryable(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://2"))))
+		require.Equal(t, before, b.endpointXmin(t, epID), "failing → failing writes nothing")
+		require.Equal(t, since, b.endpoint(t, epID).failingSince)
+	})
+
+	t.Run("LingeringLeaseReleasedAfterLinger", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.worker.cfg.LeaseLinger = 200 * time.Millisecond
+		runWorker(t, b.worker)
+		rc := newReceiver(t, status(http.StatusOK))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		require.NoError(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
+		require.NotNil(t, b.endpoint(t, epID).busyUntil)
+		require.Eventually(t, func() bool { return b.endpoint(t, epID).busyUntil == nil }, 5*time.Second, 20*time.Millisecond)
+	})
+
+	t.Run("LingeringLeaseHandedToAnotherProcessThatWantsIt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.worker.cfg.LeaseLinger = time.Hour // only a request can end it
+		runWorker(t, b.worker)
+		other := b.otherProcess(Config{LocalWait: 5 * time.Second})
+		runWorker(t, other)
+		rc := newReceiver(t, status(http.StatusOK))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		require.NoError(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://1"))))
+		require.NotNil(t, b.endpoint(t, epID).busyUntil, "held by the first process")
+
+		j := b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://2"))
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		start := time.Now()
+		require.NoError(t, other.Work(rivertest.WorkContext(wctx, b.client), j), "delivered by the second process, no snooze")
+		require.Less(t, time.Since(start), 2*time.Second, "the holder gave the lease up when asked")
+		require.EqualValues(t, 2, rc.hits.Load())
+		require.Zero(t, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(metrics.SnoozeLeaseBusy)))
+	})
+
+	t.Run("WaitsForAReleaseAnnouncedByTheHolder", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		runWorker(t, b.worker)
+		rc := newReceiver(t, status(http.StatusOK))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		holder := uuid.New()
+		_, err := b.db.Pool.Exec(ctx, `UPDATE webhook_endpoints SET busy_until = now() + interval '30 seconds', lease_token = $2 WHERE id = $1`, epID, holder)
+		require.NoError(t, err)
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			// What a holder's settle does: release and announce.
+			_, _ = settle(context.Background(), b.db.Pool, time.Hour, b.worker.cfg.Channel,
+				[]settleReq{{endpointID: epID, token: holder, release: true}})
+		}()
+		start := time.Now()
+		require.NoError(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
+		took := time.Since(start)
+		require.GreaterOrEqual(t, took, 300*time.Millisecond)
+		require.Less(t, took, 3*time.Second)
+		require.EqualValues(t, 1, rc.hits.Load())
+	})
+
+	t.Run("LostLeaseIsNotUsed", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.worker.cfg.LocalWait = 200 * time.Millisecond
+		runWorker(t, b.worker)
+		rc := newReceiver(t, status(http.StatusOK))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		require.NoError(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://1"))))
+		// The lingering lease expires and another process takes it (a long
+		// pause, say): the lane still remembers it, but may not use it.
+		_, err := b.db.Pool.Exec(ctx, `UPDATE webhook_endpoints SET busy_until = now() + interval '30 seconds', lease_token = $2 WHERE id = $1`, epID, uuid.New())
+		require.NoError(t, err)
+		requireSnooze(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://2"))))
+		require.EqualValues(t, 1, rc.hits.Load(), "no POST without the lease")
+	})
+
+	t.Run("ShutdownReleasesLingeringLeases", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { b.worker.Run(rctx); close(done) }()
+		require.Eventually(t, func() bool {
+			b.worker.lanes.mu.Lock()
+			defer b.worker.lanes.mu.Unlock()
+			return b.worker.lanes.linger
+		}, 10*time.Second, 5*time.Millisecond)
+		rc := newReceiver(t, status(http.StatusOK))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		require.NoError(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
+		require.NotNil(t, b.endpoint(t, epID).busyUntil)
+		cancel()
+		<-done
+		require.Nil(t, b.endpoint(t, epID).busyUntil, "released on the way out, not left to expire")
+	})
+}
