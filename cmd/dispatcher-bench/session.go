@@ -253,7 +253,7 @@ func (s *session) publishSingles(ctx context.Context, events []*webhooksv1.Event
 				})
 				if err != nil {
 					select {
-					case errs <- fmt.Errorf("Publish: %w", err):
+					case errs <- fmt.Errorf("publish: %w", err):
 					default:
 					}
 					cancel()

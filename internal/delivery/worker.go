@@ -183,7 +183,9 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.DeliverArgs]) error 
 
 	t, token, err := w.acquire(ctx, endpointID, j.Args.EventID, waitUntil)
 	if err != nil {
-		w.endTurn(ctx, endpointID, settleReq{endpointID: endpointID, token: token})
+		// No health change to record, so nothing can fail that matters:
+		// a lease that cannot be released expires by itself.
+		_ = w.endTurn(ctx, endpointID, settleReq{endpointID: endpointID, token: token})
 		var busy *busyError
 		switch {
 		case errors.As(err, &busy):

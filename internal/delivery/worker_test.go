@@ -720,6 +720,37 @@ func TestWithRiver(t *testing.T) {
 		require.LessOrEqual(t, snoozes/(endpoints*perEndpoint), 0.1, "instances hand leases over instead of snoozing")
 	})
 
+	t.Run("CrashBeforeCompletionResendsWithTheSameWebhookID", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rc := newReceiver(t, status(http.StatusOK))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		evID := b.insertEvent(t, "owner-1", "code.issued", "code://x")
+		j := b.runningJob(t, epID, evID)
+
+		// The attempt succeeds and writes nothing of its own: the job stays
+		// running until River's batch completer writes it.
+		require.NoError(t, b.work(t, j))
+		require.Equal(t, rivertype.JobStateRunning, b.jobState(t, j.ID))
+		require.Nil(t, b.endpoint(t, epID).busyUntil, "the lease is released all the same")
+
+		// The process dies before the completer's flush. River's rescuer
+		// finds the job running past RescueStuckJobsAfter and makes it
+		// retryable, as this UPDATE does; a live worker then delivers again.
+		_, err := b.db.Pool.Exec(context.Background(),
+			`UPDATE river_job SET state = 'retryable', scheduled_at = now() WHERE id = $1`, j.ID)
+		require.NoError(t, err)
+		startClient(t, b, b.worker, 2)
+		waitCompleted(t, b, 1)
+
+		require.EqualValues(t, 2, rc.hits.Load(), "delivered once more after the crash")
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		require.Equal(t, evID, rc.requests[0].header.Get("webhook-id"))
+		require.Equal(t, evID, rc.requests[1].header.Get("webhook-id"), "the re-send carries the same webhook-id, for the receiver to dedupe")
+		require.Equal(t, rivertype.JobStateCompleted, b.jobState(t, j.ID))
+	})
+
 	t.Run("SeveralEndpointsInParallel", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
