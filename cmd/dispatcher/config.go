@@ -72,6 +72,7 @@ type serveConfig struct {
 	Retention        time.Duration
 	JobLinkTemplate  string
 	RiverUI          bool
+	Pprof            bool
 
 	LogFormat string
 	LogLevel  slog.Level
@@ -106,6 +107,7 @@ func parseServeConfig(args []string, env *environ) (*serveConfig, error) {
 	fs.DurationVar(&c.Retention, "retention", env.duration("DISPATCHER_RETENTION", 30*24*time.Hour), "how long events are kept (env DISPATCHER_RETENTION)")
 	fs.StringVar(&c.JobLinkTemplate, "job-link-template", env.str("DISPATCHER_JOB_LINK_TEMPLATE", ""), "link to a delivery job in ListDeliveries; {job_id} is replaced; default: this process's River UI (env DISPATCHER_JOB_LINK_TEMPLATE)")
 	fs.BoolVar(&c.RiverUI, "river-ui", env.boolean("DISPATCHER_RIVER_UI", true), "serve River UI at /riverui/ on the ops port, behind the admin token (env DISPATCHER_RIVER_UI)")
+	fs.BoolVar(&c.Pprof, "pprof", env.boolean("DISPATCHER_PPROF", false), "serve Go's profiler at /debug/pprof/ on the ops port, for diagnosing CPU and memory use; keep the ops port private (env DISPATCHER_PPROF)")
 	fs.StringVar(&c.LogFormat, "log-format", env.str("DISPATCHER_LOG_FORMAT", "json"), "log format: json or text (env DISPATCHER_LOG_FORMAT)")
 	level := fs.String("log-level", env.str("DISPATCHER_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env DISPATCHER_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {

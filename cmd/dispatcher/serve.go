@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 	"time"
@@ -203,6 +204,15 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
+	if cfg.Pprof {
+		// Off by default: profiles reveal code paths and timing, and the ops
+		// port has no authentication of its own for these.
+		opsMux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		opsMux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		opsMux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		opsMux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		opsMux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	}
 	if cfg.RiverUI {
 		if err := mountRiverUI(ctx, opsMux, riverClient, authn, logger); err != nil {
 			_ = grpcLis.Close()
