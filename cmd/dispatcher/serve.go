@@ -38,6 +38,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/partition"
 	"github.com/standmeet/webhook-dispatcher/internal/retention"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
@@ -117,8 +118,12 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		logger.WarnContext(ctx, "egress allow-list overrides the SSRF deny list", slog.Any("cidrs", cfg.EgressAllowCIDRs))
 	}
 
+	// Spreads deliveries over the processes by endpoint (see
+	// internal/partition); its queues are added once River runs.
+	member := partition.New(partition.Config{Workers: cfg.DeliverWorkers}, pool, nil, logger)
+
 	workers := river.NewWorkers()
-	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), m, logger))
+	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), member.Active, m, logger))
 	// Every fetched delivery to a hot endpoint may wait in its lane: with
 	// fewer waiters than workers the overflow would snooze and come back.
 	deliverWorker := delivery.NewWorker(delivery.Config{LocalWaiters: cfg.DeliverWorkers, Channel: delivery.LeaseChannel(cfg.DB.Schema)},
@@ -132,8 +137,10 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Schema: cfg.DB.Schema,
 		Queues: map[string]river.QueueConfig{
-			job.QueueFanout:      {MaxWorkers: cfg.FanoutWorkers},
-			job.QueueDeliver:     {MaxWorkers: cfg.DeliverWorkers},
+			job.QueueFanout: {MaxWorkers: cfg.FanoutWorkers},
+			// Deliveries live in partition queues that the member adds and
+			// removes; this one only drains what an older version queued.
+			job.QueueDeliver:     {MaxWorkers: max(1, cfg.DeliverWorkers/10)},
 			job.QueueMaintenance: {MaxWorkers: 1},
 		},
 		Workers:      workers,
@@ -155,7 +162,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		return fmt.Errorf("river client: %w", err)
 	}
 
-	store := ingest.NewStore(ingest.StoreConfig{Fanout: fanout.NewInline(decider.Func(), m)}, pool, riverClient, m, logger)
+	store := ingest.NewStore(ingest.StoreConfig{Fanout: fanout.NewInline(decider.Func(), member.Active, m)}, pool, riverClient, m, logger)
 
 	linkTemplate := cfg.JobLinkTemplate
 	if linkTemplate == "" && cfg.RiverUI {
@@ -238,6 +245,9 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		slog.String("ops_addr", opsLis.Addr().String()), slog.String("schema", cfg.DB.Schema))
 
 	g, gctx := errgroup.WithContext(ctx)
+	// This process's share of the delivery partitions, rebalanced as
+	// replicas come and go; on SIGTERM it hands them to the others at once.
+	g.Go(func() error { member.Run(gctx, riverClient.Queues()); return nil })
 	// The lease listener outlives SIGTERM until River has stopped: in-flight
 	// deliveries still hand leases over, and the leases left are released on
 	// the way out instead of blocking other replicas until they expire.

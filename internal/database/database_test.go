@@ -2,6 +2,7 @@ package database_test
 
 import (
 	"context"
+	"io/fs"
 	"log/slog"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/migrations"
 )
 
 func TestMigrate(t *testing.T) {
@@ -33,7 +35,9 @@ func TestMigrate(t *testing.T) {
 		require.NoError(t, database.CheckMigrated(ctx, db.Pool, db.Schema))
 		var n int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM dispatcher_migration`).Scan(&n))
-		require.Equal(t, 1, n)
+		files, err := fs.Glob(migrations.Dispatcher, "*.up.sql")
+		require.NoError(t, err)
+		require.Len(t, files, n, "each migration recorded once")
 	})
 
 	t.Run("ConcurrentMigrationsDoNotRace", func(t *testing.T) {

@@ -564,7 +564,7 @@ func TestRetrySchedule(t *testing.T) {
 		b := setup(t)
 		j := b.runningJob(t, uuid.New(), uuid.NewString())
 		require.Equal(t, 18, j.MaxAttempts)
-		require.Equal(t, job.QueueDeliver, j.Queue)
+		require.Equal(t, job.DeliverPartitionQueue(0), j.Queue)
 	})
 }
 
@@ -576,9 +576,13 @@ func TestWithRiver(t *testing.T) {
 		t.Helper()
 		ws := river.NewWorkers()
 		river.AddWorker(ws, w)
+		queues := map[string]river.QueueConfig{}
+		for _, q := range job.DeliverQueues() {
+			queues[q] = river.QueueConfig{MaxWorkers: workers}
+		}
 		c, err := river.NewClient(riverpgxv5.New(b.db.Pool), &river.Config{
 			Schema:            b.db.Schema,
-			Queues:            map[string]river.QueueConfig{job.QueueDeliver: {MaxWorkers: workers}},
+			Queues:            queues,
 			Workers:           ws,
 			FetchCooldown:     5 * time.Millisecond,
 			FetchPollInterval: 50 * time.Millisecond,

@@ -49,23 +49,36 @@ const (
 	insertChunk = 1000
 )
 
+// Partitions returns how many delivery partitions take new deliveries (the
+// live processes, internal/partition); nil means one.
+type Partitions func() int
+
+func (p Partitions) active() int {
+	if p == nil {
+		return 1
+	}
+	return p()
+}
+
 // Worker is the webhook.fanout worker.
 type Worker struct {
 	river.WorkerDefaults[job.FanoutArgs]
 
-	decide  scope.Func
-	logger  *slog.Logger
-	metrics *metrics.Metrics
-	pool    *pgxpool.Pool
+	decide     scope.Func
+	partitions Partitions
+	logger     *slog.Logger
+	metrics    *metrics.Metrics
+	pool       *pgxpool.Pool
 }
 
 // NewWorker returns the fanout worker. pool's search_path must be the
-// dispatcher's schema; decide is the scope decision (scope.Decider.Func).
-func NewWorker(pool *pgxpool.Pool, decide scope.Func, m *metrics.Metrics, logger *slog.Logger) *Worker {
+// dispatcher's schema; decide is the scope decision (scope.Decider.Func);
+// partitions places each delivery in its endpoint's queue.
+func NewWorker(pool *pgxpool.Pool, decide scope.Func, partitions Partitions, m *metrics.Metrics, logger *slog.Logger) *Worker {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Worker{decide: decide, logger: logger, metrics: m, pool: pool}
+	return &Worker{decide: decide, partitions: partitions, logger: logger, metrics: m, pool: pool}
 }
 
 // candidate is one endpoint whose globs match the event.
@@ -115,7 +128,7 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 	if err != nil {
 		return fmt.Errorf("fanout: %w", err)
 	}
-	params := deliverJobs(e, admitted, time.Now())
+	params := deliverJobs(e, admitted, w.partitions.active(), time.Now())
 	var enqueued, duplicates int
 	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		enqueued, duplicates, err = insert(ctx, tx, client, params)
@@ -159,13 +172,15 @@ func (w *Worker) loadEvent(ctx context.Context, id string) (*event.Event, error)
 // access service is never called with a transaction open. Both paths use the
 // same endpoint read, glob matching, scope function and insert.
 type Inline struct {
-	decide  scope.Func
-	metrics *metrics.Metrics
+	decide     scope.Func
+	partitions Partitions
+	metrics    *metrics.Metrics
 }
 
-// NewInline returns the inline fanout using decide (scope.Decider.Func).
-func NewInline(decide scope.Func, m *metrics.Metrics) *Inline {
-	return &Inline{decide: decide, metrics: m}
+// NewInline returns the inline fanout using decide (scope.Decider.Func) and
+// partitions, as NewWorker.
+func NewInline(decide scope.Func, partitions Partitions, m *metrics.Metrics) *Inline {
+	return &Inline{decide: decide, partitions: partitions, metrics: m}
 }
 
 // EnqueueTx enqueues, in tx, the deliveries of every event that can be
@@ -189,7 +204,7 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 		return 0, err
 	}
 	local := scope.WithoutAccess(ctx)
-	now := time.Now()
+	now, active := time.Now(), f.partitions.active()
 	var (
 		params   []river.InsertManyParams
 		deferred int
@@ -204,7 +219,7 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 		if err != nil {
 			return 0, err
 		}
-		params = append(params, deliverJobs(e, admitted, now)...)
+		params = append(params, deliverJobs(e, admitted, active, now)...)
 	}
 	enqueued, _, err := insert(ctx, tx, client, params)
 	if err != nil {
@@ -306,10 +321,10 @@ func decideAll(ctx context.Context, decide scope.Func, e *event.Event, candidate
 	return out, nil
 }
 
-// deliverJobs returns one webhook.deliver job per admitted endpoint. River
-// fails a whole insert when one unique key appears twice in it, so an
-// endpoint gets at most one whatever the input.
-func deliverJobs(e *event.Event, admitted []candidate, now time.Time) []river.InsertManyParams {
+// deliverJobs returns one webhook.deliver job per admitted endpoint, in the
+// endpoint's partition queue. River fails a whole insert when one unique key
+// appears twice in it, so an endpoint gets at most one whatever the input.
+func deliverJobs(e *event.Event, admitted []candidate, partitions int, now time.Time) []river.InsertManyParams {
 	seen := make(map[string]struct{}, len(admitted))
 	params := make([]river.InsertManyParams, 0, len(admitted))
 	for _, c := range admitted {
@@ -317,13 +332,13 @@ func deliverJobs(e *event.Event, admitted []candidate, now time.Time) []river.In
 			continue
 		}
 		seen[c.ep.ID] = struct{}{}
-		p := river.InsertManyParams{Args: job.DeliverArgs{EndpointID: c.ep.ID, EventID: e.ID}}
+		// Only the queue (and the schedule) are set, so attempts and
+		// uniqueness still come from DeliverArgs.InsertOpts.
+		opts := &river.InsertOpts{Queue: job.DeliverQueue(c.ep.ID, partitions)}
 		if c.failingSince != nil {
-			// Only ScheduledAt is set, so queue, attempts and uniqueness still
-			// come from DeliverArgs.InsertOpts.
-			p.InsertOpts = &river.InsertOpts{ScheduledAt: now.Add(FailingCooldown)}
+			opts.ScheduledAt = now.Add(FailingCooldown)
 		}
-		params = append(params, p)
+		params = append(params, river.InsertManyParams{Args: job.DeliverArgs{EndpointID: c.ep.ID, EventID: e.ID}, InsertOpts: opts})
 	}
 	return params
 }

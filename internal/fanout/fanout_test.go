@@ -86,8 +86,8 @@ func setup(t *testing.T) *testBundle {
 		fake:    fake,
 		logger:  logger,
 		metrics: m,
-		worker:  NewWorker(db.Pool, decider.Func(), m, logger),
-		inline:  NewInline(decider.Func(), m),
+		worker:  NewWorker(db.Pool, decider.Func(), nil, m, logger),
+		inline:  NewInline(decider.Func(), nil, m),
 	}
 }
 
@@ -221,7 +221,7 @@ func TestWorker(t *testing.T) {
 		require.Len(t, got, 1)
 		require.Equal(t, ep, got[0].EndpointID)
 		require.Equal(t, eventID, got[0].EventID)
-		require.Equal(t, job.QueueDeliver, got[0].Queue)
+		require.Equal(t, job.DeliverPartitionQueue(0), got[0].Queue, "one process: the first partition")
 		require.Equal(t, job.DeliverMaxAttempts, got[0].MaxAttempts)
 		require.Equal(t, string(rivertype.JobStateAvailable), got[0].State)
 		require.WithinDuration(t, time.Now(), got[0].ScheduledAt, time.Minute)
@@ -440,7 +440,7 @@ func TestWorker(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 		decider := scope.NewDecider(nil, bundle.metrics, bundle.logger)
-		bundle.worker = NewWorker(bundle.db.Pool, decider.Func(), bundle.metrics, bundle.logger)
+		bundle.worker = NewWorker(bundle.db.Pool, decider.Func(), nil, bundle.metrics, bundle.logger)
 		standalone := bundle.insertEndpoint(t, []string{"*"}, endpointOpts{})
 		bundle.insertEndpoint(t, []string{"*"}, endpointOpts{embedID: "emb_1"})
 		eventID := bundle.insertEvent(t, ownerID, event.TypeNoteChanged, noteSubject, `{"published":true}`)
@@ -492,7 +492,7 @@ func TestWorker(t *testing.T) {
 		require.Equal(t, string(rivertype.JobStateScheduled), byEndpoint[failing].State)
 		require.WithinDuration(t, before.Add(FailingCooldown), byEndpoint[failing].ScheduledAt, 30*time.Second)
 		// The cool-down changes only the schedule: queue and attempts are the delivery's.
-		require.Equal(t, job.QueueDeliver, byEndpoint[failing].Queue)
+		require.Equal(t, job.DeliverPartitionQueue(0), byEndpoint[failing].Queue)
 		require.Equal(t, job.DeliverMaxAttempts, byEndpoint[failing].MaxAttempts)
 	})
 
@@ -548,7 +548,7 @@ func TestWorker(t *testing.T) {
 		pool2, err := database.Open(context.Background(), bundle.db.URL, bundle.db.Schema, 4)
 		require.NoError(t, err)
 		t.Cleanup(pool2.Close)
-		worker2 := NewWorker(pool2, bundle.worker.decide, bundle.metrics, bundle.logger)
+		worker2 := NewWorker(pool2, bundle.worker.decide, nil, bundle.metrics, bundle.logger)
 		client2 := newInsertOnlyClient(t, pool2, bundle.db.Schema)
 
 		var wg sync.WaitGroup
@@ -684,7 +684,7 @@ func TestWorkerWithRiver(t *testing.T) {
 		pool2, err := database.Open(context.Background(), bundle.db.URL, bundle.db.Schema, 4)
 		require.NoError(t, err)
 		t.Cleanup(pool2.Close)
-		worker2 := NewWorker(pool2, bundle.worker.decide, bundle.metrics, bundle.logger)
+		worker2 := NewWorker(pool2, bundle.worker.decide, nil, bundle.metrics, bundle.logger)
 
 		clientA := startClient(t, bundle.db.Pool, bundle.db.Schema, bundle.worker)
 		clientB := startClient(t, pool2, bundle.db.Schema, worker2)
@@ -803,6 +803,21 @@ func TestInline(t *testing.T) {
 			"a failing endpoint's delivery cools down, as in the fanout job")
 		require.Zero(t, countFanoutJobs(t, b.db.Pool), "nothing left for a fanout job")
 		require.Zero(t, b.fake.Calls())
+	})
+
+	t.Run("SpreadsEndpointsOverTheActivePartitions", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.inline.partitions = func() int { return 3 }
+		eps := b.insertEndpoints(t, 30, []string{"*"}, endpointOpts{})
+		require.Zero(t, b.inlineTx(t, b.insertEvent(t, ownerID, "code.issued", "code://1", "{}")))
+		queues := map[string]bool{}
+		for _, d := range deliveries(t, b.db.Pool) {
+			require.Equal(t, job.DeliverQueue(d.EndpointID, 3), d.Queue)
+			queues[d.Queue] = true
+		}
+		require.Len(t, eps, 30)
+		require.Len(t, queues, 3, "30 endpoints land in all three active partitions")
 	})
 
 	t.Run("AppliesTheScopeRules", func(t *testing.T) {

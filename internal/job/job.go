@@ -6,6 +6,8 @@
 package job
 
 import (
+	"hash/fnv"
+	"strconv"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -15,9 +17,49 @@ import (
 // cannot starve the other.
 const (
 	QueueFanout      = "fanout"
-	QueueDeliver     = "deliver"
 	QueueMaintenance = "maintenance"
+	// QueueDeliver held every delivery before deliveries were partitioned;
+	// it is still worked, for jobs an older version enqueued.
+	QueueDeliver = "deliver"
 )
+
+// DeliverPartitions is how many queues deliveries may be spread over, by
+// endpoint, so that several processes can each fetch whole endpoints' work:
+// every delivery to one endpoint lands in one queue, and each queue is worked
+// by one process at a time (internal/partition). With n processes the first
+// min(n, DeliverPartitions) queues take new deliveries; the others only
+// drain what was queued while the processes were fewer or more. Twelve
+// divides evenly among 1, 2, 3, 4 and 6 processes. It is a constant, not a
+// setting: changing it would leave jobs in queues nobody works.
+const DeliverPartitions = 12
+
+// DeliverQueue returns the queue of new deliveries to endpointID when active
+// partitions take new work (the number of live processes, at most
+// DeliverPartitions; below 1 counts as 1).
+func DeliverQueue(endpointID string, active int) string {
+	active = min(max(active, 1), DeliverPartitions)
+	return DeliverPartitionQueue(DeliverPartition(endpointID) % active)
+}
+
+// DeliverPartition returns endpointID's position among the partitions:
+// FNV-1a of the id as given (endpoint ids are canonical lower-case UUIDs).
+func DeliverPartition(endpointID string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(endpointID))
+	return int(h.Sum32() % DeliverPartitions)
+}
+
+// DeliverPartitionQueue names partition p's queue.
+func DeliverPartitionQueue(p int) string { return "deliver_" + strconv.Itoa(p) }
+
+// DeliverQueues returns every partition's queue, in partition order.
+func DeliverQueues() []string {
+	out := make([]string, DeliverPartitions)
+	for p := range out {
+		out[p] = DeliverPartitionQueue(p)
+	}
+	return out
+}
 
 // Job kinds, as stored in river_job.kind.
 const (
@@ -56,11 +98,12 @@ type DeliverArgs struct {
 func (DeliverArgs) Kind() string { return KindDeliver }
 
 // InsertOpts makes delivery unique by (endpoint, event): running a fanout
-// twice enqueues each delivery once.
+// twice enqueues each delivery once. The queue is the first partition's; the
+// fanout picks the endpoint's partition (DeliverQueue) when it inserts.
 func (DeliverArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		MaxAttempts: DeliverMaxAttempts,
-		Queue:       QueueDeliver,
+		Queue:       DeliverPartitionQueue(0),
 		UniqueOpts:  river.UniqueOpts{ByArgs: true},
 	}
 }

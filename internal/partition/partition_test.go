@@ -1,0 +1,207 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/job"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"),
+	)
+}
+
+// fakeQueues records the queues a member works, like River's QueueBundle.
+type fakeQueues struct {
+	mu      sync.Mutex
+	queues  map[string]river.QueueConfig
+	removes int
+	block   chan struct{} // if set, Remove waits for it
+}
+
+func newFakeQueues() *fakeQueues { return &fakeQueues{queues: map[string]river.QueueConfig{}} }
+
+func (f *fakeQueues) Add(name string, cfg river.QueueConfig) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.queues[name]; ok {
+		return errors.New("queue already added")
+	}
+	f.queues[name] = cfg
+	return nil
+}
+
+func (f *fakeQueues) Remove(ctx context.Context, name string) error {
+	if f.block != nil {
+		select {
+		case <-f.block:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.queues, name)
+	f.removes++
+	return nil
+}
+
+func (f *fakeQueues) names() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for n := range f.queues {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestAssign(t *testing.T) {
+	t.Parallel()
+
+	t.Run("EveryPartitionOnceAndEvenly", func(t *testing.T) {
+		t.Parallel()
+		for n := 1; n <= 7; n++ {
+			var live []string
+			for i := range n {
+				live = append(live, string(rune('a'+i)))
+			}
+			seen := map[int]int{}
+			for _, self := range live {
+				mine := Assign(live, self)
+				require.InDelta(t, float64(job.DeliverPartitions)/float64(n), len(mine), 1, "%d members", n)
+				for _, p := range mine {
+					seen[p]++
+				}
+			}
+			require.Len(t, seen, job.DeliverPartitions, "%d members: every partition owned", n)
+			for p, c := range seen {
+				require.Equal(t, 1, c, "%d members: partition %d owned once", n, p)
+			}
+		}
+	})
+
+	t.Run("OrderOfTheListDoesNotMatter", func(t *testing.T) {
+		t.Parallel()
+		require.Equal(t, Assign([]string{"a", "b", "c"}, "b"), Assign([]string{"c", "b", "a", "b"}, "b"))
+	})
+
+	t.Run("NotLiveOwnsNothing", func(t *testing.T) {
+		t.Parallel()
+		require.Empty(t, Assign([]string{"a", "b"}, "z"))
+	})
+}
+
+func TestMember(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+
+	type testBundle struct {
+		db *dbtest.DB
+	}
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		return &testBundle{db: dbtest.New(t)}
+	}
+	newMember := func(b *testBundle, id string, q Queues) *Member {
+		return New(Config{ID: id, Workers: 120, Heartbeat: time.Second}, b.db.Pool, q, slog.New(slog.DiscardHandler))
+	}
+
+	t.Run("AloneOwnsEverything", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		q := newFakeQueues()
+		m := newMember(b, "a", q)
+		require.NoError(t, m.Tick(ctx))
+		require.ElementsMatch(t, job.DeliverQueues(), q.names())
+		require.Equal(t, 120, q.queues[job.DeliverQueues()[0]].MaxWorkers)
+		require.Equal(t, 1, m.Active(), "one process: new deliveries go to one queue")
+	})
+
+	t.Run("MembersSplitThePartitionsAndTakeOverWhenOneLeaves", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		qa, qb, qc := newFakeQueues(), newFakeQueues(), newFakeQueues()
+		a, bm, c := newMember(b, "a", qa), newMember(b, "b", qb), newMember(b, "c", qc)
+		require.NoError(t, a.Tick(ctx))
+		require.NoError(t, bm.Tick(ctx))
+		require.NoError(t, c.Tick(ctx))
+		require.NoError(t, a.Tick(ctx))
+		require.NoError(t, bm.Tick(ctx))
+		require.Eventually(t, func() bool { return len(qa.names()) == 4 && len(qb.names()) == 4 }, 5*time.Second, 10*time.Millisecond)
+		all := append(append(qa.names(), qb.names()...), qc.names()...)
+		require.ElementsMatch(t, job.DeliverQueues(), all, "each queue worked by exactly one member")
+		require.Equal(t, 3, c.Active())
+		for i, q := range []*fakeQueues{qa, qb, qc} {
+			var active []string
+			for _, n := range q.names() {
+				if n == job.DeliverPartitionQueue(0) || n == job.DeliverPartitionQueue(1) || n == job.DeliverPartitionQueue(2) {
+					active = append(active, n)
+				}
+			}
+			require.Len(t, active, 1, "member %d works exactly one of the three queues taking new deliveries", i)
+		}
+
+		// c stops: it deletes its row, and the others take its share at
+		// their next heartbeat.
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { c.Run(cctx, nil); close(done) }()
+		cancel()
+		<-done
+		require.NoError(t, a.Tick(ctx))
+		require.NoError(t, bm.Tick(ctx))
+		require.Eventually(t, func() bool { return len(qa.names()) == 6 && len(qb.names()) == 6 }, 5*time.Second, 10*time.Millisecond)
+		require.ElementsMatch(t, job.DeliverQueues(), append(qa.names(), qb.names()...))
+	})
+
+	t.Run("DeadMemberExpires", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		qa := newFakeQueues()
+		a := newMember(b, "a", qa)
+		_, err := b.db.Pool.Exec(ctx, `INSERT INTO delivery_members (id, heartbeat_at) VALUES ('ghost', now())`)
+		require.NoError(t, err)
+		require.NoError(t, a.Tick(ctx))
+		require.Len(t, qa.names(), 6, "shares with the live ghost")
+
+		_, err = b.db.Pool.Exec(ctx, `UPDATE delivery_members SET heartbeat_at = now() - interval '1 minute' WHERE id = 'ghost'`)
+		require.NoError(t, err)
+		require.NoError(t, a.Tick(ctx))
+		require.Len(t, qa.names(), 12, "a member silent for longer than the expiry is dead")
+	})
+
+	t.Run("SlowRemovalDoesNotStallTheHeartbeat", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		qa := newFakeQueues()
+		qa.block = make(chan struct{})
+		a := newMember(b, "a", qa)
+		require.NoError(t, a.Tick(ctx))
+		require.Len(t, qa.names(), 12)
+		require.NoError(t, newMember(b, "b", newFakeQueues()).Tick(ctx))
+
+		start := time.Now()
+		require.NoError(t, a.Tick(ctx), "removals run in the background")
+		require.Less(t, time.Since(start), 2*time.Second)
+		require.Len(t, a.Owned(), 6)
+		close(qa.block)
+		require.Eventually(t, func() bool { return len(qa.names()) == 6 }, 5*time.Second, 10*time.Millisecond)
+		a.wg.Wait()
+	})
+}
