@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -130,6 +131,22 @@ SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
   LEFT JOIN events e ON e.id = r.event_id
  ORDER BY r.n`
 
+// confirmSQL is loadSQL for a batch that only confirms leases this process
+// holds, by far the most common one: the same answer without the locking,
+// the UPDATE and the notifications, which cost a third of a delivery's
+// Postgres time when every batch paid for them.
+const confirmSQL = `
+SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
+       ep.lease_token IS NOT DISTINCT FROM r.token AND ep.busy_until > now(),
+       0::float8,
+       ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since,
+       e.id IS NOT NULL, e.owner_id, e.type, e.subject, e.occurred_at, e.data, e.created_at,
+       0::bigint
+  FROM unnest($1::uuid[], $2::text[], $3::int[], $4::uuid[]) WITH ORDINALITY AS r(endpoint_id, event_id, mode, token, n)
+  LEFT JOIN webhook_endpoints ep ON ep.id = r.endpoint_id
+  LEFT JOIN events e ON e.id = r.event_id
+ ORDER BY r.n`
+
 // load runs one batch of loads.
 func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel string, reqs []loadReq) ([]loadRes, error) {
 	var (
@@ -142,7 +159,15 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 		ids[i], events[i], modes[i], tokens[i] = r.endpointID, r.eventID, int32(r.mode), r.token
 	}
 	sent := time.Now()
-	rows, err := pool.Query(ctx, loadSQL, ids, events, modes, tokens, ttl.Seconds(), channel)
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if confirmOnly(reqs) {
+		rows, err = pool.Query(ctx, confirmSQL, ids, events, modes, tokens)
+	} else {
+		rows, err = pool.Query(ctx, loadSQL, ids, events, modes, tokens, ttl.Seconds(), channel)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load delivery targets: %w", err)
 	}
@@ -197,6 +222,15 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 		return nil, fmt.Errorf("load delivery targets: %w", err)
 	}
 	return out, nil
+}
+
+func confirmOnly(reqs []loadReq) bool {
+	for _, r := range reqs {
+		if r.mode != leaseConfirm {
+			return false
+		}
+	}
+	return true
 }
 
 // health is what an attempt means for its endpoint's health.

@@ -241,9 +241,9 @@ func (m *Member) beat(ctx context.Context) ([]string, error) {
 		    ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()
 		),
 		swept AS (
-		    DELETE FROM delivery_members WHERE heartbeat_at < now() - make_interval(secs => $2 * 10)
+		    DELETE FROM delivery_members WHERE heartbeat_at < now() - make_interval(secs => $2::float8 * 10)
 		)
-		SELECT id FROM delivery_members WHERE heartbeat_at >= now() - make_interval(secs => $2) AND id <> $1
+		SELECT id FROM delivery_members WHERE heartbeat_at >= now() - make_interval(secs => $2::float8) AND id <> $1
 		UNION ALL SELECT $1`, m.cfg.ID, m.cfg.Expiry.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("partition: heartbeat: %w", err)

@@ -3,6 +3,7 @@ package partition
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -203,5 +205,103 @@ func TestMember(t *testing.T) {
 		close(qa.block)
 		require.Eventually(t, func() bool { return len(qa.names()) == 6 }, 5*time.Second, 10*time.Millisecond)
 		a.wg.Wait()
+	})
+}
+
+// recordingWorker works deliveries by noting which process did.
+type recordingWorker struct {
+	river.WorkerDefaults[job.DeliverArgs]
+	name string
+	mu   *sync.Mutex
+	by   map[string]map[string]bool // endpoint → processes that worked it
+}
+
+func (w *recordingWorker) Work(_ context.Context, j *river.Job[job.DeliverArgs]) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.by[j.Args.EndpointID] == nil {
+		w.by[j.Args.EndpointID] = map[string]bool{}
+	}
+	w.by[j.Args.EndpointID][w.name] = true
+	return nil
+}
+
+func TestMemberWithRiver(t *testing.T) {
+	t.Parallel()
+
+	t.Run("EachEndpointIsWorkedByOneProcess", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		db := dbtest.New(t)
+		var mu sync.Mutex
+		by := map[string]map[string]bool{}
+
+		// Two processes, each a River client whose delivery queues its member
+		// adds and removes. A heartbeat well under a second also checks that
+		// fractional expiries are honoured (they were once truncated to 0).
+		members := make([]*Member, 2)
+		for i, name := range []string{"a", "b"} {
+			workers := river.NewWorkers()
+			river.AddWorker(workers, &recordingWorker{name: name, mu: &mu, by: by})
+			client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{
+				Schema:            db.Schema,
+				Queues:            map[string]river.QueueConfig{job.QueueMaintenance: {MaxWorkers: 1}},
+				Workers:           workers,
+				FetchCooldown:     5 * time.Millisecond,
+				FetchPollInterval: 50 * time.Millisecond,
+				Logger:            slog.New(slog.DiscardHandler),
+			})
+			require.NoError(t, err)
+			require.NoError(t, client.Start(ctx))
+			members[i] = New(Config{ID: name, Workers: 4, Heartbeat: 100 * time.Millisecond}, db.Pool, nil, slog.New(slog.DiscardHandler))
+			mctx, cancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { members[i].Run(mctx, client.Queues()); close(done) }()
+			t.Cleanup(func() {
+				cancel()
+				<-done
+				stopCtx, stop := context.WithTimeout(ctx, 10*time.Second)
+				defer stop()
+				require.NoError(t, client.Stop(stopCtx))
+			})
+		}
+		require.Eventually(t, func() bool {
+			return members[0].Active() == 2 && members[1].Active() == 2 &&
+				len(members[0].Owned())+len(members[1].Owned()) == job.DeliverPartitions &&
+				len(members[0].Owned()) == len(members[1].Owned())
+		}, 10*time.Second, 20*time.Millisecond, "the two processes split the partitions")
+
+		// Deliveries to 20 endpoints, queued as the fanout queues them.
+		inserter, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
+		require.NoError(t, err)
+		var params []river.InsertManyParams
+		for e := range 20 {
+			ep := fmt.Sprintf("00000000-0000-4000-8000-%012d", e)
+			for n := range 5 {
+				params = append(params, river.InsertManyParams{
+					Args:       job.DeliverArgs{EndpointID: ep, EventID: fmt.Sprintf("event-%d-%d", e, n)},
+					InsertOpts: &river.InsertOpts{Queue: job.DeliverQueue(ep, members[0].Active())},
+				})
+			}
+		}
+		_, err = inserter.InsertMany(ctx, params)
+		require.NoError(t, err)
+
+		require.Eventually(t, func() bool {
+			var done int
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'completed'`).Scan(&done))
+			return done == len(params)
+		}, 30*time.Second, 20*time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		procs := map[string]bool{}
+		for ep, workedBy := range by {
+			require.Len(t, workedBy, 1, "endpoint %s: all its deliveries fetched by one process", ep)
+			for p := range workedBy {
+				procs[p] = true
+			}
+		}
+		require.Len(t, by, 20)
+		require.Len(t, procs, 2, "both processes deliver")
 	})
 }
