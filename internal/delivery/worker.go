@@ -464,8 +464,16 @@ func (s settlement) health(failingSince *time.Time, now time.Time, disableAfter 
 
 func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverArgs], endpointID uuid.UUID, t *target) result {
 	ep := endpointID.String()
-	log := w.logger.With(slog.String("endpoint_id", ep), slog.String("event_id", j.Args.EventID),
-		slog.Int64("job_id", j.ID), slog.Int("attempt", j.Attempt))
+	// Built per record rather than with Logger.With, which formats its
+	// attributes up front even for records that are never written: that
+	// was 2 % of a delivery's CPU with the level at warn.
+	log := func(level slog.Level, msg string, attrs ...slog.Attr) {
+		if !w.logger.Enabled(ctx, level) {
+			return
+		}
+		w.logger.LogAttrs(ctx, level, msg, append([]slog.Attr{slog.String("endpoint_id", ep), slog.String("event_id", j.Args.EventID),
+			slog.Int64("job_id", j.ID), slog.Int("attempt", j.Attempt)}, attrs...)...)
+	}
 
 	// An event pruned by retention, or one that may not leave (defence in
 	// depth: fanout already refused these), ends the delivery.
@@ -490,7 +498,7 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 	if err != nil {
 		// A secret that cannot be opened is an operator problem (wrong or
 		// missing master key); retry so nothing is lost once it is fixed.
-		log.ErrorContext(ctx, "cannot open endpoint secret", slog.Any("error", err))
+		log(slog.LevelError, "cannot open endpoint secret", slog.Any("error", err))
 		return result{err: fmt.Errorf("open endpoint secret: %w", err)}
 	}
 	body, err := ev.Payload()
@@ -524,11 +532,11 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 
 	outcome, res := w.conclude(j, v, status, summary, err, ev)
 	w.metrics.DeliveriesTotal.WithLabelValues(outcome, class).Inc()
-	attrs := []any{slog.Int("status", status), slog.Duration("duration", elapsed), slog.String("outcome", outcome)}
+	attrs := []slog.Attr{slog.Int("status", status), slog.Duration("duration", elapsed), slog.String("outcome", outcome)}
 	if res.err != nil && outcome != metrics.OutcomeSnoozed {
 		attrs = append(attrs, slog.String("error", res.err.Error()))
 	}
-	log.InfoContext(ctx, "delivery attempt", attrs...)
+	log(slog.LevelInfo, "delivery attempt", attrs...)
 	return res
 }
 
