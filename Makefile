@@ -57,6 +57,12 @@ check/generated: generate ## Fail if regenerating changes any committed file.
 	@git diff --exit-code -- pkg/api || (echo "generated code is out of date: run make generate and commit" && exit 1)
 	@test -z "$$(git status --porcelain -- pkg/api)" || (git status --porcelain -- pkg/api; echo "generated code is out of date" && exit 1)
 
+.PHONY: check/tidy
+check/tidy: ## Fail if go.mod/go.sum of the module or of a tools/ module is not tidy.
+	@fail=0; for d in . tools/*/; do \
+		if ! (cd "$$d" && $(GO) mod tidy -diff >/dev/null); then echo "go.mod in $$d is not tidy: run go mod tidy there"; fail=1; fi; \
+	done; exit $$fail
+
 .PHONY: fuzz
 fuzz: ## Run every fuzzer briefly (FUZZTIME=10s).
 	@scripts/fuzz.sh $(FUZZTIME)
