@@ -44,7 +44,7 @@ CREATE TABLE webhook_endpoints (
 CREATE INDEX webhook_endpoints_owner_idx ON webhook_endpoints (owner_id, created_at, id);
 
 -- Deliveries are River jobs; ListDeliveries and Redeliver find an endpoint's
--- jobs by this expression, and the lease hand-off finds the next waiting one.
+-- jobs by this expression.
 CREATE INDEX river_job_webhook_deliver_endpoint_idx
     ON river_job ((args ->> 'endpoint_id'), id)
     WHERE kind = 'webhook.deliver';

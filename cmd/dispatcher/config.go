@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/standmeet/webhook-dispatcher/internal/database"
+	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 )
 
 // DefaultDatabaseURL is the local server used when nothing is configured.
@@ -55,6 +56,7 @@ type serveConfig struct {
 	OutboxBatch      int
 	OutboxPoll       time.Duration
 	OutboxDelete     bool
+	OutboxTable      string
 	EgressAllowCIDRs []netip.Prefix
 	RequireHTTPS     bool
 	MaxEndpoints     int
@@ -92,6 +94,7 @@ func parseServeConfig(args []string, env *environ) (*serveConfig, error) {
 	fs.StringVar(&c.OutboxURL, "outbox-database-url", env.get("DISPATCHER_OUTBOX_DATABASE_URL"), "Postgres URL of the main app's database holding webhook_outbox; empty disables the relay (env DISPATCHER_OUTBOX_DATABASE_URL)")
 	fs.IntVar(&c.OutboxBatch, "outbox-batch", env.integer("DISPATCHER_OUTBOX_BATCH", 500), "outbox rows claimed per batch (env DISPATCHER_OUTBOX_BATCH)")
 	fs.DurationVar(&c.OutboxPoll, "outbox-poll", env.duration("DISPATCHER_OUTBOX_POLL", time.Second), "outbox poll interval when no NOTIFY arrives (env DISPATCHER_OUTBOX_POLL)")
+	fs.StringVar(&c.OutboxTable, "outbox-table", env.str("DISPATCHER_OUTBOX_TABLE", ingest.DefaultOutboxTable), "the outbox table in the main app's database, optionally schema-qualified; the same name pkg/outbox.Table gives the writer (env DISPATCHER_OUTBOX_TABLE)")
 	fs.BoolVar(&c.OutboxDelete, "outbox-delete", env.boolean("DISPATCHER_OUTBOX_DELETE", false), "delete relayed outbox rows instead of marking them (env DISPATCHER_OUTBOX_DELETE)")
 	allow := fs.String("egress-allow-cidrs", env.get("DISPATCHER_EGRESS_ALLOW_CIDRS"), "comma-separated CIDRs receivers may use despite the SSRF deny list, e.g. 127.0.0.0/8 for local development; empty in production (env DISPATCHER_EGRESS_ALLOW_CIDRS)")
 	fs.BoolVar(&c.RequireHTTPS, "require-https", env.boolean("DISPATCHER_REQUIRE_HTTPS", false), "refuse endpoint URLs that are not https (env DISPATCHER_REQUIRE_HTTPS)")
@@ -121,6 +124,9 @@ func parseServeConfig(args []string, env *environ) (*serveConfig, error) {
 	}
 	if err := database.ValidateSchema(c.DB.Schema); err != nil {
 		return nil, fmt.Errorf("invalid -schema: %w", err)
+	}
+	if err := ingest.ValidateOutboxTable(c.OutboxTable); err != nil {
+		return nil, fmt.Errorf("invalid -outbox-table: %w", err)
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(*level)); err != nil {
 		return nil, fmt.Errorf("invalid -log-level %q: want debug, info, warn or error", *level)

@@ -36,6 +36,18 @@ func TestParseServeConfig(t *testing.T) {
 		require.Equal(t, 30*24*time.Hour, c.Retention)
 		require.Empty(t, c.EgressAllowCIDRs, "no loopback receivers unless configured")
 		require.Empty(t, c.OutboxURL)
+		require.Equal(t, "webhook_outbox", c.OutboxTable)
+	})
+
+	t.Run("OutboxTableNamesTheFlag", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.env["DISPATCHER_OUTBOX_TABLE"] = "app.outbox"
+		c, err := parse(b)
+		require.NoError(t, err)
+		require.Equal(t, "app.outbox", c.OutboxTable)
+		_, err = parse(setup(t), "--outbox-table", "app.out-box")
+		require.ErrorContains(t, err, "-outbox-table")
 	})
 
 	t.Run("EnvironmentAndFlags", func(t *testing.T) {
@@ -89,6 +101,7 @@ func TestParseServeConfig(t *testing.T) {
 			{"--egress-allow-cidrs", "10.0.0.0/33"},
 			{"--grpc-tls-cert", "cert.pem"},
 			{"--schema", "bad-name"},
+			{"--outbox-table", "outbox; DROP TABLE x"},
 			{"stray"},
 		} {
 			_, err := parse(setup(t), args...)

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -124,9 +123,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 
 	workers := river.NewWorkers()
 	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), member.Active, m, logger))
-	// Every fetched delivery to a hot endpoint may wait in its lane: with
-	// fewer waiters than workers the overflow would snooze and come back.
-	deliverWorker := delivery.NewWorker(delivery.Config{LocalWaiters: cfg.DeliverWorkers, Channel: delivery.LeaseChannel(cfg.DB.Schema)},
+	deliverWorker := delivery.NewWorker(delivery.Config{Channel: delivery.LeaseChannel(cfg.DB.Schema)},
 		pool, httpClient, keyring, m, logger)
 	if limit := deliverWorker.Timeout(nil); cfg.RescueStuckAfter <= limit {
 		return fmt.Errorf("invalid -rescue-stuck-after %s: must exceed the deliver job timeout (%s), or live deliveries would be rescued", cfg.RescueStuckAfter, limit)
@@ -273,7 +270,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		}
 		defer outboxPool.Close()
 		relay := ingest.NewRelay(ingest.RelayConfig{
-			BatchSize: cfg.OutboxBatch, PollInterval: cfg.OutboxPoll, DeleteRelayed: cfg.OutboxDelete,
+			BatchSize: cfg.OutboxBatch, PollInterval: cfg.OutboxPoll, DeleteRelayed: cfg.OutboxDelete, Table: cfg.OutboxTable,
 		}, outboxPool, store, m, logger)
 		g.Go(func() error { return relay.Run(gctx) })
 	} else {
@@ -330,4 +327,3 @@ func (p testPublisher) Publish(ctx context.Context, e *event.Event) error {
 	return err
 }
 
-var _ = strings.TrimSpace

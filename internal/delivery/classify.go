@@ -10,7 +10,7 @@ import (
 )
 
 // verdictKind is what one attempt's outcome means for the delivery (the
-// delivery state machine of SPEC §3).
+// delivery state machine in docs/spec.md).
 type verdictKind int
 
 const (

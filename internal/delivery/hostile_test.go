@@ -29,8 +29,8 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 )
 
-// Hostile receivers (issue 9, item 4): every receiver below misbehaves on
-// purpose. Each attempt must end in the SPEC's state (§3), in bounded time
+// Hostile receivers: every receiver below misbehaves on
+// purpose. Each attempt must end in its state (docs/spec.md, one delivery), in bounded time
 // and memory, with the endpoint's health settled and its lease released.
 // All traffic stays on loopback: "private" destinations are loopback
 // addresses the egress policy is told not to allow.
@@ -789,7 +789,7 @@ func TestHostileRetryAfter(t *testing.T) {
 		}
 	}
 
-	// Retry-After is honoured on 429 and 503 only (SPEC §3).
+	// Retry-After is honoured on 429 and 503 only (docs/spec.md).
 	t.Run("IgnoredOn500", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -23,8 +23,7 @@ import (
 type lanes struct {
 	mu         sync.Mutex
 	byEndpoint map[uuid.UUID]*lane
-	// maxWaiters bounds the local queue per endpoint, so one hot endpoint
-	// cannot hold every worker slot of the process.
+	// maxWaiters, if positive, bounds the local queue per endpoint.
 	maxWaiters int
 	// linger: idle lanes keep their lease (a listener and a sweeper run).
 	linger bool
@@ -78,7 +77,7 @@ func (ls *lanes) enter(ctx context.Context, ep uuid.UUID, maxWait time.Duration)
 		ls.mu.Unlock()
 		return true
 	}
-	if len(ln.waiters) >= ls.maxWaiters || maxWait <= 0 {
+	if (ls.maxWaiters > 0 && len(ln.waiters) >= ls.maxWaiters) || maxWait <= 0 {
 		ls.mu.Unlock()
 		return false
 	}

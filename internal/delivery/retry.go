@@ -10,7 +10,7 @@ import (
 )
 
 // Schedule is the wait before each retry: 5 s, 5 min, 30 min, 2 h, 5 h, then
-// 10 h for every further retry (SPEC §3). With job.DeliverMaxAttempts = 18
+// 10 h for every further retry (docs/spec.md). With job.DeliverMaxAttempts = 18
 // the last attempt happens about 5.3 days after the first.
 var Schedule = []time.Duration{
 	5 * time.Second,

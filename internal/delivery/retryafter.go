@@ -12,7 +12,7 @@ import (
 // §10.2.3) as a delay from now, clamped to [0, maxDelay]. It reports false when
 // there is nothing usable, in which case the caller falls back to its normal backoff.
 //
-// Rules (research/wire.md §4.3):
+// Rules (docs/spec.md#retry-after):
 //   - absent, empty, or repeated with different values: false (ambiguous);
 //   - all ASCII digits: that many seconds (leading zeros allowed);
 //   - otherwise an HTTP-date (IMF-fixdate, rfc850 or asctime); a date in the past is 0;

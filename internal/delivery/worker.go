@@ -55,9 +55,10 @@ type Config struct {
 	// local deliveries to the same endpoint, then for another process to
 	// release the lease. Default 5 s.
 	LocalWait time.Duration
-	// LocalWaiters bounds the in-process queue per endpoint. Default 64;
-	// a process should allow as many as it runs deliver workers, or a hot
-	// endpoint's overflow snoozes and comes back over and over.
+	// LocalWaiters, if positive, bounds the in-process queue per endpoint:
+	// a delivery that finds it full snoozes. Default 0: no bound but River's
+	// worker count, since a smaller bound makes the overflow of a hot
+	// endpoint snooze, get fetched again at once and snooze again.
 	LocalWaiters int
 	// MaxRetryAfter caps one Retry-After snooze. Default 1 h.
 	MaxRetryAfter time.Duration
@@ -86,9 +87,6 @@ func (c *Config) setDefaults(pool *pgxpool.Pool) {
 	setDefault(&c.LocalWait, 5*time.Second)
 	setDefault(&c.MaxRetryAfter, time.Hour)
 	setDefault(&c.DisableAfter, 5*24*time.Hour)
-	if c.LocalWaiters <= 0 {
-		c.LocalWaiters = 64
-	}
 	if c.ErrorBodyBytes <= 0 {
 		c.ErrorBodyBytes = 256
 	}

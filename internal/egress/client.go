@@ -12,7 +12,7 @@ import (
 
 const (
 	// DefaultTimeout bounds a whole attempt (dial, TLS, request, response headers and
-	// the bounded body read); SPEC §5 puts it at 10 s inside a 15 s job timeout.
+	// the bounded body read); the rules put it at 10 s inside a 15 s attempt budget (docs/spec.md#egress).
 	DefaultTimeout = 10 * time.Second
 	// DefaultMaxIdleConnsPerHost keeps a few warm connections per receiver so a burst
 	// of deliveries to one endpoint does not pay a TLS handshake each.

@@ -10,8 +10,8 @@
 // the request would cover none of them. Policy.Check on a literal IP at endpoint
 // registration time is a courtesy to the user, not the control.
 //
-// The blocked ranges and the Go pitfalls behind this design are listed in
-// research/wire.md §2.
+// The Go pitfalls behind this design are in docs/design.md (egress); the blocked
+// ranges are below, each with its reason.
 package egress
 
 import (
@@ -113,7 +113,7 @@ func containsAny(prefixes []netip.Prefix, addr netip.Addr) bool {
 }
 
 // deniedV4 is the IANA IPv4 special-purpose registry plus multicast and reserved space
-// (research/wire.md §2.3). Some entries (AS112, AMT) are globally reachable in the
+// (RFC 6890 and its updates). Some entries (AS112, AMT) are globally reachable in the
 // registry; no webhook receiver lives there, so they are refused too.
 var deniedV4 = mustPrefixes(
 	"0.0.0.0/8",       // "this network"; 0.0.0.0 reaches the local host on Linux

@@ -22,7 +22,7 @@ import (
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
-// Bad input (issue 9, item 5) for the EndpointService: every field of every
+// Bad input for the EndpointService: every field of every
 // op with each class of wrong value (empty, too long, wrong format, invalid
 // UTF-8, injection strings), a foreign owner, and wrong or missing tokens.
 // Each case gets one exact status (InvalidArgument naming the field in the

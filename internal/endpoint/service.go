@@ -43,11 +43,6 @@ type Publisher interface {
 	Publish(ctx context.Context, e *event.Event) error
 }
 
-// PublisherFunc adapts a function to Publisher.
-type PublisherFunc func(ctx context.Context, e *event.Event) error
-
-// Publish calls f.
-func (f PublisherFunc) Publish(ctx context.Context, e *event.Event) error { return f(ctx, e) }
 
 // ServiceConfig configures the endpoint service.
 type ServiceConfig struct {

@@ -30,7 +30,7 @@ func (x Exposure) String() string {
 
 // Types that other packages treat specially.
 const (
-	// TypeNoteChanged is the only scoped type (SPEC §4).
+	// TypeNoteChanged is the only scoped type (docs/spec.md#scope).
 	TypeNoteChanged = "corpus.note.changed"
 	// TypeWebhookTest goes only to the endpoint it names.
 	TypeWebhookTest = "webhook.test"
@@ -42,7 +42,7 @@ type TypeInfo struct {
 	Description string
 }
 
-// catalog is SPEC §7 in its order, which is also the order WebhookTypes
+// catalog is docs/spec.md's event catalog in its order, which is also the order WebhookTypes
 // returns: grouped by domain, so a subscription form reads naturally.
 var catalog = []TypeInfo{
 	{TypeNoteChanged, "A corpus note was created, updated, published, unpublished or deleted."},

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// specCatalog is SPEC §7 copied by hand: the test oracle the code's catalog
+// specCatalog is the catalog of docs/spec.md copied by hand: the test oracle the code's catalog
 // must agree with, so a type cannot be added or dropped by accident.
 var specCatalog = []string{
 	"corpus.note.changed", "webhook.test",

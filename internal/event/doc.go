@@ -18,7 +18,7 @@
 //
 // # Exposure
 //
-// Every type has an Exposure. Only the 39 types in the catalog (SPEC §7) are
+// Every type has an Exposure. Only the 39 types in the catalog (docs/spec.md) are
 // ExposureWebhook; everything else is ExposureInternal, which is the zero value
 // on purpose: a type nobody classified can never leave by accident. Subjects
 // with the raw:// scheme never leave whatever their type; see Leaves.

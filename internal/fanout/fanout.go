@@ -1,7 +1,7 @@
 // Package fanout implements the webhook.fanout River worker: for one stored
 // event it reads the owner's enabled endpoints, keeps those whose event_types
 // globs match, asks scope about each, and enqueues one webhook.deliver job per
-// admitted endpoint in a single transaction (SPEC §2.2).
+// admitted endpoint in a single transaction (docs/spec.md#the-pipeline).
 //
 // Running a fanout twice, or on two replicas at once, is harmless: deliveries
 // are unique by (endpoint, event), so the second run inserts nothing. That is
@@ -34,7 +34,7 @@ import (
 
 const (
 	// FailingCooldown delays a delivery to an endpoint that is failing, so a
-	// broken receiver is not hammered by every new event (SPEC §2.2).
+	// broken receiver is not hammered by every new event (docs/spec.md#the-pipeline).
 	FailingCooldown = 5 * time.Minute
 
 	// decideConcurrency bounds concurrent scope decisions per fanout. Most are

@@ -25,7 +25,7 @@ import (
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
-// Bad input (issue 9, item 5) for the ingest side: every field of Publish and
+// Bad input for the ingest side: every field of Publish and
 // PublishBatch with each class of wrong value, the tokens, and malformed
 // outbox rows. Each case gets one exact status naming the field, and leaves
 // nothing behind: no event, no fanout job.

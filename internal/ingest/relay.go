@@ -87,12 +87,21 @@ func NewRelay(cfg RelayConfig, outboxPool *pgxpool.Pool, store *Store, m *metric
 		pool:    outboxPool,
 		store:   store,
 	}
-	if tableNameRE.MatchString(cfg.Table) {
-		r.table = pgx.Identifier(strings.Split(cfg.Table, ".")).Sanitize()
+	if err := ValidateOutboxTable(cfg.Table); err != nil {
+		r.configErr = fmt.Errorf("outbox relay: %w", err)
 	} else {
-		r.configErr = fmt.Errorf("outbox relay: invalid table name %q: must be [schema.]name of letters, digits and underscores", cfg.Table)
+		r.table = pgx.Identifier(strings.Split(cfg.Table, ".")).Sanitize()
 	}
 	return r
+}
+
+// ValidateOutboxTable reports whether name can be RelayConfig.Table: a table
+// name, optionally schema-qualified, of letters, digits and underscores.
+func ValidateOutboxTable(name string) error {
+	if !tableNameRE.MatchString(name) {
+		return fmt.Errorf("invalid table name %q: must be [schema.]name of letters, digits and underscores", name)
+	}
+	return nil
 }
 
 // Run relays until ctx is done, then returns nil. Database errors, on either

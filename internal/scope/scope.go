@@ -1,5 +1,5 @@
 // Package scope makes the one decision of who may see an event: given a stored
-// event and one endpoint of its owner, admit or deny (SPEC §4).
+// event and one endpoint of its owner, admit or deny (docs/spec.md#scope).
 //
 // The rules, in the order they are applied:
 //

@@ -12,7 +12,7 @@ import (
 const SecretPrefix = "whsec_"
 
 const (
-	// secretSize is what GenerateSecret hands out: SPEC §5 fixes 32 bytes, the SHA-256
+	// secretSize is what GenerateSecret hands out: the dispatcher's rules fix 32 bytes, the SHA-256
 	// output size, which sits inside the Standard Webhooks range of 24..64.
 	secretSize = 32
 
