@@ -80,7 +80,7 @@ func (s *sink) setSecret(t *testing.T, secret string) {
 	s.verifier.Store(v)
 }
 
-func (s *sink) problem(format string, args ...any) {
+func (s *sink) problemf(format string, args ...any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.problems) < 20 {
@@ -97,7 +97,7 @@ func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
 	for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
 	}
 	if n > 1 {
-		s.problem("%s: %d POSTs in flight at once (%s)", s.name, n, r.Header.Get("webhook-id"))
+		s.problemf("%s: %d POSTs in flight at once (%s)", s.name, n, r.Header.Get("webhook-id"))
 	}
 	s.requests.Add(1)
 
@@ -110,14 +110,14 @@ func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
 	v := s.verifier.Load()
 	switch thin, derr := webhook.Decode(body); {
 	case v == nil:
-		s.problem("%s: request before the endpoint existed", s.name)
+		s.problemf("%s: request before the endpoint existed", s.name)
 	case derr != nil:
-		s.problem("%s: undecodable body %q: %v", s.name, body, derr)
+		s.problemf("%s: undecodable body %q: %v", s.name, body, derr)
 	case thin.ID != id:
-		s.problem("%s: webhook-id %q but body id %q", s.name, id, thin.ID)
+		s.problemf("%s: webhook-id %q but body id %q", s.name, id, thin.ID)
 	default:
 		if err := v.Verify(r.Header, body); err != nil {
-			s.problem("%s: signature of %s does not verify: %v", s.name, id, err)
+			s.problemf("%s: signature of %s does not verify: %v", s.name, id, err)
 		}
 	}
 	s.mu.Lock()

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/standmeet/webhook-dispatcher/internal/access"
+	"github.com/standmeet/webhook-dispatcher/internal/access/accesstest"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -149,14 +149,14 @@ func keys(m map[string]any) []string {
 func TestEventTypes(t *testing.T) {
 	t.Parallel()
 
-	fake := access.NewFakeServer()
+	fake := accesstest.NewServer()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	go func() { _ = fake.Serve(lis) }()
 	t.Cleanup(fake.Stop)
-	fake.Load(access.FakeTable{
-		Embeds: map[string]access.FakeEmbed{"embed-1": {OwnerID: "owner-t", CodeID: "code-1"}},
-		Codes:  map[string]access.FakeCode{"code-1": {SubjectPrefixes: []string{"wiki://public/"}}},
+	fake.Load(accesstest.Table{
+		Embeds: map[string]accesstest.Embed{"embed-1": {OwnerID: "owner-t", CodeID: "code-1"}},
+		Codes:  map[string]accesstest.Code{"code-1": {SubjectPrefixes: []string{"wiki://public/"}}},
 	})
 
 	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"},

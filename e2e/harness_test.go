@@ -40,7 +40,7 @@ var binary string
 func TestMain(m *testing.M) {
 	if prebuilt := os.Getenv("DISPATCHER_E2E_BINARY"); prebuilt != "" {
 		binary = prebuilt
-		os.Exit(m.Run())
+		os.Exit(dbtest.WithCleanup(m).Run())
 	}
 	dir, err := os.MkdirTemp("", "dispatcher-e2e")
 	if err != nil {
@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e: build dispatcher:", err)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := dbtest.WithCleanup(m).Run()
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }

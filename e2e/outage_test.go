@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -18,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 
-	"github.com/standmeet/webhook-dispatcher/internal/access"
+	"github.com/standmeet/webhook-dispatcher/internal/access/accesstest"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/migrations"
@@ -338,7 +339,7 @@ func TestOutageOutboxDatabase(t *testing.T) {
 // admitted each event.
 type recordingAccess struct {
 	accessv1.UnimplementedAccessServiceServer
-	fake *access.FakeServer
+	fake *accesstest.Server
 
 	mu       sync.Mutex
 	admitted map[string]time.Time
@@ -363,11 +364,7 @@ func (r *recordingAccess) EmbedAdmits(ctx context.Context, req *accessv1.EmbedAd
 func (r *recordingAccess) state() (map[string]time.Time, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[string]time.Time, len(r.admitted))
-	for k, v := range r.admitted {
-		out[k] = v
-	}
-	return out, r.refused
+	return maps.Clone(r.admitted), r.refused
 }
 
 // TestOutageAccessService takes the access service down for a while. Scope
@@ -377,10 +374,10 @@ func (r *recordingAccess) state() (map[string]time.Time, int) {
 // delivered, and nothing it does not admit.
 func TestOutageAccessService(t *testing.T) {
 	t.Parallel()
-	fake := access.NewFakeServer()
-	fake.Load(access.FakeTable{
-		Embeds: map[string]access.FakeEmbed{"embed-1": {OwnerID: "access-outage-owner", CodeID: "code-1"}},
-		Codes:  map[string]access.FakeCode{"code-1": {SubjectPrefixes: []string{"wiki://public/"}}},
+	fake := accesstest.NewServer()
+	fake.Load(accesstest.Table{
+		Embeds: map[string]accesstest.Embed{"embed-1": {OwnerID: "access-outage-owner", CodeID: "code-1"}},
+		Codes:  map[string]accesstest.Code{"code-1": {SubjectPrefixes: []string{"wiki://public/"}}},
 	})
 	rec := &recordingAccess{fake: fake, admitted: map[string]time.Time{}}
 	srv := grpc.NewServer()

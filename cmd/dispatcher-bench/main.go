@@ -105,7 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	for _, s := range strings.Split(*scenarios, ",") {
+	for s := range strings.SplitSeq(*scenarios, ",") {
 		s = strings.TrimSpace(s)
 		if s == "" {
 			continue
@@ -121,7 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	slices.SortFunc(c.Scenarios, func(a, b string) int {
 		return slices.Index(allScenarios, a) - slices.Index(allScenarios, b)
 	})
-	for _, s := range strings.Split(*s6, ",") {
+	for s := range strings.SplitSeq(*s6, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 || n > 8 {
 			return nil, fmt.Errorf("invalid -s6-procs entry %q: want 1..8", s)
@@ -158,17 +158,19 @@ func envOr(key, def string) string {
 	return def
 }
 
-func main() {
+func main() { os.Exit(mainCode()) }
+
+func mainCode() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return
+			return 0
 		}
 		fmt.Fprintln(os.Stderr, "dispatcher-bench:", err)
-		stop()
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -186,7 +188,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		b.defers = append(b.defers, func() { _ = os.RemoveAll(dir) })
 		cfg.Binary = filepath.Join(dir, "dispatcher")
-		b.progress("building the dispatcher")
+		b.progressf("building the dispatcher")
 		if err := buildDispatcher(ctx, cfg.Binary, stderr); err != nil {
 			return err
 		}
@@ -204,7 +206,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	b.report.Env = cfg.Env
 	b.report.StartedAt = time.Now().UTC()
 
-	b.progress("baseline (before): %d connections × %s of single-row UPDATE commits", cfg.BaselineConns, cfg.BaselineDur)
+	b.progressf("baseline (before): %d connections × %s of single-row UPDATE commits", cfg.BaselineConns, cfg.BaselineDur)
 	before, err := b.baseline(ctx)
 	if err != nil {
 		return fmt.Errorf("baseline: %w", err)
@@ -220,7 +222,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	if ctx.Err() == nil {
-		b.progress("baseline (after)")
+		b.progressf("baseline (after)")
 		after, err := b.baseline(ctx)
 		if err != nil {
 			fmt.Fprintln(stderr, "baseline (after):", err)
@@ -243,12 +245,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func (b *bench) progress(format string, args ...any) {
+func (b *bench) progressf(format string, args ...any) {
 	fmt.Fprintf(b.log, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 
 func (b *bench) debugf(format string, args ...any) {
 	if b.cfg.Verbose {
-		b.progress(format, args...)
+		b.progressf(format, args...)
 	}
 }

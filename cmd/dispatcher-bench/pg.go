@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,8 +63,8 @@ func (b *bench) cleanup() {
 	for p := range procs {
 		p.kill()
 	}
-	for i := len(defers) - 1; i >= 0; i-- {
-		defers[i]()
+	for _, f := range slices.Backward(defers) {
+		f()
 	}
 }
 
@@ -155,7 +156,7 @@ func (b *bench) openDatabase(ctx context.Context) error {
 		b.statements = true
 	}
 	if !b.statements {
-		b.progress("statements per delivery: n/a (%s)", b.statementsNo)
+		b.progressf("statements per delivery: n/a (%s)", b.statementsNo)
 	}
 	return nil
 }
@@ -189,7 +190,7 @@ type machine struct {
 func (b *bench) machineInfo(ctx context.Context) machine {
 	m := machine{NumCPU: runtime.NumCPU(), GoVersion: runtime.Version(), Settings: map[string]string{}, Database: b.dbName}
 	if raw, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, line := range strings.Split(string(raw), "\n") {
+		for line := range strings.SplitSeq(string(raw), "\n") {
 			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
 				kb, _ := strconv.ParseInt(f[1], 10, 64)
 				m.MemTotalMB = kb / 1024
@@ -197,7 +198,7 @@ func (b *bench) machineInfo(ctx context.Context) machine {
 		}
 	}
 	if raw, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(raw), "\n") {
+		for line := range strings.SplitSeq(string(raw), "\n") {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
 				m.CPUModel = strings.TrimSpace(v)
 				break
@@ -257,7 +258,7 @@ func (b *bench) baseline(ctx context.Context) (baselineResult, error) {
 	if err != nil {
 		return baselineResult{}, err
 	}
-	pcfg.MaxConns = int32(b.cfg.BaselineConns) //nolint:gosec // bounded by flag parsing
+	pcfg.MaxConns = int32(b.cfg.BaselineConns)
 	pcfg.ConnConfig.RuntimeParams["application_name"] = benchAppName
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -312,7 +313,7 @@ func (b *bench) baseline(ctx context.Context) (baselineResult, error) {
 	if n > 0 {
 		r.MeanMillis = float64(nanos.Load()) / float64(n) / 1e6
 	}
-	b.progress("baseline: %.0f commits/s (%d connections, mean %.2f ms per commit)", r.CommitsPS, r.Conns, r.MeanMillis)
+	b.progressf("baseline: %.0f commits/s (%d connections, mean %.2f ms per commit)", r.CommitsPS, r.Conns, r.MeanMillis)
 	return r, nil
 }
 

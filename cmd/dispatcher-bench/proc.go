@@ -274,7 +274,7 @@ func sampleProc(pid int) (procSample, error) {
 	if err != nil {
 		return s, err
 	}
-	for _, line := range strings.Split(string(raw), "\n") {
+	for line := range strings.SplitSeq(string(raw), "\n") {
 		k, v, ok := strings.Cut(line, ":")
 		if !ok {
 			continue

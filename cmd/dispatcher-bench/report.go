@@ -107,7 +107,7 @@ func (r *report) scaleOutTarget() {
 		return
 	}
 	if one == nil || one.Error != "" {
-		three.note("target deliveries/s with 3 processes ≥ with 1 process: not checked, no completed S6x1 run in this report")
+		three.notef("target deliveries/s with 3 processes ≥ with 1 process: not checked, no completed S6x1 run in this report")
 		return
 	}
 	t := targetCheck{Target: "deliveries/s with 3 processes ≥ with 1 process (S6x1: " + trimFloat(one.Rate) + ")",

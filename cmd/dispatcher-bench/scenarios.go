@@ -103,7 +103,7 @@ type procFigures struct {
 	RSSEndMB   float64 `json:"rss_end_mb"`
 }
 
-func (r *result) note(format string, args ...any) {
+func (r *result) notef(format string, args ...any) {
 	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
 }
 
@@ -118,7 +118,7 @@ func (b *bench) runScenario(ctx context.Context, name string) []result {
 		defer cancel()
 		start := time.Now()
 		r := f(sctx)
-		b.progress("%s done in %s: %s", r.Scenario, time.Since(start).Round(time.Second), r.summary())
+		b.progressf("%s done in %s: %s", r.Scenario, time.Since(start).Round(time.Second), r.summary())
 		return r
 	}
 	switch name {
@@ -189,9 +189,12 @@ type deliveryRun struct {
 }
 
 // complete waits for the deliveries and fills in the figures.
-func (d *deliveryRun) complete(ctx context.Context, stall time.Duration) error {
+// stallTimeout ends a scenario whose receivers heard nothing new for this long.
+const stallTimeout = time.Minute
+
+func (d *deliveryRun) complete(ctx context.Context) error {
 	res := d.res
-	waitErr := d.s.recv.wait(ctx, res.Expected, stall)
+	waitErr := d.s.recv.wait(ctx, res.Expected, stallTimeout)
 	d.m.loadDone()
 	receipts := d.s.recv.snapshot()
 	res.Deliveries = int64(len(receipts))
@@ -219,19 +222,19 @@ func (d *deliveryRun) complete(ctx context.Context, stall time.Duration) error {
 	}
 	d.s.stages(ctx, res)
 	if res.MaxConcurrencyPerEndpoint > 1 {
-		res.note("LEASE VIOLATION: an endpoint had %d concurrent POSTs", res.MaxConcurrencyPerEndpoint)
+		res.notef("LEASE VIOLATION: an endpoint had %d concurrent POSTs", res.MaxConcurrencyPerEndpoint)
 	}
 	if n := d.s.retries.Load(); n > 0 {
-		res.note("%d publishes retried after Unavailable", n)
+		res.notef("%d publishes retried after Unavailable", n)
 	}
 	if res.Duplicates > 0 {
-		res.note("%d duplicate deliveries (same webhook-id to the same endpoint)", res.Duplicates)
+		res.notef("%d duplicate deliveries (same webhook-id to the same endpoint)", res.Duplicates)
 	}
 	if bad := d.s.recv.bad.Load(); bad > 0 {
-		res.note("%d malformed requests at the receivers", bad)
+		res.notef("%d malformed requests at the receivers", bad)
 	}
 	if res.Unsettled > 0 {
-		res.note("%d jobs still unfinished 20s after the last delivery", res.Unsettled)
+		res.notef("%d jobs still unfinished 20s after the last delivery", res.Unsettled)
 	}
 	return nil
 }
@@ -279,7 +282,7 @@ func (b *bench) sustained(ctx context.Context, label string, n int) (res result)
 		return failed(res, err)
 	}
 	res.PublishSeconds = round(time.Since(d.t0).Seconds(), 3)
-	if err := d.complete(ctx, time.Minute); err != nil {
+	if err := d.complete(ctx); err != nil {
 		return failed(res, err)
 	}
 	return res
@@ -322,7 +325,7 @@ func (b *bench) hotEndpoint(ctx context.Context) (res result) {
 		return failed(res, err)
 	}
 	res.PublishSeconds = round(time.Since(d.t0).Seconds(), 3)
-	if err := d.complete(ctx, time.Minute); err != nil {
+	if err := d.complete(ctx); err != nil {
 		return failed(res, err)
 	}
 	return res
@@ -373,7 +376,7 @@ func (b *bench) fanout(ctx context.Context) (res result) {
 		return failed(res, err)
 	}
 	res.PublishSeconds = round(time.Since(d.t0).Seconds(), 3)
-	if err := d.complete(ctx, time.Minute); err != nil {
+	if err := d.complete(ctx); err != nil {
 		return failed(res, err)
 	}
 
@@ -382,11 +385,11 @@ func (b *bench) fanout(ctx context.Context) (res result) {
 	t1 := time.Now()
 	occ := make([]time.Time, 1)
 	if err := s.publishBatches(ctx, evs[1:], 1, 1, occ); err != nil {
-		res.note("warm fanout: %v", err)
+		res.notef("warm fanout: %v", err)
 		return res
 	}
 	if err := s.recv.wait(ctx, int64(2*endpoints), time.Minute); err != nil {
-		res.note("warm fanout: %v", err)
+		res.notef("warm fanout: %v", err)
 		return res
 	}
 	var last time.Time
@@ -395,7 +398,7 @@ func (b *bench) fanout(ctx context.Context) (res result) {
 			last = r.at
 		}
 	}
-	res.note("second event, connections warm: all %d delivered %.3f s after publish; %d new receiver connections (first event: %d)",
+	res.notef("second event, connections warm: all %d delivered %.3f s after publish; %d new receiver connections (first event: %d)",
 		endpoints, last.Sub(t1).Seconds(), s.recv.conns.Load()-connsCold, connsCold)
 	return res
 }
@@ -488,16 +491,16 @@ func (b *bench) relay(ctx context.Context) (res result) {
 	_ = b.admin.QueryRow(ctx, `SELECT count(*) FROM `+s.table("webhook_outbox")+` WHERE error IS NOT NULL`).Scan(&poisoned)
 	m.ownTx++
 	if poisoned > 0 {
-		res.note("%d rows set aside as invalid", poisoned)
+		res.notef("%d rows set aside as invalid", poisoned)
 	}
 	res.Unsettled = m.settle(ctx, 2*time.Minute)
-	res.note("fanout jobs (finding no endpoint) finished %.1f s after the relay started", time.Since(tServing).Seconds())
+	res.notef("fanout jobs (finding no endpoint) finished %.1f s after the relay started", time.Since(tServing).Seconds())
 	if err := m.finish(ctx, &res, int64(rows)); err != nil {
 		return failed(res, err)
 	}
 	s.stages(ctx, &res)
 	if res.Unsettled > 0 {
-		res.note("%d fanout jobs unfinished 2 min after the drain", res.Unsettled)
+		res.notef("%d fanout jobs unfinished 2 min after the drain", res.Unsettled)
 	}
 	return res
 }
@@ -595,10 +598,10 @@ func (b *bench) relayDeliver(ctx context.Context) (res result) {
 		return failed(res, fmt.Errorf("write outbox rows: %w", werr))
 	}
 	res.PublishSeconds = round(time.Since(d.t0).Seconds(), 3)
-	if err := d.complete(ctx, time.Minute); err != nil {
+	if err := d.complete(ctx); err != nil {
 		return failed(res, err)
 	}
-	res.note("outbox writes: %d transactions of %d rows (excluded from commits)", txs.Load(), size)
+	res.notef("outbox writes: %d transactions of %d rows (excluded from commits)", txs.Load(), size)
 	return res
 }
 
@@ -699,7 +702,7 @@ func (b *bench) fixedRate(ctx context.Context, label string, rate, senders int) 
 		return failed(res, ctx.Err())
 	}
 	if n := late.Load(); n > 0 {
-		res.note("%d events handed to the senders more than 50 ms late (bench overloaded)", n)
+		res.notef("%d events handed to the senders more than 50 ms late (bench overloaded)", n)
 	}
 	lag, lagLate := durationQuantiles(sendLag, 50*time.Millisecond)
 	rpcQ, _ := durationQuantiles(rpc, 0)
@@ -707,12 +710,12 @@ func (b *bench) fixedRate(ctx context.Context, label string, rate, senders int) 
 	for i := range sendLag {
 		lastSend = maxTime(lastSend, d.occurred[i].Add(sendLag[i]))
 	}
-	res.note("publisher: %d senders; %.0f events/s sent (offered %d/s); sends started p50 %.1f / p99 %.1f / max %.1f ms after schedule, %d more than 50 ms late; Publish RPC p50 %.1f / p99 %.1f ms",
+	res.notef("publisher: %d senders; %.0f events/s sent (offered %d/s); sends started p50 %.1f / p99 %.1f / max %.1f ms after schedule, %d more than 50 ms late; Publish RPC p50 %.1f / p99 %.1f ms",
 		senders, float64(events)/lastSend.Sub(d.t0).Seconds(), rate, lag[0], lag[1], lag[2], lagLate, rpcQ[0], rpcQ[1])
 	if lagLate > 0 && rpcQ[0]*float64(rate)/1000 >= 0.9*float64(senders) {
-		res.note("senders saturated: Publish p50 × offered rate ≥ 0.9 × senders, so sends queued behind slow Publish calls (the dispatcher's ingest, unless the note on late hand-offs says the bench itself was overloaded)")
+		res.notef("senders saturated: Publish p50 × offered rate ≥ 0.9 × senders, so sends queued behind slow Publish calls (the dispatcher's ingest, unless the note on late hand-offs says the bench itself was overloaded)")
 	}
-	if err := d.complete(ctx, time.Minute); err != nil {
+	if err := d.complete(ctx); err != nil {
 		return failed(res, err)
 	}
 	return res
@@ -789,9 +792,9 @@ func (b *bench) peerTableA(ctx context.Context) (res result) {
 	}
 	res.PublishSeconds = round(time.Since(d.t0).Seconds(), 3)
 	if res.PublishSeconds > 0 {
-		res.note("publish: %.0f events/s (one Publish per event, %d callers)", float64(events)/res.PublishSeconds, s7Callers)
+		res.notef("publish: %.0f events/s (one Publish per event, %d callers)", float64(events)/res.PublishSeconds, s7Callers)
 	}
-	if err := d.complete(ctx, time.Minute); err != nil {
+	if err := d.complete(ctx); err != nil {
 		return failed(res, err)
 	}
 	return res

@@ -517,14 +517,14 @@ func (s *session) stages(ctx context.Context, res *result) {
 		SELECT stage, percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)
 		  FROM x WHERE ms IS NOT NULL GROUP BY stage, ord ORDER BY ord`)
 	if err != nil {
-		res.note("stage breakdown: %v", err)
+		res.notef("stage breakdown: %v", err)
 		return
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var st stage
 		if err := rows.Scan(&st.Stage, &st.P50, &st.P99); err != nil {
-			res.note("stage breakdown: %v", err)
+			res.notef("stage breakdown: %v", err)
 			return
 		}
 		st.P50, st.P99 = round(st.P50, 1), round(st.P99, 1)

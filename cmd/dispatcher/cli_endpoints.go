@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -43,7 +44,7 @@ type stringList []string
 func (s *stringList) String() string { return strings.Join(*s, ",") }
 
 func (s *stringList) Set(v string) error {
-	for _, p := range strings.Split(v, ",") {
+	for p := range strings.SplitSeq(v, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			*s = append(*s, p)
 		}
@@ -131,7 +132,7 @@ func listFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) er
 	pageToken := fs.String("page-token", "", "page to fetch, from a previous list's next page token")
 	return func(ctx context.Context, c *endpointsCmd, _ string) error {
 		resp, err := c.client.ListEndpoints(ctx, &webhooksv1.ListEndpointsRequest{
-			OwnerId: c.conn.owner, PageSize: int32(min(max(*pageSize, -1), 1<<20)), PageToken: *pageToken, //nolint:gosec // clamped
+			OwnerId: c.conn.owner, PageSize: int32(min(max(*pageSize, -1), 1<<20)), PageToken: *pageToken,
 		})
 		if err != nil {
 			return err
@@ -228,7 +229,7 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 				}
 				if *enable || *disable {
 					req.Enabled = *enable
-					if !containsString(req.UpdateMask.Paths, "enabled") {
+					if !slices.Contains(req.UpdateMask.Paths, "enabled") {
 						req.UpdateMask.Paths = append(req.UpdateMask.Paths, "enabled")
 					}
 				}
@@ -249,15 +250,6 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 		}
 		return printEndpoint(c.stdout, resp.GetEndpoint())
 	}
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func deleteFlags(*flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
@@ -315,7 +307,7 @@ func deliveriesFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, stri
 	pageToken := fs.String("page-token", "", "page to fetch, from a previous call's next page token")
 	return func(ctx context.Context, c *endpointsCmd, id string) error {
 		resp, err := c.client.ListDeliveries(ctx, &webhooksv1.ListDeliveriesRequest{
-			OwnerId: c.conn.owner, EndpointId: id, PageSize: int32(min(max(*pageSize, -1), 1<<20)), PageToken: *pageToken, //nolint:gosec // clamped
+			OwnerId: c.conn.owner, EndpointId: id, PageSize: int32(min(max(*pageSize, -1), 1<<20)), PageToken: *pageToken,
 		})
 		if err != nil {
 			return err

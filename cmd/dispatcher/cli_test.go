@@ -25,6 +25,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 const (
@@ -34,10 +35,10 @@ const (
 
 type cliFakePublisher struct {
 	mu     sync.Mutex
-	events []*event.Event
+	events []*webhook.Event
 }
 
-func (p *cliFakePublisher) Publish(_ context.Context, e *event.Event) error {
+func (p *cliFakePublisher) Publish(_ context.Context, e *webhook.Event) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.events = append(p.events, e)

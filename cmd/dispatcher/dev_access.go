@@ -11,7 +11,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/standmeet/webhook-dispatcher/internal/access"
+	"github.com/standmeet/webhook-dispatcher/internal/access/accesstest"
 )
 
 // devAccessUsage is printed by `dispatcher dev-access -h`.
@@ -54,7 +54,7 @@ func runDevAccess(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("dev-access: unexpected arguments: %q", fs.Args())
 	}
 
-	fake := access.NewFakeServer()
+	fake := accesstest.NewServer()
 	var loaded []byte
 	if *configPath != "" {
 		raw, err := os.ReadFile(*configPath)
@@ -67,7 +67,7 @@ func runDevAccess(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		loaded = raw
 	}
 
-	lis, err := net.Listen("tcp", *listen)
+	lis, err := new(net.ListenConfig).Listen(ctx, "tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("dev-access: listen: %w", err)
 	}
@@ -113,8 +113,8 @@ func runDevAccess(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 // loadDevAccessTable parses raw, the contents of path, into fake's table.
-func loadDevAccessTable(fake *access.FakeServer, path string, raw []byte) error {
-	table, err := access.ReadFakeTable(bytes.NewReader(raw))
+func loadDevAccessTable(fake *accesstest.Server, path string, raw []byte) error {
+	table, err := accesstest.ReadTable(bytes.NewReader(raw))
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}

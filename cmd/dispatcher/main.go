@@ -24,15 +24,18 @@ import (
 	"syscall"
 )
 
-func main() {
+func main() { os.Exit(mainCode()) }
+
+func mainCode() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "dispatcher:", err)
 		}
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 const usage = `usage: dispatcher <command> [flags]

@@ -32,7 +32,6 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/delivery"
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
-	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/fanout"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
@@ -42,9 +41,10 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runServe(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	cfg, err := parseServeConfig(args, osEnviron())
 	if err != nil {
 		return err
@@ -74,7 +74,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		return err
 	}
 
-	pool, err := database.Open(ctx, cfg.DB.URL, cfg.DB.Schema, int32(cfg.DB.MaxConns)) //nolint:gosec // bounded by flag parsing
+	pool, err := database.Open(ctx, cfg.DB.URL, cfg.DB.Schema, int32(cfg.DB.MaxConns))
 	if err != nil {
 		return err
 	}
@@ -124,7 +124,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	workers := river.NewWorkers()
 	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), member.Active, m, logger))
 	deliverWorker := delivery.NewWorker(delivery.Config{Channel: delivery.LeaseChannel(cfg.DB.Schema)},
-		pool, httpClient, keyring, m, logger)
+		pool, httpClient, endpoint.NewKeyOpener(keyring), m, logger)
 	if limit := deliverWorker.Timeout(nil); cfg.RescueStuckAfter <= limit {
 		return fmt.Errorf("invalid -rescue-stuck-after %s: must exceed the deliver job timeout (%s), or live deliveries would be rescued", cfg.RescueStuckAfter, limit)
 	}
@@ -189,11 +189,11 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	healthpb.RegisterHealthServer(grpcServer, healthServer)
 	reflection.Register(grpcServer)
 
-	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
+	grpcLis, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("gRPC listen on %s: %w", cfg.GRPCAddr, err)
 	}
-	opsLis, err := net.Listen("tcp", cfg.OpsAddr)
+	opsLis, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.OpsAddr)
 	if err != nil {
 		_ = grpcLis.Close()
 		return fmt.Errorf("ops listen on %s: %w", cfg.OpsAddr, err)
@@ -322,8 +322,7 @@ func shutdown(grpcServer *grpc.Server, opsServer *http.Server, riverClient *rive
 // testPublisher adapts ingest to the endpoint service's SendTest.
 type testPublisher struct{ store *ingest.Store }
 
-func (p testPublisher) Publish(ctx context.Context, e *event.Event) error {
-	_, err := p.store.Ingest(ctx, metrics.PathTest, []*event.Event{e})
+func (p testPublisher) Publish(ctx context.Context, e *webhook.Event) error {
+	_, err := p.store.Ingest(ctx, ingest.SourceTest, []*webhook.Event{e})
 	return err
 }
-

@@ -30,8 +30,10 @@ import (
 
 	accessv1 "github.com/standmeet/webhook-dispatcher/pkg/api/access/v1"
 
+	"github.com/standmeet/webhook-dispatcher/internal/access/accesstest"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 func TestMain(m *testing.M) {
@@ -47,7 +49,7 @@ func listen(t *testing.T) net.Listener {
 }
 
 // startFake serves fake on a loopback port until the test ends.
-func startFake(t *testing.T, fake *FakeServer) string {
+func startFake(t *testing.T, fake *accesstest.Server) string {
 	t.Helper()
 	lis := listen(t)
 	served := make(chan error, 1)
@@ -94,8 +96,8 @@ func dialInsecure(t *testing.T, addr string, timeout time.Duration) *Client {
 	return NewClient(conn, timeout)
 }
 
-func noteEvent(subject string, data string) *event.Event {
-	return &event.Event{
+func noteEvent(subject string, data string) *webhook.Event {
+	return &webhook.Event{
 		ID:         "evt_1",
 		OwnerID:    "owner_1",
 		Type:       event.TypeNoteChanged,
@@ -112,21 +114,21 @@ func TestFakeServer(t *testing.T) {
 
 	type testBundle struct {
 		client *Client
-		fake   *FakeServer
+		fake   *accesstest.Server
 	}
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		fake := NewFakeServer()
-		fake.SetEmbed("emb_1", FakeEmbed{OwnerID: "owner_1", CodeID: "code_1"})
-		fake.SetCode("code_1", FakeCode{
+		fake := accesstest.NewServer()
+		fake.SetEmbed("emb_1", accesstest.Embed{OwnerID: "owner_1", CodeID: "code_1"})
+		fake.SetCode("code_1", accesstest.Code{
 			ExpiresAt:       time.Now().Add(time.Hour),
 			SubjectPrefixes: []string{"wiki://software/"},
 		})
 		return &testBundle{client: dialInsecure(t, startFake(t, fake), 0), fake: fake}
 	}
 
-	requireAnswer := func(t *testing.T, bundle *testBundle, e *event.Event, admits bool, reason string) {
+	requireAnswer := func(t *testing.T, bundle *testBundle, e *webhook.Event, admits bool, reason string) {
 		t.Helper()
 		gotAdmits, gotReason, err := bundle.client.EmbedAdmits(context.Background(), "owner_1", "emb_1", e)
 		require.NoError(t, err)
@@ -137,22 +139,22 @@ func TestFakeServer(t *testing.T) {
 	t.Run("AdmitsPublishedInScope", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), true, ReasonAdmitted)
-		requireAnswer(t, bundle, noteEvent(subject, `{"published":false,"was_published":true}`), true, ReasonAdmitted)
+		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), true, accesstest.ReasonAdmitted)
+		requireAnswer(t, bundle, noteEvent(subject, `{"published":false,"was_published":true}`), true, accesstest.ReasonAdmitted)
 		require.Equal(t, 2, bundle.fake.Calls())
 	})
 
 	t.Run("DeniesUnpublished", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		requireAnswer(t, bundle, noteEvent(subject, `{"published":false,"was_published":false}`), false, ReasonUnpublished)
+		requireAnswer(t, bundle, noteEvent(subject, `{"published":false,"was_published":false}`), false, accesstest.ReasonUnpublished)
 	})
 
 	t.Run("AllowUnpublishedAdmits", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		bundle.fake.SetCode("code_1", FakeCode{SubjectPrefixes: []string{"wiki://"}, AllowUnpublished: true})
-		requireAnswer(t, bundle, noteEvent(subject, `{"published":false}`), true, ReasonAdmitted)
+		bundle.fake.SetCode("code_1", accesstest.Code{SubjectPrefixes: []string{"wiki://"}, AllowUnpublished: true})
+		requireAnswer(t, bundle, noteEvent(subject, `{"published":false}`), true, accesstest.ReasonAdmitted)
 	})
 
 	t.Run("OtherTypesNeedNoPublication", func(t *testing.T) {
@@ -160,49 +162,49 @@ func TestFakeServer(t *testing.T) {
 		bundle := setup(t)
 		e := noteEvent(subject, `{}`)
 		e.Type = "code.issued"
-		requireAnswer(t, bundle, e, true, ReasonAdmitted)
+		requireAnswer(t, bundle, e, true, accesstest.ReasonAdmitted)
 	})
 
 	t.Run("DeniesOutOfScope", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		requireAnswer(t, bundle, noteEvent("wiki://private/diary", `{"published":true}`), false, ReasonOutOfScope)
+		requireAnswer(t, bundle, noteEvent("wiki://private/diary", `{"published":true}`), false, accesstest.ReasonOutOfScope)
 	})
 
 	t.Run("NoPrefixesCoverNothing", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		bundle.fake.SetCode("code_1", FakeCode{SubjectPrefixes: []string{""}})
-		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), false, ReasonOutOfScope)
+		bundle.fake.SetCode("code_1", accesstest.Code{SubjectPrefixes: []string{""}})
+		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), false, accesstest.ReasonOutOfScope)
 	})
 
 	t.Run("DeniesRevoked", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), true, ReasonAdmitted)
+		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), true, accesstest.ReasonAdmitted)
 		bundle.fake.RevokeCode("code_1")
-		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), false, ReasonRevoked)
+		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), false, accesstest.ReasonRevoked)
 	})
 
 	t.Run("DeniesUnknownCode", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		bundle.fake.SetEmbed("emb_1", FakeEmbed{OwnerID: "owner_1", CodeID: "code_gone"})
-		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), false, ReasonRevoked)
+		bundle.fake.SetEmbed("emb_1", accesstest.Embed{OwnerID: "owner_1", CodeID: "code_gone"})
+		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), false, accesstest.ReasonRevoked)
 	})
 
 	t.Run("DeniesExpired", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		bundle.fake.SetCode("code_1", FakeCode{ExpiresAt: time.Now().Add(-time.Second), SubjectPrefixes: []string{"wiki://"}})
-		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), false, ReasonExpired)
+		bundle.fake.SetCode("code_1", accesstest.Code{ExpiresAt: time.Now().Add(-time.Second), SubjectPrefixes: []string{"wiki://"}})
+		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), false, accesstest.ReasonExpired)
 	})
 
 	t.Run("DeniesDeletedEmbed", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 		bundle.fake.DeleteEmbed("emb_1")
-		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), false, ReasonEmbedDeleted)
+		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), false, accesstest.ReasonEmbedDeleted)
 	})
 
 	t.Run("DeniesUnknownEmbed", func(t *testing.T) {
@@ -211,7 +213,7 @@ func TestFakeServer(t *testing.T) {
 		admits, reason, err := bundle.client.EmbedAdmits(context.Background(), "owner_1", "emb_nope", noteEvent(subject, `{"published":true}`))
 		require.NoError(t, err)
 		require.False(t, admits)
-		require.Equal(t, ReasonEmbedDeleted, reason)
+		require.Equal(t, accesstest.ReasonEmbedDeleted, reason)
 	})
 
 	t.Run("DeniesOtherOwnersEmbed", func(t *testing.T) {
@@ -220,7 +222,7 @@ func TestFakeServer(t *testing.T) {
 		admits, reason, err := bundle.client.EmbedAdmits(context.Background(), "owner_2", "emb_1", noteEvent(subject, `{"published":true}`))
 		require.NoError(t, err)
 		require.False(t, admits)
-		require.Equal(t, ReasonEmbedDeleted, reason)
+		require.Equal(t, accesstest.ReasonEmbedDeleted, reason)
 	})
 
 	t.Run("DownIsUnavailableUntilUp", func(t *testing.T) {
@@ -232,7 +234,7 @@ func TestFakeServer(t *testing.T) {
 		require.False(t, admits)
 
 		bundle.fake.SetDown(false)
-		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), true, ReasonAdmitted)
+		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), true, accesstest.ReasonAdmitted)
 		require.Equal(t, 2, bundle.fake.Calls())
 	})
 
@@ -249,13 +251,13 @@ func TestFakeServer(t *testing.T) {
 	t.Run("LoadReplacesTable", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
-		bundle.fake.Load(FakeTable{})
-		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), false, ReasonEmbedDeleted)
-		bundle.fake.Load(FakeTable{
-			Embeds: map[string]FakeEmbed{"emb_1": {OwnerID: "owner_1", CodeID: "c"}},
-			Codes:  map[string]FakeCode{"c": {SubjectPrefixes: []string{"wiki://"}}},
+		bundle.fake.Load(accesstest.Table{})
+		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), false, accesstest.ReasonEmbedDeleted)
+		bundle.fake.Load(accesstest.Table{
+			Embeds: map[string]accesstest.Embed{"emb_1": {OwnerID: "owner_1", CodeID: "c"}},
+			Codes:  map[string]accesstest.Code{"c": {SubjectPrefixes: []string{"wiki://"}}},
 		})
-		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), true, ReasonAdmitted)
+		requireAnswer(t, bundle, noteEvent(subject, `{"published":true}`), true, accesstest.ReasonAdmitted)
 	})
 }
 
@@ -498,13 +500,13 @@ func TestReadFakeTable(t *testing.T) {
 
 	t.Run("ReadsEmbedsAndCodes", func(t *testing.T) {
 		t.Parallel()
-		table, err := ReadFakeTable(strings.NewReader(`{
+		table, err := accesstest.ReadTable(strings.NewReader(`{
 			"embeds": {"emb_1": {"owner_id": "owner_1", "code_id": "code_1"}},
 			"codes": {"code_1": {"expires_at": "2030-01-01T00:00:00Z", "subject_prefixes": ["wiki://"], "allow_unpublished": true}}
 		}`))
 		require.NoError(t, err)
-		require.Equal(t, FakeEmbed{OwnerID: "owner_1", CodeID: "code_1"}, table.Embeds["emb_1"])
-		require.Equal(t, FakeCode{
+		require.Equal(t, accesstest.Embed{OwnerID: "owner_1", CodeID: "code_1"}, table.Embeds["emb_1"])
+		require.Equal(t, accesstest.Code{
 			ExpiresAt:        time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC),
 			SubjectPrefixes:  []string{"wiki://"},
 			AllowUnpublished: true,
@@ -513,13 +515,13 @@ func TestReadFakeTable(t *testing.T) {
 
 	t.Run("RejectsUnknownFields", func(t *testing.T) {
 		t.Parallel()
-		_, err := ReadFakeTable(strings.NewReader(`{"codes": {"c": {"revokd": true}}}`))
+		_, err := accesstest.ReadTable(strings.NewReader(`{"codes": {"c": {"revokd": true}}}`))
 		require.ErrorContains(t, err, "revokd")
 	})
 
 	t.Run("RequiresOwnerAndCode", func(t *testing.T) {
 		t.Parallel()
-		_, err := ReadFakeTable(strings.NewReader(`{"embeds": {"emb_1": {"owner_id": "owner_1"}}}`))
+		_, err := accesstest.ReadTable(strings.NewReader(`{"embeds": {"emb_1": {"owner_id": "owner_1"}}}`))
 		require.ErrorContains(t, err, "needs owner_id and code_id")
 	})
 }

@@ -1,7 +1,6 @@
 // Package access is the dispatcher's side of the access service: a gRPC client
-// of access.v1.AccessService that implements scope.EmbedAdmitter, and a fake
-// server (FakeServer) driven by a small table of embeds and codes, for tests
-// and `dispatcher dev-access`.
+// of access.v1.AccessService that implements scope.EmbedAdmitter. A fake
+// service for tests and `dispatcher dev-access` is in package accesstest.
 //
 // The client turns gRPC status codes into scope's three outcomes. NotFound and
 // PermissionDenied are definite answers ("no"); InvalidArgument and OutOfRange
@@ -30,8 +29,8 @@ import (
 
 	accessv1 "github.com/standmeet/webhook-dispatcher/pkg/api/access/v1"
 
-	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 // DefaultTimeout bounds one EmbedAdmits call when Config.Timeout is zero. The
@@ -65,7 +64,7 @@ func NewClient(conn grpc.ClientConnInterface, timeout time.Duration) *Client {
 
 // EmbedAdmits implements scope.EmbedAdmitter. A nil *Client admits nothing, so
 // a composition root that forgot to configure the service fails closed.
-func (c *Client) EmbedAdmits(ctx context.Context, ownerID, embedID string, e *event.Event) (bool, string, error) {
+func (c *Client) EmbedAdmits(ctx context.Context, ownerID, embedID string, e *webhook.Event) (bool, string, error) {
 	if c == nil {
 		return false, scope.ReasonNoAccessService, nil
 	}

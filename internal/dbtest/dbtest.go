@@ -1,5 +1,13 @@
-// Package dbtest gives every storage test its own freshly migrated Postgres
-// schema, so tests run with t.Parallel() against a real server.
+// Package dbtest gives every storage test its own migrated Postgres schema,
+// so tests run with t.Parallel() against a real server.
+//
+// Migrating a schema (River's migrations and the dispatcher's) costs far more
+// than emptying one, so a schema whose test is over is truncated and handed
+// to the next test of the same test binary, unless the test changed its
+// tables (then it is dropped). Wrap testing.M with WithCleanup in TestMain so
+// the kept schemas are dropped when the binary's tests are done; schemas a
+// crashed run left behind are dropped by a later run once they are a few
+// hours old.
 //
 // The server is found in this order: DATABASE_URL (or TEST_DATABASE_URL);
 // the local server on 127.0.0.1:5432; a testcontainers-go Postgres when a
@@ -15,6 +23,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,20 +43,20 @@ const LocalURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 var (
 	serverOnce sync.Once
 	serverURL  string
-	serverErr  error
+	errServer  error
 
 	adminOnce sync.Once
 	adminPool *pgxpool.Pool
-	adminErr  error
+	errAdmin  error
 )
 
 // URL returns the connection string of the test server, starting a container
 // when that is the only way to get one.
 func URL(tb testing.TB) string {
 	tb.Helper()
-	serverOnce.Do(func() { serverURL, serverErr = findServer() })
-	if serverErr != nil {
-		tb.Fatalf("dbtest: no Postgres for storage tests: %v", serverErr)
+	serverOnce.Do(func() { serverURL, errServer = findServer() })
+	if errServer != nil {
+		tb.Fatalf("dbtest: no Postgres for storage tests: %v", errServer)
 	}
 	return serverURL
 }
@@ -57,7 +67,7 @@ func findServer() (string, error) {
 			return u, nil
 		}
 	}
-	conn, err := net.DialTimeout("tcp", "127.0.0.1:5432", time.Second)
+	conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(context.Background(), "tcp", "127.0.0.1:5432")
 	if err == nil {
 		_ = conn.Close()
 		return LocalURL, nil
@@ -86,16 +96,57 @@ func admin(tb testing.TB) *pgxpool.Pool {
 	adminOnce.Do(func() {
 		cfg, err := pgxpool.ParseConfig(url)
 		if err != nil {
-			adminErr = err
+			errAdmin = err
 			return
 		}
 		cfg.MaxConns = 4
-		adminPool, adminErr = pgxpool.NewWithConfig(context.Background(), cfg)
+		adminPool, errAdmin = pgxpool.NewWithConfig(context.Background(), cfg)
 	})
-	if adminErr != nil {
-		tb.Fatalf("dbtest: admin pool: %v", adminErr)
+	if errAdmin != nil {
+		tb.Fatalf("dbtest: admin pool: %v", errAdmin)
 	}
 	return adminPool
+}
+
+// schemaPrefix starts every schema this package creates; the creation time
+// follows, so a later run can sweep what a crashed one left behind.
+const schemaPrefix = "t_"
+
+// sweepAfter is how old a leftover schema must be before a run drops it: far
+// longer than any test binary runs.
+const sweepAfter = 3 * time.Hour
+
+// reuse holds migrated schemas whose tests have ended, ready for the next.
+var reuse struct {
+	sync.Mutex
+	free []string
+	// tables is what a freshly migrated schema holds (relations and
+	// functions); a schema that holds anything else is not reused.
+	tables string
+	swept  bool
+}
+
+// WithCleanup returns m wrapped so that Run drops the schemas kept for reuse
+// once the tests are done. Use it in TestMain, alone or under goleak:
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(dbtest.WithCleanup(m)) }
+func WithCleanup(m interface{ Run() int }) interface{ Run() int } { return cleanupM{m} }
+
+type cleanupM struct{ m interface{ Run() int } }
+
+func (c cleanupM) Run() int {
+	code := c.m.Run()
+	reuse.Lock()
+	free := reuse.free
+	reuse.free = nil
+	reuse.Unlock()
+	if adminPool != nil {
+		for _, schema := range free {
+			_, _ = adminPool.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+		}
+		adminPool.Close()
+	}
+	return code
 }
 
 // DB is one test's isolated, migrated schema.
@@ -126,16 +177,20 @@ func newDB(tb testing.TB, migrate bool) *DB {
 	ctx := context.Background()
 	url := URL(tb)
 	adm := admin(tb)
+	sweep(ctx, adm)
 
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "t_" + hex.EncodeToString(b[:])
-	if _, err := adm.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{schema}.Sanitize()); err != nil {
-		tb.Fatalf("dbtest: create schema: %v", err)
+	schema, reused := "", false
+	if migrate {
+		schema, reused = takeFree()
 	}
-	tb.Cleanup(func() {
-		_, _ = adm.Exec(context.WithoutCancel(ctx), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
-	})
+	if !reused {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		schema = schemaPrefix + strconv.FormatInt(time.Now().Unix(), 10) + "_" + hex.EncodeToString(b[:])
+		if _, err := adm.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{schema}.Sanitize()); err != nil {
+			tb.Fatalf("dbtest: create schema: %v", err)
+		}
+	}
 
 	cfg, err := database.PoolConfig(url, schema)
 	if err != nil {
@@ -146,12 +201,123 @@ func newDB(tb testing.TB, migrate bool) *DB {
 	if err != nil {
 		tb.Fatalf("dbtest: pool: %v", err)
 	}
-	tb.Cleanup(pool.Close)
+	// One cleanup, registered first so it runs last: the test's own
+	// cleanups (River clients, workers) have let go of the schema by then.
+	tb.Cleanup(func() {
+		pool.Close()
+		ctx := context.WithoutCancel(ctx)
+		if migrate && release(ctx, adm, schema) {
+			return
+		}
+		_, _ = adm.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	})
 
-	if migrate {
+	if migrate && !reused {
 		if err := database.Migrate(ctx, pool, schema, slog.New(slog.DiscardHandler)); err != nil {
 			tb.Fatalf("dbtest: migrate: %v", err)
 		}
+		reuse.Lock()
+		if reuse.tables == "" {
+			reuse.tables, err = contents(ctx, adm, schema)
+		}
+		reuse.Unlock()
+		if err != nil {
+			tb.Fatalf("dbtest: %v", err)
+		}
 	}
 	return &DB{Pool: pool, Schema: schema, URL: url}
+}
+
+func takeFree() (string, bool) {
+	reuse.Lock()
+	defer reuse.Unlock()
+	if n := len(reuse.free); n > 0 {
+		schema := reuse.free[n-1]
+		reuse.free = reuse.free[:n-1]
+		return schema, true
+	}
+	return "", false
+}
+
+// release empties schema and keeps it for the next test, if it holds
+// exactly what a migration creates. It reports whether it did.
+func release(ctx context.Context, adm *pgxpool.Pool, schema string) bool {
+	got, err := contents(ctx, adm, schema)
+	reuse.Lock()
+	want := reuse.tables
+	reuse.Unlock()
+	if err != nil || want == "" || got != want {
+		return false
+	}
+	// Every table but the migration bookkeeping, sequences restarted, in
+	// one statement (so foreign keys between them are no obstacle).
+	var tables string
+	err = adm.QueryRow(ctx, `
+		SELECT string_agg(format('%I.%I', schemaname, tablename), ', ')
+		  FROM pg_tables
+		 WHERE schemaname = $1 AND tablename NOT IN ('river_migration', 'dispatcher_migration')`, schema).Scan(&tables)
+	if err != nil || tables == "" {
+		return false
+	}
+	// A session the test leaked could hold a lock forever; then the schema
+	// is dropped instead.
+	err = pgx.BeginFunc(ctx, adm, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `TRUNCATE `+tables+` RESTART IDENTITY CASCADE`)
+		return err
+	})
+	if err != nil {
+		return false
+	}
+	reuse.Lock()
+	reuse.free = append(reuse.free, schema)
+	reuse.Unlock()
+	return true
+}
+
+// contents lists schema's relations and functions: a fingerprint of what a
+// test may have added.
+func contents(ctx context.Context, adm *pgxpool.Pool, schema string) (string, error) {
+	var out string
+	err := adm.QueryRow(ctx, `
+		SELECT coalesce(string_agg(name, ',' ORDER BY name), '') FROM (
+		    SELECT c.relkind::text || ':' || c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1
+		    UNION ALL
+		    SELECT 'f:' || p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1
+		) x`, schema).Scan(&out)
+	if err != nil {
+		return "", fmt.Errorf("list schema contents: %w", err)
+	}
+	return out, nil
+}
+
+// sweep drops, once per test binary, schemas that earlier runs left behind
+// (a crash, a package without WithCleanup) and that are old enough not to
+// belong to a run still going.
+func sweep(ctx context.Context, adm *pgxpool.Pool) {
+	reuse.Lock()
+	defer reuse.Unlock()
+	if reuse.swept {
+		return
+	}
+	reuse.swept = true
+	rows, err := adm.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname LIKE $1`, schemaPrefix+"%")
+	if err != nil {
+		return
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return
+	}
+	cutoff := time.Now().Add(-sweepAfter).Unix()
+	for _, name := range names {
+		created, rest, ok := strings.Cut(strings.TrimPrefix(name, schemaPrefix), "_")
+		at, err := strconv.ParseInt(created, 10, 64)
+		if !ok || rest == "" || err != nil || at >= cutoff {
+			continue
+		}
+		_, _ = adm.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{name}.Sanitize()+` CASCADE`)
+	}
 }

@@ -21,12 +21,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
-	"github.com/standmeet/webhook-dispatcher/internal/job"
-	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 )
 
 // Hostile receivers: every receiver below misbehaves on
@@ -88,13 +85,13 @@ func (b *testBundle) useClient(cfg egress.Config) *countingTransport {
 }
 
 // deliverOnce inserts an event and a running job for epID, works it and
-// returns the job, how long Work took and its error.
-func (b *testBundle) deliverOnce(t *testing.T, epID uuid.UUID) (*river.Job[job.DeliverArgs], time.Duration, error) {
+// returns how long Work took and its error.
+func (b *testBundle) deliverOnce(t *testing.T, epID uuid.UUID) (time.Duration, error) {
 	t.Helper()
 	j := b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))
 	start := time.Now()
 	err := b.work(t, j)
-	return j, time.Since(start), err
+	return time.Since(start), err
 }
 
 // requireFailed: the attempt counted as a failure for the endpoint's health
@@ -179,20 +176,19 @@ func newRawServer(t *testing.T, ln net.Listener, handle func(c net.Conn, done <-
 
 // readRequest consumes one HTTP request from c, so that whatever the script
 // does next is a reply to a fully sent request.
-func readRequest(c net.Conn) (*bufio.Reader, bool) {
-	br := bufio.NewReader(c)
-	req, err := http.ReadRequest(br)
+func readRequest(c net.Conn) bool {
+	req, err := http.ReadRequest(bufio.NewReader(c))
 	if err != nil {
-		return br, false
+		return false
 	}
 	_, err = io.Copy(io.Discard, req.Body)
-	return br, err == nil
+	return err == nil
 }
 
 // reply is a raw-server script: read the request, write out, close.
 func reply(out string) func(net.Conn, <-chan struct{}) {
 	return func(c net.Conn, _ <-chan struct{}) {
-		if _, ok := readRequest(c); ok {
+		if readRequest(c) {
 			_, _ = io.WriteString(c, out)
 		}
 	}
@@ -203,7 +199,7 @@ func reply(out string) func(net.Conn, <-chan struct{}) {
 func trickle(c net.Conn, done <-chan struct{}, s string, interval time.Duration) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		if _, err := c.Write([]byte{s[i]}); err != nil {
 			return
 		}
@@ -286,12 +282,12 @@ func TestHostileSlowReceivers(t *testing.T) {
 		b.useClient(egress.Config{Timeout: hostileTimeout})
 		// Slowloris: accept, read the request, never answer.
 		srv := newRawServer(t, nil, func(c net.Conn, done <-chan struct{}) {
-			if _, ok := readRequest(c); ok {
+			if readRequest(c) {
 				<-done
 			}
 		})
 		epID, _ := b.createEndpoint(t, "http://"+srv.addr+"/hook", endpointOpts{enabled: true})
-		_, took, err := b.deliverOnce(t, epID)
+		took, err := b.deliverOnce(t, epID)
 		requireRetryable(t, err)
 		requireTimeout(t, err)
 		require.GreaterOrEqual(t, took, hostileTimeout)
@@ -307,12 +303,12 @@ func TestHostileSlowReceivers(t *testing.T) {
 		// One byte of a valid response every 200 ms: the headers would take
 		// about 20 s to arrive.
 		srv := newRawServer(t, nil, func(c net.Conn, done <-chan struct{}) {
-			if _, ok := readRequest(c); ok {
+			if readRequest(c) {
 				trickle(c, done, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok", 200*time.Millisecond)
 			}
 		})
 		epID, _ := b.createEndpoint(t, "http://"+srv.addr+"/hook", endpointOpts{enabled: true})
-		_, took, err := b.deliverOnce(t, epID)
+		took, err := b.deliverOnce(t, epID)
 		requireRetryable(t, err)
 		requireTimeout(t, err)
 		require.Less(t, took, hostileTimeout+slack)
@@ -326,7 +322,7 @@ func TestHostileSlowReceivers(t *testing.T) {
 		// Accepts the TCP connection, never answers the ClientHello.
 		srv := newRawServer(t, nil, func(_ net.Conn, done <-chan struct{}) { <-done })
 		epID, _ := b.createEndpoint(t, "https://"+srv.addr+"/hook", endpointOpts{enabled: true})
-		_, took, err := b.deliverOnce(t, epID)
+		took, err := b.deliverOnce(t, epID)
 		requireRetryable(t, err)
 		require.Less(t, took, hostileTimeout+slack)
 		b.requireFailed(t, epID)
@@ -340,12 +336,12 @@ func TestHostileSlowReceivers(t *testing.T) {
 		b.useClient(egress.Config{})
 		b.worker.cfg.AttemptTimeout = hostileTimeout
 		srv := newRawServer(t, nil, func(c net.Conn, done <-chan struct{}) {
-			if _, ok := readRequest(c); ok {
+			if readRequest(c) {
 				<-done
 			}
 		})
 		epID, _ := b.createEndpoint(t, "http://"+srv.addr+"/hook", endpointOpts{enabled: true})
-		_, took, err := b.deliverOnce(t, epID)
+		took, err := b.deliverOnce(t, epID)
 		requireRetryable(t, err)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.Less(t, took, hostileTimeout+slack)
@@ -363,7 +359,7 @@ func TestHostileSlowReceivers(t *testing.T) {
 		rc := newReceiver(t, slowBody(http.StatusOK, 10_000, 100*time.Millisecond, done))
 		t.Cleanup(func() { close(done) }) // runs before rc.Close
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true, failingSince: new(time.Now().Add(-time.Hour))})
-		_, took, err := b.deliverOnce(t, epID)
+		took, err := b.deliverOnce(t, epID)
 		require.NoError(t, err)
 		require.Less(t, took, hostileTimeout+slack)
 		b.requireSucceeded(t, epID)
@@ -377,7 +373,7 @@ func TestHostileSlowReceivers(t *testing.T) {
 		rc := newReceiver(t, slowBody(http.StatusInternalServerError, 10_000, 100*time.Millisecond, done))
 		t.Cleanup(func() { close(done) })
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
-		_, took, err := b.deliverOnce(t, epID)
+		took, err := b.deliverOnce(t, epID)
 		requireRetryable(t, err)
 		require.Contains(t, err.Error(), "HTTP 500")
 		require.Less(t, took, hostileTimeout+slack)
@@ -393,7 +389,7 @@ func TestHostileSlowReceivers(t *testing.T) {
 		rc := newReceiver(t, slowBody(http.StatusOK, 10_000, 100*time.Millisecond, done))
 		t.Cleanup(func() { close(done) })
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
-		_, took, err := b.deliverOnce(t, epID)
+		took, err := b.deliverOnce(t, epID)
 		require.NoError(t, err)
 		require.Less(t, took, hostileTimeout+slack)
 		b.requireSucceeded(t, epID)
@@ -430,7 +426,7 @@ func TestHostileHugeBodies(t *testing.T) {
 				err  error
 				took time.Duration
 			)
-			grew := heapGrowth(func() { _, took, err = b.deliverOnce(t, epID) })
+			grew := heapGrowth(func() { took, err = b.deliverOnce(t, epID) })
 			t.Logf("read %d body bytes, allocated %d KiB, took %s", ct.read.Load(), grew>>10, took)
 
 			require.Less(t, took, egress.DefaultTimeout/2, "ended by the size bound, not the timeout")
@@ -479,7 +475,7 @@ func TestHostileInvalidHTTP(t *testing.T) {
 		{"HugeMalformedHeaderLine", reply("HTTP/1.1 200 OK\r\n" + strings.Repeat("\x01", 60<<10) + "\r\n\r\n")},
 		{"HeaderTooLarge", reply("HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", 70<<10) + "\r\n\r\n")},
 		{"EndlessInformational", func(c net.Conn, done <-chan struct{}) {
-			if _, ok := readRequest(c); !ok {
+			if !readRequest(c) {
 				return
 			}
 			for {
@@ -495,7 +491,7 @@ func TestHostileInvalidHTTP(t *testing.T) {
 		}},
 		{"ClosedWithoutResponse", func(c net.Conn, _ <-chan struct{}) { readRequest(c) }},
 		{"ResetWithoutResponse", func(c net.Conn, _ <-chan struct{}) {
-			if _, ok := readRequest(c); ok {
+			if readRequest(c) {
 				_ = c.(*net.TCPConn).SetLinger(0) // close sends RST
 			}
 		}},
@@ -507,7 +503,7 @@ func TestHostileInvalidHTTP(t *testing.T) {
 			b.useClient(egress.Config{Timeout: hostileTimeout})
 			srv := newRawServer(t, nil, tc.script)
 			epID, _ := b.createEndpoint(t, "http://"+srv.addr+"/hook?token=sekrit", endpointOpts{enabled: true})
-			_, took, err := b.deliverOnce(t, epID)
+			took, err := b.deliverOnce(t, epID)
 			t.Logf("%s: %.300v", tc.name, err)
 			requireRetryable(t, err)
 			require.Contains(t, err.Error(), "request failed")
@@ -528,7 +524,7 @@ func TestHostileInvalidHTTP(t *testing.T) {
 		b := setup(t)
 		ct := b.useClient(egress.Config{Timeout: hostileTimeout})
 		srv := newRawServer(t, nil, func(c net.Conn, done <-chan struct{}) {
-			if _, ok := readRequest(c); !ok {
+			if !readRequest(c) {
 				return
 			}
 			if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"); err != nil {
@@ -537,7 +533,7 @@ func TestHostileInvalidHTTP(t *testing.T) {
 			_, _ = io.Copy(c, endless{})
 		})
 		epID, _ := b.createEndpoint(t, "http://"+srv.addr+"/hook", endpointOpts{enabled: true})
-		_, took, err := b.deliverOnce(t, epID)
+		took, err := b.deliverOnce(t, epID)
 		t.Logf("read %d bytes: %v", ct.read.Load(), err)
 		requireRetryable(t, err)
 		require.Contains(t, err.Error(), "HTTP 101")
@@ -557,7 +553,7 @@ func TestHostileTLS(t *testing.T) {
 		rc := newReceiver(t, status(http.StatusOK))
 		url := strings.Replace(rc.URL, "http://", "https://", 1) + "/hook?token=sekrit"
 		epID, _ := b.createEndpoint(t, url, endpointOpts{enabled: true})
-		_, took, err := b.deliverOnce(t, epID)
+		took, err := b.deliverOnce(t, epID)
 		t.Log(err)
 		requireRetryable(t, err)
 		require.NotContains(t, err.Error(), "sekrit")
@@ -579,7 +575,7 @@ func TestHostileTLS(t *testing.T) {
 		srv.Config.ErrorLog = discardLog()
 		t.Cleanup(srv.Close)
 		epID, _ := b.createEndpoint(t, srv.URL+"/hook?token=sekrit", endpointOpts{enabled: true})
-		_, took, err := b.deliverOnce(t, epID)
+		took, err := b.deliverOnce(t, epID)
 		t.Log(err)
 		requireRetryable(t, err)
 		require.Contains(t, err.Error(), "certificate")
@@ -601,7 +597,7 @@ func TestHostileTLS(t *testing.T) {
 			}
 		})
 		epID, _ := b.createEndpoint(t, "https://"+srv.addr+"/hook?token=sekrit", endpointOpts{enabled: true})
-		_, took, err := b.deliverOnce(t, epID)
+		took, err := b.deliverOnce(t, epID)
 		t.Log(err)
 		requireRetryable(t, err)
 		require.NotContains(t, err.Error(), "sekrit")
@@ -653,7 +649,7 @@ func TestHostileClosingMidResponse(t *testing.T) {
 			b.useClient(egress.Config{Timeout: hostileTimeout})
 			rc := newReceiver(t, tc.handler)
 			epID, _ := b.createEndpoint(t, rc.URL+"/hook?token=sekrit", endpointOpts{enabled: true})
-			_, took, err := b.deliverOnce(t, epID)
+			took, err := b.deliverOnce(t, epID)
 			t.Logf("%s: %v", tc.name, err)
 			require.Less(t, took, hostileTimeout+slack)
 			require.EqualValues(t, 1, rc.hits.Load(), "no client-side retry")
@@ -712,7 +708,7 @@ func TestHostileRedirects(t *testing.T) {
 					http.Redirect(w, r, location, code)
 				})
 				epID, _ := b.createEndpoint(t, rc.URL+"/hook", endpointOpts{enabled: true})
-				_, took, err := b.deliverOnce(t, epID)
+				took, err := b.deliverOnce(t, epID)
 				requireRetryable(t, err)
 				require.Contains(t, err.Error(), fmt.Sprintf("HTTP %d", code))
 				require.Less(t, took, hostileTimeout+slack)
@@ -772,7 +768,7 @@ func TestHostileRetryAfter(t *testing.T) {
 					w.WriteHeader(code)
 				})
 				epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
-				_, took, err := b.deliverOnce(t, epID)
+				took, err := b.deliverOnce(t, epID)
 				require.Less(t, took, hostileTimeout+slack)
 				require.EqualValues(t, 1, rc.hits.Load())
 				if tc.want < 0 {
@@ -782,7 +778,7 @@ func TestHostileRetryAfter(t *testing.T) {
 					}
 				} else {
 					require.Equal(t, tc.want, requireSnooze(t, err))
-					require.InDelta(t, 1, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(metrics.SnoozeRetryAfter)), 0)
+					require.InDelta(t, 1, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(snoozeRetryAfter)), 0)
 				}
 				b.requireFailed(t, epID) // 429 and 503 count as failures, snoozed or not
 			})
@@ -795,7 +791,7 @@ func TestHostileRetryAfter(t *testing.T) {
 		b := setup(t)
 		rc := newReceiver(t, status(http.StatusInternalServerError, "Retry-After", "120"))
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
-		_, _, err := b.deliverOnce(t, epID)
+		_, err := b.deliverOnce(t, epID)
 		requireRetryable(t, err)
 		b.requireFailed(t, epID)
 	})
@@ -848,7 +844,7 @@ func TestHostileDNS(t *testing.T) {
 
 	requireBlocked := func(t *testing.T, b *dnsBundle, epID uuid.UUID) {
 		t.Helper()
-		_, took, err := b.deliverOnce(t, epID)
+		took, err := b.deliverOnce(t, epID)
 		requireCancel(t, err)
 		require.ErrorIs(t, err, egress.ErrBlocked)
 		require.Contains(t, err.Error(), "destination not allowed")
@@ -887,7 +883,7 @@ func TestHostileDNS(t *testing.T) {
 		epID, _ := b.createEndpoint(t, b.endpointURL, endpointOpts{enabled: true})
 
 		// Public: delivered.
-		_, _, err := b.deliverOnce(t, epID)
+		_, err := b.deliverOnce(t, epID)
 		require.NoError(t, err)
 		b.requireSucceeded(t, epID)
 		require.EqualValues(t, 1, b.publicHits.Load())
@@ -900,7 +896,7 @@ func TestHostileDNS(t *testing.T) {
 
 		// Back to public: delivered again, and the endpoint recovers.
 		b.dns.set(public)
-		_, _, err = b.deliverOnce(t, epID)
+		_, err = b.deliverOnce(t, epID)
 		require.NoError(t, err)
 		b.requireSucceeded(t, epID)
 		require.EqualValues(t, 2, b.publicHits.Load())
@@ -914,7 +910,7 @@ func TestHostileDNS(t *testing.T) {
 		b := setupDNS(t)
 		b.dns.set(private, public)
 		epID, _ := b.createEndpoint(t, b.endpointURL, endpointOpts{enabled: true})
-		_, _, err := b.deliverOnce(t, epID)
+		_, err := b.deliverOnce(t, epID)
 		require.NoError(t, err)
 		b.requireSucceeded(t, epID)
 		require.EqualValues(t, 1, b.publicHits.Load())
@@ -927,7 +923,7 @@ func TestHostileDNS(t *testing.T) {
 		b := setupDNS(t)
 		b.dns.set()
 		epID, _ := b.createEndpoint(t, b.endpointURL, endpointOpts{enabled: true})
-		_, took, err := b.deliverOnce(t, epID)
+		took, err := b.deliverOnce(t, epID)
 		requireRetryable(t, err)
 		require.Less(t, took, hostileTimeout+slack)
 		require.Zero(t, b.publicHits.Load())
@@ -943,7 +939,7 @@ func listenSamePort(t *testing.T, a, b netip.Addr) (net.Listener, net.Listener) 
 		la, err := net.Listen("tcp4", netip.AddrPortFrom(a, 0).String())
 		require.NoError(t, err)
 		port := la.Addr().(*net.TCPAddr).Port
-		lb, err := net.Listen("tcp4", netip.AddrPortFrom(b, uint16(port)).String()) //nolint:gosec // a port fits
+		lb, err := net.Listen("tcp4", netip.AddrPortFrom(b, uint16(port)).String())
 		if err == nil {
 			return la, lb
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
-	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 )
 
 // runWorker runs w's lease listener and sweeper for the rest of the test.
@@ -34,7 +34,7 @@ func runWorker(t *testing.T, w *Worker) {
 // otherProcess is a second worker on the same database: its own lanes,
 // batchers and listener, as another replica would have.
 func (b *testBundle) otherProcess(cfg Config) *Worker {
-	return NewWorker(cfg, b.db.Pool, egress.NewClient(egress.Config{AllowCIDRs: loopback}), b.keyring, b.metrics, slog.New(slog.DiscardHandler))
+	return NewWorker(cfg, b.db.Pool, egress.NewClient(egress.Config{AllowCIDRs: loopback}), endpoint.NewKeyOpener(b.keyring), b.metrics, slog.New(slog.DiscardHandler))
 }
 
 // endpointXmin is the row version of an endpoint: it changes with every write.
@@ -124,7 +124,7 @@ func TestLease(t *testing.T) {
 		require.NoError(t, other.Work(rivertest.WorkContext(wctx, b.client), j), "delivered by the second process, no snooze")
 		require.Less(t, time.Since(start), 2*time.Second, "the holder gave the lease up when asked")
 		require.EqualValues(t, 2, rc.hits.Load())
-		require.Zero(t, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(metrics.SnoozeLeaseBusy)))
+		require.Zero(t, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(snoozeLeaseBusy)))
 	})
 
 	t.Run("WaitsForAReleaseAnnouncedByTheHolder", func(t *testing.T) {

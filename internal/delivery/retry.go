@@ -48,6 +48,6 @@ func RetryWindow() time.Duration {
 // failures; a manual retry keeps the errors, hence the clamp in Backoff.
 func nextRetry(j *river.Job[job.DeliverArgs], now time.Time) time.Time {
 	d := Backoff(len(j.Errors) + 1)
-	spread := time.Duration((rand.Float64()*2 - 1) * jitter * float64(d)) //nolint:gosec // jitter, not security
+	spread := time.Duration((rand.Float64()*2 - 1) * jitter * float64(d))
 	return now.Add(d + spread)
 }

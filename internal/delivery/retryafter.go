@@ -57,7 +57,7 @@ func parseDelaySeconds(v string, limit time.Duration) (time.Duration, bool) {
 	limitSecs := int64(limit / time.Second)
 	var n int64
 	capped := false
-	for i := 0; i < len(v); i++ {
+	for i := range len(v) {
 		c := v[i]
 		if c < '0' || c > '9' {
 			return 0, false

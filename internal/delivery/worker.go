@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,12 +21,10 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/batch"
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
-	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/pglisten"
-	"github.com/standmeet/webhook-dispatcher/internal/seal"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -118,7 +117,7 @@ type Worker struct {
 	cfg     Config
 	pool    *pgxpool.Pool
 	client  *http.Client
-	keyring *seal.Keyring
+	keys    KeyOpener
 	metrics *metrics.Metrics
 	logger  *slog.Logger
 	lanes   *lanes
@@ -127,15 +126,22 @@ type Worker struct {
 	now     func() time.Time
 }
 
+// KeyOpener opens an endpoint's sealed signing secrets as read with the
+// lease: the current key first, then the previous one during a rotation's
+// grace period. endpoint.KeyOpener is the one implementation.
+type KeyOpener interface {
+	OpenKeys(endpointID uuid.UUID, current, previous []byte, previousExpiresAt *time.Time, now time.Time) ([][]byte, error)
+}
+
 // NewWorker builds the deliver worker. client must be the guarded egress
 // client (internal/egress).
-func NewWorker(cfg Config, pool *pgxpool.Pool, client *http.Client, keyring *seal.Keyring, m *metrics.Metrics, logger *slog.Logger) *Worker {
+func NewWorker(cfg Config, pool *pgxpool.Pool, client *http.Client, keys KeyOpener, m *metrics.Metrics, logger *slog.Logger) *Worker {
 	cfg.setDefaults(pool)
 	w := &Worker{
 		cfg:     cfg,
 		pool:    pool,
 		client:  client,
-		keyring: keyring,
+		keys:    keys,
 		metrics: m,
 		logger:  logger,
 		lanes:   newLanes(cfg.LocalWaiters),
@@ -220,8 +226,8 @@ func (e *busyError) Error() string { return errLeaseBusy.Error() }
 func (e *busyError) Unwrap() error { return errLeaseBusy }
 
 func (w *Worker) snoozeBusy(d time.Duration) error {
-	w.metrics.SnoozesTotal.WithLabelValues(metrics.SnoozeLeaseBusy).Inc()
-	w.metrics.DeliveriesTotal.WithLabelValues(metrics.OutcomeSnoozed, "none").Inc()
+	w.metrics.SnoozesTotal.WithLabelValues(snoozeLeaseBusy).Inc()
+	w.metrics.DeliveriesTotal.WithLabelValues(outcomeSnoozed.String(), "none").Inc()
 	return river.JobSnooze(d)
 }
 
@@ -430,6 +436,41 @@ func (w *Worker) Run(ctx context.Context) {
 	}
 }
 
+// outcome is how a delivery attempt ended, in this package's words; String
+// is the "outcome" label of dispatcher_deliveries_total.
+type outcome int
+
+const (
+	outcomeCompleted outcome = iota + 1 // 2xx
+	outcomeRetryable                    // failed; River retries it
+	outcomeSnoozed                      // put back without spending the attempt
+	outcomeCancelled                    // will never be delivered
+	outcomeDiscarded                    // failed on its last attempt
+)
+
+func (o outcome) String() string {
+	switch o {
+	case outcomeCompleted:
+		return "completed"
+	case outcomeRetryable:
+		return "retryable"
+	case outcomeSnoozed:
+		return "snoozed"
+	case outcomeCancelled:
+		return "cancelled"
+	case outcomeDiscarded:
+		return "discarded"
+	default:
+		return "outcome(" + strconv.Itoa(int(o)) + ")"
+	}
+}
+
+// Snooze reasons, the "reason" label of dispatcher_delivery_snoozes_total.
+const (
+	snoozeLeaseBusy  = "lease_busy"
+	snoozeRetryAfter = "retry_after"
+)
+
 // result is an attempt's conclusion: what to return to River and what it
 // means for the endpoint's health (nil settle: nothing, e.g. a shutdown).
 type result struct {
@@ -478,7 +519,7 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 	if !t.eventFound {
 		return result{err: w.cancel(j, ep, errors.New("event pruned"))}
 	}
-	ev := &event.Event{
+	ev := &webhook.Event{
 		ID: j.Args.EventID, OwnerID: t.eventOwnerID, Type: t.eventType, Subject: t.eventSubject,
 		OccurredAt: t.eventOccurredAt, Data: t.eventData,
 	}
@@ -492,7 +533,7 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 		return result{err: w.cancel(j, ep, errors.New("delivery outlived its retry window"))}
 	}
 
-	keys, err := endpoint.OpenKeys(w.keyring, endpointID, t.secret, t.previousSecret, t.previousExpiresAt, w.now())
+	keys, err := w.keys.OpenKeys(endpointID, t.secret, t.previousSecret, t.previousExpiresAt, w.now())
 	if err != nil {
 		// A secret that cannot be opened is an operator problem (wrong or
 		// missing master key); retry so nothing is lost once it is fixed.
@@ -529,9 +570,9 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 	v := classify(jobCtx, resp, err, w.now(), w.cfg.MaxRetryAfter)
 
 	outcome, res := w.conclude(j, v, status, summary, err, ev)
-	w.metrics.DeliveriesTotal.WithLabelValues(outcome, class).Inc()
-	attrs := []slog.Attr{slog.Int("status", status), slog.Duration("duration", elapsed), slog.String("outcome", outcome)}
-	if res.err != nil && outcome != metrics.OutcomeSnoozed {
+	w.metrics.DeliveriesTotal.WithLabelValues(outcome.String(), class).Inc()
+	attrs := []slog.Attr{slog.Int("status", status), slog.Duration("duration", elapsed), slog.String("outcome", outcome.String())}
+	if res.err != nil && outcome != outcomeSnoozed {
 		attrs = append(attrs, slog.String("error", res.err.Error()))
 	}
 	log(slog.LevelInfo, "delivery attempt", attrs...)
@@ -540,16 +581,16 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 
 // conclude turns a verdict into the River result, the endpoint settlement
 // and the outcome label.
-func (w *Worker) conclude(j *river.Job[job.DeliverArgs], v verdict, status int, summary string, err error, ev *event.Event) (string, result) {
+func (w *Worker) conclude(j *river.Job[job.DeliverArgs], v verdict, status int, summary string, err error, ev *webhook.Event) (outcome, result) {
 	failure := func(e error) *settlement { return &settlement{summary: truncate(e.Error(), 200)} }
 	switch v.kind {
 	case verdictComplete:
 		w.metrics.DeliveryLag.Observe(w.now().Sub(ev.OccurredAt).Seconds())
-		return metrics.OutcomeCompleted, result{settle: &settlement{success: true}}
+		return outcomeCompleted, result{settle: &settlement{success: true}}
 	case verdictSnooze:
 		e := fmt.Errorf("HTTP %d with Retry-After: %s", status, summary)
-		w.metrics.SnoozesTotal.WithLabelValues(metrics.SnoozeRetryAfter).Inc()
-		return metrics.OutcomeSnoozed, result{err: river.JobSnooze(max(v.delay, minSnooze)), settle: failure(e)}
+		w.metrics.SnoozesTotal.WithLabelValues(snoozeRetryAfter).Inc()
+		return outcomeSnoozed, result{err: river.JobSnooze(max(v.delay, minSnooze)), settle: failure(e)}
 	case verdictCancel:
 		var e error
 		if err != nil {
@@ -558,11 +599,11 @@ func (w *Worker) conclude(j *river.Job[job.DeliverArgs], v verdict, status int, 
 		} else {
 			e = httpError(status, summary)
 		}
-		return metrics.OutcomeCancelled, result{err: river.JobCancel(e), settle: failure(e)}
+		return outcomeCancelled, result{err: river.JobCancel(e), settle: failure(e)}
 	case verdictInterrupted:
 		// Shutdown: hand the job back to River untouched (no attempt, no
 		// health change); it runs again on a live worker.
-		return metrics.OutcomeSnoozed, result{err: context.Canceled}
+		return outcomeSnoozed, result{err: context.Canceled}
 	default:
 		e := err
 		if e == nil {
@@ -570,16 +611,16 @@ func (w *Worker) conclude(j *river.Job[job.DeliverArgs], v verdict, status int, 
 		} else {
 			e = fmt.Errorf("request failed: %w", &boundedError{err: scrubURL(e), n: maxTransportErrorLen})
 		}
-		outcome := metrics.OutcomeRetryable
+		o := outcomeRetryable
 		if j.Attempt >= j.MaxAttempts {
-			outcome = metrics.OutcomeDiscarded
+			o = outcomeDiscarded
 		}
-		return outcome, result{err: e, settle: failure(e)}
+		return o, result{err: e, settle: failure(e)}
 	}
 }
 
 func (w *Worker) cancel(j *river.Job[job.DeliverArgs], endpointID string, err error) error {
-	w.metrics.DeliveriesTotal.WithLabelValues(metrics.OutcomeCancelled, "none").Inc()
+	w.metrics.DeliveriesTotal.WithLabelValues(outcomeCancelled.String(), "none").Inc()
 	w.logger.Info("delivery cancelled", slog.String("endpoint_id", endpointID), slog.String("event_id", j.Args.EventID),
 		slog.Int64("job_id", j.ID), slog.String("reason", err.Error()))
 	return river.JobCancel(err)
@@ -620,8 +661,7 @@ func (e *boundedError) Unwrap() error { return e.err }
 // scrubURL drops the URL from *url.Error messages: endpoint URLs may carry
 // tokens in their query strings.
 func scrubURL(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
+	if ue, ok := errors.AsType[*url.Error](err); ok {
 		return ue.Err
 	}
 	return err

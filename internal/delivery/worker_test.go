@@ -26,9 +26,11 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
+	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
+	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -51,7 +53,7 @@ func setup(t *testing.T) *testBundle {
 	require.NoError(t, err)
 	m := metrics.NewForTest()
 	w := NewWorker(Config{}, db.Pool,
-		egress.NewClient(egress.Config{AllowCIDRs: loopback, Timeout: 2 * time.Second}), kr, m, slog.New(slog.DiscardHandler))
+		egress.NewClient(egress.Config{AllowCIDRs: loopback, Timeout: 2 * time.Second}), endpoint.NewKeyOpener(kr), m, slog.New(slog.DiscardHandler))
 	return &testBundle{db: db, keyring: kr, metrics: m, client: client, worker: w}
 }
 
@@ -82,25 +84,18 @@ func (b *testBundle) createEndpoint(t *testing.T, url string, opts endpointOpts)
 		prev = sealKey(opts.previousSecret)
 		prevExp = new(time.Now().Add(time.Hour))
 	}
-	owner := opts.ownerID
-	if owner == "" {
-		owner = "owner-1"
-	}
-	_, err = b.db.Pool.Exec(context.Background(), `
-INSERT INTO webhook_endpoints (id, owner_id, url, event_types, secret_enc, previous_secret_enc, previous_secret_expires_at, enabled, failing_since)
-VALUES ($1, $2, $3, '{*}', $4, $5, $6, $7, $8)`, id, owner, url, sealKey(secret), prev, prevExp, opts.enabled, opts.failingSince)
-	require.NoError(t, err)
+	testfactory.Endpoint(context.Background(), t, b.db.Pool, &testfactory.EndpointOpts{
+		ID: &id, OwnerID: opts.ownerID, URL: url, SecretEnc: sealKey(secret),
+		PreviousSecretEnc: prev, PreviousSecretExpiresAt: prevExp, Disabled: !opts.enabled, FailingSince: opts.failingSince,
+	})
 	return id, secret
 }
 
 func (b *testBundle) insertEvent(t *testing.T, ownerID, typ, subject string) string {
 	t.Helper()
-	id := uuid.NewString()
-	_, err := b.db.Pool.Exec(context.Background(), `
-INSERT INTO events (id, owner_id, type, subject, occurred_at, data) VALUES ($1, $2, $3, $4, now(), '{"op":"updated","published":true}')`,
-		id, ownerID, typ, subject)
-	require.NoError(t, err)
-	return id
+	return testfactory.Event(context.Background(), t, b.db.Pool, &testfactory.EventOpts{
+		OwnerID: ownerID, Type: typ, Subject: subject, Data: `{"op":"updated","published":true}`,
+	})
 }
 
 // runningJob inserts a deliver job and moves it to running with one attempt
@@ -243,7 +238,7 @@ func TestWorkerDelivery(t *testing.T) {
 		require.Equal(t, "corpus.note.changed", ev.Type)
 		require.JSONEq(t, `{"op":"updated","published":true}`, string(ev.Data))
 		require.NotContains(t, string(req.body), "owner-1", "the owner travels beside the event, never in it")
-		require.InDelta(t, 1, testutil.ToFloat64(b.metrics.DeliveriesTotal.WithLabelValues(metrics.OutcomeCompleted, "2xx")), 0)
+		require.InDelta(t, 1, testutil.ToFloat64(b.metrics.DeliveriesTotal.WithLabelValues(outcomeCompleted.String(), "2xx")), 0)
 	})
 
 	t.Run("SignsWithBothSecretsDuringRotation", func(t *testing.T) {
@@ -329,7 +324,7 @@ func TestWorkerDelivery(t *testing.T) {
 		j := b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))
 		require.Equal(t, 120*time.Second, requireSnooze(t, b.work(t, j)))
 		require.NotNil(t, b.endpoint(t, epID).failingSince, "429 counts as a failure for health")
-		require.InDelta(t, 1, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(metrics.SnoozeRetryAfter)), 0)
+		require.InDelta(t, 1, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(snoozeRetryAfter)), 0)
 	})
 
 	t.Run("SnoozesOnRetryAfterDateCapped", func(t *testing.T) {
@@ -457,7 +452,7 @@ func TestWorkerDelivery(t *testing.T) {
 		require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "waited for a release first")
 		require.Equal(t, 10*time.Second, snooze, "until the holder's lease would expire (25 s), capped at a third of the TTL")
 		require.Zero(t, rc.hits.Load())
-		require.InDelta(t, 1, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(metrics.SnoozeLeaseBusy)), 0)
+		require.InDelta(t, 1, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(snoozeLeaseBusy)), 0)
 	})
 
 	t.Run("TakesAnExpiredLease", func(t *testing.T) {
@@ -572,7 +567,7 @@ func TestRetrySchedule(t *testing.T) {
 func TestWithRiver(t *testing.T) {
 	t.Parallel()
 
-	startClient := func(t *testing.T, b *testBundle, w *Worker, workers int) *river.Client[pgx.Tx] {
+	startClient := func(t *testing.T, b *testBundle, w *Worker, workers int) {
 		t.Helper()
 		ws := river.NewWorkers()
 		river.AddWorker(ws, w)
@@ -595,7 +590,6 @@ func TestWithRiver(t *testing.T) {
 			defer cancel()
 			require.NoError(t, c.Stop(ctx))
 		})
-		return c
 	}
 
 	insertMany := func(t *testing.T, b *testBundle, epID uuid.UUID, n int) {
@@ -664,7 +658,7 @@ func TestWithRiver(t *testing.T) {
 		t.Logf("%d deliveries to one endpoint in %s", n, time.Since(start))
 		require.EqualValues(t, n, rc.hits.Load())
 		require.EqualValues(t, 1, c.peak.Load(), "one delivery in flight per endpoint")
-		snoozes := testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(metrics.SnoozeLeaseBusy))
+		snoozes := testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(snoozeLeaseBusy))
 		t.Logf("snoozes per delivery: %.3f", snoozes/n)
 		require.LessOrEqual(t, snoozes/n, 0.2, "snoozes per delivery")
 	})
@@ -719,7 +713,7 @@ func TestWithRiver(t *testing.T) {
 		for i := range peaks {
 			require.EqualValues(t, 1, peaks[i].peak.Load(), "endpoint %d: one POST at a time across instances", i)
 		}
-		snoozes := testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(metrics.SnoozeLeaseBusy))
+		snoozes := testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(snoozeLeaseBusy))
 		t.Logf("snoozes per delivery: %.3f", snoozes/(endpoints*perEndpoint))
 		require.LessOrEqual(t, snoozes/(endpoints*perEndpoint), 0.1, "instances hand leases over instead of snoozing")
 	})

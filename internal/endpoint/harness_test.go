@@ -11,7 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -26,10 +25,11 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
-	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
+	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 const (
@@ -42,11 +42,11 @@ const (
 // fakePublisher records what SendTest publishes.
 type fakePublisher struct {
 	mu     sync.Mutex
-	events []*event.Event
+	events []*webhook.Event
 	err    error
 }
 
-func (p *fakePublisher) Publish(_ context.Context, e *event.Event) error {
+func (p *fakePublisher) Publish(_ context.Context, e *webhook.Event) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.err != nil {
@@ -56,10 +56,10 @@ func (p *fakePublisher) Publish(_ context.Context, e *event.Event) error {
 	return nil
 }
 
-func (p *fakePublisher) published() []*event.Event {
+func (p *fakePublisher) published() []*webhook.Event {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]*event.Event(nil), p.events...)
+	return append([]*webhook.Event(nil), p.events...)
 }
 
 // testEnv is a real EndpointService behind the auth interceptor, served over
@@ -174,12 +174,7 @@ func (e *testEnv) countEndpoints(t *testing.T) int {
 // insertEvent stores an event row the way ingest does.
 func (e *testEnv) insertEvent(t *testing.T, owner, typ string) string {
 	t.Helper()
-	id := uuid.NewString()
-	_, err := e.db.Pool.Exec(t.Context(), `
-INSERT INTO events (id, owner_id, type, subject, occurred_at, data)
-VALUES ($1, $2, $3, 'wiki://test/subject', now(), '{}')`, id, owner, typ)
-	require.NoError(t, err)
-	return id
+	return testfactory.Event(t.Context(), t, e.db.Pool, &testfactory.EventOpts{OwnerID: owner, Type: typ, Subject: "wiki://test/subject"})
 }
 
 // insertDelivery enqueues a webhook.deliver job as fanout does.

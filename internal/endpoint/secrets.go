@@ -65,6 +65,18 @@ func OpenKeys(kr *seal.Keyring, id uuid.UUID, current, previous []byte, previous
 	return keys, nil
 }
 
+// KeyOpener opens endpoints' sealed secrets for signing, with the keyring it
+// was built around: what the delivery worker needs of this package, and all.
+type KeyOpener struct{ kr *seal.Keyring }
+
+// NewKeyOpener returns a KeyOpener using kr.
+func NewKeyOpener(kr *seal.Keyring) KeyOpener { return KeyOpener{kr: kr} }
+
+// OpenKeys is the package's OpenKeys with the opener's keyring.
+func (o KeyOpener) OpenKeys(id uuid.UUID, current, previous []byte, previousExpiresAt *time.Time, now time.Time) ([][]byte, error) {
+	return OpenKeys(o.kr, id, current, previous, previousExpiresAt, now)
+}
+
 // resealBatch bounds the rows locked by one Reseal transaction, so a
 // re-seal of a large table never holds many row locks (and so never blocks
 // many delivery leases) at once.

@@ -25,6 +25,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 // Service defaults and bounds.
@@ -40,9 +41,8 @@ const (
 // publishes through it; the composition root adapts the ingest store to it,
 // so this package does not depend on ingest.
 type Publisher interface {
-	Publish(ctx context.Context, e *event.Event) error
+	Publish(ctx context.Context, e *webhook.Event) error
 }
-
 
 // ServiceConfig configures the endpoint service.
 type ServiceConfig struct {
@@ -411,7 +411,7 @@ func (s *service) SendTest(ctx context.Context, req *webhooksv1.SendTestRequest)
 	if err != nil {
 		return nil, s.fail(ctx, "send_test", req.GetOwnerId(), id, err)
 	}
-	ev := &event.Event{
+	ev := &webhook.Event{
 		ID:         evID.String(),
 		OwnerID:    e.OwnerID,
 		Type:       event.TypeWebhookTest,
@@ -474,7 +474,7 @@ func (s *service) Redeliver(ctx context.Context, req *webhooksv1.RedeliverReques
 		return nil, s.fail(ctx, "redeliver", req.GetOwnerId(), id, err)
 	}
 	s.logOp(ctx, "deliveries re-queued", req.GetOwnerId(), id, slog.Int("count", n))
-	return &webhooksv1.RedeliverResponse{Count: int32(min(n, 1<<31-1))}, nil //nolint:gosec // clamped
+	return &webhooksv1.RedeliverResponse{Count: int32(min(n, 1<<31-1))}, nil
 }
 
 // ListEventTypes implements webhooksv1.EndpointServiceServer.
@@ -527,8 +527,8 @@ func (s *service) deliveryProto(d *Delivery) *webhooksv1.Delivery {
 		EventId:     d.EventID,
 		EventType:   d.EventType,
 		State:       deliveryStates[d.State],
-		Attempt:     int32(min(d.Attempt, 1<<31-1)),     //nolint:gosec // clamped
-		MaxAttempts: int32(min(d.MaxAttempts, 1<<31-1)), //nolint:gosec // clamped
+		Attempt:     int32(min(d.Attempt, 1<<31-1)),
+		MaxAttempts: int32(min(d.MaxAttempts, 1<<31-1)),
 		LastError:   d.LastError,
 		CreatedAt:   timestamppb.New(d.CreatedAt),
 		ScheduledAt: timestamppb.New(d.ScheduledAt),

@@ -12,11 +12,12 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 // Input limits. They keep rows, log lines and the admin UI bounded.
 const (
-	MaxOwnerIDLen     = event.MaxOwnerIDLen
+	MaxOwnerIDLen     = webhook.MaxOwnerIDLen
 	MaxURLLen         = 2048
 	MaxEventTypes     = 64
 	MaxDescriptionLen = 512 // characters (runes)
@@ -87,8 +88,8 @@ type validator struct {
 
 // ownerID applies the event package's rule: one definition of a valid owner.
 func (val *validator) ownerID(v *violations, owner string) {
-	var fe *event.FieldError
-	if err := event.ValidateOwnerID(owner); errors.As(err, &fe) {
+	var fe *webhook.FieldError
+	if err := webhook.ValidateOwnerID(owner); errors.As(err, &fe) {
 		v.add(FieldOwnerID, fe.Reason)
 	}
 }
@@ -211,8 +212,7 @@ func (val *validator) eventTypes(v *violations, globs []string) {
 	for i, g := range globs {
 		field := fmt.Sprintf("%s[%d]", FieldEventTypes, i)
 		if err := event.ValidateGlob(g); err != nil {
-			var ge *event.GlobError
-			if errors.As(err, &ge) {
+			if ge, ok := errors.AsType[*event.GlobError](err); ok {
 				v.add(field, ge.Reason)
 			} else {
 				v.add(field, "is not a valid event type glob")
@@ -253,7 +253,7 @@ func (val *validator) embedID(v *violations, id string) {
 		v.add(FieldEmbedID, "must be at most "+strconv.Itoa(MaxEmbedIDLen)+" characters")
 		return
 	}
-	for i := 0; i < len(id); i++ {
+	for i := range len(id) {
 		c := id[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
 			v.add(FieldEmbedID, "must contain only characters [A-Za-z0-9_-]")

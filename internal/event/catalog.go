@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 // Exposure says whether events of a type may leave the instance.
@@ -118,7 +120,7 @@ func WebhookTypes() []TypeInfo {
 // Leaves reports whether e may be delivered outside the instance at all: its
 // type is Webhook-exposed and its subject is not raw. Per-endpoint globs and
 // scope are decided later; this is the instance-wide gate.
-func Leaves(e *Event) bool {
+func Leaves(e *webhook.Event) bool {
 	return e != nil && ExposureOf(e.Type) == ExposureWebhook && !IsRawSubject(e.Subject)
 }
 

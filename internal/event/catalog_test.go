@@ -1,10 +1,14 @@
 package event
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 // specCatalog is the catalog of docs/spec.md copied by hand: the test oracle the code's catalog
@@ -43,8 +47,8 @@ func TestCatalog(t *testing.T) {
 		t.Parallel()
 		for _, ti := range WebhookTypes() {
 			require.Equal(t, ExposureWebhook, ExposureOf(ti.Name), ti.Name)
-			require.True(t, isTypeName(ti.Name), ti.Name)
-			require.LessOrEqual(t, len(ti.Name), MaxTypeLen)
+			require.True(t, webhook.IsTypeName(ti.Name), ti.Name)
+			require.LessOrEqual(t, len(ti.Name), webhook.MaxTypeLen)
 			require.NoError(t, ValidateGlob(ti.Name))
 		}
 	})
@@ -130,6 +134,18 @@ func TestIsRawSubject(t *testing.T) {
 
 func TestLeaves(t *testing.T) {
 	t.Parallel()
+
+	type testBundle struct {
+		event *webhook.Event // a valid event that leaves; each subtest mutates its own
+	}
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		return &testBundle{event: &webhook.Event{
+			ID: "0190f3a4-6b7c-7d8e-9f00-112233445566", OwnerID: "owner_1", Type: TypeNoteChanged,
+			Subject: "wiki://software/project/standmeet/architecture", OccurredAt: time.Now().Add(-time.Minute),
+			Data: json.RawMessage(`{"published":true}`),
+		}}
+	}
 
 	t.Run("WebhookTypeWithOrdinarySubject", func(t *testing.T) {
 		t.Parallel()

@@ -1,20 +1,12 @@
-// Package event defines the thin event the dispatcher carries to webhook
-// receivers: its shape and validation limits, the exact JSON body a receiver
-// gets, the catalog of types that may leave the instance (their Exposure), and
-// the glob language endpoints use to subscribe to types.
+// Package event knows which event types exist and which may leave the
+// instance: the catalog of webhook types (their Exposure), the raw:// rule,
+// and the glob language endpoints use to subscribe to types.
 //
-// It is the bottom of the dependency graph: ingest, fanout and delivery import
-// it, and it imports no other project package and no domain, so the rules of
-// "what is an event and what may leave" live in exactly one place.
-//
-// # Thin events
-//
-// An Event carries only an id, a dotted type, a subject URI, the time it
-// happened and a small JSON object of data; receivers call the application's
-// own API back for content. The owner of an event travels beside it
-// (Event.OwnerID) to scope fanout, and is never part of the payload. The
-// limits Validate enforces are exported as constants so that other layers (the
-// gRPC API, the outbox contract) can quote them rather than restate them.
+// The thin event itself (its fields, the rules every event must pass and its
+// wire encoding) is pkg/webhook's Event, shared with the main application's
+// outbox writer and with receivers; this package adds what only the
+// dispatcher decides. It imports no other internal package and no domain, so
+// "what may leave" lives in exactly one place.
 //
 // # Exposure
 //

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 // MaxGlobLen bounds one subscription glob, in bytes.
@@ -52,11 +54,11 @@ func classify(g string) (globKind, string) {
 	case g == "*":
 		return globAll, ""
 	case strings.HasSuffix(g, ".*"):
-		if p := g[:len(g)-2]; isDottedName(p) {
+		if p := g[:len(g)-2]; webhook.IsTypePrefix(p) {
 			return globPrefix, g[:len(g)-1]
 		}
 		return globInvalid, ""
-	case isTypeName(g):
+	case webhook.IsTypeName(g):
 		return globExact, g
 	default:
 		return globInvalid, ""

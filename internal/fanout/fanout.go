@@ -30,6 +30,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 const (
@@ -151,8 +152,8 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 	return nil
 }
 
-func (w *Worker) loadEvent(ctx context.Context, id string) (*event.Event, error) {
-	e := &event.Event{ID: id}
+func (w *Worker) loadEvent(ctx context.Context, id string) (*webhook.Event, error) {
+	e := &webhook.Event{ID: id}
 	var data []byte
 	err := w.pool.QueryRow(ctx,
 		`SELECT owner_id, type, subject, occurred_at, data FROM events WHERE id = $1`, id,
@@ -187,7 +188,7 @@ func NewInline(decide scope.Func, partitions Partitions, m *metrics.Metrics) *In
 // decided without the access service and a webhook.fanout job for each of
 // the others. The events must be newly stored in tx and may leave the
 // instance. It returns how many events were deferred to a fanout job.
-func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], events []*event.Event) (int, error) {
+func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], events []*webhook.Event) (int, error) {
 	if len(events) == 0 {
 		return 0, nil
 	}
@@ -273,7 +274,7 @@ type endpointRow struct {
 
 // matching keeps the endpoints subscribed to e's type (all of them for
 // webhook.test), in the order given.
-func matching(e *event.Event, endpoints []endpointRow) []candidate {
+func matching(e *webhook.Event, endpoints []endpointRow) []candidate {
 	var out []candidate
 	for _, r := range endpoints {
 		// A test goes to the endpoint it names whatever that endpoint
@@ -295,7 +296,7 @@ func matching(e *event.Event, endpoints []endpointRow) []candidate {
 // returns the admitted ones in candidate order. The first error cancels the
 // rest: one unanswerable endpoint already means the fanout must be retried
 // (or, inline, handed to a fanout job).
-func decideAll(ctx context.Context, decide scope.Func, e *event.Event, candidates []candidate) ([]candidate, error) {
+func decideAll(ctx context.Context, decide scope.Func, e *webhook.Event, candidates []candidate) ([]candidate, error) {
 	admit := make([]bool, len(candidates))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(decideConcurrency)
@@ -324,7 +325,7 @@ func decideAll(ctx context.Context, decide scope.Func, e *event.Event, candidate
 // deliverJobs returns one webhook.deliver job per admitted endpoint, in the
 // endpoint's partition queue. River fails a whole insert when one unique key
 // appears twice in it, so an endpoint gets at most one whatever the input.
-func deliverJobs(e *event.Event, admitted []candidate, partitions int, now time.Time) []river.InsertManyParams {
+func deliverJobs(e *webhook.Event, admitted []candidate, partitions int, now time.Time) []river.InsertManyParams {
 	seen := make(map[string]struct{}, len(admitted))
 	params := make([]river.InsertManyParams, 0, len(admitted))
 	for _, c := range admitted {

@@ -23,16 +23,19 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/standmeet/webhook-dispatcher/internal/access"
+	"github.com/standmeet/webhook-dispatcher/internal/access/accesstest"
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
+	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(dbtest.WithCleanup(m),
 		// dbtest keeps one admin pool for the whole test binary.
 		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
 	)
@@ -47,7 +50,7 @@ const (
 type testBundle struct {
 	client  *river.Client[pgx.Tx] // insert-only: puts a client in Work's context
 	db      *dbtest.DB
-	fake    *access.FakeServer
+	fake    *accesstest.Server
 	logger  *slog.Logger
 	metrics *metrics.Metrics
 	worker  *Worker
@@ -59,9 +62,9 @@ func setup(t *testing.T) *testBundle {
 	db := dbtest.New(t)
 	logger := testLogger(t)
 
-	fake := access.NewFakeServer()
-	fake.SetEmbed("emb_1", access.FakeEmbed{OwnerID: ownerID, CodeID: "code_1"})
-	fake.SetCode("code_1", access.FakeCode{
+	fake := accesstest.NewServer()
+	fake.SetEmbed("emb_1", accesstest.Embed{OwnerID: ownerID, CodeID: "code_1"})
+	fake.SetCode("code_1", accesstest.Code{
 		ExpiresAt:       time.Now().Add(time.Hour),
 		SubjectPrefixes: []string{"wiki://software/"},
 	})
@@ -119,12 +122,9 @@ func (b *testBundle) work(t *testing.T, eventID string) {
 
 func (b *testBundle) insertEvent(t *testing.T, owner, typ, subject, data string) string {
 	t.Helper()
-	id := fmt.Sprintf("evt_%d", eventSeq.Add(1))
-	_, err := b.db.Pool.Exec(context.Background(),
-		`INSERT INTO events (id, owner_id, type, subject, occurred_at, data) VALUES ($1, $2, $3, $4, now(), $5)`,
-		id, owner, typ, subject, data)
-	require.NoError(t, err)
-	return id
+	return testfactory.Event(context.Background(), t, b.db.Pool, &testfactory.EventOpts{
+		ID: fmt.Sprintf("evt_%d", eventSeq.Add(1)), OwnerID: owner, Type: typ, Subject: subject, Data: data,
+	})
 }
 
 var eventSeq atomic.Int64
@@ -149,19 +149,16 @@ func (b *testBundle) insertEndpoints(t *testing.T, n int, globs []string, opts e
 	}
 	var failingSince *time.Time
 	if opts.failing {
-		since := time.Now().Add(-time.Hour)
-		failingSince = &since
+		failingSince = new(time.Now().Add(-time.Hour))
 	}
-	rows, err := b.db.Pool.Query(context.Background(),
-		`INSERT INTO webhook_endpoints (id, owner_id, url, event_types, secret_enc, embed_id, enabled, failing_since)
-		 SELECT gen_random_uuid(), $1, 'https://receiver.example/hook', $2, '\x00', $3, $4, $5
-		   FROM generate_series(1, $6)
-		 RETURNING id::text`,
-		owner, globs, embedID, !opts.disabled, failingSince, n)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	return ids
+	ids := testfactory.Endpoints(context.Background(), t, b.db.Pool, n, &testfactory.EndpointOpts{
+		OwnerID: owner, EventTypes: globs, EmbedID: embedID, Disabled: opts.disabled, FailingSince: failingSince,
+	})
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
+	}
+	return out
 }
 
 func (b *testBundle) insertEndpoint(t *testing.T, globs []string, opts endpointOpts) string {
@@ -217,14 +214,15 @@ func TestWorker(t *testing.T) {
 
 		bundle.work(t, eventID)
 
-		got := deliveries(t, bundle.db.Pool)
-		require.Len(t, got, 1)
-		require.Equal(t, ep, got[0].EndpointID)
-		require.Equal(t, eventID, got[0].EventID)
-		require.Equal(t, job.DeliverPartitionQueue(0), got[0].Queue, "one process: the first partition")
-		require.Equal(t, job.DeliverMaxAttempts, got[0].MaxAttempts)
-		require.Equal(t, string(rivertype.JobStateAvailable), got[0].State)
-		require.WithinDuration(t, time.Now(), got[0].ScheduledAt, time.Minute)
+		rows := rivertest.RequireManyInserted(context.Background(), t, riverpgxv5.New(bundle.db.Pool), []rivertest.ExpectedJob{{
+			Args: job.DeliverArgs{EndpointID: ep, EventID: eventID},
+			Opts: &rivertest.RequireInsertedOpts{
+				Queue:       job.DeliverPartitionQueue(0), // one process: the first partition
+				MaxAttempts: job.DeliverMaxAttempts,
+				State:       rivertype.JobStateAvailable,
+			},
+		}})
+		require.WithinDuration(t, time.Now(), rows[0].ScheduledAt, time.Minute)
 		require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.FanoutEnqueuedTotal), 0)
 		require.Equal(t, 1, testutil.CollectAndCount(bundle.metrics.FanoutDuration))
 	})
@@ -372,15 +370,15 @@ func TestWorker(t *testing.T) {
 			name    string
 			subject string
 			data    string
-			change  func(f *access.FakeServer)
+			change  func(f *accesstest.Server)
 		}{
 			{name: "OutOfScope", subject: "wiki://private/diary", data: `{"published":true}`},
 			{name: "Unpublished", subject: noteSubject, data: `{"published":false,"was_published":false}`},
-			{name: "Revoked", subject: noteSubject, data: `{"published":true}`, change: func(f *access.FakeServer) { f.RevokeCode("code_1") }},
-			{name: "Expired", subject: noteSubject, data: `{"published":true}`, change: func(f *access.FakeServer) {
-				f.SetCode("code_1", access.FakeCode{ExpiresAt: time.Now().Add(-time.Minute), SubjectPrefixes: []string{"wiki://"}})
+			{name: "Revoked", subject: noteSubject, data: `{"published":true}`, change: func(f *accesstest.Server) { f.RevokeCode("code_1") }},
+			{name: "Expired", subject: noteSubject, data: `{"published":true}`, change: func(f *accesstest.Server) {
+				f.SetCode("code_1", accesstest.Code{ExpiresAt: time.Now().Add(-time.Minute), SubjectPrefixes: []string{"wiki://"}})
 			}},
-			{name: "EmbedDeleted", subject: noteSubject, data: `{"published":true}`, change: func(f *access.FakeServer) { f.DeleteEmbed("emb_1") }},
+			{name: "EmbedDeleted", subject: noteSubject, data: `{"published":true}`, change: func(f *accesstest.Server) { f.DeleteEmbed("emb_1") }},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -756,9 +754,9 @@ func TestWorkerWithRiver(t *testing.T) {
 func (b *testBundle) inlineTx(t *testing.T, eventIDs ...string) int {
 	t.Helper()
 	ctx := context.Background()
-	var events []*event.Event
+	var events []*webhook.Event
 	for _, id := range eventIDs {
-		e := &event.Event{ID: id}
+		e := &webhook.Event{ID: id}
 		var data []byte
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT owner_id, type, subject, occurred_at, data FROM events WHERE id = $1`, id).
 			Scan(&e.OwnerID, &e.Type, &e.Subject, &e.OccurredAt, &data))

@@ -23,6 +23,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 // Bad input for the ingest side: every field of Publish and
@@ -114,7 +115,7 @@ func TestPublishBadInput(t *testing.T) {
 	cases := []testCase{
 		// id
 		{"IDEmpty", func(e *webhooksv1.Event) { e.Id = "" }, "event.id", false},
-		{"IDTooLong", func(e *webhooksv1.Event) { e.Id = long(event.MaxIDLen + 1) }, "event.id", false},
+		{"IDTooLong", func(e *webhooksv1.Event) { e.Id = long(webhook.MaxIDLen + 1) }, "event.id", false},
 		{"IDWithDot", func(e *webhooksv1.Event) { e.Id = "evt.1" }, "event.id", false},
 		{"IDWithSpace", func(e *webhooksv1.Event) { e.Id = "evt 1" }, "event.id", false},
 		{"IDBracedUUID", func(e *webhooksv1.Event) { e.Id = "{0190f3a4-6b7c-7d8e-9f00-112233445566}" }, "event.id", false},
@@ -127,7 +128,7 @@ func TestPublishBadInput(t *testing.T) {
 		{"IDNUL", func(e *webhooksv1.Event) { e.Id = "evt\x00" }, "event.id", false},
 		// owner_id
 		{"OwnerEmpty", func(e *webhooksv1.Event) { e.OwnerId = "" }, "event.owner_id", false},
-		{"OwnerTooLong", func(e *webhooksv1.Event) { e.OwnerId = long(event.MaxOwnerIDLen + 1) }, "event.owner_id", false},
+		{"OwnerTooLong", func(e *webhooksv1.Event) { e.OwnerId = long(webhook.MaxOwnerIDLen + 1) }, "event.owner_id", false},
 		{"OwnerWithSpace", func(e *webhooksv1.Event) { e.OwnerId = "owner 1" }, "event.owner_id", false},
 		{"OwnerNonASCII", func(e *webhooksv1.Event) { e.OwnerId = "ownér" }, "event.owner_id", false},
 		{"OwnerControl", func(e *webhooksv1.Event) { e.OwnerId = "owner\x7f" }, "event.owner_id", false},
@@ -135,7 +136,7 @@ func TestPublishBadInput(t *testing.T) {
 		{"OwnerSQLInjection", func(e *webhooksv1.Event) { e.OwnerId = injections[0] }, "event.owner_id", false},
 		// type
 		{"TypeEmpty", func(e *webhooksv1.Event) { e.Type = "" }, "event.type", false},
-		{"TypeTooLong", func(e *webhooksv1.Event) { e.Type = "a." + long(event.MaxTypeLen) }, "event.type", false},
+		{"TypeTooLong", func(e *webhooksv1.Event) { e.Type = "a." + long(webhook.MaxTypeLen) }, "event.type", false},
 		{"TypeUpperCase", func(e *webhooksv1.Event) { e.Type = "Corpus.Note.Changed" }, "event.type", false},
 		{"TypeOneSegment", func(e *webhooksv1.Event) { e.Type = "corpus" }, "event.type", false},
 		{"TypeTrailingDot", func(e *webhooksv1.Event) { e.Type = "corpus.note." }, "event.type", false},
@@ -145,7 +146,7 @@ func TestPublishBadInput(t *testing.T) {
 		{"TypeScript", func(e *webhooksv1.Event) { e.Type = injections[1] }, "event.type", false},
 		// subject
 		{"SubjectEmpty", func(e *webhooksv1.Event) { e.Subject = "" }, "event.subject", false},
-		{"SubjectTooLong", func(e *webhooksv1.Event) { e.Subject = "wiki://" + long(event.MaxSubjectLen) }, "event.subject", false},
+		{"SubjectTooLong", func(e *webhooksv1.Event) { e.Subject = "wiki://" + long(webhook.MaxSubjectLen) }, "event.subject", false},
 		{"SubjectNoScheme", func(e *webhooksv1.Event) { e.Subject = "software/project/x" }, "event.subject", false},
 		{"SubjectSchemeOnly", func(e *webhooksv1.Event) { e.Subject = "wiki://" }, "event.subject", false},
 		{"SubjectJavascript", func(e *webhooksv1.Event) { e.Subject = "javascript:alert(1)" }, "event.subject", false},
@@ -170,7 +171,7 @@ func TestPublishBadInput(t *testing.T) {
 		{"DataTruncated", func(e *webhooksv1.Event) { e.Data = `{"op":` }, "event.data", false},
 		{"DataTrailingJunk", func(e *webhooksv1.Event) { e.Data = `{"op":"updated"} {}` }, "event.data", false},
 		{"DataDuplicateKeys", func(e *webhooksv1.Event) { e.Data = `{"published":false,"published":true}` }, "event.data", false},
-		{"DataTooLarge", func(e *webhooksv1.Event) { e.Data = `{"k":"` + long(event.MaxDataBytes) + `"}` }, "event.data", false},
+		{"DataTooLarge", func(e *webhooksv1.Event) { e.Data = `{"k":"` + long(webhook.MaxDataBytes) + `"}` }, "event.data", false},
 		{"DataInvalidUTF8", func(e *webhooksv1.Event) { e.Data = "{\"k\":\"\xff\"}" }, "event.data", true},
 		{"DataSQLInjection", func(e *webhooksv1.Event) { e.Data = injections[0] }, "event.data", false},
 		// Valid JSON that Postgres' jsonb cannot hold: it must be refused as
@@ -201,7 +202,7 @@ func TestPublishBadInput(t *testing.T) {
 			for _, inj := range injections {
 				require.NotContains(t, status.Convert(err).Message(), inj, "the refusal never echoes the value")
 			}
-			require.Equal(t, 1, ingestCount(w.metrics, metrics.PathGRPC, metrics.IngestInvalid))
+			require.Equal(t, 1, ingestCount(w.metrics, SourceGRPC, resultInvalid))
 
 			// The same event inside a batch, between two good ones: named by
 			// its index, and the good ones are not stored either.
@@ -309,7 +310,7 @@ func TestPublishBadInput(t *testing.T) {
 			require.Equal(t, ac.code, status.Code(err), "%v", err)
 			require.NotContains(t, status.Convert(err).Message(), badInputPublisherToken)
 			requireNothingStored(t, db)
-			require.Zero(t, ingestCount(w.metrics, metrics.PathGRPC, metrics.IngestInvalid), "refused before the service ran")
+			require.Zero(t, ingestCount(w.metrics, SourceGRPC, resultInvalid), "refused before the service ran")
 		})
 	}
 }
@@ -366,18 +367,18 @@ func TestRelayMalformedRows(t *testing.T) {
 		bad("DataNumber", "event.data", func(r *row) { r.data = `42` }),
 		bad("DataNull", "event.data", func(r *row) { r.data = `null` }),
 		bad("DataBool", "event.data", func(r *row) { r.data = `true` }),
-		bad("DataTooLarge", "event.data", func(r *row) { r.data = `{"k":"` + strings.Repeat("a", event.MaxDataBytes) + `"}` }),
+		bad("DataTooLarge", "event.data", func(r *row) { r.data = `{"k":"` + strings.Repeat("a", webhook.MaxDataBytes) + `"}` }),
 		good("Second", "evt_good_2"),
 		bad("TypeEmpty", "event.type", func(r *row) { r.typ = "" }),
 		bad("TypeUpperCase", "event.type", func(r *row) { r.typ = "Corpus.Note.Changed" }),
 		bad("TypeOneSegment", "event.type", func(r *row) { r.typ = "corpus" }),
-		bad("TypeTooLong", "event.type", func(r *row) { r.typ = "a." + strings.Repeat("b", event.MaxTypeLen) }),
+		bad("TypeTooLong", "event.type", func(r *row) { r.typ = "a." + strings.Repeat("b", webhook.MaxTypeLen) }),
 		bad("TypeSQLInjection", "event.type", func(r *row) { r.typ = injections[0] }),
 		bad("IDEmpty", "event.id", func(r *row) { r.eventID = "" }),
 		bad("IDWithDot", "event.id", func(r *row) { r.eventID = "evt.dot" }),
 		bad("IDSQLInjection", "event.id", func(r *row) { r.eventID = injections[0] }),
 		bad("IDPathTraversal", "event.id", func(r *row) { r.eventID = injections[2] }),
-		bad("IDTooLong", "event.id", func(r *row) { r.eventID = strings.Repeat("i", event.MaxIDLen+1) }),
+		bad("IDTooLong", "event.id", func(r *row) { r.eventID = strings.Repeat("i", webhook.MaxIDLen+1) }),
 		good("Third", "evt_good_3"),
 		bad("OwnerEmpty", "event.owner_id", func(r *row) { r.owner = "" }),
 		bad("OwnerWithSpace", "event.owner_id", func(r *row) { r.owner = "owner 1" }),
@@ -386,7 +387,7 @@ func TestRelayMalformedRows(t *testing.T) {
 		bad("SubjectNoScheme", "event.subject", func(r *row) { r.subject = injections[2] }),
 		bad("SubjectControl", "event.subject", func(r *row) { r.subject = "wiki://a\x01b" }),
 		bad("SubjectScript", "event.subject", func(r *row) { r.subject = injections[1] }),
-		bad("SubjectTooLong", "event.subject", func(r *row) { r.subject = "wiki://" + strings.Repeat("s", event.MaxSubjectLen) }),
+		bad("SubjectTooLong", "event.subject", func(r *row) { r.subject = "wiki://" + strings.Repeat("s", webhook.MaxSubjectLen) }),
 		bad("OccurredAtFuture", "event.occurred_at", func(r *row) { r.occurredAt = time.Now().Add(3 * time.Hour).Format(time.RFC3339Nano) }),
 		bad("OccurredAtYear294276", "event.occurred_at", func(r *row) { r.occurredAt = "294276-12-31 23:59:59+00" }),
 		bad("OccurredAtEpoch", "event.occurred_at", func(r *row) { r.occurredAt = "1970-01-01 00:00:00+00" }),
@@ -473,10 +474,10 @@ func TestRelayMalformedRows(t *testing.T) {
 	require.Equal(t, 4, countEvents(t, db), "the good rows, and only they, are stored")
 	require.Equal(t, 4, countFanoutJobs(t, db, ""))
 	require.InDelta(t, nBad, testutil.ToFloat64(m.RelayPoisonedTotal), 0)
-	require.Equal(t, nBad, ingestCount(m, metrics.PathOutbox, metrics.IngestInvalid))
-	require.Equal(t, 4, ingestCount(m, metrics.PathOutbox, metrics.IngestStored))
-	require.Equal(t, 1, ingestCount(m, metrics.PathOutbox, metrics.IngestDroppedRaw))
-	require.Equal(t, 1, ingestCount(m, metrics.PathOutbox, metrics.IngestDroppedInternal))
+	require.Equal(t, nBad, ingestCount(m, SourceOutbox, resultInvalid))
+	require.Equal(t, 4, ingestCount(m, SourceOutbox, OutcomeStored.String()))
+	require.Equal(t, 1, ingestCount(m, SourceOutbox, OutcomeDroppedRaw.String()))
+	require.Equal(t, 1, ingestCount(m, SourceOutbox, OutcomeDroppedInternal.String()))
 
 	// Set aside for good, and a good row written later is still relayed.
 	_, err := db.Pool.Exec(ctx, `

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 // FuzzRelayRow feeds arbitrary outbox rows through the relay's row → event
@@ -45,11 +46,11 @@ func FuzzRelayRow(f *testing.F) {
 		}
 
 		if err := e.Validate(now); err != nil {
-			var fe *event.FieldError
+			var fe *webhook.FieldError
 			require.ErrorAs(t, err, &fe, "a refusal always names its field")
 			return
 		}
-		require.LessOrEqual(t, len(e.Data), event.MaxDataBytes)
+		require.LessOrEqual(t, len(e.Data), webhook.MaxDataBytes)
 		body, err := e.Payload()
 		require.NoError(t, err, "a valid event always has a payload")
 		var got struct {

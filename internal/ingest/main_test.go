@@ -18,12 +18,13 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 func TestMain(m *testing.M) {
 	// dbtest's admin pool lives as long as the test binary; its health check
 	// goroutine is not a leak of this package.
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(dbtest.WithCleanup(m),
 		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
 		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"),
 	)
@@ -47,8 +48,8 @@ func newTestStore(t *testing.T, db *dbtest.DB) (*Store, *metrics.Metrics) {
 var testOccurredAt = time.Now().Add(-time.Minute).Truncate(time.Microsecond)
 
 // testEvent returns a valid, deliverable event.
-func testEvent(id string) *event.Event {
-	return &event.Event{
+func testEvent(id string) *webhook.Event {
+	return &webhook.Event{
 		ID:         id,
 		OwnerID:    "owner_1",
 		Type:       event.TypeNoteChanged,
@@ -99,6 +100,6 @@ func readEvent(t *testing.T, db *dbtest.DB, id string) storedEvent {
 	return e
 }
 
-func ingestCount(m *metrics.Metrics, path, result string) int {
-	return int(testutil.ToFloat64(m.IngestEventsTotal.WithLabelValues(path, result)))
+func ingestCount(m *metrics.Metrics, source Source, result string) int {
+	return int(testutil.ToFloat64(m.IngestEventsTotal.WithLabelValues(string(source), result)))
 }

@@ -16,9 +16,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/pglisten"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 // Relay defaults.
@@ -167,7 +167,7 @@ type outboxRow struct {
 	lagSeconds float64
 }
 
-func (row *outboxRow) event() *event.Event {
+func (row *outboxRow) event() *webhook.Event {
 	// jsonb renders with spaces after ':' and ','; the size limit is about
 	// what the publisher wrote, so measure (and later sign) the compact form,
 	// which is what pkg/outbox checks too.
@@ -176,7 +176,7 @@ func (row *outboxRow) event() *event.Event {
 	if err := json.Compact(&buf, data); err == nil {
 		data = buf.Bytes()
 	}
-	return &event.Event{
+	return &webhook.Event{
 		ID:         row.eventID,
 		OwnerID:    row.ownerID,
 		Type:       row.typ,
@@ -191,9 +191,6 @@ type setAside struct {
 	rowID   int64
 	eventID string
 	reason  string
-	// countInvalid: failed the relay's validation, to be counted as an
-	// invalid ingest (conflicts are counted by the store).
-	countInvalid bool
 }
 
 // relayBatch claims one batch of rows and relays it, returning how many rows
@@ -239,51 +236,38 @@ func (r *Relay) relayBatch(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 
-	// Validate before ingesting: an invalid row is set aside, never allowed
-	// to fail the batch, so it cannot block the rows behind it.
-	var (
-		aside   []setAside
-		pending []*outboxRow
-		events  []*event.Event
-		now     = r.store.now()
-	)
+	// Commits the dispatcher side. An invalid row, or one whose id is reused
+	// with different content, is set aside, never allowed to fail the batch
+	// (so it cannot block the rows behind it), and the rest is tried again;
+	// each retry removes at least one row, so this ends.
+	pending := make([]*outboxRow, len(claimed))
+	events := make([]*webhook.Event, len(claimed))
 	for i := range claimed {
-		row := &claimed[i]
-		e := row.event()
-		if err := e.Validate(now); err != nil {
-			aside = append(aside, setAside{rowID: row.id, eventID: row.eventID, reason: err.Error(), countInvalid: true})
-			continue
-		}
-		pending = append(pending, row)
-		events = append(events, e)
+		pending[i], events[i] = &claimed[i], claimed[i].event()
 	}
-
-	// Commits the dispatcher side. A conflicting id (reused with different
-	// content) or a row ingest itself rejects is set aside and the rest
-	// retried; each retry removes at least one row, so this ends.
+	var aside []setAside
 	for len(events) > 0 {
-		_, err := r.store.Ingest(ctx, metrics.PathOutbox, events)
+		_, err := r.store.Ingest(ctx, SourceOutbox, events)
 		if err == nil {
 			break
 		}
 		var (
 			conflict *ConflictError
-			invalid  *InvalidEventError
+			invalid  *InvalidEventsError
 			drop     []int
 		)
 		switch {
+		case errors.As(err, &invalid):
+			for _, iv := range invalid.Invalid {
+				drop = append(drop, iv.Index)
+				aside = append(aside, setAside{rowID: pending[iv.Index].id, eventID: pending[iv.Index].eventID, reason: iv.Err.Error()})
+			}
 		case errors.As(err, &conflict):
 			for _, c := range conflict.Conflicts {
 				drop = append(drop, c.Index)
 				aside = append(aside, setAside{rowID: pending[c.Index].id, eventID: c.EventID,
 					reason: fmt.Sprintf("event id %q already stored with different content; an event id must not be reused", c.EventID)})
 			}
-		case errors.As(err, &invalid):
-			// Only reachable if the store's rules outgrow Validate's. The
-			// store counted it as invalid already, hence countInvalid false.
-			drop = append(drop, invalid.Index)
-			aside = append(aside, setAside{rowID: pending[invalid.Index].id, eventID: pending[invalid.Index].eventID,
-				reason: invalid.Err.Error()})
 		default:
 			return len(claimed), err
 		}
@@ -337,10 +321,8 @@ func (r *Relay) relayBatch(ctx context.Context) (int, error) {
 		r.metrics.RelayLag.Observe(max(row.lagSeconds, 0))
 	}
 	for _, a := range aside {
+		// Counted as invalid or conflicting ingests by the store already.
 		r.metrics.RelayPoisonedTotal.Inc()
-		if a.countInvalid {
-			r.metrics.IngestEventsTotal.WithLabelValues(metrics.PathOutbox, metrics.IngestInvalid).Inc()
-		}
 		r.logger.WarnContext(ctx, "outbox relay: row set aside",
 			slog.Int64("outbox_id", a.rowID), slog.String("event_id", a.eventID), slog.String("reason", a.reason))
 	}

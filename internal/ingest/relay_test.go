@@ -20,6 +20,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/pkg/outbox"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 type outboxState struct {
@@ -154,7 +155,7 @@ func TestRelay(t *testing.T) {
 		require.Equal(t, 4, n)
 
 		stored := readEvent(t, bundle.db, "evt_1")
-		require.Equal(t, metrics.PathOutbox, stored.Source)
+		require.EqualValues(t, SourceOutbox, stored.Source)
 		require.True(t, testOccurredAt.Equal(stored.OccurredAt))
 		require.JSONEq(t, `{"op":"updated","note_id":"n1","published":true,"was_published":true}`, stored.Data)
 		require.Equal(t, 2, countEvents(t, bundle.db))
@@ -167,9 +168,9 @@ func TestRelay(t *testing.T) {
 			require.True(t, row.Relayed, "row %s", row.EventID)
 			require.Nil(t, row.Error)
 		}
-		require.Equal(t, 2, ingestCount(bundle.metrics, metrics.PathOutbox, metrics.IngestStored))
-		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathOutbox, metrics.IngestDroppedInternal))
-		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathOutbox, metrics.IngestDroppedRaw))
+		require.Equal(t, 2, ingestCount(bundle.metrics, SourceOutbox, OutcomeStored.String()))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceOutbox, OutcomeDroppedInternal.String()))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceOutbox, OutcomeDroppedRaw.String()))
 		require.EqualValues(t, 4, histogramCount(t, bundle.metrics.RelayLag))
 		require.EqualValues(t, 1, histogramCount(t, bundle.metrics.RelayBatchRows))
 
@@ -226,8 +227,8 @@ func TestRelay(t *testing.T) {
 		require.True(t, readOutbox(t, bundle)[0].Relayed)
 		require.Equal(t, 1, countEvents(t, bundle.db))
 		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_1"))
-		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathOutbox, metrics.IngestStored))
-		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathOutbox, metrics.IngestDuplicate))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceOutbox, OutcomeStored.String()))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceOutbox, OutcomeDuplicate.String()))
 	})
 
 	t.Run("PoisonedRowsDoNotBlock", func(t *testing.T) {
@@ -261,7 +262,7 @@ func TestRelay(t *testing.T) {
 			require.Nil(t, row.Error)
 		}
 		require.InDelta(t, 3, testutil.ToFloat64(bundle.metrics.RelayPoisonedTotal), 0)
-		require.Equal(t, 3, ingestCount(bundle.metrics, metrics.PathOutbox, metrics.IngestInvalid))
+		require.Equal(t, 3, ingestCount(bundle.metrics, SourceOutbox, resultInvalid))
 
 		// Set aside for good: a later pass claims nothing.
 		n, err := relay.relayBatch(ctx)
@@ -273,7 +274,7 @@ func TestRelay(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		_, err := bundle.store.Ingest(ctx, metrics.PathGRPC, []*event.Event{testEvent("evt_1")})
+		_, err := bundle.store.Ingest(ctx, SourceGRPC, []*webhook.Event{testEvent("evt_1")})
 		require.NoError(t, err)
 
 		writeRawOutbox(t, bundle, "evt_1", event.TypeNoteChanged, "wiki://other", `{}`) // reused id
@@ -294,8 +295,8 @@ func TestRelay(t *testing.T) {
 		require.Equal(t, "wiki://software/project/standmeet/architecture", readEvent(t, bundle.db, "evt_1").Subject)
 		require.Equal(t, 2, countEvents(t, bundle.db))
 		require.Equal(t, 2, countFanoutJobs(t, bundle.db, ""))
-		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathOutbox, metrics.IngestConflict))
-		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathOutbox, metrics.IngestDuplicate))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceOutbox, resultConflict))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceOutbox, OutcomeDuplicate.String()))
 		require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.RelayPoisonedTotal), 0)
 	})
 
@@ -350,8 +351,8 @@ func TestRelay(t *testing.T) {
 		require.Equal(t, rows, distinct)
 
 		// SKIP LOCKED means no row was even claimed twice.
-		stored := ingestCount(bundle.metrics, metrics.PathOutbox, metrics.IngestStored) + ingestCount(metricsB, metrics.PathOutbox, metrics.IngestStored)
-		dups := ingestCount(bundle.metrics, metrics.PathOutbox, metrics.IngestDuplicate) + ingestCount(metricsB, metrics.PathOutbox, metrics.IngestDuplicate)
+		stored := ingestCount(bundle.metrics, SourceOutbox, OutcomeStored.String()) + ingestCount(metricsB, SourceOutbox, OutcomeStored.String())
+		dups := ingestCount(bundle.metrics, SourceOutbox, OutcomeDuplicate.String()) + ingestCount(metricsB, SourceOutbox, OutcomeDuplicate.String())
 		require.Equal(t, rows, stored)
 		require.Zero(t, dups)
 	})

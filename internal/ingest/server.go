@@ -1,21 +1,23 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 
-	"github.com/standmeet/webhook-dispatcher/internal/event"
-	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 // MaxBatchSize bounds PublishBatch: one batch is one transaction, and a
@@ -37,14 +39,9 @@ func NewEventServer(store *Store, logger *slog.Logger) webhooksv1.EventServiceSe
 
 // Publish stores one event and enqueues its fanout, returning once committed.
 func (s *eventServer) Publish(ctx context.Context, req *webhooksv1.PublishRequest) (*webhooksv1.PublishResponse, error) {
-	e, violation := s.fromProto(req.GetEvent(), "event")
-	if violation != nil {
-		s.store.metrics.IngestEventsTotal.WithLabelValues(metrics.PathGRPC, metrics.IngestInvalid).Inc()
-		return nil, invalidArgument([]*errdetails.BadRequest_FieldViolation{violation})
-	}
-	results, err := s.store.Ingest(ctx, metrics.PathGRPC, []*event.Event{e})
+	results, err := s.publish(ctx, []*webhooksv1.Event{req.GetEvent()}, func(int) string { return "event" })
 	if err != nil {
-		return nil, s.storeError(ctx, err, func(int) string { return "event" }, 1)
+		return nil, err
 	}
 	return toProtoResult(results[0]), nil
 }
@@ -63,23 +60,9 @@ func (s *eventServer) PublishBatch(ctx context.Context, req *webhooksv1.PublishB
 	if len(in) == 0 {
 		return &webhooksv1.PublishBatchResponse{}, nil
 	}
-	events := make([]*event.Event, len(in))
-	var violations []*errdetails.BadRequest_FieldViolation
-	for i, pe := range in {
-		e, violation := s.fromProto(pe, batchField(i))
-		if violation != nil {
-			s.store.metrics.IngestEventsTotal.WithLabelValues(metrics.PathGRPC, metrics.IngestInvalid).Inc()
-			violations = append(violations, violation)
-			continue
-		}
-		events[i] = e
-	}
-	if len(violations) > 0 {
-		return nil, invalidArgument(violations)
-	}
-	results, err := s.store.Ingest(ctx, metrics.PathGRPC, events)
+	results, err := s.publish(ctx, in, batchField)
 	if err != nil {
-		return nil, s.storeError(ctx, err, batchField, len(events))
+		return nil, err
 	}
 	out := &webhooksv1.PublishBatchResponse{Results: make([]*webhooksv1.PublishResponse, len(results))}
 	for i, r := range results {
@@ -90,13 +73,73 @@ func (s *eventServer) PublishBatch(ctx context.Context, req *webhooksv1.PublishB
 
 func batchField(i int) string { return "events[" + strconv.Itoa(i) + "]" }
 
-// fromProto converts and validates one event. prefix names it in errors
-// ("event", "events[3]").
-func (s *eventServer) fromProto(pe *webhooksv1.Event, prefix string) (*event.Event, *errdetails.BadRequest_FieldViolation) {
+// publish converts the events and ingests them; field names the event at an
+// index the way the request does. The rules are the store's: this only
+// reports what cannot even be converted (a missing event, a timestamp out of
+// range), together with what the store finds wrong in the others.
+func (s *eventServer) publish(ctx context.Context, in []*webhooksv1.Event, field func(int) string) ([]Result, error) {
+	events := make([]*webhook.Event, len(in))
+	var (
+		violations []*errdetails.BadRequest_FieldViolation
+		converted  []*webhook.Event
+		index      []int // converted[j] is in[index[j]]
+	)
+	for i, pe := range in {
+		e, violation := fromProto(pe, field(i))
+		if violation != nil {
+			s.store.metrics.IngestEventsTotal.WithLabelValues(string(SourceGRPC), resultInvalid).Inc()
+			violations = append(violations, violation)
+			continue
+		}
+		events[i] = e
+		converted = append(converted, e)
+		index = append(index, i)
+	}
+	if len(violations) > 0 {
+		if invalid, ok := errors.AsType[*InvalidEventsError](s.store.Validate(SourceGRPC, converted)); ok {
+			for _, iv := range invalid.Invalid {
+				violations = append(violations, fieldViolation(field(index[iv.Index]), iv.Err))
+			}
+			slices.SortStableFunc(violations, func(a, b *errdetails.BadRequest_FieldViolation) int {
+				return cmp.Compare(eventIndex(a.GetField()), eventIndex(b.GetField()))
+			})
+		}
+		return nil, invalidArgument(violations)
+	}
+	results, err := s.store.Ingest(ctx, SourceGRPC, events)
+	if err != nil {
+		return nil, s.storeError(ctx, err, field, len(events))
+	}
+	return results, nil
+}
+
+// eventIndex is the index in a field path "events[3].subject" (0 for
+// "event…"), to keep violations in request order.
+func eventIndex(field string) int {
+	open, end := strings.IndexByte(field, '['), strings.IndexByte(field, ']')
+	if open < 0 || end < open {
+		return 0
+	}
+	n, _ := strconv.Atoi(field[open+1 : end])
+	return n
+}
+
+// fieldViolation names the field an event's validation error is about.
+func fieldViolation(prefix string, err error) *errdetails.BadRequest_FieldViolation {
+	if fe, ok := errors.AsType[*webhook.FieldError](err); ok {
+		return &errdetails.BadRequest_FieldViolation{Field: prefix + "." + fe.Field, Description: fe.Reason}
+	}
+	return &errdetails.BadRequest_FieldViolation{Field: prefix, Description: err.Error()}
+}
+
+// fromProto converts one event. prefix names it in errors ("event",
+// "events[3]"). Only what cannot be represented is refused here; the rules
+// are applied by the store.
+func fromProto(pe *webhooksv1.Event, prefix string) (*webhook.Event, *errdetails.BadRequest_FieldViolation) {
 	if pe == nil {
 		return nil, &errdetails.BadRequest_FieldViolation{Field: prefix, Description: "must be set"}
 	}
-	e := &event.Event{
+	e := &webhook.Event{
 		ID:      pe.GetId(),
 		OwnerID: pe.GetOwnerId(),
 		Type:    pe.GetType(),
@@ -113,18 +156,11 @@ func (s *eventServer) fromProto(pe *webhooksv1.Event, prefix string) (*event.Eve
 		// missing; an out-of-range one must not be silently normalised.
 		if err := ts.CheckValid(); err != nil {
 			return nil, &errdetails.BadRequest_FieldViolation{
-				Field:       prefix + "." + event.FieldOccurredAt,
+				Field:       prefix + "." + webhook.FieldOccurredAt,
 				Description: "must be a valid timestamp",
 			}
 		}
 		e.OccurredAt = ts.AsTime()
-	}
-	if err := e.Validate(s.store.now()); err != nil {
-		var fe *event.FieldError
-		if errors.As(err, &fe) {
-			return nil, &errdetails.BadRequest_FieldViolation{Field: prefix + "." + fe.Field, Description: fe.Reason}
-		}
-		return nil, &errdetails.BadRequest_FieldViolation{Field: prefix, Description: err.Error()}
 	}
 	return e, nil
 }
@@ -149,7 +185,7 @@ func invalidArgument(violations []*errdetails.BadRequest_FieldViolation) error {
 func (s *eventServer) storeError(ctx context.Context, err error, field func(int) string, n int) error {
 	var (
 		conflict *ConflictError
-		invalid  *InvalidEventError
+		invalid  *InvalidEventsError
 	)
 	switch {
 	case errors.As(err, &conflict):
@@ -168,14 +204,11 @@ func (s *eventServer) storeError(ctx context.Context, err error, field func(int)
 		}
 		return withDetails(status.New(codes.AlreadyExists, msg), details...)
 	case errors.As(err, &invalid):
-		// Unreachable while fromProto validates first; kept so a divergence
-		// between the two can never surface as a retryable error.
-		var fe *event.FieldError
-		v := &errdetails.BadRequest_FieldViolation{Field: field(invalid.Index), Description: invalid.Err.Error()}
-		if errors.As(invalid.Err, &fe) {
-			v = &errdetails.BadRequest_FieldViolation{Field: field(invalid.Index) + "." + fe.Field, Description: fe.Reason}
+		violations := make([]*errdetails.BadRequest_FieldViolation, len(invalid.Invalid))
+		for i, iv := range invalid.Invalid {
+			violations[i] = fieldViolation(field(iv.Index), iv.Err)
 		}
-		return invalidArgument([]*errdetails.BadRequest_FieldViolation{v})
+		return invalidArgument(violations)
 	case ctx.Err() != nil:
 		return status.FromContextError(ctx.Err()).Err()
 	default:

@@ -21,6 +21,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 // testProtoEvent returns a valid, deliverable event as a publisher sends it.
@@ -87,12 +88,12 @@ func TestEventServer_Publish(t *testing.T) {
 
 		stored := readEvent(t, bundle.db, "evt_1")
 		require.Equal(t, "owner_1", stored.OwnerID)
-		require.Equal(t, metrics.PathGRPC, stored.Source)
+		require.EqualValues(t, SourceGRPC, stored.Source)
 		require.True(t, testOccurredAt.Equal(stored.OccurredAt))
 		require.JSONEq(t, testProtoEvent("evt_1").GetData(), stored.Data)
 		require.Equal(t, 1, countFanoutJobs(t, bundle.db, ""))
 		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_1"))
-		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathGRPC, metrics.IngestStored))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceGRPC, OutcomeStored.String()))
 	})
 
 	t.Run("EmptyDataIsEmptyObject", func(t *testing.T) {
@@ -147,7 +148,7 @@ func TestEventServer_Publish(t *testing.T) {
 		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_INTERNAL, resp.GetOutcome())
 		require.Equal(t, 0, countEvents(t, bundle.db))
 		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
-		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathGRPC, metrics.IngestDroppedInternal))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceGRPC, OutcomeDroppedInternal.String()))
 	})
 
 	t.Run("RawSubjectAcceptedNotStored", func(t *testing.T) {
@@ -161,7 +162,7 @@ func TestEventServer_Publish(t *testing.T) {
 		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_RAW, resp.GetOutcome())
 		require.Equal(t, 0, countEvents(t, bundle.db))
 		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
-		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathGRPC, metrics.IngestDroppedRaw))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceGRPC, OutcomeDroppedRaw.String()))
 	})
 
 	t.Run("DetailsSurviveTheWire", func(t *testing.T) {
@@ -314,7 +315,7 @@ func TestEventServer_PublishBatch(t *testing.T) {
 		requireInvalidField(t, err, "events[3].subject")
 		require.Equal(t, 0, countEvents(t, bundle.db))
 		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
-		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathGRPC, metrics.IngestInvalid))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceGRPC, resultInvalid))
 	})
 
 	t.Run("EveryBadItemReported", func(t *testing.T) {
@@ -372,7 +373,7 @@ func TestEventServer_BadInput(t *testing.T) {
 		mutate(e)
 		_, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
 		requireInvalidField(t, err, field)
-		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathGRPC, metrics.IngestInvalid))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceGRPC, resultInvalid))
 		require.Equal(t, 0, countEvents(t, db))
 		require.Equal(t, 0, countFanoutJobs(t, db, ""))
 	}
@@ -397,7 +398,7 @@ func TestEventServer_BadInput(t *testing.T) {
 
 	t.Run("IDTooLong", func(t *testing.T) {
 		t.Parallel()
-		requireRejected(t, func(e *webhooksv1.Event) { e.Id = strings.Repeat("a", event.MaxIDLen+1) }, "event.id")
+		requireRejected(t, func(e *webhooksv1.Event) { e.Id = strings.Repeat("a", webhook.MaxIDLen+1) }, "event.id")
 	})
 
 	t.Run("EmptyOwnerID", func(t *testing.T) {
@@ -433,7 +434,7 @@ func TestEventServer_BadInput(t *testing.T) {
 
 	t.Run("SubjectTooLong", func(t *testing.T) {
 		t.Parallel()
-		requireRejected(t, func(e *webhooksv1.Event) { e.Subject = "wiki://" + strings.Repeat("a", event.MaxSubjectLen) }, "event.subject")
+		requireRejected(t, func(e *webhooksv1.Event) { e.Subject = "wiki://" + strings.Repeat("a", webhook.MaxSubjectLen) }, "event.subject")
 	})
 
 	t.Run("MissingOccurredAt", func(t *testing.T) {
@@ -469,7 +470,7 @@ func TestEventServer_BadInput(t *testing.T) {
 	t.Run("DataTooBig", func(t *testing.T) {
 		t.Parallel()
 		requireRejected(t, func(e *webhooksv1.Event) {
-			e.Data = `{"k":"` + strings.Repeat("a", event.MaxDataBytes) + `"}`
+			e.Data = `{"k":"` + strings.Repeat("a", webhook.MaxDataBytes) + `"}`
 		}, "event.data")
 	})
 }

@@ -20,6 +20,17 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/fanout"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
+)
+
+// Source is where an event came from. It is stored with the event (the
+// events.source column) and labels the ingest metrics.
+type Source string
+
+const (
+	SourceGRPC   Source = "grpc"   // EventService.Publish and PublishBatch
+	SourceOutbox Source = "outbox" // the outbox relay
+	SourceTest   Source = "test"   // EndpointService.SendTest
 )
 
 // Outcome says what ingest did with one accepted event.
@@ -39,22 +50,28 @@ const (
 	OutcomeDroppedRaw
 )
 
-// String returns the outcome as the "result" label of
+// String names the outcome; it is the "result" label of
 // dispatcher_ingest_events_total.
 func (o Outcome) String() string {
 	switch o {
 	case OutcomeStored:
-		return metrics.IngestStored
+		return "stored"
 	case OutcomeDuplicate:
-		return metrics.IngestDuplicate
+		return "duplicate"
 	case OutcomeDroppedInternal:
-		return metrics.IngestDroppedInternal
+		return "dropped_internal"
 	case OutcomeDroppedRaw:
-		return metrics.IngestDroppedRaw
+		return "dropped_raw"
 	default:
 		return "Outcome(" + strconv.Itoa(int(o)) + ")"
 	}
 }
+
+// Results of events that were not accepted, for the same label.
+const (
+	resultInvalid  = "invalid"
+	resultConflict = "conflict"
+)
 
 // Result is what ingest did with one event, in the order events were given.
 type Result struct {
@@ -98,20 +115,36 @@ func (e *ConflictError) Error() string {
 // Unwrap lets errors.Is(err, ErrConflict) match.
 func (e *ConflictError) Unwrap() error { return ErrConflict }
 
-// InvalidEventError is returned when an event given to Ingest fails
-// validation. Callers are expected to validate first (and report the field in
-// their own terms); Ingest re-checks so that nothing invalid can be stored
-// whatever the caller did. It unwraps to the *event.FieldError.
-type InvalidEventError struct {
+// InvalidEvent is one event of an Ingest call that breaks the rules.
+type InvalidEvent struct {
+	// Index is the event's position in the slice given to Ingest.
 	Index int
-	Err   error
+	// Err is a *webhook.FieldError naming the field, or errNilEvent.
+	Err error
 }
 
-func (e *InvalidEventError) Error() string {
-	return "event " + strconv.Itoa(e.Index) + ": " + e.Err.Error()
+// InvalidEventsError reports every invalid event of one Ingest call, so that a
+// publisher can fix a whole batch at once and the relay can set each bad row
+// aside. Nothing of that call is stored. It matches webhook.ErrInvalidEvent.
+type InvalidEventsError struct {
+	// Invalid in ascending Index order; never empty.
+	Invalid []InvalidEvent
 }
 
-func (e *InvalidEventError) Unwrap() error { return e.Err }
+func (e *InvalidEventsError) Error() string {
+	first := e.Invalid[0]
+	msg := "event " + strconv.Itoa(first.Index) + ": " + first.Err.Error()
+	if n := len(e.Invalid) - 1; n > 0 {
+		msg += " (and " + strconv.Itoa(n) + " more invalid events)"
+	}
+	return msg
+}
+
+// Unwrap lets errors.Is(err, webhook.ErrInvalidEvent) match.
+func (e *InvalidEventsError) Unwrap() error { return webhook.ErrInvalidEvent }
+
+// errNilEvent is the reason for a nil entry in the events given to Ingest.
+var errNilEvent = errors.New("must be set")
 
 // Store is the single "store event + enqueue fanout" path.
 //
@@ -168,14 +201,15 @@ func NewStore(cfg StoreConfig, pool *pgxpool.Pool, river *river.Client[pgx.Tx], 
 }
 
 // Ingest stores events and enqueues their fanout, and returns once they are
-// committed. It returns one Result per event, in order. path is the ingest
-// path and the events' source: metrics.PathGRPC, metrics.PathOutbox or
-// metrics.PathTest.
+// committed. It returns one Result per event, in order. source is where the
+// events came from.
 //
-// The call is all or nothing: on any error (an invalid event, a
-// *ConflictError, a database error) nothing of it is stored.
-func (s *Store) Ingest(ctx context.Context, path string, events []*event.Event) ([]Result, error) {
-	plan, err := s.plan(path, events)
+// The call is all or nothing: on any error (an *InvalidEventsError naming
+// every invalid event, a *ConflictError, a database error) nothing of it is
+// stored. Callers need not validate first: this is where the rules are
+// applied.
+func (s *Store) Ingest(ctx context.Context, source Source, events []*webhook.Event) ([]Result, error) {
+	plan, err := s.plan(source, events)
 	if err != nil {
 		return nil, err
 	}
@@ -187,8 +221,38 @@ func (s *Store) Ingest(ctx context.Context, path string, events []*event.Event) 
 	}
 	// Counted only after the commit, so a rolled-back attempt that the
 	// caller retries is not counted twice.
-	s.count(path, plan.results)
+	s.count(source, plan.results)
 	return plan.results, nil
+}
+
+// Validate applies Ingest's rules to events without storing anything, and
+// counts the invalid ones as Ingest would. The gRPC server uses it when some
+// events of a batch could not even be converted, to report every bad field
+// of the batch at once. It returns nil or an *InvalidEventsError.
+func (s *Store) Validate(source Source, events []*webhook.Event) error {
+	if invalid := s.check(source, events); len(invalid) > 0 {
+		return &InvalidEventsError{Invalid: invalid}
+	}
+	return nil
+}
+
+// check validates every event, counts the invalid ones and returns them.
+func (s *Store) check(source Source, events []*webhook.Event) []InvalidEvent {
+	now := s.now()
+	var invalid []InvalidEvent
+	for i, e := range events {
+		var err error
+		if e == nil {
+			err = errNilEvent
+		} else {
+			err = e.Validate(now)
+		}
+		if err != nil {
+			s.metrics.IngestEventsTotal.WithLabelValues(string(source), resultInvalid).Inc()
+			invalid = append(invalid, InvalidEvent{Index: i, Err: err})
+		}
+	}
+	return invalid
 }
 
 // commitGroup stores the plans of one group in one transaction and reports
@@ -234,9 +298,9 @@ func (s *Store) commit(ctx context.Context, p *ingestPlan) error {
 
 // ingestPlan is the part of ingest decided without the database.
 type ingestPlan struct {
-	events []*event.Event
-	// sources holds each event's ingest path (its source column).
-	sources []string
+	events []*webhook.Event
+	// sources holds each event's source (stored with it).
+	sources []Source
 	results []Result
 	// toStore holds the indexes of events that may leave, sorted by event id
 	// so that concurrent batches with overlapping ids take their row locks in
@@ -267,23 +331,13 @@ func (p *ingestPlan) sortToStore() {
 	slices.SortStableFunc(p.toStore, func(a, b int) int { return cmp.Compare(p.events[a].ID, p.events[b].ID) })
 }
 
-func (s *Store) plan(path string, events []*event.Event) (*ingestPlan, error) {
-	switch path {
-	case metrics.PathGRPC, metrics.PathOutbox, metrics.PathTest:
-	default:
-		return nil, fmt.Errorf("ingest: unknown path %q", path)
+func (s *Store) plan(source Source, events []*webhook.Event) (*ingestPlan, error) {
+	if invalid := s.check(source, events); len(invalid) > 0 {
+		return nil, fmt.Errorf("ingest: %w", &InvalidEventsError{Invalid: invalid})
 	}
-	now := s.now()
-	p := &ingestPlan{events: events, sources: make([]string, len(events)), results: make([]Result, len(events))}
+	p := &ingestPlan{events: events, sources: make([]Source, len(events)), results: make([]Result, len(events))}
 	for i, e := range events {
-		if e == nil {
-			return nil, fmt.Errorf("ingest: %w", &InvalidEventError{Index: i, Err: errors.New("nil event")})
-		}
-		if err := e.Validate(now); err != nil {
-			s.metrics.IngestEventsTotal.WithLabelValues(path, metrics.IngestInvalid).Inc()
-			return nil, fmt.Errorf("ingest: %w", &InvalidEventError{Index: i, Err: err})
-		}
-		p.sources[i] = path
+		p.sources[i] = source
 		p.results[i].EventID = e.ID
 		switch {
 		case event.ExposureOf(e.Type) != event.ExposureWebhook:
@@ -325,7 +379,7 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 		subjs = append(subjs, e.Subject)
 		times = append(times, e.OccurredAt)
 		datas = append(datas, string(e.Data))
-		srcs = append(srcs, p.sources[i])
+		srcs = append(srcs, string(p.sources[i]))
 	}
 
 	// ON CONFLICT DO NOTHING rather than an upsert: an existing event is never
@@ -374,7 +428,7 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 			p.results[i].Outcome = OutcomeStored
 			continue
 		}
-		cmpIdx = append(cmpIdx, int32(i)) //nolint:gosec // bounded by the batch size
+		cmpIdx = append(cmpIdx, int32(i))
 		cmpIDs = append(cmpIDs, e.ID)
 		cmpOwner = append(cmpOwner, e.OwnerID)
 		cmpType = append(cmpType, e.Type)
@@ -431,7 +485,7 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 	// is never stored without its fanout, nor fanned out without being
 	// stored. Only newly stored events fan out, so a duplicate publish never
 	// delivers twice.
-	fresh := make([]*event.Event, 0, len(inserted))
+	fresh := make([]*webhook.Event, 0, len(inserted))
 	for _, i := range first {
 		if isNew[p.events[i].ID] {
 			fresh = append(fresh, p.events[i])
@@ -455,21 +509,20 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 	return nil
 }
 
-func (s *Store) count(path string, results []Result) {
+func (s *Store) count(source Source, results []Result) {
 	for _, r := range results {
-		s.metrics.IngestEventsTotal.WithLabelValues(path, r.Outcome.String()).Inc()
+		s.metrics.IngestEventsTotal.WithLabelValues(string(source), r.Outcome.String()).Inc()
 	}
 }
 
 func (s *Store) noteConflicts(ctx context.Context, p *ingestPlan, err error) {
-	var ce *ConflictError
-	if errors.As(err, &ce) {
+	if ce, ok := errors.AsType[*ConflictError](err); ok {
 		for _, c := range ce.Conflicts {
-			s.metrics.IngestEventsTotal.WithLabelValues(p.sources[c.Index], metrics.IngestConflict).Inc()
+			s.metrics.IngestEventsTotal.WithLabelValues(string(p.sources[c.Index]), resultConflict).Inc()
 			// A reused id is a publisher bug worth an operator's attention;
 			// the ids are the publisher's own and carry no payload.
 			s.logger.WarnContext(ctx, "ingest: event id reused with different content",
-				slog.String("path", p.sources[c.Index]), slog.String("event_id", c.EventID))
+				slog.String("source", string(p.sources[c.Index])), slog.String("event_id", c.EventID))
 		}
 	}
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
-	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 func TestStore_Ingest(t *testing.T) {
@@ -38,7 +38,7 @@ func TestStore_Ingest(t *testing.T) {
 		bundle := setup(t)
 
 		e := testEvent("evt_1")
-		results, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{e})
+		results, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{e})
 		require.NoError(t, err)
 		require.Equal(t, []Result{{EventID: "evt_1", Outcome: OutcomeStored}}, results)
 
@@ -48,28 +48,28 @@ func TestStore_Ingest(t *testing.T) {
 		require.Equal(t, e.Subject, stored.Subject)
 		require.True(t, e.OccurredAt.Equal(stored.OccurredAt))
 		require.JSONEq(t, string(e.Data), stored.Data)
-		require.Equal(t, metrics.PathTest, stored.Source)
+		require.EqualValues(t, SourceTest, stored.Source)
 		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_1"))
-		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathTest, metrics.IngestStored))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceTest, OutcomeStored.String()))
 	})
 
 	t.Run("SameContentIsDuplicate", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		_, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{testEvent("evt_1")})
+		_, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{testEvent("evt_1")})
 		require.NoError(t, err)
 
 		// jsonb equality: key order and whitespace are not content.
 		again := testEvent("evt_1")
 		again.Data = json.RawMessage(`{ "was_published": true, "published": true, "note_id": "n1", "op": "updated" }`)
-		results, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{again})
+		results, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{again})
 		require.NoError(t, err)
 		require.Equal(t, []Result{{EventID: "evt_1", Outcome: OutcomeDuplicate}}, results)
 
 		require.Equal(t, 1, countEvents(t, bundle.db))
 		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_1"))
-		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathTest, metrics.IngestDuplicate))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceTest, OutcomeDuplicate.String()))
 	})
 
 	t.Run("SubMicrosecondTimeIsSameContent", func(t *testing.T) {
@@ -80,9 +80,9 @@ func TestStore_Ingest(t *testing.T) {
 		// nanoseconds must still be a duplicate.
 		e := testEvent("evt_1")
 		e.OccurredAt = e.OccurredAt.Add(789)
-		_, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{e})
+		_, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{e})
 		require.NoError(t, err)
-		results, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{e})
+		results, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{e})
 		require.NoError(t, err)
 		require.Equal(t, OutcomeDuplicate, results[0].Outcome)
 	})
@@ -91,12 +91,12 @@ func TestStore_Ingest(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		_, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{testEvent("evt_1")})
+		_, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{testEvent("evt_1")})
 		require.NoError(t, err)
 
 		changed := testEvent("evt_1")
 		changed.Subject = "wiki://somewhere/else"
-		_, err = bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{testEvent("evt_2"), changed})
+		_, err = bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{testEvent("evt_2"), changed})
 		require.ErrorIs(t, err, ErrConflict)
 		var ce *ConflictError
 		require.ErrorAs(t, err, &ce)
@@ -107,26 +107,26 @@ func TestStore_Ingest(t *testing.T) {
 		require.Equal(t, 1, countEvents(t, bundle.db))
 		require.Equal(t, "wiki://software/project/standmeet/architecture", readEvent(t, bundle.db, "evt_1").Subject)
 		require.Equal(t, 0, countFanoutJobs(t, bundle.db, "evt_2"))
-		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathTest, metrics.IngestConflict))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceTest, resultConflict))
 	})
 
 	t.Run("EveryFieldTakesPartInConflict", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		_, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{testEvent("evt_1")})
+		_, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{testEvent("evt_1")})
 		require.NoError(t, err)
 
-		for name, mutate := range map[string]func(e *event.Event){
-			"owner":       func(e *event.Event) { e.OwnerID = "owner_2" },
-			"type":        func(e *event.Event) { e.Type = "code.issued" },
-			"subject":     func(e *event.Event) { e.Subject = "wiki://x" },
-			"occurred_at": func(e *event.Event) { e.OccurredAt = e.OccurredAt.Add(-1e3) },
-			"data":        func(e *event.Event) { e.Data = json.RawMessage(`{"op":"deleted"}`) },
+		for name, mutate := range map[string]func(e *webhook.Event){
+			"owner":       func(e *webhook.Event) { e.OwnerID = "owner_2" },
+			"type":        func(e *webhook.Event) { e.Type = "code.issued" },
+			"subject":     func(e *webhook.Event) { e.Subject = "wiki://x" },
+			"occurred_at": func(e *webhook.Event) { e.OccurredAt = e.OccurredAt.Add(-1e3) },
+			"data":        func(e *webhook.Event) { e.Data = json.RawMessage(`{"op":"deleted"}`) },
 		} {
 			e := testEvent("evt_1")
 			mutate(e)
-			_, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{e})
+			_, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{e})
 			require.ErrorIs(t, err, ErrConflict, "changed %s", name)
 		}
 	})
@@ -135,7 +135,7 @@ func TestStore_Ingest(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		results, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{testEvent("evt_b"), testEvent("evt_a"), testEvent("evt_b")})
+		results, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{testEvent("evt_b"), testEvent("evt_a"), testEvent("evt_b")})
 		require.NoError(t, err)
 		require.Equal(t, []Result{
 			{EventID: "evt_b", Outcome: OutcomeStored},
@@ -147,7 +147,7 @@ func TestStore_Ingest(t *testing.T) {
 
 		changed := testEvent("evt_c")
 		changed.Subject = "wiki://x"
-		_, err = bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{testEvent("evt_c"), changed})
+		_, err = bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{testEvent("evt_c"), changed})
 		var ce *ConflictError
 		require.ErrorAs(t, err, &ce)
 		require.Equal(t, []Conflict{{Index: 1, EventID: "evt_c"}}, ce.Conflicts)
@@ -160,12 +160,12 @@ func TestStore_Ingest(t *testing.T) {
 
 		e := testEvent("evt_1")
 		e.Type = "billing.invoice.computed" // not in the catalog
-		results, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{e})
+		results, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{e})
 		require.NoError(t, err)
 		require.Equal(t, []Result{{EventID: "evt_1", Outcome: OutcomeDroppedInternal}}, results)
 		require.Equal(t, 0, countEvents(t, bundle.db))
 		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
-		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathTest, metrics.IngestDroppedInternal))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceTest, OutcomeDroppedInternal.String()))
 	})
 
 	t.Run("RawSubjectDropped", func(t *testing.T) {
@@ -174,7 +174,7 @@ func TestStore_Ingest(t *testing.T) {
 
 		e := testEvent("evt_1")
 		e.Subject = "raw://private/diary"
-		results, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{e, testEvent("evt_2")})
+		results, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{e, testEvent("evt_2")})
 		require.NoError(t, err)
 		require.Equal(t, []Result{
 			{EventID: "evt_1", Outcome: OutcomeDroppedRaw},
@@ -182,31 +182,42 @@ func TestStore_Ingest(t *testing.T) {
 		}, results)
 		require.Equal(t, 1, countEvents(t, bundle.db))
 		require.Equal(t, 0, countFanoutJobs(t, bundle.db, "evt_1"))
-		require.Equal(t, 1, ingestCount(bundle.metrics, metrics.PathTest, metrics.IngestDroppedRaw))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceTest, OutcomeDroppedRaw.String()))
 	})
 
-	t.Run("InvalidEventRejected", func(t *testing.T) {
+	t.Run("EveryInvalidEventReported", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
 		bad := testEvent("evt_2")
 		bad.Subject = "no-scheme"
-		_, err := bundle.store.Ingest(ctx, metrics.PathTest, []*event.Event{testEvent("evt_1"), bad})
-		var invalid *InvalidEventError
+		worse := testEvent("evt_4")
+		worse.Data = json.RawMessage(`[]`)
+		_, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{testEvent("evt_1"), bad, nil, worse})
+		require.ErrorIs(t, err, webhook.ErrInvalidEvent)
+		var invalid *InvalidEventsError
 		require.ErrorAs(t, err, &invalid)
-		require.Equal(t, 1, invalid.Index)
-		var fe *event.FieldError
-		require.ErrorAs(t, err, &fe)
-		require.Equal(t, event.FieldSubject, fe.Field)
-		require.Equal(t, 0, countEvents(t, bundle.db))
+		require.Len(t, invalid.Invalid, 3, "every invalid event, not just the first")
+		require.Equal(t, []int{1, 2, 3}, []int{invalid.Invalid[0].Index, invalid.Invalid[1].Index, invalid.Invalid[2].Index})
+		var fe *webhook.FieldError
+		require.ErrorAs(t, invalid.Invalid[0].Err, &fe)
+		require.Equal(t, webhook.FieldSubject, fe.Field)
+		require.ErrorAs(t, invalid.Invalid[2].Err, &fe)
+		require.Equal(t, webhook.FieldData, fe.Field)
+		require.Equal(t, 0, countEvents(t, bundle.db), "nothing of the call is stored")
+		require.Equal(t, 3, ingestCount(bundle.metrics, SourceTest, resultInvalid))
 	})
 
-	t.Run("UnknownPathRejected", func(t *testing.T) {
+	t.Run("ValidateStoresNothing", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		_, err := bundle.store.Ingest(ctx, "smtp", []*event.Event{testEvent("evt_1")})
-		require.ErrorContains(t, err, "unknown path")
+		require.NoError(t, bundle.store.Validate(SourceTest, []*webhook.Event{testEvent("evt_1")}))
+		bad := testEvent("evt_2")
+		bad.ID = "a.b"
+		var invalid *InvalidEventsError
+		require.ErrorAs(t, bundle.store.Validate(SourceTest, []*webhook.Event{bad}), &invalid)
+		require.Equal(t, 0, countEvents(t, bundle.db))
 	})
 
 	t.Run("ConcurrentCallsShareTransactions", func(t *testing.T) {
@@ -217,7 +228,7 @@ func TestStore_Ingest(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range n {
 			wg.Go(func() {
-				results, err := bundle.store.Ingest(ctx, metrics.PathGRPC, []*event.Event{testEvent(fmt.Sprintf("evt_%02d", i))})
+				results, err := bundle.store.Ingest(ctx, SourceGRPC, []*webhook.Event{testEvent(fmt.Sprintf("evt_%02d", i))})
 				require.NoError(t, err)
 				require.Equal(t, OutcomeStored, results[0].Outcome, "answered only once stored")
 			})
@@ -235,13 +246,13 @@ func TestStore_Ingest(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		_, err := bundle.store.Ingest(ctx, metrics.PathGRPC, []*event.Event{testEvent("evt_1")})
+		_, err := bundle.store.Ingest(ctx, SourceGRPC, []*webhook.Event{testEvent("evt_1")})
 		require.NoError(t, err)
 		changed := testEvent("evt_1")
 		changed.Subject = "wiki://changed"
-		guilty, err := bundle.store.plan(metrics.PathGRPC, []*event.Event{testEvent("evt_2"), changed})
+		guilty, err := bundle.store.plan(SourceGRPC, []*webhook.Event{testEvent("evt_2"), changed})
 		require.NoError(t, err)
-		innocent, err := bundle.store.plan(metrics.PathOutbox, []*event.Event{testEvent("evt_3")})
+		innocent, err := bundle.store.plan(SourceOutbox, []*webhook.Event{testEvent("evt_3")})
 		require.NoError(t, err)
 
 		errs, err := bundle.store.commitGroup(ctx, []*ingestPlan{guilty, innocent})
@@ -260,13 +271,13 @@ func TestStore_Ingest(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		_, err := bundle.store.Ingest(ctx, metrics.PathGRPC, []*event.Event{testEvent("evt_old")})
+		_, err := bundle.store.Ingest(ctx, SourceGRPC, []*webhook.Event{testEvent("evt_old")})
 		require.NoError(t, err)
 		internal := testEvent("evt_int")
 		internal.Type = "internal.only"
-		a, err := bundle.store.plan(metrics.PathGRPC, []*event.Event{testEvent("evt_b"), testEvent("evt_old")})
+		a, err := bundle.store.plan(SourceGRPC, []*webhook.Event{testEvent("evt_b"), testEvent("evt_old")})
 		require.NoError(t, err)
-		b, err := bundle.store.plan(metrics.PathGRPC, []*event.Event{internal, testEvent("evt_a"), testEvent("evt_b")})
+		b, err := bundle.store.plan(SourceGRPC, []*webhook.Event{internal, testEvent("evt_a"), testEvent("evt_b")})
 		require.NoError(t, err)
 		errs, err := bundle.store.commitGroup(ctx, []*ingestPlan{a, b})
 		require.NoError(t, err)
@@ -280,7 +291,7 @@ func TestStore_Ingest(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		results, err := bundle.store.Ingest(ctx, metrics.PathTest, nil)
+		results, err := bundle.store.Ingest(ctx, SourceTest, nil)
 		require.NoError(t, err)
 		require.Empty(t, results)
 	})

@@ -10,35 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-// Delivery outcomes, the "outcome" label of DeliveriesTotal.
-const (
-	OutcomeCompleted = "completed"
-	OutcomeRetryable = "retryable"
-	OutcomeSnoozed   = "snoozed"
-	OutcomeCancelled = "cancelled"
-	OutcomeDiscarded = "discarded"
-)
-
-// Snooze reasons, the "reason" label of SnoozesTotal.
-const (
-	SnoozeLeaseBusy  = "lease_busy"
-	SnoozeRetryAfter = "retry_after"
-)
-
-// Ingest paths and results.
-const (
-	PathGRPC   = "grpc"
-	PathOutbox = "outbox"
-	PathTest   = "test"
-
-	IngestStored          = "stored"
-	IngestDuplicate       = "duplicate"
-	IngestDroppedInternal = "dropped_internal"
-	IngestDroppedRaw      = "dropped_raw"
-	IngestInvalid         = "invalid"
-	IngestConflict        = "conflict"
-)
-
 // Scope decision results.
 const (
 	ScopeAdmit = "admit"
@@ -74,7 +45,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		DeliveriesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dispatcher_deliveries_total",
-			Help: "Delivery attempts by outcome and HTTP status class (none when no response).",
+			Help: "Delivery attempts by outcome (completed, retryable, snoozed, cancelled, discarded) and HTTP status class (none when no response).",
 		}, []string{"outcome", "status_class"}),
 		AttemptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "dispatcher_delivery_attempt_duration_seconds",
@@ -118,7 +89,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"rule", "result"}),
 		IngestEventsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dispatcher_ingest_events_total",
-			Help: "Events received, by path (grpc, outbox, test) and result.",
+			Help: "Events received, by path (where they came from: grpc, outbox, test) and result (stored, duplicate, dropped_internal, dropped_raw, invalid, conflict).",
 		}, []string{"path", "result"}),
 		RelayBatchRows: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dispatcher_relay_batch_rows",

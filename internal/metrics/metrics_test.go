@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 )
 
 func TestMetricsLintClean(t *testing.T) {
@@ -19,10 +21,10 @@ func TestMetricsLintClean(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	m.DeliveriesTotal.WithLabelValues(metrics.OutcomeCompleted, "2xx").Inc()
-	m.SnoozesTotal.WithLabelValues(metrics.SnoozeLeaseBusy).Inc()
+	m.DeliveriesTotal.WithLabelValues("completed", "2xx").Inc()
+	m.SnoozesTotal.WithLabelValues("lease_busy").Inc()
 	m.AttemptDuration.WithLabelValues("2xx").Observe(0.01)
-	m.IngestEventsTotal.WithLabelValues(metrics.PathGRPC, metrics.IngestStored).Inc()
+	m.IngestEventsTotal.WithLabelValues("grpc", "stored").Inc()
 	m.ScopeDecisionsTotal.WithLabelValues("embed", metrics.ScopeAdmit).Inc()
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
@@ -44,13 +46,10 @@ func TestStateCollector(t *testing.T) {
 
 	ctx := context.Background()
 	db := dbtest.New(t)
-	_, err := db.Pool.Exec(ctx, `
-INSERT INTO webhook_endpoints (id, owner_id, url, event_types, secret_enc, enabled, failing_since) VALUES
-  (gen_random_uuid(), 'o', 'https://a.example', '{*}', '\x00', true, NULL),
-  (gen_random_uuid(), 'o', 'https://b.example', '{*}', '\x00', true, now()),
-  (gen_random_uuid(), 'o', 'https://c.example', '{*}', '\x00', false, now())`)
-	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at) VALUES ('{}', 'webhook.deliver', 18, 'deliver', 'available', now() - interval '90 seconds')`)
+	testfactory.Endpoint(ctx, t, db.Pool, nil)
+	testfactory.Endpoint(ctx, t, db.Pool, &testfactory.EndpointOpts{FailingSince: new(time.Now())})
+	testfactory.Endpoint(ctx, t, db.Pool, &testfactory.EndpointOpts{Disabled: true, FailingSince: new(time.Now())})
+	_, err := db.Pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at) VALUES ('{}', 'webhook.deliver', 18, 'deliver', 'available', now() - interval '90 seconds')`)
 	require.NoError(t, err)
 
 	c := metrics.NewStateCollector(db.Pool, slog.New(slog.DiscardHandler))

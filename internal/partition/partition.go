@@ -181,7 +181,7 @@ func (m *Member) Tick(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.live.Store(int32(min(len(live), job.DeliverPartitions))) //nolint:gosec // bounded
+	m.live.Store(int32(min(len(live), job.DeliverPartitions)))
 	want := Assign(live, m.cfg.ID)
 	m.mu.Lock()
 	defer m.mu.Unlock()

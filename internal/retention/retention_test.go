@@ -12,6 +12,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
+	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 )
 
 func TestWorker(t *testing.T) {
@@ -21,21 +22,17 @@ func TestWorker(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
 		db := dbtest.New(t)
-		_, err := db.Pool.Exec(ctx, `
-INSERT INTO events (id, owner_id, type, subject, occurred_at, data, created_at)
-SELECT 'old-' || g, 'o', 'code.issued', 'code://x', now(), '{}'::jsonb, now() - interval '31 days' FROM generate_series(1, 12) g
-UNION ALL
-SELECT 'new-' || g, 'o', 'code.issued', 'code://x', now(), '{}', now() - interval '29 days' FROM generate_series(1, 3) g`)
-		require.NoError(t, err)
+		old := testfactory.Events(ctx, t, db.Pool, 12, &testfactory.EventOpts{CreatedAt: new(time.Now().Add(-31 * 24 * time.Hour))})
+		kept := testfactory.Events(ctx, t, db.Pool, 3, &testfactory.EventOpts{CreatedAt: new(time.Now().Add(-29 * 24 * time.Hour))})
 
 		w := NewWorker(db.Pool, slog.New(slog.DiscardHandler))
 		j := &river.Job[job.PruneArgs]{JobRow: &rivertype.JobRow{}, Args: job.PruneArgs{Retention: 30 * 24 * time.Hour}}
 		require.NoError(t, w.Work(ctx, j))
 
-		var old, kept int
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE id LIKE 'old-%'), count(*) FILTER (WHERE id LIKE 'new-%') FROM events`).Scan(&old, &kept))
-		require.Zero(t, old)
-		require.Equal(t, 3, kept)
+		var oldLeft, keptLeft int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE id = ANY($1)), count(*) FILTER (WHERE id = ANY($2)) FROM events`, old, kept).Scan(&oldLeft, &keptLeft))
+		require.Zero(t, oldLeft, "events older than the retention are pruned")
+		require.Equal(t, len(kept), keptLeft, "younger ones stay")
 	})
 
 	t.Run("PeriodicJobBuildsArgs", func(t *testing.T) {

@@ -36,6 +36,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 // ErrNeedsAccess is returned, instead of a decision, when ctx came from
@@ -101,7 +102,7 @@ type Endpoint struct {
 // means the question itself cannot be answered (a malformed request) and is
 // treated as a deny.
 type EmbedAdmitter interface {
-	EmbedAdmits(ctx context.Context, ownerID, embedID string, e *event.Event) (bool, string, error)
+	EmbedAdmits(ctx context.Context, ownerID, embedID string, e *webhook.Event) (bool, string, error)
 }
 
 // Decision is the outcome for one (event, endpoint) pair.
@@ -116,7 +117,7 @@ type Decision struct {
 // Func is the scope decision as a plain function: what the composition root
 // hands to the fanout. An error means no decision was made; it wraps
 // ErrUnavailable when retrying later may succeed.
-type Func func(ctx context.Context, e *event.Event, ep Endpoint) (Decision, error)
+type Func func(ctx context.Context, e *webhook.Event, ep Endpoint) (Decision, error)
 
 // Decider applies the rules, counts and logs every decision.
 type Decider struct {
@@ -145,7 +146,7 @@ func (d *Decider) Func() Func { return d.Decide }
 // Decide decides whether e may be delivered to ep. An error (always wrapping
 // ErrUnavailable) means the access service could not be asked; the caller must
 // retry later rather than deliver or drop.
-func (d *Decider) Decide(ctx context.Context, e *event.Event, ep Endpoint) (Decision, error) {
+func (d *Decider) Decide(ctx context.Context, e *webhook.Event, ep Endpoint) (Decision, error) {
 	dec, err := d.decide(ctx, e, ep)
 	if errors.Is(err, ErrNeedsAccess) {
 		return dec, err // not decided: neither counted nor logged
@@ -176,7 +177,7 @@ func (d *Decider) Decide(ctx context.Context, e *event.Event, ep Endpoint) (Deci
 	return dec, err
 }
 
-func (d *Decider) decide(ctx context.Context, e *event.Event, ep Endpoint) (Decision, error) {
+func (d *Decider) decide(ctx context.Context, e *webhook.Event, ep Endpoint) (Decision, error) {
 	switch {
 	case event.IsRawSubject(e.Subject):
 		return Decision{Rule: RuleRaw, Reason: ReasonRawSubject}, nil
@@ -213,7 +214,7 @@ func publishedSlice(data json.RawMessage) Decision {
 	}
 }
 
-func (d *Decider) embed(ctx context.Context, e *event.Event, ep Endpoint) (Decision, error) {
+func (d *Decider) embed(ctx context.Context, e *webhook.Event, ep Endpoint) (Decision, error) {
 	if d.admitter == nil {
 		return Decision{Rule: RuleEmbed, Reason: ReasonNoAccessService}, nil
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 // stubAdmitter answers EmbedAdmits from fields and records the questions.
@@ -27,7 +28,7 @@ type stubAdmitter struct {
 	asked  []string // embed ids, in order
 }
 
-func (s *stubAdmitter) EmbedAdmits(_ context.Context, ownerID, embedID string, e *event.Event) (bool, string, error) {
+func (s *stubAdmitter) EmbedAdmits(_ context.Context, ownerID, embedID string, e *webhook.Event) (bool, string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.asked = append(s.asked, ownerID+"/"+embedID+"/"+e.ID)
@@ -68,8 +69,8 @@ func TestDecider(t *testing.T) {
 		}
 	}
 
-	newEvent := func(typ, data string) *event.Event {
-		return &event.Event{
+	newEvent := func(typ, data string) *webhook.Event {
+		return &webhook.Event{
 			ID:         "evt_1",
 			OwnerID:    "owner_1",
 			Type:       typ,
@@ -79,7 +80,7 @@ func TestDecider(t *testing.T) {
 		}
 	}
 
-	requireDecision := func(t *testing.T, bundle *testBundle, e *event.Event, admit bool, rule string) Decision {
+	requireDecision := func(t *testing.T, bundle *testBundle, e *webhook.Event, admit bool, rule string) Decision {
 		t.Helper()
 		dec, err := bundle.decider.Decide(context.Background(), e, bundle.endpoint)
 		require.NoError(t, err)

@@ -202,7 +202,7 @@ func TestKeyringNeverRevealsKeys(t *testing.T) {
 		text := slog.New(slog.NewTextHandler(&buf, nil))
 		text.Info("loaded", "keyring", keyring, "value", *keyring)
 		jsonLog := slog.New(slog.NewJSONHandler(&buf, nil))
-		jsonLog.Info("loaded", "keyring", keyring, slog.Any("value", *keyring))
+		jsonLog.Info("loaded", slog.Any("keyring", keyring), slog.Any("value", *keyring))
 
 		out := buf.String()
 		require.Contains(t, out, "keyring.primary=2 keyring.key_ids=\"[1 2]\"")

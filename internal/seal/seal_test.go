@@ -199,7 +199,7 @@ func TestSealOpen(t *testing.T) {
 		bundle := setup(t)
 		sealed, err := bundle.keyring.Seal(bundle.secret, bundle.ad)
 		require.NoError(t, err)
-		for n := range len(sealed) {
+		for n := range sealed {
 			_, err := bundle.keyring.Open(sealed[:n], bundle.ad)
 			if n < 5+12+16 {
 				require.ErrorIs(t, err, ErrMalformed, "length %d", n)

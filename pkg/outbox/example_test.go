@@ -39,11 +39,11 @@ func ExampleWrite() {
 			Data: map[string]any{"op": "updated", "note_id": noteID, "published": true, "was_published": false},
 		})
 	})
-	var fieldErr *outbox.FieldError
-	if errors.As(err, &fieldErr) {
-		log.Fatalf("bad event, field %s: %s", fieldErr.Field, fieldErr.Reason)
+	if fieldErr, ok := errors.AsType[*outbox.FieldError](err); ok {
+		log.Printf("bad event, field %s: %s", fieldErr.Field, fieldErr.Reason)
+		return
 	}
 	if err != nil {
-		log.Fatal(err)
+		log.Print(err)
 	}
 }

@@ -10,11 +10,10 @@
 //
 // # Validation
 //
-// Write checks the event up front so that a mistake fails the caller's
-// transaction with an error naming the field, instead of surfacing later as a
-// row the relay sets aside. The rules duplicate the dispatcher's (this package
-// must not import the dispatcher's internals), and the dispatcher re-validates
-// every row it relays, so the dispatcher remains the authority:
+// Write checks the event up front, with the same rules the dispatcher applies
+// (pkg/webhook's Event.Validate: one implementation for both sides), so that a
+// mistake fails the caller's transaction with an error naming the field instead
+// of surfacing later as a row the relay sets aside:
 //
 //   - ID: a UUID or an opaque id of 1–128 characters [A-Za-z0-9_-]. It is the
 //     webhook-id receivers deduplicate on, so reuse it only for the same event.
@@ -35,34 +34,29 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
-// Limits, the same as the dispatcher's.
+// Limits, the dispatcher's own (pkg/webhook).
 const (
-	MaxIDLen      = 128
-	MaxOwnerIDLen = 128
-	MaxTypeLen    = 128
-	MaxSubjectLen = 1024
-	MaxDataBytes  = 4096
-	MaxFutureSkew = time.Hour
+	MaxIDLen      = webhook.MaxIDLen
+	MaxOwnerIDLen = webhook.MaxOwnerIDLen
+	MaxTypeLen    = webhook.MaxTypeLen
+	MaxSubjectLen = webhook.MaxSubjectLen
+	MaxDataBytes  = webhook.MaxDataBytes
+	MaxFutureSkew = webhook.MaxFutureSkew
 )
 
 // DefaultTable is the outbox table of the contract DDL.
 const DefaultTable = "webhook_outbox"
-
-var minOccurredAt = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // Querier is what Write needs: pgx.Tx satisfies it, and so do *pgx.Conn and
 // *pgxpool.Pool (but those write outside any transaction of yours).
@@ -90,19 +84,12 @@ type Event struct {
 }
 
 // ErrInvalid is matched (errors.Is) by every *FieldError.
-var ErrInvalid = errors.New("outbox: invalid event")
+var ErrInvalid = webhook.ErrInvalidEvent
 
-// FieldError names the first field of an Event that breaks a rule. Reason
-// never echoes the value.
-type FieldError struct {
-	Field  string // "id", "owner_id", "type", "subject", "occurred_at" or "data"
-	Reason string
-}
-
-func (e *FieldError) Error() string { return "outbox: invalid event." + e.Field + ": " + e.Reason }
-
-// Unwrap lets errors.Is(err, ErrInvalid) match.
-func (e *FieldError) Unwrap() error { return ErrInvalid }
+// FieldError names the first field of an Event that breaks a rule: "id",
+// "owner_id", "type", "subject", "occurred_at" or "data". Reason never echoes
+// the value.
+type FieldError = webhook.FieldError
 
 // Option configures Write.
 type Option func(*options)
@@ -151,103 +138,29 @@ func Write(ctx context.Context, q Querier, e Event, opts ...Option) error {
 	return nil
 }
 
-// validate checks e and returns its data as compact JSON.
+// validate checks e and returns its data as compact JSON. The checks are the
+// dispatcher's; what is added here is only what Write does differently: data
+// may be any value to marshal, and a zero OccurredAt means "now".
 func validate(e *Event, now time.Time) ([]byte, error) {
-	if err := validateID(e.ID); err != nil {
+	data, dataErr := marshalData(e.Data)
+	ev := webhook.Event{ID: e.ID, OwnerID: e.OwnerID, Type: e.Type, Subject: e.Subject, OccurredAt: e.OccurredAt, Data: data}
+	if ev.OccurredAt.IsZero() {
+		ev.OccurredAt = now
+	}
+	if dataErr != nil {
+		// Reported after the other fields, in the order Validate checks them.
+		ev.Data = json.RawMessage("{}")
+	}
+	if err := ev.Validate(now); err != nil {
 		return nil, err
 	}
-	if err := validateOwnerID(e.OwnerID); err != nil {
-		return nil, err
-	}
-	if err := validateType(e.Type); err != nil {
-		return nil, err
-	}
-	if err := validateSubject(e.Subject); err != nil {
-		return nil, err
-	}
-	if !e.OccurredAt.IsZero() {
-		if e.OccurredAt.Before(minOccurredAt) {
-			return nil, fieldErr("occurred_at", "must not be before 2000-01-01T00:00:00Z")
-		}
-		if e.OccurredAt.After(now.Add(MaxFutureSkew)) {
-			return nil, fieldErr("occurred_at", "must not be more than "+MaxFutureSkew.String()+" in the future")
-		}
-	}
-	return marshalData(e.Data)
+	return data, dataErr
 }
 
-func fieldErr(field, reason string) *FieldError { return &FieldError{Field: field, Reason: reason} }
-
-func validateID(id string) error {
-	if id == "" {
-		return fieldErr("id", "must not be empty")
-	}
-	if len(id) > MaxIDLen {
-		return fieldErr("id", "must be at most "+strconv.Itoa(MaxIDLen)+" characters")
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			// No '.': Standard Webhooks signs "<id>.<timestamp>.<body>".
-			return fieldErr("id", "must be a UUID or an opaque id of characters [A-Za-z0-9_-]")
-		}
-	}
-	return nil
-}
-
-func validateOwnerID(owner string) error {
-	if owner == "" {
-		return fieldErr("owner_id", "must not be empty")
-	}
-	if len(owner) > MaxOwnerIDLen {
-		return fieldErr("owner_id", "must be at most "+strconv.Itoa(MaxOwnerIDLen)+" characters")
-	}
-	for i := 0; i < len(owner); i++ {
-		if c := owner[i]; c <= ' ' || c > '~' {
-			return fieldErr("owner_id", "must be printable ASCII without spaces")
-		}
-	}
-	return nil
-}
-
-var typeRE = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$`)
-
-func validateType(typ string) error {
-	if typ == "" {
-		return fieldErr("type", "must not be empty")
-	}
-	if len(typ) > MaxTypeLen {
-		return fieldErr("type", "must be at most "+strconv.Itoa(MaxTypeLen)+" bytes")
-	}
-	if !typeRE.MatchString(typ) {
-		return fieldErr("type", `must be dotted lower-case segments like "corpus.note.changed"`)
-	}
-	return nil
-}
-
-var schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://.`)
-
-func validateSubject(subject string) error {
-	if subject == "" {
-		return fieldErr("subject", "must not be empty")
-	}
-	if len(subject) > MaxSubjectLen {
-		return fieldErr("subject", "must be at most "+strconv.Itoa(MaxSubjectLen)+" bytes")
-	}
-	if !utf8.ValidString(subject) {
-		return fieldErr("subject", "must be valid UTF-8")
-	}
-	for _, r := range subject {
-		if unicode.IsControl(r) {
-			return fieldErr("subject", "must not contain control characters")
-		}
-	}
-	if !schemeRE.MatchString(subject) {
-		return fieldErr("subject", `must be a URI with a scheme, like "wiki://path"`)
-	}
-	return nil
-}
-
+// marshalData turns Event.Data into compact JSON text. Size and shape are
+// Validate's business; compacting first means the limit applies to what the
+// publisher wrote, not to whitespace (and jsonb renders with spaces the relay
+// compacts away again).
 func marshalData(v any) ([]byte, error) {
 	var raw []byte
 	switch d := v.(type) {
@@ -260,73 +173,15 @@ func marshalData(v any) ([]byte, error) {
 	default:
 		b, err := json.Marshal(v)
 		if err != nil {
-			return nil, fieldErr("data", "must marshal to JSON: "+err.Error())
+			return nil, &FieldError{Field: webhook.FieldData, Reason: "must marshal to JSON: " + err.Error()}
 		}
 		raw = b
 	}
-	if !utf8.Valid(raw) {
-		return nil, fieldErr("data", "must be valid UTF-8")
-	}
-	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return nil, fieldErr("data", "must be a JSON object")
+	if !json.Valid(raw) {
+		// Not JSON at all: Validate says why, by position.
+		return raw, nil
 	}
 	var buf bytes.Buffer
-	if err := json.Compact(&buf, raw); err != nil {
-		return nil, fieldErr("data", "must be valid JSON")
-	}
-	// Measured compact because that is how the relay measures it: Postgres
-	// stores jsonb and renders it with spaces the publisher never wrote.
-	if buf.Len() > MaxDataBytes {
-		return nil, fieldErr("data", "must be at most "+strconv.Itoa(MaxDataBytes)+" bytes of compact JSON")
-	}
-	if err := checkObject(buf.Bytes()); err != nil {
-		return nil, err
-	}
+	_ = json.Compact(&buf, raw) // cannot fail on valid JSON
 	return buf.Bytes(), nil
-}
-
-// checkObject rejects a repeated key in any object: jsonb would silently keep
-// the last one, which may not be the one the caller meant.
-func checkObject(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	type frame struct {
-		keys    map[string]bool // nil for arrays
-		wantKey bool
-	}
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fieldErr("data", "must be valid JSON")
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		d, isDelim := tok.(json.Delim)
-		switch {
-		case isDelim && (d == '}' || d == ']'):
-			stack = stack[:len(stack)-1]
-		case top != nil && top.keys != nil && top.wantKey:
-			key, _ := tok.(string)
-			if top.keys[key] {
-				return fieldErr("data", "must not repeat an object key")
-			}
-			top.keys[key] = true
-			top.wantKey = false
-		default:
-			if top != nil && top.keys != nil {
-				top.wantKey = true
-			}
-			if isDelim && d == '{' {
-				stack = append(stack, &frame{keys: map[string]bool{}, wantKey: true})
-			} else if isDelim && d == '[' {
-				stack = append(stack, &frame{})
-			}
-		}
-	}
 }

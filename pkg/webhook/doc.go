@@ -1,5 +1,9 @@
 // Package webhook implements Standard Webhooks (https://www.standardwebhooks.com) v1
-// signing and verification, and decodes the dispatcher's thin event payload.
+// signing and verification, and is the home of the dispatcher's thin event: its
+// fields ([Event]), the rules every event must pass ([Event.Validate], with its limits
+// as constants), its exact wire encoding ([Event.Payload]) and its decoding ([Decode]).
+// The main application's outbox writer, the dispatcher and Go receivers all use this
+// one definition.
 //
 // It is the single home of signing in this module: the dispatcher's deliver worker
 // signs with [SignatureHeader] (or [SetHeaders]), and receivers written in Go verify

@@ -11,9 +11,12 @@ import (
 // ErrInvalidEvent reports a verified body that is not a well-formed thin event.
 var ErrInvalidEvent = errors.New("webhook: invalid event")
 
-// Event is the thin payload the dispatcher sends: enough to know what changed, never
+// Event is the thin event the dispatcher carries: enough to know what changed, never
 // the document itself. Receivers call the application's API for content, so a leaked
 // or replayed delivery discloses little.
+//
+// The same type is what a publisher validates ([Event.Validate]), what the dispatcher
+// stores and signs ([Event.Payload]) and what a receiver decodes ([Decode]).
 type Event struct {
 	// ID is unique per event and equals the webhook-id header; use it to deduplicate.
 	ID string `json:"id"`
@@ -27,6 +30,11 @@ type Event struct {
 	OccurredAt time.Time `json:"occurred_at"`
 	// Data is a small JSON object whose shape depends on Type.
 	Data json.RawMessage `json:"data"`
+
+	// OwnerID is the owner the event is published for: only that owner's endpoints
+	// may receive it. It travels beside the event, never in it, so it is not part of
+	// the payload and is always empty in an Event that Decode returns.
+	OwnerID string `json:"-"`
 }
 
 // Decode parses a thin event.

@@ -98,7 +98,7 @@ func (v *Verifier) VerifyAt(h http.Header, body []byte, now time.Time) error {
 		expected[i] = mac(key, msgID, ts, body)
 	}
 	for _, line := range sigs {
-		for _, entry := range strings.Fields(line) {
+		for entry := range strings.FieldsSeq(line) {
 			version, sig, ok := strings.Cut(entry, ",")
 			// Other versions (v1a, future ones) are skipped, not failed: a sender may
 			// sign with several schemes at once.

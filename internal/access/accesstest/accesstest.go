@@ -1,4 +1,9 @@
-package access
+// Package accesstest is a fake access service (EmbedAdmits) driven by a small
+// table of embeds and codes: for tests, and for "dispatcher dev-access" in local
+// development. Nothing else may import it (a depguard rule says so): the
+// dispatcher itself only ever talks to a real access service through
+// internal/access.
+package accesstest
 
 import (
 	"context"
@@ -22,7 +27,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 )
 
-// Reasons FakeServer answers with, mirroring what the real access service
+// Reasons Server answers with, mirroring what the real access service
 // says.
 const (
 	ReasonEmbedDeleted = "embed_deleted"
@@ -33,15 +38,15 @@ const (
 	ReasonAdmitted     = "admitted"
 )
 
-// FakeEmbed is one embed in a FakeServer's table.
-type FakeEmbed struct {
+// Embed is one embed in a Server's table.
+type Embed struct {
 	OwnerID string `json:"owner_id"`
 	CodeID  string `json:"code_id"`
 	Deleted bool   `json:"deleted,omitempty"`
 }
 
-// FakeCode is one access code in a FakeServer's table.
-type FakeCode struct {
+// Code is one access code in a Server's table.
+type Code struct {
 	Revoked bool `json:"revoked,omitempty"`
 	// ExpiresAt is when the code stops admitting; zero means never.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
@@ -54,39 +59,39 @@ type FakeCode struct {
 	AllowUnpublished bool `json:"allow_unpublished,omitempty"`
 }
 
-// FakeTable is a FakeServer's whole state, as read from a JSON file by
+// Table is a Server's whole state, as read from a JSON file by
 // `dispatcher dev-access --config`.
-type FakeTable struct {
-	Embeds map[string]FakeEmbed `json:"embeds"`
-	Codes  map[string]FakeCode  `json:"codes"`
+type Table struct {
+	Embeds map[string]Embed `json:"embeds"`
+	Codes  map[string]Code  `json:"codes"`
 }
 
-// ReadFakeTable decodes a FakeTable from JSON, rejecting unknown fields so a
+// ReadTable decodes a Table from JSON, rejecting unknown fields so a
 // typo in a development config does not silently change what is admitted.
-func ReadFakeTable(r io.Reader) (FakeTable, error) {
-	var table FakeTable
+func ReadTable(r io.Reader) (Table, error) {
+	var table Table
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&table); err != nil {
-		return FakeTable{}, fmt.Errorf("access: fake table: %w", err)
+		return Table{}, fmt.Errorf("access: fake table: %w", err)
 	}
 	for id, emb := range table.Embeds {
 		if emb.OwnerID == "" || emb.CodeID == "" {
-			return FakeTable{}, fmt.Errorf("access: fake table: embed %q needs owner_id and code_id", id)
+			return Table{}, fmt.Errorf("access: fake table: embed %q needs owner_id and code_id", id)
 		}
 	}
 	return table, nil
 }
 
-// FakeServer is an in-memory AccessServiceServer for tests and local
+// Server is an in-memory AccessServiceServer for tests and local
 // development. Its table can be changed while it serves, which is how tests
 // revoke a code between two events.
-type FakeServer struct {
+type Server struct {
 	accessv1.UnimplementedAccessServiceServer
 
 	mu     sync.Mutex
-	embeds map[string]FakeEmbed
-	codes  map[string]FakeCode
+	embeds map[string]Embed
+	codes  map[string]Code
 	down   bool
 	calls  int
 	now    func() time.Time
@@ -94,11 +99,11 @@ type FakeServer struct {
 	srv *grpc.Server
 }
 
-// NewFakeServer returns a FakeServer with an empty table.
-func NewFakeServer() *FakeServer {
-	f := &FakeServer{
-		embeds: map[string]FakeEmbed{},
-		codes:  map[string]FakeCode{},
+// NewServer returns a Server with an empty table.
+func NewServer() *Server {
+	f := &Server{
+		embeds: map[string]Embed{},
+		codes:  map[string]Code{},
 		now:    time.Now,
 	}
 	f.srv = grpc.NewServer()
@@ -109,35 +114,35 @@ func NewFakeServer() *FakeServer {
 }
 
 // Load replaces the whole table.
-func (f *FakeServer) Load(table FakeTable) {
+func (f *Server) Load(table Table) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.embeds = maps.Clone(table.Embeds)
 	f.codes = maps.Clone(table.Codes)
 	if f.embeds == nil {
-		f.embeds = map[string]FakeEmbed{}
+		f.embeds = map[string]Embed{}
 	}
 	if f.codes == nil {
-		f.codes = map[string]FakeCode{}
+		f.codes = map[string]Code{}
 	}
 }
 
 // SetEmbed adds or replaces an embed.
-func (f *FakeServer) SetEmbed(embedID string, emb FakeEmbed) {
+func (f *Server) SetEmbed(embedID string, emb Embed) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.embeds[embedID] = emb
 }
 
 // SetCode adds or replaces an access code.
-func (f *FakeServer) SetCode(codeID string, code FakeCode) {
+func (f *Server) SetCode(codeID string, code Code) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.codes[codeID] = code
 }
 
 // RevokeCode marks a code revoked. An unknown code is added, revoked.
-func (f *FakeServer) RevokeCode(codeID string) {
+func (f *Server) RevokeCode(codeID string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	code := f.codes[codeID]
@@ -146,7 +151,7 @@ func (f *FakeServer) RevokeCode(codeID string) {
 }
 
 // DeleteEmbed marks an embed deleted.
-func (f *FakeServer) DeleteEmbed(embedID string) {
+func (f *Server) DeleteEmbed(embedID string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	emb := f.embeds[embedID]
@@ -155,7 +160,7 @@ func (f *FakeServer) DeleteEmbed(embedID string) {
 }
 
 // SetDown makes every call fail with Unavailable while down is true.
-func (f *FakeServer) SetDown(down bool) {
+func (f *Server) SetDown(down bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.down = down
@@ -163,7 +168,7 @@ func (f *FakeServer) SetDown(down bool) {
 
 // Calls returns how many EmbedAdmits calls the server has received, those
 // refused while down included.
-func (f *FakeServer) Calls() int {
+func (f *Server) Calls() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls
@@ -171,7 +176,7 @@ func (f *FakeServer) Calls() int {
 
 // Serve serves gRPC on lis until Stop; like grpc.Server.Serve it returns nil
 // after Stop.
-func (f *FakeServer) Serve(lis net.Listener) error {
+func (f *Server) Serve(lis net.Listener) error {
 	if err := f.srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("access: fake server: %w", err)
 	}
@@ -179,10 +184,10 @@ func (f *FakeServer) Serve(lis net.Listener) error {
 }
 
 // Stop closes the listeners and every connection at once.
-func (f *FakeServer) Stop() { f.srv.Stop() }
+func (f *Server) Stop() { f.srv.Stop() }
 
 // EmbedAdmits implements accessv1.AccessServiceServer.
-func (f *FakeServer) EmbedAdmits(_ context.Context, req *accessv1.EmbedAdmitsRequest) (*accessv1.EmbedAdmitsResponse, error) {
+func (f *Server) EmbedAdmits(_ context.Context, req *accessv1.EmbedAdmitsRequest) (*accessv1.EmbedAdmitsResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
@@ -204,7 +209,7 @@ func (f *FakeServer) EmbedAdmits(_ context.Context, req *accessv1.EmbedAdmitsReq
 }
 
 // decide applies the table; f.mu is held.
-func (f *FakeServer) decide(req *accessv1.EmbedAdmitsRequest) (bool, string) {
+func (f *Server) decide(req *accessv1.EmbedAdmitsRequest) (bool, string) {
 	emb, ok := f.embeds[req.GetEmbedId()]
 	// Another owner's embed is, to this owner, an embed that does not exist.
 	if !ok || emb.Deleted || emb.OwnerID != req.GetOwnerId() {

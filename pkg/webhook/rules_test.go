@@ -1,4 +1,4 @@
-package event
+package webhook
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ func setup(t *testing.T) *testBundle {
 		event: &Event{
 			ID:         "0190f3a4-6b7c-7d8e-9f00-112233445566",
 			OwnerID:    "owner_1",
-			Type:       TypeNoteChanged,
+			Type:       "corpus.note.changed",
 			Subject:    "wiki://software/project/standmeet/architecture",
 			OccurredAt: now.Add(-time.Minute),
 			Data:       json.RawMessage(`{"op":"updated","note_id":"n1","published":true,"was_published":true}`),
@@ -42,7 +42,7 @@ func requireFieldError(t *testing.T, err error, field string) *FieldError {
 	var fe *FieldError
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, field, fe.Field, "error: %v", err)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, ErrInvalidEvent)
 	return fe
 }
 
@@ -69,7 +69,7 @@ func TestValidate(t *testing.T) {
 
 	t.Run("AcceptsRawSubject", func(t *testing.T) {
 		t.Parallel()
-		// raw:// is valid input; keeping it in is Leaves's job, not Validate's.
+		// raw:// is valid input; keeping it in is the dispatcher catalog's job, not Validate's.
 		bundle := setup(t)
 		bundle.event.Subject = "raw://upload/123"
 		require.NoError(t, bundle.event.Validate(bundle.now))

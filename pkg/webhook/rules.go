@@ -1,4 +1,4 @@
-package event
+package webhook
 
 import (
 	"bytes"
@@ -12,6 +12,11 @@ import (
 	"unicode"
 	"unicode/utf8"
 )
+
+// The rules of a thin event, in one place: the main application's outbox
+// writer (pkg/outbox), the dispatcher's ingest (gRPC and outbox relay) and its
+// deliver worker all use them, so a limit or a message can never differ
+// between the side that writes an event and the side that carries it.
 
 // Limits enforced by Validate. They bound what an untrusted publisher can make
 // the dispatcher store, sign and send, and keep every value safe to put in an
@@ -50,10 +55,6 @@ const (
 	FieldData       = "data"
 )
 
-// ErrInvalid is matched (errors.Is) by every *FieldError, so callers that only
-// need "was the event rejected" don't have to know the concrete type.
-var ErrInvalid = errors.New("invalid event")
-
 // FieldError reports the first field of an Event that breaks a rule. Reason is
 // written for the publisher and never echoes the offending value, which may be
 // large or hostile.
@@ -66,22 +67,11 @@ func (e *FieldError) Error() string {
 	return "invalid event." + e.Field + ": " + e.Reason
 }
 
-// Unwrap lets errors.Is(err, ErrInvalid) match any field error.
-func (e *FieldError) Unwrap() error { return ErrInvalid }
+// Unwrap lets errors.Is(err, ErrInvalidEvent) match any field error.
+func (e *FieldError) Unwrap() error { return ErrInvalidEvent }
 
 func fieldErr(field, reason string) *FieldError {
 	return &FieldError{Field: field, Reason: reason}
-}
-
-// Event is a thin domain event. OwnerID travels beside it to scope fanout and
-// is never part of what a receiver sees (see Payload).
-type Event struct {
-	ID         string
-	OwnerID    string
-	Type       string
-	Subject    string
-	OccurredAt time.Time
-	Data       json.RawMessage
 }
 
 // Validate checks every field against the documented limits and returns the
@@ -89,8 +79,8 @@ type Event struct {
 // occurred_at, data in that order. now is the validator's clock, passed in so
 // tests and replays are deterministic.
 //
-// Validate does not require Type to be in the catalog: an unclassified type is
-// a valid event that is simply Internal (see ExposureOf).
+// Validate does not require Type to be in the dispatcher's catalog: an
+// unclassified type is a valid event that is simply never delivered.
 func (e *Event) Validate(now time.Time) error {
 	if err := validateID(e.ID); err != nil {
 		return err
@@ -121,7 +111,7 @@ func validateID(id string) error {
 	// are not accepted: the id goes verbatim into the webhook-id header, and
 	// Standard Webhooks signs "<id>.<timestamp>.<body>", so a '.' (or anything
 	// outside a header-safe token) would make the signed content ambiguous.
-	for i := 0; i < len(id); i++ {
+	for i := range len(id) {
 		if !isIDByte(id[i]) {
 			return fieldErr(FieldID, "must be a UUID or an opaque id of characters [A-Za-z0-9_-]")
 		}
@@ -146,7 +136,7 @@ func validateOwnerID(owner string) error {
 	if len(owner) > MaxOwnerIDLen {
 		return fieldErr(FieldOwnerID, "must be at most "+strconv.Itoa(MaxOwnerIDLen)+" characters")
 	}
-	for i := 0; i < len(owner); i++ {
+	for i := range len(owner) {
 		if c := owner[i]; c <= ' ' || c > '~' {
 			return fieldErr(FieldOwnerID, "must be printable ASCII without spaces")
 		}
@@ -161,27 +151,29 @@ func validateType(typ string) error {
 	if len(typ) > MaxTypeLen {
 		return fieldErr(FieldType, "must be at most "+strconv.Itoa(MaxTypeLen)+" bytes")
 	}
-	if !isTypeName(typ) {
+	if !IsTypeName(typ) {
 		return fieldErr(FieldType, `must be dotted lower-case segments like "corpus.note.changed"`)
 	}
 	return nil
 }
 
-// isTypeName reports whether s matches ^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$:
-// at least two segments, each starting with a letter. Hand-written rather than
-// a regexp because fanout runs it for every glob of every endpoint.
-func isTypeName(s string) bool {
-	return isDottedName(s) && strings.IndexByte(s, '.') >= 0
+// IsTypeName reports whether s is a well-formed event type name, i.e. matches
+// ^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$: at least two dotted segments, each
+// starting with a lower-case letter. Hand-written rather than a regexp because
+// the dispatcher's fanout runs it for every glob of every endpoint.
+func IsTypeName(s string) bool {
+	return IsTypePrefix(s) && strings.IndexByte(s, '.') >= 0
 }
 
-// isDottedName is isTypeName without the two-segment minimum, i.e. the grammar
-// of a glob prefix ("corpus" in "corpus.*").
-func isDottedName(s string) bool {
+// IsTypePrefix reports whether s is one or more leading segments of a type
+// name ("corpus", "corpus.note"): IsTypeName without the two-segment minimum.
+// It is what may stand before ".*" in a subscription glob.
+func IsTypePrefix(s string) bool {
 	if s == "" {
 		return false
 	}
 	segStart := true
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		c := s[i]
 		switch {
 		case segStart:
@@ -231,7 +223,7 @@ func hasURIScheme(s string) bool {
 	if i <= 0 || i+3 == len(s) {
 		return false
 	}
-	for j := 0; j < i; j++ {
+	for j := range i {
 		c := s[j]
 		isAlpha := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 		if j == 0 && !isAlpha {
@@ -400,8 +392,7 @@ func checkJSON(data []byte) error {
 // syntaxReason describes a decoding error by position only, so the reason never
 // echoes publisher data.
 func syntaxReason(err error, dec *json.Decoder) string {
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
+	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
 		return "syntax error at offset " + strconv.FormatInt(se.Offset, 10)
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) {
