@@ -23,6 +23,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
@@ -69,11 +70,11 @@ func TestEndpointsCLI(t *testing.T) {
 		rc, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
 		require.NoError(t, err)
 		pub := &cliFakePublisher{}
-		svc := endpoint.NewService(endpoint.ServiceConfig{}, db.Pool, rc, kr, pub, nil)
+		svc := grpcapi.NewEndpointServer(endpoint.NewService(endpoint.ServiceConfig{}, db.Pool, rc, kr, pub, nil), nil)
 
 		authn, err := auth.New(auth.Tokens{Publisher: []string{cliTestPublisherToken}, Admin: []string{cliTestAdminToken}}, nil)
 		require.NoError(t, err)
-		srv := grpc.NewServer(authn.ServerOptions()...)
+		srv := grpc.NewServer(grpcapi.ServerOptions(authn)...)
 		webhooksv1.RegisterEndpointServiceServer(srv, svc)
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)

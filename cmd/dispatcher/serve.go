@@ -33,6 +33,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/fanout"
+	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
@@ -181,10 +182,10 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		}
 		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
 	}
-	serverOpts = append(serverOpts, authn.ServerOptions()...)
+	serverOpts = append(serverOpts, grpcapi.ServerOptions(authn)...)
 	grpcServer := grpc.NewServer(serverOpts...)
-	webhooksv1.RegisterEventServiceServer(grpcServer, ingest.NewEventServer(store, logger))
-	webhooksv1.RegisterEndpointServiceServer(grpcServer, endpoints)
+	webhooksv1.RegisterEventServiceServer(grpcServer, grpcapi.NewEventServer(store, logger))
+	webhooksv1.RegisterEndpointServiceServer(grpcServer, grpcapi.NewEndpointServer(endpoints, logger))
 	healthServer := health.NewServer()
 	healthpb.RegisterHealthServer(grpcServer, healthServer)
 	reflection.Register(grpcServer)

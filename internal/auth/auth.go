@@ -1,13 +1,11 @@
-// Package auth guards the gRPC API with bearer tokens per role.
+// Package auth holds the API's bearer tokens and the roles they grant.
 //
-// Two roles exist: a publisher may call webhooks.v1.EventService (Publish,
-// PublishBatch); an admin may call webhooks.v1.EndpointService and may also
-// publish. Tokens come from configuration (several per role, so a token can be
-// rotated without downtime) and are presented as gRPC metadata
-// "authorization: Bearer <token>". Health and reflection stay open so probes
-// and grpcurl work without credentials; every other method is denied unless a
-// rule below names it, so a service added later is closed until someone
-// decides who may call it.
+// Two roles exist: a publisher may publish events; an admin may manage
+// endpoints (and may also publish). Tokens come from configuration (several
+// per role, so a token can be rotated without downtime). Which gRPC method
+// needs which role, and the interceptors that enforce it, are the gRPC
+// surface's business (internal/grpcapi); RequireHTTP guards the operator's
+// HTTP pages with the same tokens.
 package auth
 
 import (
@@ -18,12 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 )
 
 // MinTokenLen is the shortest token accepted: anything shorter is guessable.
@@ -51,14 +43,6 @@ func (r Role) String() string {
 	}
 	return strings.Join(names, "+")
 }
-
-// Method prefixes, as gRPC spells full method names.
-const (
-	prefixEventService    = "/webhooks.v1.EventService/"
-	prefixEndpointService = "/webhooks.v1.EndpointService/"
-	prefixHealth          = "/grpc.health.v1.Health/"
-	prefixReflection      = "/grpc.reflection."
-)
 
 // ErrNoTokens is returned by New when no token is configured for any role: a
 // server that nobody can call is a misconfiguration, not a locked door.
@@ -113,26 +97,10 @@ func New(tokens Tokens, logger *slog.Logger) (*Authenticator, error) {
 	return a, nil
 }
 
-// required returns the role a method needs, or open=true when it needs none.
-// ok=false means no rule covers the method: deny by default.
-func required(fullMethod string) (need Role, open, ok bool) {
-	switch {
-	case strings.HasPrefix(fullMethod, prefixHealth), strings.HasPrefix(fullMethod, prefixReflection):
-		return 0, true, true
-	case strings.HasPrefix(fullMethod, prefixEventService):
-		// An admin may publish too (e.g. the admin UI sending a manual event).
-		return RolePublisher | RoleAdmin, false, true
-	case strings.HasPrefix(fullMethod, prefixEndpointService):
-		return RoleAdmin, false, true
-	default:
-		return 0, false, false
-	}
-}
-
-// roleOf returns the union of the roles of every configured token equal to
-// presented. It compares against every token without an early exit, so the
-// time taken says nothing about which token (if any) matched.
-func (a *Authenticator) roleOf(presented string) Role {
+// RoleOf returns the union of the roles of every configured token equal to
+// presented (0 for none). It compares against every token without an early
+// exit, so the time taken says nothing about which token (if any) matched.
+func (a *Authenticator) RoleOf(presented string) Role {
 	d := sha256.Sum256([]byte(presented))
 	var role Role
 	for _, e := range a.entries {
@@ -143,86 +111,13 @@ func (a *Authenticator) roleOf(presented string) Role {
 	return role
 }
 
-// bearer extracts the token from the authorization metadata.
-func bearer(ctx context.Context) (string, bool) {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return "", false
+// Denied logs a refused call: on which surface ("grpc", "http"), what was
+// called, why it was refused, and from where (peer, empty when unknown).
+// Never the token.
+func (a *Authenticator) Denied(ctx context.Context, surface, target, reason, peer string) {
+	attrs := []any{slog.String("method", target), slog.String("reason", reason)}
+	if peer != "" {
+		attrs = append(attrs, slog.String("peer", peer))
 	}
-	vals := md.Get("authorization")
-	if len(vals) != 1 {
-		// Zero is missing; several are ambiguous, and guessing which one
-		// counts would invite confusion between proxies and the server.
-		return "", false
-	}
-	scheme, tok, found := strings.Cut(strings.TrimSpace(vals[0]), " ")
-	if !found || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	tok = strings.TrimSpace(tok)
-	return tok, tok != ""
-}
-
-// Authorize decides whether the caller in ctx may call fullMethod. The error
-// is a gRPC status: Unauthenticated for a missing or unknown token,
-// PermissionDenied for a known token without the needed role (or a method no
-// rule covers).
-func (a *Authenticator) Authorize(ctx context.Context, fullMethod string) error {
-	need, open, ok := required(fullMethod)
-	if open {
-		return nil
-	}
-	tok, present := bearer(ctx)
-	if !present {
-		a.deny(ctx, fullMethod, "missing bearer token")
-		return status.Error(codes.Unauthenticated, "missing bearer token: send metadata \"authorization: Bearer <token>\"")
-	}
-	role := a.roleOf(tok)
-	if role == 0 {
-		a.deny(ctx, fullMethod, "unknown token")
-		return status.Error(codes.Unauthenticated, "invalid bearer token")
-	}
-	if !ok || role&need == 0 {
-		a.deny(ctx, fullMethod, "role "+role.String()+" not allowed")
-		return status.Errorf(codes.PermissionDenied, "token role %s may not call %s", role, fullMethod)
-	}
-	return nil
-}
-
-func (a *Authenticator) deny(ctx context.Context, fullMethod, reason string) {
-	attrs := []any{slog.String("method", fullMethod), slog.String("reason", reason)}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		attrs = append(attrs, slog.String("peer", p.Addr.String()))
-	}
-	a.logger.WarnContext(ctx, "grpc call denied", attrs...)
-}
-
-// UnaryInterceptor enforces Authorize on unary calls.
-func (a *Authenticator) UnaryInterceptor() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := a.Authorize(ctx, info.FullMethod); err != nil {
-			return nil, err
-		}
-		return handler(ctx, req)
-	}
-}
-
-// StreamInterceptor enforces Authorize on streaming calls (reflection is one).
-func (a *Authenticator) StreamInterceptor() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := a.Authorize(ss.Context(), info.FullMethod); err != nil {
-			return err
-		}
-		return handler(srv, ss)
-	}
-}
-
-// ServerOptions returns both interceptors as server options, for callers that
-// install no other interceptors. Callers that chain their own should use
-// grpc.ChainUnaryInterceptor with UnaryInterceptor instead.
-func (a *Authenticator) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(a.UnaryInterceptor()),
-		grpc.ChainStreamInterceptor(a.StreamInterceptor()),
-	}
+	a.logger.WarnContext(ctx, surface+" call denied", attrs...)
 }

@@ -14,20 +14,20 @@ func (a *Authenticator) RequireHTTP(role Role, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, ok := httpToken(r)
 		if !ok {
-			a.deny(r.Context(), r.URL.Path, "missing credentials")
+			a.Denied(r.Context(), "http", r.URL.Path, "missing credentials", r.RemoteAddr)
 			w.Header().Set("WWW-Authenticate", `Basic realm="dispatcher", charset="UTF-8"`)
 			http.Error(w, "authentication required", http.StatusUnauthorized)
 			return
 		}
-		got := a.roleOf(tok)
+		got := a.RoleOf(tok)
 		if got == 0 {
-			a.deny(r.Context(), r.URL.Path, "unknown token")
+			a.Denied(r.Context(), "http", r.URL.Path, "unknown token", r.RemoteAddr)
 			w.Header().Set("WWW-Authenticate", `Basic realm="dispatcher", charset="UTF-8"`)
 			http.Error(w, "invalid credentials", http.StatusUnauthorized)
 			return
 		}
 		if got&role == 0 {
-			a.deny(r.Context(), r.URL.Path, "role "+got.String()+" not allowed")
+			a.Denied(r.Context(), "http", r.URL.Path, "role "+got.String()+" not allowed", r.RemoteAddr)
 			http.Error(w, "forbidden", http.StatusForbidden)
 			return
 		}

@@ -1,5 +1,7 @@
-// Package endpoint stores an owner's webhook endpoints and serves the
-// webhooks.v1.EndpointService operations over them.
+// Package endpoint stores an owner's webhook endpoints and carries out the
+// operations on them (Service), with their rules: every request is validated
+// here and answered with this package's errors. internal/grpcapi serves the
+// operations as webhooks.v1.EndpointService.
 //
 // It is also the one place where signing secrets are sealed and unsealed:
 // Create and RotateSecret seal a fresh key with the master keyring, OpenKeys

@@ -10,6 +10,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
+	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -29,7 +30,7 @@ func TestOpenKeys(t *testing.T) {
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		kr, _ := testKeyring(t, 7)
+		kr, _ := testfactory.Keyring(t, 7)
 		id := uuid.Must(uuid.NewV7())
 		mk := func() ([]byte, []byte) {
 			secret, sealed, err := newSecret(kr, id)
@@ -105,7 +106,7 @@ func TestOpenKeys(t *testing.T) {
 	t.Run("UnknownMasterKey", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		other, _ := testKeyring(t, 8)
+		other, _ := testfactory.Keyring(t, 8)
 		_, err := OpenKeys(other, b.id, b.cur, nil, nil, b.now)
 		require.ErrorIs(t, err, seal.ErrUnknownKey)
 	})
@@ -124,14 +125,14 @@ func TestReseal(t *testing.T) {
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
 		db := dbtest.New(t)
-		kr, master := testKeyring(t, 1)
+		kr, master := testfactory.Keyring(t, 1)
 		return &testBundle{db: db, oldMaster: master, oldRing: kr, store: NewStore(db.Pool, kr)}
 	}
 
 	create := func(t *testing.T, b *testBundle) uuid.UUID {
 		t.Helper()
 		e, _, err := b.store.Create(t.Context(), CreateParams{
-			OwnerID: ownerA, URL: "https://x.example.com/", EventTypes: []string{"*"},
+			OwnerID: "owner_a", URL: "https://x.example.com/", EventTypes: []string{"*"},
 		}, 0)
 		require.NoError(t, err)
 		return e.ID
@@ -166,10 +167,10 @@ func TestReseal(t *testing.T) {
 		b := setup(t)
 		plain := create(t, b)
 		inGrace := create(t, b)
-		_, _, err := b.store.RotateSecret(t.Context(), ownerA, inGrace, time.Hour)
+		_, _, err := b.store.RotateSecret(t.Context(), "owner_a", inGrace, time.Hour)
 		require.NoError(t, err)
 		expired := create(t, b)
-		_, _, err = b.store.RotateSecret(t.Context(), ownerA, expired, time.Hour)
+		_, _, err = b.store.RotateSecret(t.Context(), "owner_a", expired, time.Hour)
 		require.NoError(t, err)
 		_, err = b.db.Pool.Exec(t.Context(),
 			`UPDATE webhook_endpoints SET previous_secret_expires_at = now() - interval '1 minute' WHERE id = $1`, expired)

@@ -16,15 +16,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
-	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -36,6 +31,10 @@ const (
 	DefaultPageSize             = 50
 	MaxPageSize                 = 200
 )
+
+// ErrUnavailable: the operation needs a part this Service was built without
+// (a publisher for SendTest, a River client for Redeliver).
+var ErrUnavailable = errors.New("operation not available on this server")
 
 // Publisher stores an event and schedules its fanout, as ingest does. SendTest
 // publishes through it; the composition root adapts the ingest store to it,
@@ -51,7 +50,7 @@ type ServiceConfig struct {
 	// development. It must match the egress client's AllowCIDRs. Empty in
 	// production.
 	AllowCIDRs []netip.Prefix
-	// JobLinkTemplate builds Delivery.link: "{job_id}" is replaced by the
+	// JobLinkTemplate builds a delivery's link: "{job_id}" is replaced by the
 	// River job id, e.g. "http://localhost:9090/riverui/jobs/{job_id}".
 	// Empty: no links.
 	JobLinkTemplate string
@@ -62,9 +61,12 @@ type ServiceConfig struct {
 	RequireHTTPS bool
 }
 
-type service struct {
-	webhooksv1.UnimplementedEndpointServiceServer
-
+// Service is the endpoint operations with their rules: every request is
+// validated here (a *ValidationError names each bad field, with the API's
+// field names), scoped to its owner, and carried out on the Store. It knows
+// nothing of the transport; internal/grpcapi serves it as
+// webhooks.v1.EndpointService.
+type Service struct {
 	cfg       ServiceConfig
 	logger    *slog.Logger
 	publisher Publisher
@@ -73,10 +75,10 @@ type service struct {
 	val       *validator
 }
 
-// NewService returns the EndpointService implementation. riverClient (an
-// insert-only client is enough) is used by Redeliver, pub by SendTest; either
-// may be nil, and the op then answers Unimplemented. pool and kr are required.
-func NewService(cfg ServiceConfig, pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], kr *seal.Keyring, pub Publisher, logger *slog.Logger) webhooksv1.EndpointServiceServer {
+// NewService returns the endpoint operations. riverClient (an insert-only
+// client is enough) is used by Redeliver, pub by SendTest; either may be nil,
+// and the operation then fails with ErrUnavailable. pool and kr are required.
+func NewService(cfg ServiceConfig, pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], kr *seal.Keyring, pub Publisher, logger *slog.Logger) *Service {
 	if pool == nil {
 		panic("endpoint.NewService: a database pool is required")
 	}
@@ -89,7 +91,7 @@ func NewService(cfg ServiceConfig, pool *pgxpool.Pool, riverClient *river.Client
 	if cfg.MaxEndpointsPerOwner == 0 {
 		cfg.MaxEndpointsPerOwner = DefaultMaxEndpointsPerOwner
 	}
-	return &service{
+	return &Service{
 		cfg:       cfg,
 		logger:    logger,
 		publisher: pub,
@@ -102,12 +104,8 @@ func NewService(cfg ServiceConfig, pool *pgxpool.Pool, riverClient *river.Client
 	}
 }
 
-// notFoundMessage is the one message for a missing, foreign or malformed id,
-// so the reply says nothing about whether the id exists for someone else.
-const notFoundMessage = "endpoint not found"
-
-// errNotFoundStatus is returned for malformed ids before any query runs.
-var errNotFoundStatus = status.Error(codes.NotFound, notFoundMessage)
+// MaxEndpointsPerOwner is the cap ErrTooManyEndpoints refers to.
+func (s *Service) MaxEndpointsPerOwner() int { return s.cfg.MaxEndpointsPerOwner }
 
 // parseID validates an endpoint id field. Empty is a missing argument; a
 // malformed id reads as not found, like a foreign one.
@@ -125,51 +123,22 @@ func parseID(v *violations, field, raw string) (uuid.UUID, bool) {
 	return id, true
 }
 
-// invalidArgument turns a *ValidationError into InvalidArgument with a
-// google.rpc.BadRequest detail naming each field.
-func invalidArgument(ve *ValidationError) error {
-	st := status.New(codes.InvalidArgument, ve.Error())
-	br := &errdetails.BadRequest{}
-	for _, v := range ve.Violations {
-		br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{
-			Field:       v.Field,
-			Description: v.Description,
-		})
+// ownerAndID validates the owner id and an endpoint id field together.
+// A malformed id gives ErrNotFound (after the owner checks out).
+func (s *Service) ownerAndID(owner, field, rawID string) (uuid.UUID, error) {
+	var v violations
+	s.val.ownerID(&v, owner)
+	id, ok := parseID(&v, field, rawID)
+	if err := v.err(); err != nil {
+		return uuid.Nil, err
 	}
-	if withDetails, err := st.WithDetails(br); err == nil {
-		st = withDetails
+	if !ok {
+		return uuid.Nil, ErrNotFound
 	}
-	return st.Err()
+	return id, nil
 }
 
-// fail maps an error to a gRPC status. Unexpected errors are logged with the
-// op, owner and endpoint id only, and answered with a generic Internal: a
-// database message is not the caller's business.
-func (s *service) fail(ctx context.Context, op, owner string, id uuid.UUID, err error) error {
-	var ve *ValidationError
-	switch {
-	case errors.As(err, &ve):
-		return invalidArgument(ve)
-	case errors.Is(err, ErrNotFound):
-		return errNotFoundStatus
-	case errors.Is(err, ErrDisabled):
-		return status.Error(codes.FailedPrecondition, "endpoint is disabled: enable it (update with enabled=true) first")
-	case errors.Is(err, ErrTooManyEndpoints):
-		return status.Errorf(codes.ResourceExhausted, "owner has reached the limit of %d endpoints", s.cfg.MaxEndpointsPerOwner)
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "request cancelled")
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "request deadline exceeded")
-	}
-	attrs := []any{slog.String("op", op), slog.String("owner_id", owner), slog.Any("error", err)}
-	if id != uuid.Nil {
-		attrs = append(attrs, slog.String("endpoint_id", id.String()))
-	}
-	s.logger.ErrorContext(ctx, "endpoint operation failed", attrs...)
-	return status.Error(codes.Internal, "internal error")
-}
-
-func (s *service) logOp(ctx context.Context, msg, owner string, id uuid.UUID, attrs ...any) {
+func (s *Service) logOp(ctx context.Context, msg, owner string, id uuid.UUID, attrs ...any) {
 	attrs = append([]any{slog.String("owner_id", owner), slog.String("endpoint_id", id.String())}, attrs...)
 	s.logger.InfoContext(ctx, msg, attrs...)
 }
@@ -188,359 +157,298 @@ func pageSize(v *violations, n int32) int {
 	}
 }
 
-// ListEndpoints implements webhooksv1.EndpointServiceServer.
-func (s *service) ListEndpoints(ctx context.Context, req *webhooksv1.ListEndpointsRequest) (*webhooksv1.ListEndpointsResponse, error) {
+// Page is one page of a listing and the token of the next ("" at the end).
+type Page[T any] struct {
+	Items         []T
+	NextPageToken string
+}
+
+// List returns a page of owner's endpoints, oldest first. pageSize 0 means
+// DefaultPageSize; pageToken is "" or a token a previous page returned.
+func (s *Service) List(ctx context.Context, owner string, pageSize32 int32, pageToken string) (Page[*Endpoint], error) {
 	var v violations
-	s.val.ownerID(&v, req.GetOwnerId())
-	limit := pageSize(&v, req.GetPageSize())
+	s.val.ownerID(&v, owner)
+	limit := pageSize(&v, pageSize32)
 	var cursor *ListCursor
-	if tok := req.GetPageToken(); tok != "" {
+	if pageToken != "" {
 		var ok bool
-		if cursor, ok = decodeListToken(tok); !ok {
+		if cursor, ok = decodeListToken(pageToken); !ok {
 			v.add(FieldPageToken, "is not a token returned by ListEndpoints")
 		}
 	}
 	if err := v.err(); err != nil {
-		return nil, s.fail(ctx, "list", req.GetOwnerId(), uuid.Nil, err)
+		return Page[*Endpoint]{}, err
 	}
 	// One extra row says whether another page exists without a count query.
-	eps, err := s.store.List(ctx, req.GetOwnerId(), cursor, limit+1)
+	eps, err := s.store.List(ctx, owner, cursor, limit+1)
 	if err != nil {
-		return nil, s.fail(ctx, "list", req.GetOwnerId(), uuid.Nil, err)
+		return Page[*Endpoint]{}, err
 	}
-	resp := &webhooksv1.ListEndpointsResponse{}
+	var page Page[*Endpoint]
 	if len(eps) > limit {
 		eps = eps[:limit]
 		last := eps[len(eps)-1]
-		resp.NextPageToken = encodeListToken(ListCursor{CreatedAt: last.CreatedAt, ID: last.ID})
+		page.NextPageToken = encodeListToken(ListCursor{CreatedAt: last.CreatedAt, ID: last.ID})
 	}
-	for _, e := range eps {
-		resp.Endpoints = append(resp.Endpoints, toProto(e))
-	}
-	return resp, nil
+	page.Items = eps
+	return page, nil
 }
 
-// GetEndpoint implements webhooksv1.EndpointServiceServer.
-func (s *service) GetEndpoint(ctx context.Context, req *webhooksv1.GetEndpointRequest) (*webhooksv1.GetEndpointResponse, error) {
-	id, err := s.ownerAndID(req.GetOwnerId(), FieldID, req.GetId())
+// Get returns owner's endpoint id.
+func (s *Service) Get(ctx context.Context, owner, id string) (*Endpoint, error) {
+	epID, err := s.ownerAndID(owner, FieldID, id)
 	if err != nil {
-		return nil, s.fail(ctx, "get", req.GetOwnerId(), uuid.Nil, err)
+		return nil, err
 	}
-	e, err := s.store.Get(ctx, req.GetOwnerId(), id)
-	if err != nil {
-		return nil, s.fail(ctx, "get", req.GetOwnerId(), id, err)
-	}
-	return &webhooksv1.GetEndpointResponse{Endpoint: toProto(e)}, nil
+	return s.store.Get(ctx, owner, epID)
 }
 
-// ownerAndID validates the owner id and an endpoint id field together.
-// A malformed id gives ErrNotFound (after the owner checks out).
-func (s *service) ownerAndID(owner, field, rawID string) (uuid.UUID, error) {
+// Create creates an endpoint and returns it with its secret, which is shown
+// this once.
+func (s *Service) Create(ctx context.Context, p CreateParams) (*Endpoint, string, error) {
 	var v violations
-	s.val.ownerID(&v, owner)
-	id, ok := parseID(&v, field, rawID)
+	s.val.ownerID(&v, p.OwnerID)
+	s.val.url(&v, p.URL)
+	s.val.description(&v, p.Description)
+	s.val.eventTypes(&v, p.EventTypes)
+	s.val.embedID(&v, p.EmbedID)
 	if err := v.err(); err != nil {
-		return uuid.Nil, err
+		return nil, "", err
 	}
-	if !ok {
-		return uuid.Nil, ErrNotFound
-	}
-	return id, nil
-}
-
-// CreateEndpoint implements webhooksv1.EndpointServiceServer.
-func (s *service) CreateEndpoint(ctx context.Context, req *webhooksv1.CreateEndpointRequest) (*webhooksv1.CreateEndpointResponse, error) {
-	var v violations
-	s.val.ownerID(&v, req.GetOwnerId())
-	s.val.url(&v, req.GetUrl())
-	s.val.description(&v, req.GetDescription())
-	s.val.eventTypes(&v, req.GetEventTypes())
-	s.val.embedID(&v, req.GetEmbedId())
-	if err := v.err(); err != nil {
-		return nil, s.fail(ctx, "create", req.GetOwnerId(), uuid.Nil, err)
-	}
-	e, secret, err := s.store.Create(ctx, CreateParams{
-		OwnerID:     req.GetOwnerId(),
-		URL:         req.GetUrl(),
-		Description: req.GetDescription(),
-		EventTypes:  req.GetEventTypes(),
-		EmbedID:     req.GetEmbedId(),
-	}, s.cfg.MaxEndpointsPerOwner)
+	e, secret, err := s.store.Create(ctx, p, s.cfg.MaxEndpointsPerOwner)
 	if err != nil {
-		return nil, s.fail(ctx, "create", req.GetOwnerId(), uuid.Nil, err)
+		return nil, "", err
 	}
 	s.logOp(ctx, "endpoint created", e.OwnerID, e.ID)
-	return &webhooksv1.CreateEndpointResponse{Endpoint: toProto(e), Secret: secret}, nil
+	return e, secret, nil
 }
 
 // Update mask paths.
 const (
-	pathURL         = "url"
-	pathDescription = "description"
-	pathEventTypes  = "event_types"
-	pathEmbedID     = "embed_id"
-	pathEnabled     = "enabled"
+	PathURL         = "url"
+	PathDescription = "description"
+	PathEventTypes  = "event_types"
+	PathEmbedID     = "embed_id"
+	PathEnabled     = "enabled"
 )
 
-// UpdateEndpoint implements webhooksv1.EndpointServiceServer.
-func (s *service) UpdateEndpoint(ctx context.Context, req *webhooksv1.UpdateEndpointRequest) (*webhooksv1.UpdateEndpointResponse, error) {
+// UpdateRequest changes the fields its Paths name (PathURL, …) to the values
+// given; the others are ignored.
+type UpdateRequest struct {
+	OwnerID     string
+	ID          string
+	Paths       []string
+	URL         string
+	Description string
+	EventTypes  []string
+	EmbedID     string
+	Enabled     bool
+}
+
+// Update changes an endpoint. Re-enabling a disabled endpoint clears its
+// failure state.
+func (s *Service) Update(ctx context.Context, r UpdateRequest) (*Endpoint, error) {
 	var v violations
-	s.val.ownerID(&v, req.GetOwnerId())
-	id, idOK := parseID(&v, FieldID, req.GetId())
+	s.val.ownerID(&v, r.OwnerID)
+	id, idOK := parseID(&v, FieldID, r.ID)
 
 	var p UpdateParams
-	paths := req.GetUpdateMask().GetPaths()
-	if len(paths) == 0 {
+	if len(r.Paths) == 0 {
 		v.add(FieldUpdateMask, "must name at least one of: url, description, event_types, embed_id, enabled")
 	}
-	for i, path := range paths {
+	for i, path := range r.Paths {
 		switch path {
-		case pathURL:
-			s.val.url(&v, req.GetUrl())
-			p.URL = new(req.GetUrl())
-		case pathDescription:
-			s.val.description(&v, req.GetDescription())
-			p.Description = new(req.GetDescription())
-		case pathEventTypes:
-			s.val.eventTypes(&v, req.GetEventTypes())
-			p.EventTypes = slices.Clone(req.GetEventTypes())
+		case PathURL:
+			s.val.url(&v, r.URL)
+			p.URL = new(r.URL)
+		case PathDescription:
+			s.val.description(&v, r.Description)
+			p.Description = new(r.Description)
+		case PathEventTypes:
+			s.val.eventTypes(&v, r.EventTypes)
+			p.EventTypes = slices.Clone(r.EventTypes)
 			if p.EventTypes == nil {
 				p.EventTypes = []string{}
 			}
-		case pathEmbedID:
-			s.val.embedID(&v, req.GetEmbedId())
-			p.EmbedID = new(req.GetEmbedId())
-		case pathEnabled:
-			p.Enabled = new(req.GetEnabled())
+		case PathEmbedID:
+			s.val.embedID(&v, r.EmbedID)
+			p.EmbedID = new(r.EmbedID)
+		case PathEnabled:
+			p.Enabled = new(r.Enabled)
 		default:
 			v.add(FieldUpdateMask+".paths["+strconv.Itoa(i)+"]",
 				"unknown path: must be one of url, description, event_types, embed_id, enabled")
 		}
 	}
 	if err := v.err(); err != nil {
-		return nil, s.fail(ctx, "update", req.GetOwnerId(), uuid.Nil, err)
+		return nil, err
 	}
 	if !idOK {
-		return nil, errNotFoundStatus
+		return nil, ErrNotFound
 	}
-	e, err := s.store.Update(ctx, req.GetOwnerId(), id, p)
+	e, err := s.store.Update(ctx, r.OwnerID, id, p)
 	if err != nil {
-		return nil, s.fail(ctx, "update", req.GetOwnerId(), id, err)
+		return nil, err
 	}
-	attrs := []any{slog.String("fields", strings.Join(paths, ","))}
+	attrs := []any{slog.String("fields", strings.Join(r.Paths, ","))}
 	if p.Enabled != nil {
 		attrs = append(attrs, slog.Bool("enabled", *p.Enabled))
 	}
 	s.logOp(ctx, "endpoint updated", e.OwnerID, e.ID, attrs...)
-	return &webhooksv1.UpdateEndpointResponse{Endpoint: toProto(e)}, nil
+	return e, nil
 }
 
-// DeleteEndpoint implements webhooksv1.EndpointServiceServer.
-func (s *service) DeleteEndpoint(ctx context.Context, req *webhooksv1.DeleteEndpointRequest) (*webhooksv1.DeleteEndpointResponse, error) {
-	id, err := s.ownerAndID(req.GetOwnerId(), FieldID, req.GetId())
+// Delete deletes an endpoint; its pending deliveries are cancelled when they
+// run.
+func (s *Service) Delete(ctx context.Context, owner, id string) error {
+	epID, err := s.ownerAndID(owner, FieldID, id)
 	if err != nil {
-		return nil, s.fail(ctx, "delete", req.GetOwnerId(), uuid.Nil, err)
+		return err
 	}
-	if err := s.store.Delete(ctx, req.GetOwnerId(), id); err != nil {
-		return nil, s.fail(ctx, "delete", req.GetOwnerId(), id, err)
+	if err := s.store.Delete(ctx, owner, epID); err != nil {
+		return err
 	}
-	s.logOp(ctx, "endpoint deleted", req.GetOwnerId(), id)
-	return &webhooksv1.DeleteEndpointResponse{}, nil
+	s.logOp(ctx, "endpoint deleted", owner, epID)
+	return nil
 }
 
-// RotateSecret implements webhooksv1.EndpointServiceServer.
-func (s *service) RotateSecret(ctx context.Context, req *webhooksv1.RotateSecretRequest) (*webhooksv1.RotateSecretResponse, error) {
+// GracePeriod is the overlap a secret rotation asks for. Set Malformed when
+// the caller's value could not even be read as a duration.
+type GracePeriod struct {
+	Value     *time.Duration // nil: DefaultGracePeriod
+	Malformed bool
+}
+
+// RotateSecret gives an endpoint a new secret, returned this once; the
+// previous one keeps signing until the returned time (nil: not at all).
+func (s *Service) RotateSecret(ctx context.Context, owner, id string, grace GracePeriod) (string, *time.Time, error) {
 	var v violations
-	s.val.ownerID(&v, req.GetOwnerId())
-	id, idOK := parseID(&v, FieldID, req.GetId())
-	grace := DefaultGracePeriod
-	if gp := req.GetGracePeriod(); gp != nil {
-		switch {
-		case gp.CheckValid() != nil:
-			v.add(FieldGracePeriod, "is not a valid duration")
-		case gp.AsDuration() < 0:
-			v.add(FieldGracePeriod, "must not be negative")
-		case gp.AsDuration() > MaxGracePeriod:
-			v.add(FieldGracePeriod, "must be at most 7 days (168h)")
-		default:
-			grace = gp.AsDuration()
-		}
+	s.val.ownerID(&v, owner)
+	epID, idOK := parseID(&v, FieldID, id)
+	d := DefaultGracePeriod
+	switch {
+	case grace.Malformed:
+		v.add(FieldGracePeriod, "is not a valid duration")
+	case grace.Value == nil:
+	case *grace.Value < 0:
+		v.add(FieldGracePeriod, "must not be negative")
+	case *grace.Value > MaxGracePeriod:
+		v.add(FieldGracePeriod, "must be at most 7 days (168h)")
+	default:
+		d = *grace.Value
 	}
 	if err := v.err(); err != nil {
-		return nil, s.fail(ctx, "rotate_secret", req.GetOwnerId(), uuid.Nil, err)
+		return "", nil, err
 	}
 	if !idOK {
-		return nil, errNotFoundStatus
+		return "", nil, ErrNotFound
 	}
-	secret, expires, err := s.store.RotateSecret(ctx, req.GetOwnerId(), id, grace)
+	secret, expires, err := s.store.RotateSecret(ctx, owner, epID, d)
 	if err != nil {
-		return nil, s.fail(ctx, "rotate_secret", req.GetOwnerId(), id, err)
+		return "", nil, err
 	}
-	s.logOp(ctx, "endpoint secret rotated", req.GetOwnerId(), id, slog.Duration("grace_period", grace))
-	resp := &webhooksv1.RotateSecretResponse{Secret: secret}
-	if expires != nil {
-		resp.PreviousSecretExpiresAt = timestamppb.New(*expires)
-	}
-	return resp, nil
+	s.logOp(ctx, "endpoint secret rotated", owner, epID, slog.Duration("grace_period", d))
+	return secret, expires, nil
 }
 
-// SendTest implements webhooksv1.EndpointServiceServer.
-func (s *service) SendTest(ctx context.Context, req *webhooksv1.SendTestRequest) (*webhooksv1.SendTestResponse, error) {
-	id, err := s.ownerAndID(req.GetOwnerId(), FieldID, req.GetId())
+// SendTest publishes one webhook.test event to this endpoint only and
+// returns its id.
+func (s *Service) SendTest(ctx context.Context, owner, id string) (string, error) {
+	epID, err := s.ownerAndID(owner, FieldID, id)
 	if err != nil {
-		return nil, s.fail(ctx, "send_test", req.GetOwnerId(), uuid.Nil, err)
+		return "", err
 	}
 	if s.publisher == nil {
-		return nil, status.Error(codes.Unimplemented, "send_test is not available on this server")
+		return "", fmt.Errorf("send_test: %w", ErrUnavailable)
 	}
-	e, err := s.store.Get(ctx, req.GetOwnerId(), id)
+	e, err := s.store.Get(ctx, owner, epID)
 	if err != nil {
-		return nil, s.fail(ctx, "send_test", req.GetOwnerId(), id, err)
+		return "", err
 	}
 	if !e.Enabled {
 		// Fanout skips disabled endpoints; a test that can never arrive
 		// would only confuse.
-		return nil, s.fail(ctx, "send_test", req.GetOwnerId(), id, ErrDisabled)
+		return "", ErrDisabled
 	}
 	evID, err := uuid.NewV7()
 	if err != nil {
-		return nil, s.fail(ctx, "send_test", req.GetOwnerId(), id, err)
+		return "", err
 	}
 	// Fanout routes webhook.test by data.endpoint_id, to this endpoint only.
-	data, err := json.Marshal(map[string]string{"endpoint_id": id.String()})
+	data, err := json.Marshal(map[string]string{"endpoint_id": epID.String()})
 	if err != nil {
-		return nil, s.fail(ctx, "send_test", req.GetOwnerId(), id, err)
+		return "", err
 	}
 	ev := &webhook.Event{
 		ID:         evID.String(),
 		OwnerID:    e.OwnerID,
 		Type:       event.TypeWebhookTest,
-		Subject:    "webhook://endpoints/" + id.String(),
+		Subject:    "webhook://endpoints/" + epID.String(),
 		OccurredAt: time.Now().UTC().Truncate(time.Microsecond),
 		Data:       data,
 	}
 	if err := s.publisher.Publish(ctx, ev); err != nil {
-		return nil, s.fail(ctx, "send_test", req.GetOwnerId(), id, fmt.Errorf("publish test event: %w", err))
+		return "", fmt.Errorf("publish test event: %w", err)
 	}
-	s.logOp(ctx, "test event sent", e.OwnerID, id, slog.String("event_id", ev.ID))
-	return &webhooksv1.SendTestResponse{EventId: ev.ID}, nil
+	s.logOp(ctx, "test event sent", e.OwnerID, epID, slog.String("event_id", ev.ID))
+	return ev.ID, nil
 }
 
-// ListDeliveries implements webhooksv1.EndpointServiceServer.
-func (s *service) ListDeliveries(ctx context.Context, req *webhooksv1.ListDeliveriesRequest) (*webhooksv1.ListDeliveriesResponse, error) {
+// ListDeliveries returns a page of an endpoint's deliveries, newest first.
+func (s *Service) ListDeliveries(ctx context.Context, owner, endpointID string, pageSize32 int32, pageToken string) (Page[*Delivery], error) {
 	var v violations
-	s.val.ownerID(&v, req.GetOwnerId())
-	id, idOK := parseID(&v, FieldEndpointID, req.GetEndpointId())
-	limit := pageSize(&v, req.GetPageSize())
+	s.val.ownerID(&v, owner)
+	id, idOK := parseID(&v, FieldEndpointID, endpointID)
+	limit := pageSize(&v, pageSize32)
 	var before int64
-	if tok := req.GetPageToken(); tok != "" {
+	if pageToken != "" {
 		var ok bool
-		if before, ok = decodeDeliveriesToken(tok); !ok {
+		if before, ok = decodeDeliveriesToken(pageToken); !ok {
 			v.add(FieldPageToken, "is not a token returned by ListDeliveries")
 		}
 	}
 	if err := v.err(); err != nil {
-		return nil, s.fail(ctx, "list_deliveries", req.GetOwnerId(), uuid.Nil, err)
+		return Page[*Delivery]{}, err
 	}
 	if !idOK {
-		return nil, errNotFoundStatus
+		return Page[*Delivery]{}, ErrNotFound
 	}
-	ds, err := s.store.ListDeliveries(ctx, req.GetOwnerId(), id, before, limit+1)
+	ds, err := s.store.ListDeliveries(ctx, owner, id, before, limit+1)
 	if err != nil {
-		return nil, s.fail(ctx, "list_deliveries", req.GetOwnerId(), id, err)
+		return Page[*Delivery]{}, err
 	}
-	resp := &webhooksv1.ListDeliveriesResponse{}
+	var page Page[*Delivery]
 	if len(ds) > limit {
 		ds = ds[:limit]
-		resp.NextPageToken = encodeDeliveriesToken(ds[len(ds)-1].JobID)
+		page.NextPageToken = encodeDeliveriesToken(ds[len(ds)-1].JobID)
 	}
-	for _, d := range ds {
-		resp.Deliveries = append(resp.Deliveries, s.deliveryProto(d))
-	}
-	return resp, nil
+	page.Items = ds
+	return page, nil
 }
 
-// Redeliver implements webhooksv1.EndpointServiceServer.
-func (s *service) Redeliver(ctx context.Context, req *webhooksv1.RedeliverRequest) (*webhooksv1.RedeliverResponse, error) {
-	id, err := s.ownerAndID(req.GetOwnerId(), FieldEndpointID, req.GetEndpointId())
+// JobLink is the link to a delivery's job (ServiceConfig.JobLinkTemplate),
+// or "".
+func (s *Service) JobLink(jobID int64) string {
+	if s.cfg.JobLinkTemplate == "" {
+		return ""
+	}
+	return strings.ReplaceAll(s.cfg.JobLinkTemplate, "{job_id}", strconv.FormatInt(jobID, 10))
+}
+
+// Redeliver re-queues every discarded or cancelled delivery of an endpoint
+// whose event still exists, and returns how many.
+func (s *Service) Redeliver(ctx context.Context, owner, endpointID string) (int, error) {
+	id, err := s.ownerAndID(owner, FieldEndpointID, endpointID)
 	if err != nil {
-		return nil, s.fail(ctx, "redeliver", req.GetOwnerId(), uuid.Nil, err)
+		return 0, err
 	}
 	if s.river == nil {
-		return nil, status.Error(codes.Unimplemented, "redeliver is not available on this server")
+		return 0, fmt.Errorf("redeliver: %w", ErrUnavailable)
 	}
-	n, err := s.store.Redeliver(ctx, s.river, req.GetOwnerId(), id)
+	n, err := s.store.Redeliver(ctx, s.river, owner, id)
 	if err != nil {
-		return nil, s.fail(ctx, "redeliver", req.GetOwnerId(), id, err)
+		return 0, err
 	}
-	s.logOp(ctx, "deliveries re-queued", req.GetOwnerId(), id, slog.Int("count", n))
-	return &webhooksv1.RedeliverResponse{Count: int32(min(n, 1<<31-1))}, nil
-}
-
-// ListEventTypes implements webhooksv1.EndpointServiceServer.
-func (s *service) ListEventTypes(context.Context, *webhooksv1.ListEventTypesRequest) (*webhooksv1.ListEventTypesResponse, error) {
-	resp := &webhooksv1.ListEventTypesResponse{}
-	for _, t := range event.WebhookTypes() {
-		resp.EventTypes = append(resp.EventTypes, &webhooksv1.EventType{Name: t.Name, Description: t.Description})
-	}
-	return resp, nil
-}
-
-func toProto(e *Endpoint) *webhooksv1.Endpoint {
-	out := &webhooksv1.Endpoint{
-		Id:             e.ID.String(),
-		OwnerId:        e.OwnerID,
-		Url:            e.URL,
-		Description:    e.Description,
-		EventTypes:     e.EventTypes,
-		EmbedId:        e.EmbedID,
-		Enabled:        e.Enabled,
-		DisabledReason: e.DisabledReason,
-		CreatedAt:      timestamppb.New(e.CreatedAt),
-		UpdatedAt:      timestamppb.New(e.UpdatedAt),
-	}
-	if e.FailingSince != nil {
-		out.FailingSince = timestamppb.New(*e.FailingSince)
-	}
-	// Only while the grace period lasts: an expired previous secret no
-	// longer signs, whatever is still stored.
-	if e.PreviousSecretExpiresAt != nil && e.PreviousSecretExpiresAt.After(time.Now()) {
-		out.PreviousSecretExpiresAt = timestamppb.New(*e.PreviousSecretExpiresAt)
-	}
-	return out
-}
-
-var deliveryStates = map[string]webhooksv1.DeliveryState{
-	"available": webhooksv1.DeliveryState_DELIVERY_STATE_AVAILABLE,
-	"scheduled": webhooksv1.DeliveryState_DELIVERY_STATE_SCHEDULED,
-	"running":   webhooksv1.DeliveryState_DELIVERY_STATE_RUNNING,
-	"retryable": webhooksv1.DeliveryState_DELIVERY_STATE_RETRYABLE,
-	"completed": webhooksv1.DeliveryState_DELIVERY_STATE_COMPLETED,
-	"cancelled": webhooksv1.DeliveryState_DELIVERY_STATE_CANCELLED,
-	"discarded": webhooksv1.DeliveryState_DELIVERY_STATE_DISCARDED,
-	"pending":   webhooksv1.DeliveryState_DELIVERY_STATE_PENDING,
-}
-
-func (s *service) deliveryProto(d *Delivery) *webhooksv1.Delivery {
-	out := &webhooksv1.Delivery{
-		JobId:       d.JobID,
-		EventId:     d.EventID,
-		EventType:   d.EventType,
-		State:       deliveryStates[d.State],
-		Attempt:     int32(min(d.Attempt, 1<<31-1)),
-		MaxAttempts: int32(min(d.MaxAttempts, 1<<31-1)),
-		LastError:   d.LastError,
-		CreatedAt:   timestamppb.New(d.CreatedAt),
-		ScheduledAt: timestamppb.New(d.ScheduledAt),
-	}
-	if d.AttemptedAt != nil {
-		out.AttemptedAt = timestamppb.New(*d.AttemptedAt)
-	}
-	if d.FinalizedAt != nil {
-		out.FinalizedAt = timestamppb.New(*d.FinalizedAt)
-	}
-	if s.cfg.JobLinkTemplate != "" {
-		out.Link = strings.ReplaceAll(s.cfg.JobLinkTemplate, "{job_id}", strconv.FormatInt(d.JobID, 10))
-	}
-	return out
+	s.logOp(ctx, "deliveries re-queued", owner, id, slog.Int("count", n))
+	return n, nil
 }

@@ -1,8 +1,9 @@
 // Package ingest is where events enter the dispatcher. Both ways in, the gRPC
-// EventService (Publish, PublishBatch) and the outbox Relay tailing the main
-// application's webhook_outbox table, end in the same place: Store, which in
-// one transaction inserts the event into the events table and enqueues its
-// webhook.fanout job.
+// EventService (served by internal/grpcapi) and the outbox Relay tailing the
+// main application's webhook_outbox table, end in the same place: Store,
+// which validates every event and, in one transaction, inserts the events
+// into the events table with their deliveries (or their webhook.fanout job,
+// where the access service must be asked).
 //
 // # Idempotency
 //

@@ -236,6 +236,12 @@ func (s *Store) Validate(source Source, events []*webhook.Event) error {
 	return nil
 }
 
+// Rejected counts n events from source that a transport refused before they
+// reached the store (it could not even convert them), as invalid ingests.
+func (s *Store) Rejected(source Source, n int) {
+	s.metrics.IngestEventsTotal.WithLabelValues(string(source), resultInvalid).Add(float64(n))
+}
+
 // check validates every event, counts the invalid ones and returns them.
 func (s *Store) check(source Source, events []*webhook.Event) []InvalidEvent {
 	now := s.now()

@@ -8,12 +8,15 @@ package testfactory
 
 import (
 	"context"
+	"crypto/rand"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/seal"
 )
 
 // DBTX is a pool, a connection or a transaction whose search_path is a
@@ -129,4 +132,16 @@ func or(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// Keyring returns a master keyring with one fresh random key under id, and
+// that key.
+func Keyring(tb testing.TB, id uint32) (*seal.Keyring, []byte) {
+	tb.Helper()
+	master := make([]byte, 32)
+	_, err := rand.Read(master)
+	require.NoError(tb, err)
+	kr, err := seal.NewKeyring(id, map[uint32][]byte{id: master})
+	require.NoError(tb, err)
+	return kr, master
 }

@@ -1,4 +1,4 @@
-package endpoint
+package grpcapi
 
 import (
 	"encoding/json"
@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
@@ -26,7 +27,7 @@ func TestCreateEndpoint(t *testing.T) {
 		env *testEnv
 	}
 
-	setup := func(t *testing.T, cfg ServiceConfig) *testBundle {
+	setup := func(t *testing.T, cfg endpoint.ServiceConfig) *testBundle {
 		t.Helper()
 		return &testBundle{env: newTestEnv(t, cfg)}
 	}
@@ -43,7 +44,7 @@ func TestCreateEndpoint(t *testing.T) {
 
 	t.Run("HappyPath", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, ServiceConfig{})
+		b := setup(t, endpoint.ServiceConfig{})
 		resp, err := b.env.client.CreateEndpoint(t.Context(), valid())
 		require.NoError(t, err)
 
@@ -74,7 +75,7 @@ func TestCreateEndpoint(t *testing.T) {
 
 	t.Run("SecretSealedAtRest", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, ServiceConfig{})
+		b := setup(t, endpoint.ServiceConfig{})
 		resp, err := b.env.client.CreateEndpoint(t.Context(), valid())
 		require.NoError(t, err)
 		key, err := webhook.ParseSecret(resp.GetSecret())
@@ -91,16 +92,16 @@ func TestCreateEndpoint(t *testing.T) {
 		require.False(t, b.env.keyring.NeedsReseal(sealed))
 
 		// The one place that unseals gives the key back, bound to this id.
-		keys, err := OpenKeys(b.env.keyring, id, sealed, nil, nil, time.Now())
+		keys, err := endpoint.OpenKeys(b.env.keyring, id, sealed, nil, nil, time.Now())
 		require.NoError(t, err)
 		require.Equal(t, [][]byte{key}, keys)
-		_, err = OpenKeys(b.env.keyring, uuid.New(), sealed, nil, nil, time.Now())
+		_, err = endpoint.OpenKeys(b.env.keyring, uuid.New(), sealed, nil, nil, time.Now())
 		require.Error(t, err)
 	})
 
 	t.Run("DistinctSecrets", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, ServiceConfig{})
+		b := setup(t, endpoint.ServiceConfig{})
 		r1 := b.env.create(t, ownerA)
 		r2 := b.env.create(t, ownerA)
 		require.NotEqual(t, r1.GetSecret(), r2.GetSecret())
@@ -109,7 +110,7 @@ func TestCreateEndpoint(t *testing.T) {
 
 	t.Run("NoEmbedIsStandalone", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, ServiceConfig{})
+		b := setup(t, endpoint.ServiceConfig{})
 		req := valid()
 		req.EmbedId = ""
 		resp, err := b.env.client.CreateEndpoint(t.Context(), req)
@@ -122,7 +123,7 @@ func TestCreateEndpoint(t *testing.T) {
 
 	t.Run("BadInput", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, ServiceConfig{})
+		b := setup(t, endpoint.ServiceConfig{})
 		cases := []struct {
 			name  string
 			field string
@@ -188,7 +189,7 @@ func TestCreateEndpoint(t *testing.T) {
 
 	t.Run("DescriptionAtLimit", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, ServiceConfig{})
+		b := setup(t, endpoint.ServiceConfig{})
 		req := valid()
 		req.Description = strings.Repeat("é", 512) + ""
 		_, err := b.env.client.CreateEndpoint(t.Context(), req)
@@ -197,7 +198,7 @@ func TestCreateEndpoint(t *testing.T) {
 
 	t.Run("SeveralViolationsAllNamed", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, ServiceConfig{})
+		b := setup(t, endpoint.ServiceConfig{})
 		_, err := b.env.client.CreateEndpoint(t.Context(), &webhooksv1.CreateEndpointRequest{
 			OwnerId: ownerA, Url: "ftp://x", EventTypes: []string{"*", "bad glob"},
 		})
@@ -207,7 +208,7 @@ func TestCreateEndpoint(t *testing.T) {
 
 	t.Run("RequireHTTPS", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, ServiceConfig{RequireHTTPS: true})
+		b := setup(t, endpoint.ServiceConfig{RequireHTTPS: true})
 		req := valid()
 		req.Url = "http://receiver.example.com/hooks"
 		_, err := b.env.client.CreateEndpoint(t.Context(), req)
@@ -219,7 +220,7 @@ func TestCreateEndpoint(t *testing.T) {
 
 	t.Run("HTTPAllowedByDefault", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, ServiceConfig{})
+		b := setup(t, endpoint.ServiceConfig{})
 		req := valid()
 		req.Url = "http://receiver.example.com/hooks"
 		_, err := b.env.client.CreateEndpoint(t.Context(), req)
@@ -228,7 +229,7 @@ func TestCreateEndpoint(t *testing.T) {
 
 	t.Run("LoopbackWhenAllowed", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, ServiceConfig{AllowCIDRs: loopback})
+		b := setup(t, endpoint.ServiceConfig{AllowCIDRs: loopback})
 		for _, u := range []string{"http://127.0.0.1:8080/hook", "http://localhost:9999/"} {
 			req := valid()
 			req.Url = u
@@ -244,7 +245,7 @@ func TestCreateEndpoint(t *testing.T) {
 
 	t.Run("PublicIPAllowed", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, ServiceConfig{})
+		b := setup(t, endpoint.ServiceConfig{})
 		req := valid()
 		req.Url = "https://93.184.215.14:8443/hook"
 		_, err := b.env.client.CreateEndpoint(t.Context(), req)
@@ -253,7 +254,7 @@ func TestCreateEndpoint(t *testing.T) {
 
 	t.Run("PerOwnerCap", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, ServiceConfig{MaxEndpointsPerOwner: 2})
+		b := setup(t, endpoint.ServiceConfig{MaxEndpointsPerOwner: 2})
 		b.env.create(t, ownerA)
 		b.env.create(t, ownerA)
 		_, err := b.env.client.CreateEndpoint(t.Context(), valid())
@@ -273,7 +274,7 @@ func TestListEndpoints(t *testing.T) {
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		return &testBundle{env: newTestEnv(t, ServiceConfig{})}
+		return &testBundle{env: newTestEnv(t, endpoint.ServiceConfig{})}
 	}
 
 	t.Run("PaginatesInCreationOrder", func(t *testing.T) {
@@ -352,7 +353,7 @@ func TestGetEndpoint(t *testing.T) {
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		env := newTestEnv(t, ServiceConfig{})
+		env := newTestEnv(t, endpoint.ServiceConfig{})
 		return &testBundle{env: env, id: env.create(t, ownerA).GetEndpoint().GetId()}
 	}
 
@@ -387,7 +388,7 @@ func TestUpdateEndpoint(t *testing.T) {
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		env := newTestEnv(t, ServiceConfig{})
+		env := newTestEnv(t, endpoint.ServiceConfig{})
 		return &testBundle{env: env, ep: env.create(t, ownerA, "corpus.*").GetEndpoint()}
 	}
 
@@ -439,7 +440,7 @@ func TestUpdateEndpoint(t *testing.T) {
 		})
 		require.NoError(t, err)
 		require.False(t, resp.GetEndpoint().GetEnabled())
-		require.Equal(t, DisabledByOwner, resp.GetEndpoint().GetDisabledReason())
+		require.Equal(t, endpoint.DisabledByOwner, resp.GetEndpoint().GetDisabledReason())
 	})
 
 	t.Run("DisableKeepsAutomaticReason", func(t *testing.T) {
@@ -555,7 +556,7 @@ func TestDeleteEndpoint(t *testing.T) {
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		env := newTestEnv(t, ServiceConfig{})
+		env := newTestEnv(t, endpoint.ServiceConfig{})
 		return &testBundle{env: env, id: env.create(t, ownerA).GetEndpoint().GetId()}
 	}
 
@@ -608,7 +609,7 @@ func TestRotateSecret(t *testing.T) {
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		env := newTestEnv(t, ServiceConfig{})
+		env := newTestEnv(t, endpoint.ServiceConfig{})
 		resp := env.create(t, ownerA)
 		return &testBundle{env: env, id: uuid.MustParse(resp.GetEndpoint().GetId()), secret: resp.GetSecret()}
 	}
@@ -655,14 +656,14 @@ func TestRotateSecret(t *testing.T) {
 
 		// Inside the grace period: current first, previous second; a
 		// receiver holding either secret verifies the same delivery.
-		keys, err := OpenKeys(b.env.keyring, b.id, cur, prev, expires, expires.Add(-time.Second))
+		keys, err := endpoint.OpenKeys(b.env.keyring, b.id, cur, prev, expires, expires.Add(-time.Second))
 		require.NoError(t, err)
 		require.Equal(t, [][]byte{newKey, oldKey}, keys)
 		require.True(t, verifies(t, keys, resp.GetSecret()))
 		require.True(t, verifies(t, keys, b.secret))
 
 		// After it: only the new one.
-		keys, err = OpenKeys(b.env.keyring, b.id, cur, prev, expires, *expires)
+		keys, err = endpoint.OpenKeys(b.env.keyring, b.id, cur, prev, expires, *expires)
 		require.NoError(t, err)
 		require.Equal(t, [][]byte{newKey}, keys)
 		require.True(t, verifies(t, keys, resp.GetSecret()))
@@ -681,7 +682,7 @@ func TestRotateSecret(t *testing.T) {
 		cur, prev, expires := secretColumns(t, b.env, b.id)
 		require.Nil(t, prev)
 		require.Nil(t, expires)
-		keys, err := OpenKeys(b.env.keyring, b.id, cur, prev, expires, time.Now())
+		keys, err := endpoint.OpenKeys(b.env.keyring, b.id, cur, prev, expires, time.Now())
 		require.NoError(t, err)
 		require.Len(t, keys, 1)
 		require.True(t, verifies(t, keys, resp.GetSecret()))
@@ -702,7 +703,7 @@ func TestRotateSecret(t *testing.T) {
 		r1 := rotate(t, b, nil)
 		r2 := rotate(t, b, nil)
 		cur, prev, expires := secretColumns(t, b.env, b.id)
-		keys, err := OpenKeys(b.env.keyring, b.id, cur, prev, expires, time.Now())
+		keys, err := endpoint.OpenKeys(b.env.keyring, b.id, cur, prev, expires, time.Now())
 		require.NoError(t, err)
 		require.Len(t, keys, 2)
 		require.True(t, verifies(t, keys, r2.GetSecret()))
@@ -749,7 +750,7 @@ func TestSendTest(t *testing.T) {
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		env := newTestEnv(t, ServiceConfig{})
+		env := newTestEnv(t, endpoint.ServiceConfig{})
 		return &testBundle{env: env, id: env.create(t, ownerA, "webhook.test").GetEndpoint().GetId()}
 	}
 
@@ -815,7 +816,7 @@ func TestListDeliveries(t *testing.T) {
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		env := newTestEnv(t, ServiceConfig{})
+		env := newTestEnv(t, endpoint.ServiceConfig{})
 		return &testBundle{env: env, id: env.create(t, ownerA).GetEndpoint().GetId()}
 	}
 
@@ -914,7 +915,7 @@ func TestRedeliver(t *testing.T) {
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		env := newTestEnv(t, ServiceConfig{})
+		env := newTestEnv(t, endpoint.ServiceConfig{})
 		return &testBundle{env: env, id: env.create(t, ownerA).GetEndpoint().GetId()}
 	}
 
@@ -999,7 +1000,7 @@ func TestRedeliver(t *testing.T) {
 func TestListEventTypes(t *testing.T) {
 	t.Parallel()
 
-	env := newTestEnv(t, ServiceConfig{})
+	env := newTestEnv(t, endpoint.ServiceConfig{})
 	resp, err := env.client.ListEventTypes(t.Context(), &webhooksv1.ListEventTypesRequest{})
 	require.NoError(t, err)
 	require.Len(t, resp.GetEventTypes(), len(event.WebhookTypes()))
@@ -1022,7 +1023,7 @@ func TestServiceAuth(t *testing.T) {
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		env := newTestEnv(t, ServiceConfig{})
+		env := newTestEnv(t, endpoint.ServiceConfig{})
 		return &testBundle{env: env, raw: webhooksv1.NewEndpointServiceClient(env.raw)}
 	}
 
@@ -1066,7 +1067,7 @@ func TestServiceAuth(t *testing.T) {
 func TestLogsHoldNoSecrets(t *testing.T) {
 	t.Parallel()
 
-	env := newTestEnv(t, ServiceConfig{})
+	env := newTestEnv(t, endpoint.ServiceConfig{})
 	created := env.create(t, ownerA)
 	id := created.GetEndpoint().GetId()
 	rotated, err := env.client.RotateSecret(t.Context(), &webhooksv1.RotateSecretRequest{OwnerId: ownerA, Id: id})

@@ -1,4 +1,4 @@
-package ingest
+package grpcapi
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
@@ -88,12 +89,12 @@ func TestEventServer_Publish(t *testing.T) {
 
 		stored := readEvent(t, bundle.db, "evt_1")
 		require.Equal(t, "owner_1", stored.OwnerID)
-		require.EqualValues(t, SourceGRPC, stored.Source)
+		require.EqualValues(t, ingest.SourceGRPC, stored.Source)
 		require.True(t, testOccurredAt.Equal(stored.OccurredAt))
 		require.JSONEq(t, testProtoEvent("evt_1").GetData(), stored.Data)
 		require.Equal(t, 1, countFanoutJobs(t, bundle.db, ""))
 		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_1"))
-		require.Equal(t, 1, ingestCount(bundle.metrics, SourceGRPC, OutcomeStored.String()))
+		require.Equal(t, 1, ingestCount(bundle.metrics, ingest.OutcomeStored.String()))
 	})
 
 	t.Run("EmptyDataIsEmptyObject", func(t *testing.T) {
@@ -148,7 +149,7 @@ func TestEventServer_Publish(t *testing.T) {
 		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_INTERNAL, resp.GetOutcome())
 		require.Equal(t, 0, countEvents(t, bundle.db))
 		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
-		require.Equal(t, 1, ingestCount(bundle.metrics, SourceGRPC, OutcomeDroppedInternal.String()))
+		require.Equal(t, 1, ingestCount(bundle.metrics, ingest.OutcomeDroppedInternal.String()))
 	})
 
 	t.Run("RawSubjectAcceptedNotStored", func(t *testing.T) {
@@ -162,7 +163,7 @@ func TestEventServer_Publish(t *testing.T) {
 		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_RAW, resp.GetOutcome())
 		require.Equal(t, 0, countEvents(t, bundle.db))
 		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
-		require.Equal(t, 1, ingestCount(bundle.metrics, SourceGRPC, OutcomeDroppedRaw.String()))
+		require.Equal(t, 1, ingestCount(bundle.metrics, ingest.OutcomeDroppedRaw.String()))
 	})
 
 	t.Run("DetailsSurviveTheWire", func(t *testing.T) {
@@ -315,7 +316,7 @@ func TestEventServer_PublishBatch(t *testing.T) {
 		requireInvalidField(t, err, "events[3].subject")
 		require.Equal(t, 0, countEvents(t, bundle.db))
 		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
-		require.Equal(t, 1, ingestCount(bundle.metrics, SourceGRPC, resultInvalid))
+		require.Equal(t, 1, ingestCount(bundle.metrics, "invalid"))
 	})
 
 	t.Run("EveryBadItemReported", func(t *testing.T) {
@@ -373,7 +374,7 @@ func TestEventServer_BadInput(t *testing.T) {
 		mutate(e)
 		_, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
 		requireInvalidField(t, err, field)
-		require.Equal(t, 1, ingestCount(bundle.metrics, SourceGRPC, resultInvalid))
+		require.Equal(t, 1, ingestCount(bundle.metrics, "invalid"))
 		require.Equal(t, 0, countEvents(t, db))
 		require.Equal(t, 0, countFanoutJobs(t, db, ""))
 	}

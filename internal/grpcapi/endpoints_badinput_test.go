@@ -1,8 +1,9 @@
-package endpoint
+package grpcapi
 
 import (
 	"context"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
@@ -53,13 +55,13 @@ type badFixture struct {
 
 func newBadFixture(t *testing.T) *badFixture {
 	t.Helper()
-	env := newTestEnv(t, ServiceConfig{})
+	env := newTestEnv(t, endpoint.ServiceConfig{})
 	id := env.create(t, ownerA, "*").GetEndpoint().GetId()
 	jobID := env.insertDelivery(t, id, env.insertEvent(t, ownerA, "code.issued"))
 	env.finalize(t, jobID, "discarded", "HTTP 500")
 	return &badFixture{
 		env: env,
-		svc: NewService(ServiceConfig{}, env.db.Pool, env.river, env.keyring, env.publisher, nil),
+		svc: NewEndpointServer(endpoint.NewService(endpoint.ServiceConfig{}, env.db.Pool, env.river, env.keyring, env.publisher, nil), nil),
 		raw: webhooksv1.NewEndpointServiceClient(env.raw),
 		id:  id,
 	}
@@ -182,7 +184,7 @@ var endpointOps = []endpointOp{
 		valid:   func(f *badFixture) proto.Message { return &webhooksv1.GetEndpointRequest{OwnerId: ownerA, Id: f.id} },
 		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.GetEndpointRequest).OwnerId = v },
 		setID:   func(m proto.Message, v string) { m.(*webhooksv1.GetEndpointRequest).Id = v },
-		idField: FieldID,
+		idField: endpoint.FieldID,
 	},
 	{
 		name:   "CreateEndpoint",
@@ -196,28 +198,28 @@ var endpointOps = []endpointOp{
 		},
 		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.UpdateEndpointRequest).OwnerId = v },
 		setID:   func(m proto.Message, v string) { m.(*webhooksv1.UpdateEndpointRequest).Id = v },
-		idField: FieldID,
+		idField: endpoint.FieldID,
 	},
 	{
 		name:    "DeleteEndpoint",
 		valid:   func(f *badFixture) proto.Message { return &webhooksv1.DeleteEndpointRequest{OwnerId: ownerA, Id: f.id} },
 		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.DeleteEndpointRequest).OwnerId = v },
 		setID:   func(m proto.Message, v string) { m.(*webhooksv1.DeleteEndpointRequest).Id = v },
-		idField: FieldID,
+		idField: endpoint.FieldID,
 	},
 	{
 		name:    "RotateSecret",
 		valid:   func(f *badFixture) proto.Message { return &webhooksv1.RotateSecretRequest{OwnerId: ownerA, Id: f.id} },
 		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.RotateSecretRequest).OwnerId = v },
 		setID:   func(m proto.Message, v string) { m.(*webhooksv1.RotateSecretRequest).Id = v },
-		idField: FieldID,
+		idField: endpoint.FieldID,
 	},
 	{
 		name:    "SendTest",
 		valid:   func(f *badFixture) proto.Message { return &webhooksv1.SendTestRequest{OwnerId: ownerA, Id: f.id} },
 		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.SendTestRequest).OwnerId = v },
 		setID:   func(m proto.Message, v string) { m.(*webhooksv1.SendTestRequest).Id = v },
-		idField: FieldID,
+		idField: endpoint.FieldID,
 	},
 	{
 		name: "ListDeliveries",
@@ -226,7 +228,7 @@ var endpointOps = []endpointOp{
 		},
 		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.ListDeliveriesRequest).OwnerId = v },
 		setID:   func(m proto.Message, v string) { m.(*webhooksv1.ListDeliveriesRequest).EndpointId = v },
-		idField: FieldEndpointID,
+		idField: endpoint.FieldEndpointID,
 	},
 	{
 		name: "Redeliver",
@@ -235,7 +237,7 @@ var endpointOps = []endpointOp{
 		},
 		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.RedeliverRequest).OwnerId = v },
 		setID:   func(m proto.Message, v string) { m.(*webhooksv1.RedeliverRequest).EndpointId = v },
-		idField: FieldEndpointID,
+		idField: endpoint.FieldEndpointID,
 	},
 }
 
@@ -289,13 +291,13 @@ func badEndpointCases() []badCase {
 				return m
 			}
 		}
-		invalid(op.name+"OwnerEmpty", FieldOwnerID, owner(""))
-		invalid(op.name+"OwnerTooLong", FieldOwnerID, owner(strings.Repeat("o", MaxOwnerIDLen+1)))
-		invalid(op.name+"OwnerWithSpace", FieldOwnerID, owner("owner a"))
-		invalid(op.name+"OwnerNonASCII", FieldOwnerID, owner("ownér"))
-		invalid(op.name+"OwnerNUL", FieldOwnerID, owner("owner\x00a"))
-		invalid(op.name+"OwnerSQLInjection", FieldOwnerID, owner(injectionValues[0]))
-		invalidUTF8(op.name+"OwnerInvalidUTF8", FieldOwnerID, owner("owner\xff"))
+		invalid(op.name+"OwnerEmpty", endpoint.FieldOwnerID, owner(""))
+		invalid(op.name+"OwnerTooLong", endpoint.FieldOwnerID, owner(strings.Repeat("o", endpoint.MaxOwnerIDLen+1)))
+		invalid(op.name+"OwnerWithSpace", endpoint.FieldOwnerID, owner("owner a"))
+		invalid(op.name+"OwnerNonASCII", endpoint.FieldOwnerID, owner("ownér"))
+		invalid(op.name+"OwnerNUL", endpoint.FieldOwnerID, owner("owner\x00a"))
+		invalid(op.name+"OwnerSQLInjection", endpoint.FieldOwnerID, owner(injectionValues[0]))
+		invalidUTF8(op.name+"OwnerInvalidUTF8", endpoint.FieldOwnerID, owner("owner\xff"))
 		// Another owner's endpoint looks exactly like a missing one.
 		if op.setID == nil {
 			continue
@@ -323,10 +325,10 @@ func badEndpointCases() []badCase {
 		return edit(create, fn)
 	}
 	url := func(name, raw string) {
-		invalid("CreateURL"+name, FieldURL, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Url = raw }))
+		invalid("CreateURL"+name, endpoint.FieldURL, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Url = raw }))
 	}
 	url("Empty", "")
-	url("TooLong", "https://example.com/"+strings.Repeat("a", MaxURLLen))
+	url("TooLong", "https://example.com/"+strings.Repeat("a", endpoint.MaxURLLen))
 	url("NotAURL", "receiver example com")
 	url("Relative", "/hooks")
 	url("SchemeOnly", "https://")
@@ -361,20 +363,20 @@ func badEndpointCases() []badCase {
 	url("QuoteInHost", `https://example.com"onmouseover="alert(1)/`)
 	url("PathTraversal", injectionValues[2])
 	url("PercentNUL", injectionValues[3])
-	invalidUTF8("CreateURLInvalidUTF8", FieldURL, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Url = "https://example.com/\xff" }))
+	invalidUTF8("CreateURLInvalidUTF8", endpoint.FieldURL, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Url = "https://example.com/\xff" }))
 
-	invalid("CreateDescriptionTooLong", FieldDescription, createWith(func(r *webhooksv1.CreateEndpointRequest) {
-		r.Description = strings.Repeat("é", MaxDescriptionLen+1)
+	invalid("CreateDescriptionTooLong", endpoint.FieldDescription, createWith(func(r *webhooksv1.CreateEndpointRequest) {
+		r.Description = strings.Repeat("é", endpoint.MaxDescriptionLen+1)
 	}))
-	invalid("CreateDescriptionNUL", FieldDescription, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Description = "a\x00b" }))
-	invalid("CreateDescriptionEscape", FieldDescription, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Description = "a\x1b[31mred" }))
-	invalidUTF8("CreateDescriptionInvalidUTF8", FieldDescription, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Description = "a\xc3" }))
+	invalid("CreateDescriptionNUL", endpoint.FieldDescription, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Description = "a\x00b" }))
+	invalid("CreateDescriptionEscape", endpoint.FieldDescription, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Description = "a\x1b[31mred" }))
+	invalidUTF8("CreateDescriptionInvalidUTF8", endpoint.FieldDescription, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Description = "a\xc3" }))
 
 	globs := func(name, field string, g ...string) {
 		invalid("CreateEventTypes"+name, field, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.EventTypes = g }))
 	}
-	globs("None", FieldEventTypes)
-	globs("TooMany", FieldEventTypes, strings.Split(strings.Repeat("*,", MaxEventTypes+1), ",")[:MaxEventTypes+1]...)
+	globs("None", endpoint.FieldEventTypes)
+	globs("TooMany", endpoint.FieldEventTypes, strings.Split(strings.Repeat("*,", endpoint.MaxEventTypes+1), ",")[:endpoint.MaxEventTypes+1]...)
 	globs("EmptyGlob", "event_types[1]", "*", "")
 	globs("TooLongGlob", "event_types[0]", "corpus."+strings.Repeat("a", 200))
 	globs("StarStar", "event_types[0]", "*.*")
@@ -387,22 +389,22 @@ func badEndpointCases() []badCase {
 	invalidUTF8("CreateEventTypesInvalidUTF8", "event_types[0]", createWith(func(r *webhooksv1.CreateEndpointRequest) { r.EventTypes = []string{"corpus.\xff"} }))
 
 	embed := func(name, v string) {
-		invalid("CreateEmbed"+name, FieldEmbedID, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.EmbedId = v }))
+		invalid("CreateEmbed"+name, endpoint.FieldEmbedID, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.EmbedId = v }))
 	}
-	embed("TooLong", strings.Repeat("e", MaxEmbedIDLen+1))
+	embed("TooLong", strings.Repeat("e", endpoint.MaxEmbedIDLen+1))
 	embed("Slash", "emb/1")
 	embed("SQLInjection", injectionValues[0])
 	embed("Script", injectionValues[1])
 	embed("PathTraversal", injectionValues[2])
 	embed("PercentNUL", injectionValues[3])
-	invalidUTF8("CreateEmbedInvalidUTF8", FieldEmbedID, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.EmbedId = "emb\xff" }))
+	invalidUTF8("CreateEmbedInvalidUTF8", endpoint.FieldEmbedID, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.EmbedId = "emb\xff" }))
 
 	update := opNamed("UpdateEndpoint")
 	updateWith := func(fn func(*webhooksv1.UpdateEndpointRequest)) func(*badFixture) proto.Message {
 		return edit(update, fn)
 	}
-	invalid("UpdateMaskMissing", FieldUpdateMask, updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.UpdateMask = nil }))
-	invalid("UpdateMaskEmpty", FieldUpdateMask, updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.UpdateMask = fieldMask() }))
+	invalid("UpdateMaskMissing", endpoint.FieldUpdateMask, updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.UpdateMask = nil }))
+	invalid("UpdateMaskEmpty", endpoint.FieldUpdateMask, updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.UpdateMask = fieldMask() }))
 	invalid("UpdateMaskSecret", "update_mask.paths[0]", updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.UpdateMask = fieldMask("secret_enc") }))
 	invalid("UpdateMaskOwner", "update_mask.paths[1]", updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
 		r.UpdateMask = fieldMask("description", "owner_id")
@@ -417,31 +419,31 @@ func badEndpointCases() []badCase {
 	invalidUTF8("UpdateMaskInvalidUTF8", "update_mask.paths[0]", updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
 		r.UpdateMask = fieldMask("url\xff")
 	}))
-	invalid("UpdateURLJavascript", FieldURL, updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
+	invalid("UpdateURLJavascript", endpoint.FieldURL, updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
 		r.UpdateMask = fieldMask("url")
 		r.Url = "javascript:alert(1)"
 	}))
-	invalid("UpdateURLEmpty", FieldURL, updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.UpdateMask = fieldMask("url") }))
-	invalid("UpdateURLMetadata", FieldURL, updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
+	invalid("UpdateURLEmpty", endpoint.FieldURL, updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.UpdateMask = fieldMask("url") }))
+	invalid("UpdateURLMetadata", endpoint.FieldURL, updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
 		r.UpdateMask = fieldMask("url", "enabled")
 		r.Url = "http://169.254.169.254/"
 	}))
-	invalid("UpdateDescriptionTooLong", FieldDescription, updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
-		r.Description = strings.Repeat("x", MaxDescriptionLen+1)
+	invalid("UpdateDescriptionTooLong", endpoint.FieldDescription, updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
+		r.Description = strings.Repeat("x", endpoint.MaxDescriptionLen+1)
 	}))
-	invalidUTF8("UpdateDescriptionInvalidUTF8", FieldDescription, updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.Description = "\xff" }))
-	invalid("UpdateEventTypesEmpty", FieldEventTypes, updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.UpdateMask = fieldMask("event_types") }))
+	invalidUTF8("UpdateDescriptionInvalidUTF8", endpoint.FieldDescription, updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.Description = "\xff" }))
+	invalid("UpdateEventTypesEmpty", endpoint.FieldEventTypes, updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.UpdateMask = fieldMask("event_types") }))
 	invalid("UpdateEventTypesBadGlob", "event_types[0]", updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
 		r.UpdateMask = fieldMask("event_types")
 		r.EventTypes = []string{"corpus*"}
 	}))
-	invalid("UpdateEmbedInjection", FieldEmbedID, updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
+	invalid("UpdateEmbedInjection", endpoint.FieldEmbedID, updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
 		r.UpdateMask = fieldMask("embed_id")
 		r.EmbedId = injectionValues[0]
 	}))
 	// Every violation is named, and the valid path in the same mask does not
 	// half-apply.
-	cases = append(cases, badCase{name: "UpdateSeveralViolationsNothingApplied", code: codes.InvalidArgument, field: FieldURL,
+	cases = append(cases, badCase{name: "UpdateSeveralViolationsNothingApplied", code: codes.InvalidArgument, field: endpoint.FieldURL,
 		req: updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
 			r.UpdateMask = fieldMask("description", "url", "enabled")
 			r.Url = "ftp://x"
@@ -449,10 +451,10 @@ func badEndpointCases() []badCase {
 
 	rotate := opNamed("RotateSecret")
 	grace := func(name string, d *durationpb.Duration) {
-		invalid("RotateGrace"+name, FieldGracePeriod, edit(rotate, func(r *webhooksv1.RotateSecretRequest) { r.GracePeriod = d }))
+		invalid("RotateGrace"+name, endpoint.FieldGracePeriod, edit(rotate, func(r *webhooksv1.RotateSecretRequest) { r.GracePeriod = d }))
 	}
 	grace("Negative", durationpb.New(-time.Second))
-	grace("TooLong", durationpb.New(MaxGracePeriod+time.Second))
+	grace("TooLong", durationpb.New(endpoint.MaxGracePeriod+time.Second))
 	grace("Huge", &durationpb.Duration{Seconds: math.MaxInt64})
 	grace("MixedSigns", &durationpb.Duration{Seconds: 60, Nanos: -1})
 	grace("NanosOverflow", &durationpb.Duration{Seconds: 0, Nanos: 1_000_000_000})
@@ -472,20 +474,20 @@ func badEndpointCases() []badCase {
 		}
 		otherTag := encodeDeliveriesToken(7)
 		if op.name == "ListDeliveries" {
-			otherTag = encodeListToken(ListCursor{CreatedAt: time.Now(), ID: uuid.New()})
+			otherTag = encodeToken("e1", strconv.FormatInt(time.Now().UnixMicro(), 10), uuid.NewString())
 		}
-		invalid(op.name+"PageSizeNegative", FieldPageSize, setPage(-1, ""))
-		invalid(op.name+"PageSizeMinInt", FieldPageSize, setPage(math.MinInt32, ""))
-		invalid(op.name+"PageTokenGarbage", FieldPageToken, setPage(0, "not a token"))
-		invalid(op.name+"PageTokenOtherOp", FieldPageToken, setPage(0, otherTag))
-		invalid(op.name+"PageTokenSQLInjection", FieldPageToken, setPage(0, injectionValues[0]))
-		invalid(op.name+"PageTokenPathTraversal", FieldPageToken, setPage(0, injectionValues[2]))
-		invalid(op.name+"PageTokenStdBase64", FieldPageToken, setPage(0, "ZTF8MTIzfGFiYw=="))
-		invalid(op.name+"PageTokenExtraPart", FieldPageToken, setPage(0, encodeToken("e1", "1", uuid.NewString(), "x")))
-		invalid(op.name+"PageTokenNotANumber", FieldPageToken, setPage(0, encodeToken("d1", "1e3")))
-		invalidUTF8(op.name+"PageTokenInvalidUTF8", FieldPageToken, setPage(0, "\xff\xfe"))
+		invalid(op.name+"PageSizeNegative", endpoint.FieldPageSize, setPage(-1, ""))
+		invalid(op.name+"PageSizeMinInt", endpoint.FieldPageSize, setPage(math.MinInt32, ""))
+		invalid(op.name+"PageTokenGarbage", endpoint.FieldPageToken, setPage(0, "not a token"))
+		invalid(op.name+"PageTokenOtherOp", endpoint.FieldPageToken, setPage(0, otherTag))
+		invalid(op.name+"PageTokenSQLInjection", endpoint.FieldPageToken, setPage(0, injectionValues[0]))
+		invalid(op.name+"PageTokenPathTraversal", endpoint.FieldPageToken, setPage(0, injectionValues[2]))
+		invalid(op.name+"PageTokenStdBase64", endpoint.FieldPageToken, setPage(0, "ZTF8MTIzfGFiYw=="))
+		invalid(op.name+"PageTokenExtraPart", endpoint.FieldPageToken, setPage(0, encodeToken("e1", "1", uuid.NewString(), "x")))
+		invalid(op.name+"PageTokenNotANumber", endpoint.FieldPageToken, setPage(0, encodeToken("d1", "1e3")))
+		invalidUTF8(op.name+"PageTokenInvalidUTF8", endpoint.FieldPageToken, setPage(0, "\xff\xfe"))
 	}
-	invalid("ListDeliveriesPageTokenZeroID", FieldPageToken, edit(opNamed("ListDeliveries"), func(r *webhooksv1.ListDeliveriesRequest) {
+	invalid("ListDeliveriesPageTokenZeroID", endpoint.FieldPageToken, edit(opNamed("ListDeliveries"), func(r *webhooksv1.ListDeliveriesRequest) {
 		r.PageToken = encodeToken("d1", "0")
 	}))
 	return cases
@@ -659,7 +661,7 @@ var _ encoding.Codec = rawCodec{}
 func TestEndpointInjectionStoredVerbatim(t *testing.T) {
 	t.Parallel()
 
-	env := newTestEnv(t, ServiceConfig{})
+	env := newTestEnv(t, endpoint.ServiceConfig{})
 	description := strings.Join(injectionValues, "\n") + "\n\"quoted\" \\ backslash"
 	owner := "';DROP/**/TABLE/**/webhook_endpoints;--"
 	created, err := env.client.CreateEndpoint(t.Context(), &webhooksv1.CreateEndpointRequest{

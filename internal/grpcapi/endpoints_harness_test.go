@@ -1,12 +1,13 @@
-package endpoint
+package grpcapi
 
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
+	"encoding/base64"
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
 	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
@@ -91,20 +93,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func testKeyring(t *testing.T, id uint32) (*seal.Keyring, []byte) {
-	t.Helper()
-	master := make([]byte, 32)
-	_, err := rand.Read(master)
-	require.NoError(t, err)
-	kr, err := seal.NewKeyring(id, map[uint32][]byte{id: master})
-	require.NoError(t, err)
-	return kr, master
-}
-
-func newTestEnv(t *testing.T, cfg ServiceConfig) *testEnv {
+func newTestEnv(t *testing.T, cfg endpoint.ServiceConfig) *testEnv {
 	t.Helper()
 	db := dbtest.New(t)
-	kr, _ := testKeyring(t, 1)
+	kr, _ := testfactory.Keyring(t, 1)
 
 	riverClient, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
 	require.NoError(t, err)
@@ -115,12 +107,12 @@ func newTestEnv(t *testing.T, cfg ServiceConfig) *testEnv {
 	if cfg.JobLinkTemplate == "" {
 		cfg.JobLinkTemplate = "http://localhost:9090/riverui/jobs/{job_id}"
 	}
-	svc := NewService(cfg, db.Pool, riverClient, kr, pub, logger)
+	svc := NewEndpointServer(endpoint.NewService(cfg, db.Pool, riverClient, kr, pub, logger), logger)
 
 	authn, err := auth.New(auth.Tokens{Publisher: []string{testPublisherToken}, Admin: []string{testAdminToken}}, logger)
 	require.NoError(t, err)
 	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(authn.ServerOptions()...)
+	srv := grpc.NewServer(ServerOptions(authn)...)
 	webhooksv1.RegisterEndpointServiceServer(srv, svc)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
@@ -243,7 +235,7 @@ func requireField(t *testing.T, err error, field string) {
 func requireNotFound(t *testing.T, err error) {
 	t.Helper()
 	st := requireCode(t, err, codes.NotFound)
-	require.Equal(t, notFoundMessage, st.Message())
+	require.Equal(t, NotFoundMessage, st.Message())
 }
 
 var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
@@ -255,4 +247,16 @@ func noSecretIn(t *testing.T, s, secret string, key []byte) {
 	require.NotContains(t, s, strings.TrimPrefix(secret, "whsec_"))
 	require.NotContains(t, s, strings.TrimPrefix(secret, "whsec_")[:16])
 	require.NotContains(t, s, string(key))
+}
+
+// encodeToken forges a page token the way package endpoint encodes them
+// (base64url of "tag|part|…"), to check that tampered and foreign tokens are
+// refused.
+func encodeToken(parts ...string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strings.Join(parts, "|")))
+}
+
+// encodeDeliveriesToken forges a ListDeliveries token.
+func encodeDeliveriesToken(lastJobID int64) string {
+	return encodeToken("d1", strconv.FormatInt(lastJobID, 10))
 }

@@ -1,4 +1,4 @@
-package ingest
+package grpcapi
 
 import (
 	"cmp"
@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 
+	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -28,12 +29,15 @@ type eventServer struct {
 	webhooksv1.UnimplementedEventServiceServer
 
 	logger *slog.Logger
-	store  *Store
+	store  *ingest.Store
 }
 
-// NewEventServer returns the gRPC EventService. Authentication (the publisher
-// token) is the server's interceptors' business, not this service's.
-func NewEventServer(store *Store, logger *slog.Logger) webhooksv1.EventServiceServer {
+// NewEventServer returns webhooks.v1.EventService over store. Who may call
+// it is the interceptors' business (Authorizer).
+func NewEventServer(store *ingest.Store, logger *slog.Logger) webhooksv1.EventServiceServer {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	return &eventServer{logger: logger, store: store}
 }
 
@@ -77,7 +81,7 @@ func batchField(i int) string { return "events[" + strconv.Itoa(i) + "]" }
 // index the way the request does. The rules are the store's: this only
 // reports what cannot even be converted (a missing event, a timestamp out of
 // range), together with what the store finds wrong in the others.
-func (s *eventServer) publish(ctx context.Context, in []*webhooksv1.Event, field func(int) string) ([]Result, error) {
+func (s *eventServer) publish(ctx context.Context, in []*webhooksv1.Event, field func(int) string) ([]ingest.Result, error) {
 	events := make([]*webhook.Event, len(in))
 	var (
 		violations []*errdetails.BadRequest_FieldViolation
@@ -87,7 +91,6 @@ func (s *eventServer) publish(ctx context.Context, in []*webhooksv1.Event, field
 	for i, pe := range in {
 		e, violation := fromProto(pe, field(i))
 		if violation != nil {
-			s.store.metrics.IngestEventsTotal.WithLabelValues(string(SourceGRPC), resultInvalid).Inc()
 			violations = append(violations, violation)
 			continue
 		}
@@ -96,7 +99,8 @@ func (s *eventServer) publish(ctx context.Context, in []*webhooksv1.Event, field
 		index = append(index, i)
 	}
 	if len(violations) > 0 {
-		if invalid, ok := errors.AsType[*InvalidEventsError](s.store.Validate(SourceGRPC, converted)); ok {
+		s.store.Rejected(ingest.SourceGRPC, len(violations))
+		if invalid, ok := errors.AsType[*ingest.InvalidEventsError](s.store.Validate(ingest.SourceGRPC, converted)); ok {
 			for _, iv := range invalid.Invalid {
 				violations = append(violations, fieldViolation(field(index[iv.Index]), iv.Err))
 			}
@@ -106,9 +110,9 @@ func (s *eventServer) publish(ctx context.Context, in []*webhooksv1.Event, field
 		}
 		return nil, invalidArgument(violations)
 	}
-	results, err := s.store.Ingest(ctx, SourceGRPC, events)
+	results, err := s.store.Ingest(ctx, ingest.SourceGRPC, events)
 	if err != nil {
-		return nil, s.storeError(ctx, err, field, len(events))
+		return nil, s.ingestError(ctx, err, field, len(events))
 	}
 	return results, nil
 }
@@ -165,30 +169,10 @@ func fromProto(pe *webhooksv1.Event, prefix string) (*webhook.Event, *errdetails
 	return e, nil
 }
 
-// invalidArgument builds an InvalidArgument status whose message names the
-// first bad field and whose BadRequest detail names them all.
-func invalidArgument(violations []*errdetails.BadRequest_FieldViolation) error {
-	first := violations[0]
-	msg := "invalid " + first.GetField() + ": " + first.GetDescription()
-	if n := len(violations) - 1; n > 0 {
-		msg += " (and " + strconv.Itoa(n) + " more invalid field"
-		if n > 1 {
-			msg += "s"
-		}
-		msg += ")"
-	}
-	return withDetails(status.New(codes.InvalidArgument, msg), &errdetails.BadRequest{FieldViolations: violations})
-}
-
-// storeError maps an Ingest error to a status. field names the event at an
+// ingestError maps an Ingest error to a status. field names the event at an
 // index the way the request does.
-func (s *eventServer) storeError(ctx context.Context, err error, field func(int) string, n int) error {
-	var (
-		conflict *ConflictError
-		invalid  *InvalidEventsError
-	)
-	switch {
-	case errors.As(err, &conflict):
+func (s *eventServer) ingestError(ctx context.Context, err error, field func(int) string, n int) error {
+	if conflict, ok := errors.AsType[*ingest.ConflictError](err); ok {
 		first := conflict.Conflicts[0]
 		msg := fmt.Sprintf("%s.id: event id %q already exists with different content", field(first.Index), first.EventID)
 		if more := len(conflict.Conflicts) - 1; more > 0 {
@@ -203,40 +187,29 @@ func (s *eventServer) storeError(ctx context.Context, err error, field func(int)
 			})
 		}
 		return withDetails(status.New(codes.AlreadyExists, msg), details...)
-	case errors.As(err, &invalid):
+	}
+	if invalid, ok := errors.AsType[*ingest.InvalidEventsError](err); ok {
 		violations := make([]*errdetails.BadRequest_FieldViolation, len(invalid.Invalid))
 		for i, iv := range invalid.Invalid {
 			violations[i] = fieldViolation(field(iv.Index), iv.Err)
 		}
 		return invalidArgument(violations)
-	case ctx.Err() != nil:
-		return status.FromContextError(ctx.Err()).Err()
-	default:
-		s.logger.ErrorContext(ctx, "publish: storing events failed", slog.Int("events", n), slog.Any("error", err))
-		// Publishing is idempotent by event id, so telling the publisher to
-		// retry is always safe.
-		return status.Error(codes.Unavailable, "could not store the events; retrying is safe")
 	}
+	// Publishing is idempotent by event id, so telling the publisher to
+	// retry is always safe.
+	return unexpected(ctx, s.logger.With(slog.Int("events", n)), "publish", "", codes.Unavailable, err)
 }
 
-func withDetails(st *status.Status, details ...protoadapt.MessageV1) error {
-	withDetails, err := st.WithDetails(details...)
-	if err != nil {
-		return st.Err() // the details are a courtesy; the code and message stand alone
-	}
-	return withDetails.Err()
-}
-
-func toProtoResult(r Result) *webhooksv1.PublishResponse {
+func toProtoResult(r ingest.Result) *webhooksv1.PublishResponse {
 	var o webhooksv1.PublishOutcome
 	switch r.Outcome {
-	case OutcomeStored:
+	case ingest.OutcomeStored:
 		o = webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED
-	case OutcomeDuplicate:
+	case ingest.OutcomeDuplicate:
 		o = webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DUPLICATE
-	case OutcomeDroppedInternal:
+	case ingest.OutcomeDroppedInternal:
 		o = webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_INTERNAL
-	case OutcomeDroppedRaw:
+	case ingest.OutcomeDroppedRaw:
 		o = webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_RAW
 	}
 	return &webhooksv1.PublishResponse{EventId: r.EventID, Outcome: o}

@@ -1,0 +1,119 @@
+package grpcapi
+
+import (
+	"context"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/standmeet/webhook-dispatcher/internal/auth"
+)
+
+// Method prefixes, as gRPC spells full method names.
+const (
+	prefixEventService    = "/webhooks.v1.EventService/"
+	prefixEndpointService = "/webhooks.v1.EndpointService/"
+	prefixHealth          = "/grpc.health.v1.Health/"
+	prefixReflection      = "/grpc.reflection."
+)
+
+// required returns the role a method needs, or open=true when it needs none:
+// health and reflection stay open so probes and grpcurl work without
+// credentials. ok=false means no rule covers the method, and it is denied: a
+// service added later is closed until someone decides who may call it.
+func required(fullMethod string) (need auth.Role, open, ok bool) {
+	switch {
+	case strings.HasPrefix(fullMethod, prefixHealth), strings.HasPrefix(fullMethod, prefixReflection):
+		return 0, true, true
+	case strings.HasPrefix(fullMethod, prefixEventService):
+		// An admin may publish too (e.g. the admin UI sending a manual event).
+		return auth.RolePublisher | auth.RoleAdmin, false, true
+	case strings.HasPrefix(fullMethod, prefixEndpointService):
+		return auth.RoleAdmin, false, true
+	default:
+		return 0, false, false
+	}
+}
+
+// bearer extracts the token from the authorization metadata
+// ("authorization: Bearer <token>").
+func bearer(ctx context.Context) (string, bool) {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return "", false
+	}
+	vals := md.Get("authorization")
+	if len(vals) != 1 {
+		// Zero is missing; several are ambiguous, and guessing which one
+		// counts would invite confusion between proxies and the server.
+		return "", false
+	}
+	scheme, tok, found := strings.Cut(strings.TrimSpace(vals[0]), " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// Authorize decides whether the caller in ctx may call fullMethod. The error
+// is a gRPC status: Unauthenticated for a missing or unknown token,
+// PermissionDenied for a known token without the needed role (or a method no
+// rule covers).
+func Authorize(ctx context.Context, a *auth.Authenticator, fullMethod string) error {
+	need, open, ok := required(fullMethod)
+	if open {
+		return nil
+	}
+	var from string
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		from = p.Addr.String()
+	}
+	tok, present := bearer(ctx)
+	if !present {
+		a.Denied(ctx, "grpc", fullMethod, "missing bearer token", from)
+		return status.Error(codes.Unauthenticated, "missing bearer token: send metadata \"authorization: Bearer <token>\"")
+	}
+	role := a.RoleOf(tok)
+	if role == 0 {
+		a.Denied(ctx, "grpc", fullMethod, "unknown token", from)
+		return status.Error(codes.Unauthenticated, "invalid bearer token")
+	}
+	if !ok || role&need == 0 {
+		a.Denied(ctx, "grpc", fullMethod, "role "+role.String()+" not allowed", from)
+		return status.Errorf(codes.PermissionDenied, "token role %s may not call %s", role, fullMethod)
+	}
+	return nil
+}
+
+// UnaryInterceptor enforces Authorize on unary calls.
+func UnaryInterceptor(a *auth.Authenticator) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := Authorize(ctx, a, info.FullMethod); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamInterceptor enforces Authorize on streaming calls (reflection is one).
+func StreamInterceptor(a *auth.Authenticator) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := Authorize(ss.Context(), a, info.FullMethod); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+}
+
+// ServerOptions returns both interceptors as server options.
+func ServerOptions(a *auth.Authenticator) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(UnaryInterceptor(a)),
+		grpc.ChainStreamInterceptor(StreamInterceptor(a)),
+	}
+}

@@ -1,0 +1,241 @@
+package grpcapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
+	"github.com/standmeet/webhook-dispatcher/internal/event"
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+)
+
+// NotFoundMessage is the one message for a missing, foreign or malformed
+// endpoint id, so the reply says nothing about whether the id exists for
+// someone else.
+const NotFoundMessage = "endpoint not found"
+
+type endpointServer struct {
+	webhooksv1.UnimplementedEndpointServiceServer
+
+	logger *slog.Logger
+	svc    *endpoint.Service
+}
+
+// NewEndpointServer returns webhooks.v1.EndpointService over svc.
+func NewEndpointServer(svc *endpoint.Service, logger *slog.Logger) webhooksv1.EndpointServiceServer {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &endpointServer{logger: logger, svc: svc}
+}
+
+// fail maps an endpoint error to a status; method and owner only go to the
+// log, for errors no rule covers.
+func (s *endpointServer) fail(ctx context.Context, method, owner string, err error) error {
+	if ve, ok := errors.AsType[*endpoint.ValidationError](err); ok {
+		violations := make([]*errdetails.BadRequest_FieldViolation, len(ve.Violations))
+		for i, v := range ve.Violations {
+			violations[i] = &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Description}
+		}
+		return invalidArgument(violations)
+	}
+	switch {
+	case errors.Is(err, endpoint.ErrNotFound):
+		return status.Error(codes.NotFound, NotFoundMessage)
+	case errors.Is(err, endpoint.ErrDisabled):
+		return status.Error(codes.FailedPrecondition, "endpoint is disabled: enable it (update with enabled=true) first")
+	case errors.Is(err, endpoint.ErrTooManyEndpoints):
+		return status.Errorf(codes.ResourceExhausted, "owner has reached the limit of %d endpoints", s.svc.MaxEndpointsPerOwner())
+	case errors.Is(err, endpoint.ErrUnavailable):
+		return status.Error(codes.Unimplemented, err.Error())
+	}
+	return unexpected(ctx, s.logger, method, owner, codes.Internal, err)
+}
+
+// ListEndpoints implements webhooksv1.EndpointServiceServer.
+func (s *endpointServer) ListEndpoints(ctx context.Context, req *webhooksv1.ListEndpointsRequest) (*webhooksv1.ListEndpointsResponse, error) {
+	page, err := s.svc.List(ctx, req.GetOwnerId(), req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, s.fail(ctx, "list", req.GetOwnerId(), err)
+	}
+	resp := &webhooksv1.ListEndpointsResponse{NextPageToken: page.NextPageToken}
+	for _, e := range page.Items {
+		resp.Endpoints = append(resp.Endpoints, toProto(e))
+	}
+	return resp, nil
+}
+
+// GetEndpoint implements webhooksv1.EndpointServiceServer.
+func (s *endpointServer) GetEndpoint(ctx context.Context, req *webhooksv1.GetEndpointRequest) (*webhooksv1.GetEndpointResponse, error) {
+	e, err := s.svc.Get(ctx, req.GetOwnerId(), req.GetId())
+	if err != nil {
+		return nil, s.fail(ctx, "get", req.GetOwnerId(), err)
+	}
+	return &webhooksv1.GetEndpointResponse{Endpoint: toProto(e)}, nil
+}
+
+// CreateEndpoint implements webhooksv1.EndpointServiceServer.
+func (s *endpointServer) CreateEndpoint(ctx context.Context, req *webhooksv1.CreateEndpointRequest) (*webhooksv1.CreateEndpointResponse, error) {
+	e, secret, err := s.svc.Create(ctx, endpoint.CreateParams{
+		OwnerID:     req.GetOwnerId(),
+		URL:         req.GetUrl(),
+		Description: req.GetDescription(),
+		EventTypes:  req.GetEventTypes(),
+		EmbedID:     req.GetEmbedId(),
+	})
+	if err != nil {
+		return nil, s.fail(ctx, "create", req.GetOwnerId(), err)
+	}
+	return &webhooksv1.CreateEndpointResponse{Endpoint: toProto(e), Secret: secret}, nil
+}
+
+// UpdateEndpoint implements webhooksv1.EndpointServiceServer.
+func (s *endpointServer) UpdateEndpoint(ctx context.Context, req *webhooksv1.UpdateEndpointRequest) (*webhooksv1.UpdateEndpointResponse, error) {
+	e, err := s.svc.Update(ctx, endpoint.UpdateRequest{
+		OwnerID:     req.GetOwnerId(),
+		ID:          req.GetId(),
+		Paths:       req.GetUpdateMask().GetPaths(),
+		URL:         req.GetUrl(),
+		Description: req.GetDescription(),
+		EventTypes:  req.GetEventTypes(),
+		EmbedID:     req.GetEmbedId(),
+		Enabled:     req.GetEnabled(),
+	})
+	if err != nil {
+		return nil, s.fail(ctx, "update", req.GetOwnerId(), err)
+	}
+	return &webhooksv1.UpdateEndpointResponse{Endpoint: toProto(e)}, nil
+}
+
+// DeleteEndpoint implements webhooksv1.EndpointServiceServer.
+func (s *endpointServer) DeleteEndpoint(ctx context.Context, req *webhooksv1.DeleteEndpointRequest) (*webhooksv1.DeleteEndpointResponse, error) {
+	if err := s.svc.Delete(ctx, req.GetOwnerId(), req.GetId()); err != nil {
+		return nil, s.fail(ctx, "delete", req.GetOwnerId(), err)
+	}
+	return &webhooksv1.DeleteEndpointResponse{}, nil
+}
+
+// RotateSecret implements webhooksv1.EndpointServiceServer.
+func (s *endpointServer) RotateSecret(ctx context.Context, req *webhooksv1.RotateSecretRequest) (*webhooksv1.RotateSecretResponse, error) {
+	var grace endpoint.GracePeriod
+	if gp := req.GetGracePeriod(); gp != nil {
+		if gp.CheckValid() != nil {
+			grace.Malformed = true
+		} else {
+			grace.Value = new(gp.AsDuration())
+		}
+	}
+	secret, expires, err := s.svc.RotateSecret(ctx, req.GetOwnerId(), req.GetId(), grace)
+	if err != nil {
+		return nil, s.fail(ctx, "rotate_secret", req.GetOwnerId(), err)
+	}
+	resp := &webhooksv1.RotateSecretResponse{Secret: secret}
+	if expires != nil {
+		resp.PreviousSecretExpiresAt = timestamppb.New(*expires)
+	}
+	return resp, nil
+}
+
+// SendTest implements webhooksv1.EndpointServiceServer.
+func (s *endpointServer) SendTest(ctx context.Context, req *webhooksv1.SendTestRequest) (*webhooksv1.SendTestResponse, error) {
+	id, err := s.svc.SendTest(ctx, req.GetOwnerId(), req.GetId())
+	if err != nil {
+		return nil, s.fail(ctx, "send_test", req.GetOwnerId(), err)
+	}
+	return &webhooksv1.SendTestResponse{EventId: id}, nil
+}
+
+// ListDeliveries implements webhooksv1.EndpointServiceServer.
+func (s *endpointServer) ListDeliveries(ctx context.Context, req *webhooksv1.ListDeliveriesRequest) (*webhooksv1.ListDeliveriesResponse, error) {
+	page, err := s.svc.ListDeliveries(ctx, req.GetOwnerId(), req.GetEndpointId(), req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, s.fail(ctx, "list_deliveries", req.GetOwnerId(), err)
+	}
+	resp := &webhooksv1.ListDeliveriesResponse{NextPageToken: page.NextPageToken}
+	for _, d := range page.Items {
+		resp.Deliveries = append(resp.Deliveries, s.deliveryProto(d))
+	}
+	return resp, nil
+}
+
+// Redeliver implements webhooksv1.EndpointServiceServer.
+func (s *endpointServer) Redeliver(ctx context.Context, req *webhooksv1.RedeliverRequest) (*webhooksv1.RedeliverResponse, error) {
+	n, err := s.svc.Redeliver(ctx, req.GetOwnerId(), req.GetEndpointId())
+	if err != nil {
+		return nil, s.fail(ctx, "redeliver", req.GetOwnerId(), err)
+	}
+	return &webhooksv1.RedeliverResponse{Count: int32(min(n, 1<<31-1))}, nil
+}
+
+// ListEventTypes implements webhooksv1.EndpointServiceServer.
+func (s *endpointServer) ListEventTypes(context.Context, *webhooksv1.ListEventTypesRequest) (*webhooksv1.ListEventTypesResponse, error) {
+	resp := &webhooksv1.ListEventTypesResponse{}
+	for _, t := range event.WebhookTypes() {
+		resp.EventTypes = append(resp.EventTypes, &webhooksv1.EventType{Name: t.Name, Description: t.Description})
+	}
+	return resp, nil
+}
+
+func toProto(e *endpoint.Endpoint) *webhooksv1.Endpoint {
+	out := &webhooksv1.Endpoint{
+		Id:             e.ID.String(),
+		OwnerId:        e.OwnerID,
+		Url:            e.URL,
+		Description:    e.Description,
+		EventTypes:     e.EventTypes,
+		EmbedId:        e.EmbedID,
+		Enabled:        e.Enabled,
+		DisabledReason: e.DisabledReason,
+		CreatedAt:      timestamppb.New(e.CreatedAt),
+		UpdatedAt:      timestamppb.New(e.UpdatedAt),
+	}
+	if e.FailingSince != nil {
+		out.FailingSince = timestamppb.New(*e.FailingSince)
+	}
+	// Only while the grace period lasts: an expired previous secret no
+	// longer signs, whatever is still stored.
+	if e.PreviousSecretExpiresAt != nil && e.PreviousSecretExpiresAt.After(time.Now()) {
+		out.PreviousSecretExpiresAt = timestamppb.New(*e.PreviousSecretExpiresAt)
+	}
+	return out
+}
+
+var deliveryStates = map[string]webhooksv1.DeliveryState{
+	"available": webhooksv1.DeliveryState_DELIVERY_STATE_AVAILABLE,
+	"scheduled": webhooksv1.DeliveryState_DELIVERY_STATE_SCHEDULED,
+	"running":   webhooksv1.DeliveryState_DELIVERY_STATE_RUNNING,
+	"retryable": webhooksv1.DeliveryState_DELIVERY_STATE_RETRYABLE,
+	"completed": webhooksv1.DeliveryState_DELIVERY_STATE_COMPLETED,
+	"cancelled": webhooksv1.DeliveryState_DELIVERY_STATE_CANCELLED,
+	"discarded": webhooksv1.DeliveryState_DELIVERY_STATE_DISCARDED,
+	"pending":   webhooksv1.DeliveryState_DELIVERY_STATE_PENDING,
+}
+
+func (s *endpointServer) deliveryProto(d *endpoint.Delivery) *webhooksv1.Delivery {
+	out := &webhooksv1.Delivery{
+		JobId:       d.JobID,
+		EventId:     d.EventID,
+		EventType:   d.EventType,
+		State:       deliveryStates[d.State],
+		Attempt:     int32(min(d.Attempt, 1<<31-1)),
+		MaxAttempts: int32(min(d.MaxAttempts, 1<<31-1)),
+		LastError:   d.LastError,
+		CreatedAt:   timestamppb.New(d.CreatedAt),
+		ScheduledAt: timestamppb.New(d.ScheduledAt),
+		Link:        s.svc.JobLink(d.JobID),
+	}
+	if d.AttemptedAt != nil {
+		out.AttemptedAt = timestamppb.New(*d.AttemptedAt)
+	}
+	if d.FinalizedAt != nil {
+		out.FinalizedAt = timestamppb.New(*d.FinalizedAt)
+	}
+	return out
+}
