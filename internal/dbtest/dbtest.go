@@ -33,6 +33,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+	"go.uber.org/goleak"
 
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 )
@@ -147,6 +148,18 @@ func (c cleanupM) Run() int {
 		adminPool.Close()
 	}
 	return code
+}
+
+// VerifyTestMain runs the tests of a package that uses this harness: it drops
+// the kept schemas afterwards (WithCleanup) and then fails the binary if any
+// goroutine is left running (goleak), apart from the pgx pools' own
+// housekeeping, which may still be winding down, and the extra ignores given.
+func VerifyTestMain(m *testing.M, extra ...goleak.Option) {
+	goleak.VerifyTestMain(WithCleanup(m), append([]goleak.Option{
+		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"),
+		goleak.IgnoreAnyFunction("github.com/jackc/puddle/v2.(*Pool[...]).createIdleResources"),
+	}, extra...)...)
 }
 
 // DB is one test's isolated, migrated schema.

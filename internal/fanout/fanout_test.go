@@ -18,7 +18,6 @@ import (
 	"github.com/riverqueue/river/rivertest"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -34,12 +33,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(dbtest.WithCleanup(m),
-		// dbtest keeps one admin pool for the whole test binary.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-	)
-}
+func TestMain(m *testing.M) { dbtest.VerifyTestMain(m) }
 
 const (
 	ownerID      = "owner_1"

@@ -7,28 +7,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
-	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
-func TestMain(m *testing.M) {
-	// dbtest's admin pool lives as long as the test binary; its health check
-	// goroutine is not a leak of this package.
-	goleak.VerifyTestMain(dbtest.WithCleanup(m),
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"),
-	)
-}
+func TestMain(m *testing.M) { dbtest.VerifyTestMain(m) }
 
 func testLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
@@ -61,43 +52,19 @@ func testEvent(id string) *webhook.Event {
 
 func countEvents(t *testing.T, db *dbtest.DB) int {
 	t.Helper()
-
-	var n int
-	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM events`).Scan(&n))
-	return n
+	return testfactory.CountEvents(context.Background(), t, db.Pool)
 }
 
 // countFanoutJobs counts webhook.fanout jobs for eventID, or all of them when
 // eventID is empty.
 func countFanoutJobs(t *testing.T, db *dbtest.DB, eventID string) int {
 	t.Helper()
-
-	var n int
-	require.NoError(t, db.Pool.QueryRow(context.Background(), `
-		SELECT count(*) FROM river_job
-		WHERE kind = $1 AND ($2 = '' OR args->>'event_id' = $2)`, job.KindFanout, eventID).Scan(&n))
-	return n
+	return testfactory.CountFanoutJobs(context.Background(), t, db.Pool, eventID)
 }
 
-type storedEvent struct {
-	ID         string
-	OwnerID    string
-	Type       string
-	Subject    string
-	OccurredAt time.Time
-	Data       string
-	Source     string
-}
-
-func readEvent(t *testing.T, db *dbtest.DB, id string) storedEvent {
+func readEvent(t *testing.T, db *dbtest.DB, id string) testfactory.StoredEvent {
 	t.Helper()
-
-	rows, err := db.Pool.Query(context.Background(),
-		`SELECT id, owner_id, type, subject, occurred_at, data::text, source FROM events WHERE id = $1`, id)
-	require.NoError(t, err)
-	e, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[storedEvent])
-	require.NoError(t, err)
-	return e
+	return testfactory.ReadEvent(context.Background(), t, db.Pool, id)
 }
 
 func ingestCount(m *metrics.Metrics, source Source, result string) int {

@@ -13,18 +13,12 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(dbtest.WithCleanup(m),
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"),
-	)
-}
+func TestMain(m *testing.M) { dbtest.VerifyTestMain(m) }
 
 // fakeQueues records the queues a member works, like River's QueueBundle.
 type fakeQueues struct {

@@ -1,7 +1,8 @@
 // Package testfactory inserts the rows tests need (events and endpoints) the
-// way the dispatcher stores them, so that each test states only what matters
-// to it and the schema is written down once. Like River's testfactory, every
-// function takes an options struct whose zero value is a sensible row.
+// way the dispatcher stores them, and reads back what it stored, so that each
+// test states only what matters to it and the schema is written down once.
+// Like River's testfactory, every insert takes an options struct whose zero
+// value is a sensible row.
 //
 // It is for tests only (a depguard rule keeps it out of the binaries).
 package testfactory
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
@@ -23,6 +25,7 @@ import (
 // migrated dispatcher schema (internal/dbtest).
 type DBTX interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // EventOpts describes an event row; zero fields take the defaults named.
@@ -144,4 +147,44 @@ func Keyring(tb testing.TB, id uint32) (*seal.Keyring, []byte) {
 	kr, err := seal.NewKeyring(id, map[uint32][]byte{id: master})
 	require.NoError(tb, err)
 	return kr, master
+}
+
+// StoredEvent is an events row as stored.
+type StoredEvent struct {
+	ID         string
+	OwnerID    string
+	Type       string
+	Subject    string
+	OccurredAt time.Time
+	Data       string // as jsonb renders it
+	Source     string
+}
+
+// ReadEvent returns the stored event id.
+func ReadEvent(ctx context.Context, tb testing.TB, db DBTX, id string) StoredEvent {
+	tb.Helper()
+	var e StoredEvent
+	require.NoError(tb, db.QueryRow(ctx,
+		`SELECT id, owner_id, type, subject, occurred_at, data::text, source FROM events WHERE id = $1`, id).
+		Scan(&e.ID, &e.OwnerID, &e.Type, &e.Subject, &e.OccurredAt, &e.Data, &e.Source), "testfactory: read event %s", id)
+	return e
+}
+
+// CountEvents counts the stored events.
+func CountEvents(ctx context.Context, tb testing.TB, db DBTX) int {
+	tb.Helper()
+	var n int
+	require.NoError(tb, db.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n))
+	return n
+}
+
+// CountFanoutJobs counts webhook.fanout jobs for eventID, or all of them
+// when eventID is empty.
+func CountFanoutJobs(ctx context.Context, tb testing.TB, db DBTX, eventID string) int {
+	tb.Helper()
+	var n int
+	require.NoError(tb, db.QueryRow(ctx, `
+		SELECT count(*) FROM river_job
+		WHERE kind = 'webhook.fanout' AND ($1 = '' OR args->>'event_id' = $1)`, eventID).Scan(&n))
+	return n
 }

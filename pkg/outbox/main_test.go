@@ -1,10 +1,9 @@
 package outbox_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(dbtest.WithCleanup(m).Run()) }
+func TestMain(m *testing.M) { dbtest.VerifyTestMain(m) }
