@@ -246,6 +246,20 @@ func TestOperations(t *testing.T) {
 		require.Contains(t, string(out), "dispatcher migrate")
 	})
 
+	t.Run("ProfilerOnlyWhenAskedFor", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.New(t)
+		off := start(t, options{db: db})
+		code, _ := off.get(t, "/debug/pprof/cmdline")
+		require.Equal(t, http.StatusNotFound, code, "no profiler unless -pprof")
+
+		on := start(t, options{db: db, env: []string{"DISPATCHER_PPROF=true"}})
+		code, body := on.get(t, "/debug/pprof/cmdline")
+		require.Equal(t, http.StatusOK, code)
+		require.Contains(t, body, "serve")
+		require.NotContains(t, body, adminToken, "tokens come from the environment, never the command line")
+	})
+
 	t.Run("MigrateIsIdempotent", func(t *testing.T) {
 		t.Parallel()
 		db := dbtest.NewEmpty(t)
