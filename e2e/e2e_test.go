@@ -132,6 +132,29 @@ func TestThinSlice(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, res.GetEventTypes(), 39)
 	})
+
+	t.Run("RolesAreDisjoint", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		createEndpoint(t, b.d, "owner-a", b.rc.URL, "code.*")
+		forged := newEvent("owner-a", "code.issued", "code://forged", `{}`)
+		// The admin UI's token cannot forge domain events.
+		_, err := b.d.events().Publish(withToken(ctx, adminToken), &webhooksv1.PublishRequest{Event: forged})
+		require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+		_, err = b.d.events().PublishBatch(withToken(ctx, adminToken), &webhooksv1.PublishBatchRequest{Events: []*webhooksv1.Event{forged}})
+		require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+		// River UI's token opens nothing on the gRPC API.
+		_, err = b.d.events().Publish(withToken(ctx, operatorToken), &webhooksv1.PublishRequest{Event: forged})
+		require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+		_, err = b.d.endpoints().ListEventTypes(withToken(ctx, operatorToken), &webhooksv1.ListEventTypesRequest{})
+		require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+		marker := newEvent("owner-a", "code.issued", "code://marker", `{}`)
+		publish(t, b.d, marker)
+		waitFor(t, 30*time.Second, "the marker", func() bool { return len(b.rc.requests()) == 1 })
+		require.Equal(t, marker.GetId(), b.rc.requests()[0].header.Get("webhook-id"), "the forged event was never stored")
+	})
 }
 
 func keys(m map[string]any) []string {
@@ -316,10 +339,12 @@ func TestOperations(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, code)
 		code, _ = d.get(t, "/riverui/", "Authorization", "Bearer "+publisherToken)
 		require.Equal(t, http.StatusForbidden, code)
-		code, body := d.get(t, "/riverui/", "Authorization", "Bearer "+adminToken)
+		code, _ = d.get(t, "/riverui/", "Authorization", "Bearer "+adminToken)
+		require.Equal(t, http.StatusForbidden, code, "River UI is the operator's, not the admin UI's")
+		code, body := d.get(t, "/riverui/", "Authorization", "Bearer "+operatorToken)
 		require.Equal(t, http.StatusOK, code)
 		require.Contains(t, body, "/riverui/")
-		code, body = d.get(t, "/riverui/api/jobs?state=completed", "Authorization", "Bearer "+adminToken)
+		code, body = d.get(t, "/riverui/api/jobs?state=completed", "Authorization", "Bearer "+operatorToken)
 		require.Equal(t, http.StatusOK, code)
 		require.Contains(t, body, `"data"`)
 	})

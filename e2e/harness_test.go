@@ -33,6 +33,7 @@ import (
 const (
 	adminToken     = "e2e-admin-token-0123456789"
 	publisherToken = "e2e-publisher-token-0123456789"
+	operatorToken  = "e2e-operator-token-0123456789"
 )
 
 var binary string
@@ -117,6 +118,7 @@ func start(t *testing.T, opts options) *dispatcher {
 		"DISPATCHER_MASTER_KEYS="+opts.masterKey,
 		"DISPATCHER_ADMIN_TOKENS="+adminToken,
 		"DISPATCHER_PUBLISHER_TOKENS="+publisherToken,
+		"DISPATCHER_OPERATOR_TOKENS="+operatorToken,
 		"DISPATCHER_EGRESS_ALLOW_CIDRS=127.0.0.1/32",
 		"DISPATCHER_LOG_LEVEL=debug",
 		"DISPATCHER_DB_MAX_CONNS=10",

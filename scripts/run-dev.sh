@@ -41,6 +41,7 @@ if [ ! -f .data/dev.env ]; then
     echo "DISPATCHER_MASTER_KEYS=$key"
     echo "DISPATCHER_PUBLISHER_TOKENS=dev-publisher-$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')"
     echo "DISPATCHER_ADMIN_TOKENS=dev-admin-$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')"
+    echo "DISPATCHER_OPERATOR_TOKENS=dev-operator-$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')"
   } > .data/dev.env
   chmod 600 .data/dev.env
 fi
@@ -60,6 +61,7 @@ cat <<MSG
    database   ${DATABASE_URL%%\?*}
    admin      DISPATCHER_TOKEN=$DISPATCHER_ADMIN_TOKENS
    publisher  $DISPATCHER_PUBLISHER_TOKENS
+   operator   $DISPATCHER_OPERATOR_TOKENS   (River UI login)
    (tokens and the master key live in .data/dev.env)
    try: DISPATCHER_TOKEN=\$admin ./bin/dispatcher event-types
 ----------------------------------------------------------------------

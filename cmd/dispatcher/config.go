@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/standmeet/webhook-dispatcher/internal/auth"
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 )
@@ -49,8 +50,10 @@ type serveConfig struct {
 	MasterKeys         string
 	PublisherTokens    string
 	AdminTokens        string
+	OperatorTokens     string
 	PublisherTokenFile string
 	AdminTokenFile     string
+	OperatorTokenFile  string
 
 	OutboxURL        string
 	OutboxBatch      int
@@ -91,6 +94,7 @@ func parseServeConfig(args []string, env *environ) (*serveConfig, error) {
 	fs.StringVar(&c.OpsAddr, "ops-addr", env.str("DISPATCHER_OPS_ADDR", "127.0.0.1:9090"), "operator HTTP listen address: /metrics, /healthz, /riverui/ (env DISPATCHER_OPS_ADDR)")
 	fs.StringVar(&c.PublisherTokenFile, "publisher-token-file", env.get("DISPATCHER_PUBLISHER_TOKEN_FILE"), "file of publisher tokens, one per line (env DISPATCHER_PUBLISHER_TOKEN_FILE)")
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", env.get("DISPATCHER_ADMIN_TOKEN_FILE"), "file of admin tokens, one per line (env DISPATCHER_ADMIN_TOKEN_FILE)")
+	fs.StringVar(&c.OperatorTokenFile, "operator-token-file", env.get("DISPATCHER_OPERATOR_TOKEN_FILE"), "file of operator tokens (River UI login), one per line (env DISPATCHER_OPERATOR_TOKEN_FILE)")
 	fs.StringVar(&c.OutboxURL, "outbox-database-url", env.get("DISPATCHER_OUTBOX_DATABASE_URL"), "Postgres URL of the main app's database holding webhook_outbox; empty disables the relay (env DISPATCHER_OUTBOX_DATABASE_URL)")
 	fs.IntVar(&c.OutboxBatch, "outbox-batch", env.integer("DISPATCHER_OUTBOX_BATCH", 500), "outbox rows claimed per batch (env DISPATCHER_OUTBOX_BATCH)")
 	fs.DurationVar(&c.OutboxPoll, "outbox-poll", env.duration("DISPATCHER_OUTBOX_POLL", time.Second), "outbox poll interval when no NOTIFY arrives (env DISPATCHER_OUTBOX_POLL)")
@@ -174,8 +178,45 @@ func parseServeConfig(args []string, env *environ) (*serveConfig, error) {
 	}
 	c.PublisherTokens = env.get("DISPATCHER_PUBLISHER_TOKENS")
 	c.AdminTokens = env.get("DISPATCHER_ADMIN_TOKENS")
+	c.OperatorTokens = env.get("DISPATCHER_OPERATOR_TOKENS")
 	c.AccessToken = env.get("DISPATCHER_ACCESS_TOKEN")
 	return c, nil
+}
+
+// tokenSources names where each role's tokens are configured, for errors.
+var tokenSources = map[auth.Role]string{
+	auth.RolePublisher: "DISPATCHER_PUBLISHER_TOKENS/-publisher-token-file",
+	auth.RoleAdmin:     "DISPATCHER_ADMIN_TOKENS/-admin-token-file",
+	auth.RoleOperator:  "DISPATCHER_OPERATOR_TOKENS/-operator-token-file",
+}
+
+// authenticator loads every role's tokens and builds the Authenticator.
+// Errors name the variable or flag to fix, never a token.
+func (c *serveConfig) authenticator(logger *slog.Logger) (*auth.Authenticator, error) {
+	var toks auth.Tokens
+	for _, r := range []struct {
+		role      auth.Role
+		env, file string
+		dst       *[]string
+	}{
+		{auth.RolePublisher, c.PublisherTokens, c.PublisherTokenFile, &toks.Publisher},
+		{auth.RoleAdmin, c.AdminTokens, c.AdminTokenFile, &toks.Admin},
+		{auth.RoleOperator, c.OperatorTokens, c.OperatorTokenFile, &toks.Operator},
+	} {
+		list, err := auth.LoadTokens(r.env, r.file)
+		if err != nil {
+			return nil, fmt.Errorf("invalid %s: %w", tokenSources[r.role], err)
+		}
+		*r.dst = list
+	}
+	a, err := auth.New(toks, logger)
+	if shared := (*auth.SharedTokenError)(nil); errors.As(err, &shared) {
+		return nil, fmt.Errorf("invalid %s: %w (also in %s)", tokenSources[shared.Second], err, tokenSources[shared.First])
+	}
+	if errors.Is(err, auth.ErrNoTokens) {
+		return nil, fmt.Errorf("no API tokens: set %s and/or %s: %w", tokenSources[auth.RolePublisher], tokenSources[auth.RoleAdmin], err)
+	}
+	return a, err
 }
 
 // environ reads configuration from environment variables. Malformed values

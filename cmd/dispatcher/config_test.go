@@ -2,10 +2,14 @@ package main
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/auth"
 )
 
 func TestParseServeConfig(t *testing.T) {
@@ -87,6 +91,48 @@ func TestParseServeConfig(t *testing.T) {
 		t.Parallel()
 		_, err := parse(setup(t), "--master-keys", key)
 		require.Error(t, err)
+	})
+
+	t.Run("TokensPerRole", func(t *testing.T) {
+		t.Parallel()
+		const (
+			pub   = "publisher-token-0123456789"
+			admin = "admin-token-0123456789"
+			op    = "operator-token-0123456789"
+		)
+		b := setup(t)
+		b.env["DISPATCHER_PUBLISHER_TOKENS"] = pub
+		b.env["DISPATCHER_ADMIN_TOKENS"] = admin
+		opFile := filepath.Join(t.TempDir(), "operator-tokens")
+		require.NoError(t, os.WriteFile(opFile, []byte(op+"\n"), 0o600))
+		c, err := parse(b, "--operator-token-file", opFile)
+		require.NoError(t, err)
+		a, err := c.authenticator(nil)
+		require.NoError(t, err)
+		require.Equal(t, auth.RoleOperator, a.RoleOf(op))
+		require.Equal(t, auth.RoleAdmin, a.RoleOf(admin))
+		require.Equal(t, auth.RolePublisher, a.RoleOf(pub))
+
+		// The admin UI's token reused as River UI's: refused, naming both places.
+		b.env["DISPATCHER_OPERATOR_TOKENS"] = admin
+		c, err = parse(b)
+		require.NoError(t, err)
+		_, err = c.authenticator(nil)
+		require.ErrorContains(t, err, "invalid DISPATCHER_OPERATOR_TOKENS/-operator-token-file")
+		require.ErrorContains(t, err, "DISPATCHER_ADMIN_TOKENS")
+		require.NotContains(t, err.Error(), admin)
+
+		b.env["DISPATCHER_OPERATOR_TOKENS"] = "short"
+		c, err = parse(b)
+		require.NoError(t, err)
+		_, err = c.authenticator(nil)
+		require.ErrorContains(t, err, "DISPATCHER_OPERATOR_TOKENS")
+
+		c, err = parse(setup(t))
+		require.NoError(t, err)
+		_, err = c.authenticator(nil)
+		require.ErrorIs(t, err, auth.ErrNoTokens)
+		require.ErrorContains(t, err, "DISPATCHER_PUBLISHER_TOKENS")
 	})
 
 	t.Run("BadValues", func(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
 )
 
-// mountRiverUI serves River UI at /riverui/ behind the admin token, so the
+// mountRiverUI serves River UI at /riverui/ behind the operator token, so the
 // job links of ListDeliveries open a real page. Job args hold only ids, but
 // args are hidden by default anyway.
 func mountRiverUI(ctx context.Context, mux *http.ServeMux, client *river.Client[pgx.Tx], authn *auth.Authenticator, logger *slog.Logger) error {
@@ -26,9 +26,12 @@ func mountRiverUI(ctx context.Context, mux *http.ServeMux, client *river.Client[
 	if err != nil {
 		return fmt.Errorf("river UI: %w", err)
 	}
+	if authn.Count(auth.RoleOperator) == 0 {
+		logger.WarnContext(ctx, "River UI is on but no operator token is configured (DISPATCHER_OPERATOR_TOKENS): nobody can open it")
+	}
 	if err := h.Start(ctx); err != nil {
 		return fmt.Errorf("start river UI: %w", err)
 	}
-	mux.Handle("/riverui/", authn.RequireHTTP(auth.RoleAdmin, h))
+	mux.Handle("/riverui/", authn.RequireHTTP(auth.RoleOperator, h))
 	return nil
 }

@@ -62,15 +62,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	if err != nil {
 		return fmt.Errorf("DISPATCHER_MASTER_KEYS: %w", err)
 	}
-	publisherTokens, err := auth.LoadTokens(cfg.PublisherTokens, cfg.PublisherTokenFile)
-	if err != nil {
-		return fmt.Errorf("publisher tokens: %w", err)
-	}
-	adminTokens, err := auth.LoadTokens(cfg.AdminTokens, cfg.AdminTokenFile)
-	if err != nil {
-		return fmt.Errorf("admin tokens: %w", err)
-	}
-	authn, err := auth.New(auth.Tokens{Publisher: publisherTokens, Admin: adminTokens}, logger)
+	authn, err := cfg.authenticator(logger)
 	if err != nil {
 		return err
 	}
@@ -237,8 +229,9 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	}
 	healthServer.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 
-	fmt.Fprintf(stdout, "dispatcher serving: grpc=%s ops=http://%s (metrics at /metrics) schema=%s\n",
-		grpcLis.Addr(), opsLis.Addr(), cfg.DB.Schema)
+	fmt.Fprintf(stdout, "dispatcher serving: grpc=%s ops=http://%s (metrics at /metrics) schema=%s tokens: publisher=%d admin=%d operator=%d\n",
+		grpcLis.Addr(), opsLis.Addr(), cfg.DB.Schema,
+		authn.Count(auth.RolePublisher), authn.Count(auth.RoleAdmin), authn.Count(auth.RoleOperator))
 	logger.InfoContext(ctx, "dispatcher started", slog.String("grpc_addr", grpcLis.Addr().String()),
 		slog.String("ops_addr", opsLis.Addr().String()), slog.String("schema", cfg.DB.Schema))
 

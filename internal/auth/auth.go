@@ -1,11 +1,14 @@
 // Package auth holds the API's bearer tokens and the roles they grant.
 //
-// Two roles exist: a publisher may publish events; an admin may manage
-// endpoints (and may also publish). Tokens come from configuration (several
-// per role, so a token can be rotated without downtime). Which gRPC method
-// needs which role, and the interceptors that enforce it, are the gRPC
-// surface's business (internal/grpcapi); RequireHTTP guards the operator's
-// HTTP pages with the same tokens.
+// Three roles exist, and they are disjoint (least privilege: whoever holds
+// one token can do one job): a publisher may publish events (EventService);
+// an admin manages endpoints (EndpointService, what an admin UI's backend
+// holds); an operator opens River UI on the ops port and may call nothing on
+// the gRPC API. Tokens come from configuration (several per role, so a token
+// can be rotated without downtime); one token listed under two roles is a
+// configuration error. Which gRPC method needs which role, and the
+// interceptors that enforce it, are the gRPC surface's business
+// (internal/grpcapi); Sessions logs operators in to the HTTP pages.
 package auth
 
 import (
@@ -24,19 +27,26 @@ const MinTokenLen = 16
 // Role is a set of permissions a token grants.
 type Role uint8
 
-// Roles. They are bits so that a token listed under both roles has both.
+// Roles. They are bits so that RoleOf can accumulate without branching; a
+// token never holds two (New refuses that).
 const (
 	RolePublisher Role = 1 << iota
 	RoleAdmin
+	RoleOperator
 )
+
+// roleNames lists every role in a fixed order, for String and New's errors.
+var roleNames = []struct {
+	role Role
+	name string
+}{{RolePublisher, "publisher"}, {RoleAdmin, "admin"}, {RoleOperator, "operator"}}
 
 func (r Role) String() string {
 	var names []string
-	if r&RolePublisher != 0 {
-		names = append(names, "publisher")
-	}
-	if r&RoleAdmin != 0 {
-		names = append(names, "admin")
+	for _, rn := range roleNames {
+		if r&rn.role != 0 {
+			names = append(names, rn.name)
+		}
 	}
 	if len(names) == 0 {
 		return "none"
@@ -48,16 +58,33 @@ func (r Role) String() string {
 // server that nobody can call is a misconfiguration, not a locked door.
 var ErrNoTokens = errors.New("auth: no API tokens configured (set publisher and/or admin tokens)")
 
+// SharedTokenError is returned by New when one token is listed under two
+// roles. Roles are disjoint, so that a token leaked from one client (say the
+// admin UI) cannot do another's job (publish events). The error names the
+// roles and positions, never the token.
+type SharedTokenError struct {
+	First, Second Role // First < Second
+	FirstIndex    int  // 1-based position in First's list
+	SecondIndex   int  // 1-based position in Second's list
+}
+
+func (e *SharedTokenError) Error() string {
+	return fmt.Sprintf("auth: %s token #%d is also %s token #%d: roles are disjoint, give each role its own tokens",
+		e.Second, e.SecondIndex, e.First, e.FirstIndex)
+}
+
 // Tokens holds the configured tokens per role. Several tokens per role are
 // allowed so that a new token can be rolled out before the old one is removed.
 type Tokens struct {
 	Publisher []string
 	Admin     []string
+	Operator  []string
 }
 
 type entry struct {
 	digest [sha256.Size]byte
 	role   Role
+	index  int // 1-based position in the role's list, for errors
 }
 
 // Authenticator checks bearer tokens and the role a method needs.
@@ -66,39 +93,60 @@ type Authenticator struct {
 	logger  *slog.Logger
 }
 
-// New builds an Authenticator. Tokens shorter than MinTokenLen are refused; the
-// error names the role and position, never the token.
+// New builds an Authenticator. Tokens shorter than MinTokenLen are refused,
+// and so is a token listed under two roles (*SharedTokenError); errors name
+// the role and position, never the token. At least one publisher or admin
+// token is needed: operator tokens alone leave the API uncallable.
 func New(tokens Tokens, logger *slog.Logger) (*Authenticator, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	a := &Authenticator{logger: logger}
-	add := func(list []string, role Role, name string) error {
+	add := func(list []string, role Role) error {
 		for i, tok := range list {
 			if len(tok) < MinTokenLen {
-				return fmt.Errorf("auth: %s token #%d is %d characters, need at least %d", name, i+1, len(tok), MinTokenLen)
+				return fmt.Errorf("auth: %s token #%d is %d characters, need at least %d", role, i+1, len(tok), MinTokenLen)
 			}
 			// Stored as digests: comparing fixed-size digests keeps the
 			// comparison constant-time even across tokens of different length,
 			// which subtle.ConstantTimeCompare alone does not.
-			a.entries = append(a.entries, entry{digest: sha256.Sum256([]byte(tok)), role: role})
+			d := sha256.Sum256([]byte(tok))
+			for _, e := range a.entries {
+				if e.digest == d && e.role != role {
+					return &SharedTokenError{First: e.role, FirstIndex: e.index, Second: role, SecondIndex: i + 1}
+				}
+			}
+			a.entries = append(a.entries, entry{digest: d, role: role, index: i + 1})
 		}
 		return nil
 	}
-	if err := add(tokens.Publisher, RolePublisher, "publisher"); err != nil {
-		return nil, err
+	for _, l := range []struct {
+		list []string
+		role Role
+	}{{tokens.Publisher, RolePublisher}, {tokens.Admin, RoleAdmin}, {tokens.Operator, RoleOperator}} {
+		if err := add(l.list, l.role); err != nil {
+			return nil, err
+		}
 	}
-	if err := add(tokens.Admin, RoleAdmin, "admin"); err != nil {
-		return nil, err
-	}
-	if len(a.entries) == 0 {
+	if len(tokens.Publisher)+len(tokens.Admin) == 0 {
 		return nil, ErrNoTokens
 	}
 	return a, nil
 }
 
-// RoleOf returns the union of the roles of every configured token equal to
-// presented (0 for none). It compares against every token without an early
+// Count returns how many tokens grant role.
+func (a *Authenticator) Count(role Role) int {
+	n := 0
+	for _, e := range a.entries {
+		if e.role&role != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// RoleOf returns the role of the configured token equal to presented (0 for
+// none). It compares against every token without an early
 // exit, so the time taken says nothing about which token (if any) matched.
 func (a *Authenticator) RoleOf(presented string) Role {
 	d := sha256.Sum256([]byte(presented))

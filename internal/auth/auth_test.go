@@ -21,6 +21,7 @@ const (
 	publisherToken = "pub-token-0123456789"
 	adminToken     = "admin-token-0123456789"
 	adminToken2    = "admin-token-rotated-9876543210"
+	operatorToken  = "operator-token-0123456789"
 )
 
 func TestNew(t *testing.T) {
@@ -36,6 +37,39 @@ func TestNew(t *testing.T) {
 	t.Run("RejectsNoTokens", func(t *testing.T) {
 		t.Parallel()
 		_, err := New(Tokens{}, nil)
+		require.ErrorIs(t, err, ErrNoTokens)
+	})
+
+	t.Run("RolesAreDisjoint", func(t *testing.T) {
+		t.Parallel()
+		a, err := New(Tokens{Publisher: []string{publisherToken}, Admin: []string{adminToken, adminToken2}, Operator: []string{operatorToken}}, nil)
+		require.NoError(t, err)
+		require.Equal(t, RolePublisher, a.RoleOf(publisherToken))
+		require.Equal(t, RoleAdmin, a.RoleOf(adminToken))
+		require.Equal(t, RoleAdmin, a.RoleOf(adminToken2))
+		require.Equal(t, RoleOperator, a.RoleOf(operatorToken))
+		require.Equal(t, Role(0), a.RoleOf(operatorToken+"x"))
+		require.Equal(t, 2, a.Count(RoleAdmin))
+		require.Equal(t, 1, a.Count(RoleOperator))
+	})
+
+	t.Run("TokenSharedByTwoRolesRefused", func(t *testing.T) {
+		t.Parallel()
+		_, err := New(Tokens{Publisher: []string{publisherToken}, Admin: []string{adminToken, publisherToken}}, nil)
+		var shared *SharedTokenError
+		require.ErrorAs(t, err, &shared)
+		require.Equal(t, SharedTokenError{First: RolePublisher, FirstIndex: 1, Second: RoleAdmin, SecondIndex: 2}, *shared)
+		require.EqualError(t, err, "auth: admin token #2 is also publisher token #1: roles are disjoint, give each role its own tokens")
+
+		_, err = New(Tokens{Admin: []string{adminToken}, Operator: []string{adminToken}}, nil)
+		require.ErrorAs(t, err, &shared)
+		require.Equal(t, RoleOperator, shared.Second)
+		require.NotContains(t, err.Error(), adminToken)
+	})
+
+	t.Run("OperatorTokensAloneAreNotEnough", func(t *testing.T) {
+		t.Parallel()
+		_, err := New(Tokens{Operator: []string{operatorToken}}, nil)
 		require.ErrorIs(t, err, ErrNoTokens)
 	})
 
@@ -137,10 +171,10 @@ func TestRequireHTTP(t *testing.T) {
 
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		a, err := New(Tokens{Publisher: []string{publisherToken}, Admin: []string{adminToken}}, nil)
+		a, err := New(Tokens{Publisher: []string{publisherToken}, Admin: []string{adminToken}, Operator: []string{operatorToken}}, nil)
 		require.NoError(t, err)
 		inner := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-		return &testBundle{handler: a.RequireHTTP(RoleAdmin, inner)}
+		return &testBundle{handler: a.RequireHTTP(RoleOperator, inner)}
 	}
 
 	do := func(t *testing.T, b *testBundle, mutate func(*http.Request)) *httptest.ResponseRecorder {
@@ -152,18 +186,25 @@ func TestRequireHTTP(t *testing.T) {
 		return rec
 	}
 
-	t.Run("BearerAdmin", func(t *testing.T) {
+	t.Run("BearerOperator", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		rec := do(t, b, func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+adminToken) })
+		rec := do(t, b, func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+operatorToken) })
 		require.Equal(t, http.StatusOK, rec.Code)
 	})
 
-	t.Run("BasicAdmin", func(t *testing.T) {
+	t.Run("BasicOperator", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		rec := do(t, b, func(r *http.Request) { r.SetBasicAuth("operator", adminToken) })
+		rec := do(t, b, func(r *http.Request) { r.SetBasicAuth("operator", operatorToken) })
 		require.Equal(t, http.StatusOK, rec.Code)
+	})
+
+	t.Run("AdminForbidden", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rec := do(t, b, func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+adminToken) })
+		require.Equal(t, http.StatusForbidden, rec.Code)
 	})
 
 	t.Run("MissingChallenges", func(t *testing.T) {

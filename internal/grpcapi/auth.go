@@ -23,15 +23,17 @@ const (
 
 // required returns the role a method needs, or open=true when it needs none:
 // health and reflection stay open so probes and grpcurl work without
-// credentials. ok=false means no rule covers the method, and it is denied: a
+// credentials. The operator role opens nothing here (it is for River UI).
+// ok=false means no rule covers the method, and it is denied: a
 // service added later is closed until someone decides who may call it.
 func required(fullMethod string) (need auth.Role, open, ok bool) {
 	switch {
 	case strings.HasPrefix(fullMethod, prefixHealth), strings.HasPrefix(fullMethod, prefixReflection):
 		return 0, true, true
 	case strings.HasPrefix(fullMethod, prefixEventService):
-		// An admin may publish too (e.g. the admin UI sending a manual event).
-		return auth.RolePublisher | auth.RoleAdmin, false, true
+		// Only the publisher: an admin token (held by an admin UI's
+		// backend) must not forge domain events for any owner.
+		return auth.RolePublisher, false, true
 	case strings.HasPrefix(fullMethod, prefixEndpointService):
 		return auth.RoleAdmin, false, true
 	default:
