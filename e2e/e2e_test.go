@@ -17,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/access/accesstest"
@@ -26,10 +28,16 @@ import (
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
+// newEvent builds an event; data is its JSON object, as a JSON client
+// would send it.
 func newEvent(owner, typ, subject, data string) *webhooksv1.Event {
+	d := &structpb.Struct{}
+	if err := protojson.Unmarshal([]byte(data), d); err != nil {
+		panic("newEvent: data is not a JSON object: " + err.Error())
+	}
 	return &webhooksv1.Event{
 		Id: uuid.NewString(), OwnerId: owner, Type: typ, Subject: subject,
-		OccurredAt: timestamppb.Now(), Data: data,
+		OccurredAt: timestamppb.Now(), Data: d,
 	}
 }
 
@@ -82,7 +90,9 @@ func TestThinSlice(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, e.GetType(), thin.Type)
 		require.Equal(t, e.GetSubject(), thin.Subject)
-		require.JSONEq(t, e.GetData(), string(thin.Data))
+		sent, err := protojson.Marshal(e.GetData())
+		require.NoError(t, err)
+		require.JSONEq(t, string(sent), string(thin.Data))
 		var top map[string]any
 		require.NoError(t, json.Unmarshal(got.body, &top))
 		require.ElementsMatch(t, []string{"id", "type", "subject", "occurred_at", "data"}, keys(top), "thin: nothing else")

@@ -34,7 +34,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	waitFor(t, 30*time.Second, "the first delivery", func() bool { return len(rc.requests()) == 1 })
 
 	rotated, err := d.endpoints().RotateSecret(adminCtx(t), &webhooksv1.RotateSecretRequest{
-		OwnerId: "owner-s", Id: created.GetEndpoint().GetId(), GracePeriod: durationpb.New(time.Hour),
+		OwnerId: "owner-s", EndpointId: created.GetEndpoint().GetId(), GracePeriod: durationpb.New(time.Hour),
 	})
 	require.NoError(t, err)
 	publish(t, d, newEvent("owner-s", "code.revoked", "code://1", `{}`))

@@ -580,7 +580,7 @@ func (b *bench) relayDeliver(ctx context.Context) (res result) {
 				for i := from; i < to; i++ {
 					d.occurred[i] = now
 					e := evs[i]
-					src = append(src, []any{e.GetId(), e.GetOwnerId(), e.GetType(), e.GetSubject(), now, e.GetData()})
+					src = append(src, []any{e.GetId(), e.GetOwnerId(), e.GetType(), e.GetSubject(), now, e.GetData().AsMap()})
 				}
 				_, err := b.admin.CopyFrom(ctx, pgx.Identifier{s.schema, "webhook_outbox"},
 					[]string{"event_id", "owner_id", "type", "subject", "occurred_at", "data"}, pgx.CopyFromRows(src))

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -167,7 +168,10 @@ func (s *session) createEndpoints(ctx context.Context, specs []endpointSpec) err
 func newEvent(prefix, owner, typ string, seq int) *webhooksv1.Event {
 	return &webhooksv1.Event{
 		Id: prefix + "-" + strconv.Itoa(seq), OwnerId: owner, Type: typ,
-		Subject: "bench://item/" + strconv.Itoa(seq), Data: `{"seq":` + strconv.Itoa(seq) + `,"published":true}`,
+		Subject: "bench://item/" + strconv.Itoa(seq),
+		Data: &structpb.Struct{Fields: map[string]*structpb.Value{
+			"seq": structpb.NewNumberValue(float64(seq)), "published": structpb.NewBoolValue(true),
+		}},
 	}
 }
 

@@ -161,7 +161,7 @@ func listFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) er
 
 func getFlags(*flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
 	return func(ctx context.Context, c *endpointsCmd, id string) error {
-		resp, err := c.client.GetEndpoint(ctx, &webhooksv1.GetEndpointRequest{OwnerId: c.conn.owner, Id: id})
+		resp, err := c.client.GetEndpoint(ctx, &webhooksv1.GetEndpointRequest{OwnerId: c.conn.owner, EndpointId: id})
 		if err != nil {
 			return err
 		}
@@ -205,7 +205,7 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 	enable := fs.Bool("enable", false, "enable the endpoint and clear its failure state")
 	disable := fs.Bool("disable", false, "disable the endpoint")
 	return func(ctx context.Context, c *endpointsCmd, id string) error {
-		req := &webhooksv1.UpdateEndpointRequest{OwnerId: c.conn.owner, Id: id, UpdateMask: &fieldmaskpb.FieldMask{}}
+		req := &webhooksv1.UpdateEndpointRequest{OwnerId: c.conn.owner, EndpointId: id, UpdateMask: &fieldmaskpb.FieldMask{}}
 		var err error
 		// Only flags given on the command line enter the mask, so an
 		// omitted flag never blanks a field.
@@ -254,7 +254,7 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 
 func deleteFlags(*flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
 	return func(ctx context.Context, c *endpointsCmd, id string) error {
-		resp, err := c.client.DeleteEndpoint(ctx, &webhooksv1.DeleteEndpointRequest{OwnerId: c.conn.owner, Id: id})
+		resp, err := c.client.DeleteEndpoint(ctx, &webhooksv1.DeleteEndpointRequest{OwnerId: c.conn.owner, EndpointId: id})
 		if err != nil {
 			return err
 		}
@@ -270,7 +270,7 @@ func rotateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 	grace := fs.Duration("grace", 24*time.Hour, "how long the old secret keeps signing beside the new one (0 ends it now; at most 168h)")
 	return func(ctx context.Context, c *endpointsCmd, id string) error {
 		resp, err := c.client.RotateSecret(ctx, &webhooksv1.RotateSecretRequest{
-			OwnerId: c.conn.owner, Id: id, GracePeriod: durationpb.New(*grace),
+			OwnerId: c.conn.owner, EndpointId: id, GracePeriod: durationpb.New(*grace),
 		})
 		if err != nil {
 			return err
@@ -290,7 +290,7 @@ func rotateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 
 func sendTestFlags(*flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
 	return func(ctx context.Context, c *endpointsCmd, id string) error {
-		resp, err := c.client.SendTest(ctx, &webhooksv1.SendTestRequest{OwnerId: c.conn.owner, Id: id})
+		resp, err := c.client.SendTest(ctx, &webhooksv1.SendTestRequest{OwnerId: c.conn.owner, EndpointId: id})
 		if err != nil {
 			return err
 		}
@@ -316,9 +316,9 @@ func deliveriesFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, stri
 			return printJSON(c.stdout, resp)
 		}
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "JOB\tEVENT\tTYPE\tSTATE\tATTEMPT\tLAST ERROR\tCREATED\tLINK")
+		fmt.Fprintln(tw, "DELIVERY\tEVENT\tTYPE\tSTATE\tATTEMPT\tLAST ERROR\tCREATED\tLINK")
 		for _, d := range resp.GetDeliveries() {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", d.GetJobId(), d.GetEventId(), orDash(d.GetEventType()),
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", d.GetId(), d.GetEventId(), orDash(d.GetEventType()),
 				deliveryState(d.GetState()), d.GetAttempt(), d.GetMaxAttempts(), orDash(oneLine(d.GetLastError(), 60)),
 				fmtTime(d.GetCreatedAt()), orDash(d.GetLink()))
 		}

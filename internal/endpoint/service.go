@@ -107,11 +107,11 @@ func NewService(cfg ServiceConfig, pool *pgxpool.Pool, riverClient *river.Client
 // MaxEndpointsPerOwner is the cap ErrTooManyEndpoints refers to.
 func (s *Service) MaxEndpointsPerOwner() int { return s.cfg.MaxEndpointsPerOwner }
 
-// parseID validates an endpoint id field. Empty is a missing argument; a
+// parseID validates the endpoint_id field. Empty is a missing argument; a
 // malformed id reads as not found, like a foreign one.
-func parseID(v *violations, field, raw string) (uuid.UUID, bool) {
+func parseID(v *violations, raw string) (uuid.UUID, bool) {
 	if raw == "" {
-		v.add(field, "must not be empty")
+		v.add(FieldEndpointID, "must not be empty")
 		return uuid.Nil, true
 	}
 	id, err := uuid.Parse(raw)
@@ -123,12 +123,12 @@ func parseID(v *violations, field, raw string) (uuid.UUID, bool) {
 	return id, true
 }
 
-// ownerAndID validates the owner id and an endpoint id field together.
+// ownerAndID validates the owner id and the endpoint_id field together.
 // A malformed id gives ErrNotFound (after the owner checks out).
-func (s *Service) ownerAndID(owner, field, rawID string) (uuid.UUID, error) {
+func (s *Service) ownerAndID(owner, rawID string) (uuid.UUID, error) {
 	var v violations
 	s.val.ownerID(&v, owner)
-	id, ok := parseID(&v, field, rawID)
+	id, ok := parseID(&v, rawID)
 	if err := v.err(); err != nil {
 		return uuid.Nil, err
 	}
@@ -151,7 +151,10 @@ func pageSize(v *violations, n int32) int {
 	case n == 0:
 		return DefaultPageSize
 	case n > MaxPageSize:
-		return MaxPageSize
+		// Refused rather than shortened: a caller that asked for 500 and
+		// got 200 would take the page for all there is.
+		v.add(FieldPageSize, "must be at most "+strconv.Itoa(MaxPageSize))
+		return 0
 	default:
 		return int(n)
 	}
@@ -196,7 +199,7 @@ func (s *Service) List(ctx context.Context, owner string, pageSize32 int32, page
 
 // Get returns owner's endpoint id.
 func (s *Service) Get(ctx context.Context, owner, id string) (*Endpoint, error) {
-	epID, err := s.ownerAndID(owner, FieldID, id)
+	epID, err := s.ownerAndID(owner, id)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +253,7 @@ type UpdateRequest struct {
 func (s *Service) Update(ctx context.Context, r UpdateRequest) (*Endpoint, error) {
 	var v violations
 	s.val.ownerID(&v, r.OwnerID)
-	id, idOK := parseID(&v, FieldID, r.ID)
+	id, idOK := parseID(&v, r.ID)
 
 	var p UpdateParams
 	if len(r.Paths) == 0 {
@@ -301,7 +304,7 @@ func (s *Service) Update(ctx context.Context, r UpdateRequest) (*Endpoint, error
 // Delete deletes an endpoint; its pending deliveries are cancelled when they
 // run.
 func (s *Service) Delete(ctx context.Context, owner, id string) error {
-	epID, err := s.ownerAndID(owner, FieldID, id)
+	epID, err := s.ownerAndID(owner, id)
 	if err != nil {
 		return err
 	}
@@ -324,7 +327,7 @@ type GracePeriod struct {
 func (s *Service) RotateSecret(ctx context.Context, owner, id string, grace GracePeriod) (string, *time.Time, error) {
 	var v violations
 	s.val.ownerID(&v, owner)
-	epID, idOK := parseID(&v, FieldID, id)
+	epID, idOK := parseID(&v, id)
 	d := DefaultGracePeriod
 	switch {
 	case grace.Malformed:
@@ -354,7 +357,7 @@ func (s *Service) RotateSecret(ctx context.Context, owner, id string, grace Grac
 // SendTest publishes one webhook.test event to this endpoint only and
 // returns its id.
 func (s *Service) SendTest(ctx context.Context, owner, id string) (string, error) {
-	epID, err := s.ownerAndID(owner, FieldID, id)
+	epID, err := s.ownerAndID(owner, id)
 	if err != nil {
 		return "", err
 	}
@@ -398,7 +401,7 @@ func (s *Service) SendTest(ctx context.Context, owner, id string) (string, error
 func (s *Service) ListDeliveries(ctx context.Context, owner, endpointID string, pageSize32 int32, pageToken string) (Page[*Delivery], error) {
 	var v violations
 	s.val.ownerID(&v, owner)
-	id, idOK := parseID(&v, FieldEndpointID, endpointID)
+	id, idOK := parseID(&v, endpointID)
 	limit := pageSize(&v, pageSize32)
 	var before int64
 	if pageToken != "" {
@@ -438,7 +441,7 @@ func (s *Service) JobLink(jobID int64) string {
 // Redeliver re-queues every discarded or cancelled delivery of an endpoint
 // whose event still exists, and returns how many.
 func (s *Service) Redeliver(ctx context.Context, owner, endpointID string) (int, error) {
-	id, err := s.ownerAndID(owner, FieldEndpointID, endpointID)
+	id, err := s.ownerAndID(owner, endpointID)
 	if err != nil {
 		return 0, err
 	}

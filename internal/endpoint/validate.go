@@ -28,7 +28,6 @@ const (
 // a caller can map them straight onto its form.
 const (
 	FieldOwnerID     = "owner_id"
-	FieldID          = "id"
 	FieldEndpointID  = "endpoint_id"
 	FieldURL         = "url"
 	FieldDescription = "description"

@@ -74,7 +74,7 @@ func (s *endpointServer) ListEndpoints(ctx context.Context, req *webhooksv1.List
 
 // GetEndpoint implements webhooksv1.EndpointServiceServer.
 func (s *endpointServer) GetEndpoint(ctx context.Context, req *webhooksv1.GetEndpointRequest) (*webhooksv1.GetEndpointResponse, error) {
-	e, err := s.svc.Get(ctx, req.GetOwnerId(), req.GetId())
+	e, err := s.svc.Get(ctx, req.GetOwnerId(), req.GetEndpointId())
 	if err != nil {
 		return nil, s.fail(ctx, "get", req.GetOwnerId(), err)
 	}
@@ -100,7 +100,7 @@ func (s *endpointServer) CreateEndpoint(ctx context.Context, req *webhooksv1.Cre
 func (s *endpointServer) UpdateEndpoint(ctx context.Context, req *webhooksv1.UpdateEndpointRequest) (*webhooksv1.UpdateEndpointResponse, error) {
 	e, err := s.svc.Update(ctx, endpoint.UpdateRequest{
 		OwnerID:     req.GetOwnerId(),
-		ID:          req.GetId(),
+		ID:          req.GetEndpointId(),
 		Paths:       req.GetUpdateMask().GetPaths(),
 		URL:         req.GetUrl(),
 		Description: req.GetDescription(),
@@ -116,7 +116,7 @@ func (s *endpointServer) UpdateEndpoint(ctx context.Context, req *webhooksv1.Upd
 
 // DeleteEndpoint implements webhooksv1.EndpointServiceServer.
 func (s *endpointServer) DeleteEndpoint(ctx context.Context, req *webhooksv1.DeleteEndpointRequest) (*webhooksv1.DeleteEndpointResponse, error) {
-	if err := s.svc.Delete(ctx, req.GetOwnerId(), req.GetId()); err != nil {
+	if err := s.svc.Delete(ctx, req.GetOwnerId(), req.GetEndpointId()); err != nil {
 		return nil, s.fail(ctx, "delete", req.GetOwnerId(), err)
 	}
 	return &webhooksv1.DeleteEndpointResponse{}, nil
@@ -132,7 +132,7 @@ func (s *endpointServer) RotateSecret(ctx context.Context, req *webhooksv1.Rotat
 			grace.Value = new(gp.AsDuration())
 		}
 	}
-	secret, expires, err := s.svc.RotateSecret(ctx, req.GetOwnerId(), req.GetId(), grace)
+	secret, expires, err := s.svc.RotateSecret(ctx, req.GetOwnerId(), req.GetEndpointId(), grace)
 	if err != nil {
 		return nil, s.fail(ctx, "rotate_secret", req.GetOwnerId(), err)
 	}
@@ -145,7 +145,7 @@ func (s *endpointServer) RotateSecret(ctx context.Context, req *webhooksv1.Rotat
 
 // SendTest implements webhooksv1.EndpointServiceServer.
 func (s *endpointServer) SendTest(ctx context.Context, req *webhooksv1.SendTestRequest) (*webhooksv1.SendTestResponse, error) {
-	id, err := s.svc.SendTest(ctx, req.GetOwnerId(), req.GetId())
+	id, err := s.svc.SendTest(ctx, req.GetOwnerId(), req.GetEndpointId())
 	if err != nil {
 		return nil, s.fail(ctx, "send_test", req.GetOwnerId(), err)
 	}
@@ -220,7 +220,7 @@ var deliveryStates = map[string]webhooksv1.DeliveryState{
 
 func (s *endpointServer) deliveryProto(d *endpoint.Delivery) *webhooksv1.Delivery {
 	out := &webhooksv1.Delivery{
-		JobId:       d.JobID,
+		Id:          d.JobID,
 		EventId:     d.EventID,
 		EventType:   d.EventType,
 		State:       deliveryStates[d.State],

@@ -180,11 +180,13 @@ var endpointOps = []endpointOp{
 		setOwn: func(m proto.Message, v string) { m.(*webhooksv1.ListEndpointsRequest).OwnerId = v },
 	},
 	{
-		name:    "GetEndpoint",
-		valid:   func(f *badFixture) proto.Message { return &webhooksv1.GetEndpointRequest{OwnerId: ownerA, Id: f.id} },
+		name: "GetEndpoint",
+		valid: func(f *badFixture) proto.Message {
+			return &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: f.id}
+		},
 		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.GetEndpointRequest).OwnerId = v },
-		setID:   func(m proto.Message, v string) { m.(*webhooksv1.GetEndpointRequest).Id = v },
-		idField: endpoint.FieldID,
+		setID:   func(m proto.Message, v string) { m.(*webhooksv1.GetEndpointRequest).EndpointId = v },
+		idField: endpoint.FieldEndpointID,
 	},
 	{
 		name:   "CreateEndpoint",
@@ -194,32 +196,38 @@ var endpointOps = []endpointOp{
 	{
 		name: "UpdateEndpoint",
 		valid: func(f *badFixture) proto.Message {
-			return &webhooksv1.UpdateEndpointRequest{OwnerId: ownerA, Id: f.id, UpdateMask: fieldMask("description", "enabled"), Description: "changed"}
+			return &webhooksv1.UpdateEndpointRequest{OwnerId: ownerA, EndpointId: f.id, UpdateMask: fieldMask("description", "enabled"), Description: "changed"}
 		},
 		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.UpdateEndpointRequest).OwnerId = v },
-		setID:   func(m proto.Message, v string) { m.(*webhooksv1.UpdateEndpointRequest).Id = v },
-		idField: endpoint.FieldID,
+		setID:   func(m proto.Message, v string) { m.(*webhooksv1.UpdateEndpointRequest).EndpointId = v },
+		idField: endpoint.FieldEndpointID,
 	},
 	{
-		name:    "DeleteEndpoint",
-		valid:   func(f *badFixture) proto.Message { return &webhooksv1.DeleteEndpointRequest{OwnerId: ownerA, Id: f.id} },
+		name: "DeleteEndpoint",
+		valid: func(f *badFixture) proto.Message {
+			return &webhooksv1.DeleteEndpointRequest{OwnerId: ownerA, EndpointId: f.id}
+		},
 		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.DeleteEndpointRequest).OwnerId = v },
-		setID:   func(m proto.Message, v string) { m.(*webhooksv1.DeleteEndpointRequest).Id = v },
-		idField: endpoint.FieldID,
+		setID:   func(m proto.Message, v string) { m.(*webhooksv1.DeleteEndpointRequest).EndpointId = v },
+		idField: endpoint.FieldEndpointID,
 	},
 	{
-		name:    "RotateSecret",
-		valid:   func(f *badFixture) proto.Message { return &webhooksv1.RotateSecretRequest{OwnerId: ownerA, Id: f.id} },
+		name: "RotateSecret",
+		valid: func(f *badFixture) proto.Message {
+			return &webhooksv1.RotateSecretRequest{OwnerId: ownerA, EndpointId: f.id}
+		},
 		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.RotateSecretRequest).OwnerId = v },
-		setID:   func(m proto.Message, v string) { m.(*webhooksv1.RotateSecretRequest).Id = v },
-		idField: endpoint.FieldID,
+		setID:   func(m proto.Message, v string) { m.(*webhooksv1.RotateSecretRequest).EndpointId = v },
+		idField: endpoint.FieldEndpointID,
 	},
 	{
-		name:    "SendTest",
-		valid:   func(f *badFixture) proto.Message { return &webhooksv1.SendTestRequest{OwnerId: ownerA, Id: f.id} },
+		name: "SendTest",
+		valid: func(f *badFixture) proto.Message {
+			return &webhooksv1.SendTestRequest{OwnerId: ownerA, EndpointId: f.id}
+		},
 		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.SendTestRequest).OwnerId = v },
-		setID:   func(m proto.Message, v string) { m.(*webhooksv1.SendTestRequest).Id = v },
-		idField: endpoint.FieldID,
+		setID:   func(m proto.Message, v string) { m.(*webhooksv1.SendTestRequest).EndpointId = v },
+		idField: endpoint.FieldEndpointID,
 	},
 	{
 		name: "ListDeliveries",
@@ -478,6 +486,8 @@ func badEndpointCases() []badCase {
 		}
 		invalid(op.name+"PageSizeNegative", endpoint.FieldPageSize, setPage(-1, ""))
 		invalid(op.name+"PageSizeMinInt", endpoint.FieldPageSize, setPage(math.MinInt32, ""))
+		invalid(op.name+"PageSizeAboveMax", endpoint.FieldPageSize, setPage(endpoint.MaxPageSize+1, ""))
+		invalid(op.name+"PageSizeMaxInt", endpoint.FieldPageSize, setPage(math.MaxInt32, ""))
 		invalid(op.name+"PageTokenGarbage", endpoint.FieldPageToken, setPage(0, "not a token"))
 		invalid(op.name+"PageTokenOtherOp", endpoint.FieldPageToken, setPage(0, otherTag))
 		invalid(op.name+"PageTokenSQLInjection", endpoint.FieldPageToken, setPage(0, injectionValues[0]))

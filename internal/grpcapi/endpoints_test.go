@@ -67,7 +67,7 @@ func TestCreateEndpoint(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, key, 32)
 
-		got, err := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, Id: ep.GetId()})
+		got, err := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: ep.GetId()})
 		require.NoError(t, err)
 		require.Equal(t, ep.GetUrl(), got.GetEndpoint().GetUrl())
 		require.Equal(t, ep.GetEventTypes(), got.GetEndpoint().GetEventTypes())
@@ -335,6 +335,12 @@ func TestListEndpoints(t *testing.T) {
 		requireField(t, err, "owner_id")
 		_, err = b.env.client.ListEndpoints(t.Context(), &webhooksv1.ListEndpointsRequest{OwnerId: ownerA, PageSize: -1})
 		requireField(t, err, "page_size")
+		// Above the maximum is refused, not silently shortened.
+		_, err = b.env.client.ListEndpoints(t.Context(), &webhooksv1.ListEndpointsRequest{OwnerId: ownerA, PageSize: 201})
+		requireField(t, err, "page_size")
+		resp, err := b.env.client.ListEndpoints(t.Context(), &webhooksv1.ListEndpointsRequest{OwnerId: ownerA, PageSize: 200})
+		require.NoError(t, err, "the maximum itself is fine")
+		require.Empty(t, resp.GetNextPageToken())
 		_, err = b.env.client.ListEndpoints(t.Context(), &webhooksv1.ListEndpointsRequest{OwnerId: ownerA, PageToken: "garbage!"})
 		requireField(t, err, "page_token")
 		// A deliveries token is not an endpoints token.
@@ -360,13 +366,13 @@ func TestGetEndpoint(t *testing.T) {
 	t.Run("CrossOwnerMissingAndMalformedLookAlike", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerB, Id: b.id})
+		_, err := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerB, EndpointId: b.id})
 		requireNotFound(t, err)
-		_, err = b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, Id: uuid.NewString()})
+		_, err = b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: uuid.NewString()})
 		requireNotFound(t, err)
-		_, err = b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, Id: "not-a-uuid"})
+		_, err = b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: "not-a-uuid"})
 		requireNotFound(t, err)
-		_, err = b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, Id: "{" + b.id + "}"})
+		_, err = b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: "{" + b.id + "}"})
 		requireNotFound(t, err)
 	})
 
@@ -374,7 +380,7 @@ func TestGetEndpoint(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		_, err := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA})
-		requireField(t, err, "id")
+		requireField(t, err, "endpoint_id")
 	})
 }
 
@@ -398,7 +404,7 @@ func TestUpdateEndpoint(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		resp, err := b.env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
-			OwnerId: ownerA, Id: b.ep.GetId(),
+			OwnerId: ownerA, EndpointId: b.ep.GetId(),
 			UpdateMask:  mask("url", "event_types"),
 			Url:         "https://new.example.com/hook",
 			EventTypes:  []string{"booking.*", "webhook.test"},
@@ -419,14 +425,14 @@ func TestUpdateEndpoint(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		resp, err := b.env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
-			OwnerId: ownerA, Id: b.ep.GetId(), UpdateMask: mask("embed_id", "description"),
+			OwnerId: ownerA, EndpointId: b.ep.GetId(), UpdateMask: mask("embed_id", "description"),
 			EmbedId: "emb_9", Description: "",
 		})
 		require.NoError(t, err)
 		require.Equal(t, "emb_9", resp.GetEndpoint().GetEmbedId())
 		require.Empty(t, resp.GetEndpoint().GetDescription())
 		resp, err = b.env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
-			OwnerId: ownerA, Id: b.ep.GetId(), UpdateMask: mask("embed_id"),
+			OwnerId: ownerA, EndpointId: b.ep.GetId(), UpdateMask: mask("embed_id"),
 		})
 		require.NoError(t, err)
 		require.Empty(t, resp.GetEndpoint().GetEmbedId())
@@ -436,7 +442,7 @@ func TestUpdateEndpoint(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		resp, err := b.env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
-			OwnerId: ownerA, Id: b.ep.GetId(), UpdateMask: mask("enabled"), Enabled: false,
+			OwnerId: ownerA, EndpointId: b.ep.GetId(), UpdateMask: mask("enabled"), Enabled: false,
 		})
 		require.NoError(t, err)
 		require.False(t, resp.GetEndpoint().GetEnabled())
@@ -450,7 +456,7 @@ func TestUpdateEndpoint(t *testing.T) {
 			`UPDATE webhook_endpoints SET enabled = false, disabled_reason = 'failing for 5 days' WHERE id = $1`, b.ep.GetId())
 		require.NoError(t, err)
 		resp, err := b.env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
-			OwnerId: ownerA, Id: b.ep.GetId(), UpdateMask: mask("enabled"), Enabled: false,
+			OwnerId: ownerA, EndpointId: b.ep.GetId(), UpdateMask: mask("enabled"), Enabled: false,
 		})
 		require.NoError(t, err)
 		require.Equal(t, "failing for 5 days", resp.GetEndpoint().GetDisabledReason())
@@ -464,12 +470,12 @@ UPDATE webhook_endpoints
    SET enabled = false, disabled_reason = 'failing for 5 days', failing_since = now() - interval '5 days'
  WHERE id = $1`, b.ep.GetId())
 		require.NoError(t, err)
-		got, err := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, Id: b.ep.GetId()})
+		got, err := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: b.ep.GetId()})
 		require.NoError(t, err)
 		require.NotNil(t, got.GetEndpoint().GetFailingSince())
 
 		resp, err := b.env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
-			OwnerId: ownerA, Id: b.ep.GetId(), UpdateMask: mask("enabled"), Enabled: true,
+			OwnerId: ownerA, EndpointId: b.ep.GetId(), UpdateMask: mask("enabled"), Enabled: true,
 		})
 		require.NoError(t, err)
 		ep := resp.GetEndpoint()
@@ -488,7 +494,7 @@ UPDATE webhook_endpoints
 		t.Parallel()
 		b := setup(t)
 		base := func() *webhooksv1.UpdateEndpointRequest {
-			return &webhooksv1.UpdateEndpointRequest{OwnerId: ownerA, Id: b.ep.GetId()}
+			return &webhooksv1.UpdateEndpointRequest{OwnerId: ownerA, EndpointId: b.ep.GetId()}
 		}
 		cases := []struct {
 			name  string
@@ -522,7 +528,7 @@ UPDATE webhook_endpoints
 			requireField(t, err, tc.field)
 		}
 		// Nothing half-written: the endpoint is as created.
-		got, err := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, Id: b.ep.GetId()})
+		got, err := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: b.ep.GetId()})
 		require.NoError(t, err)
 		require.Equal(t, b.ep.GetUrl(), got.GetEndpoint().GetUrl())
 		require.Equal(t, b.ep.GetEventTypes(), got.GetEndpoint().GetEventTypes())
@@ -533,14 +539,14 @@ UPDATE webhook_endpoints
 		t.Parallel()
 		b := setup(t)
 		_, err := b.env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
-			OwnerId: ownerB, Id: b.ep.GetId(), UpdateMask: mask("enabled"), Enabled: false,
+			OwnerId: ownerB, EndpointId: b.ep.GetId(), UpdateMask: mask("enabled"), Enabled: false,
 		})
 		requireNotFound(t, err)
 		_, err = b.env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
-			OwnerId: ownerA, Id: "nope", UpdateMask: mask("enabled"),
+			OwnerId: ownerA, EndpointId: "nope", UpdateMask: mask("enabled"),
 		})
 		requireNotFound(t, err)
-		got, err := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, Id: b.ep.GetId()})
+		got, err := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: b.ep.GetId()})
 		require.NoError(t, err)
 		require.True(t, got.GetEndpoint().GetEnabled())
 	})
@@ -563,18 +569,18 @@ func TestDeleteEndpoint(t *testing.T) {
 	t.Run("Deletes", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := b.env.client.DeleteEndpoint(t.Context(), &webhooksv1.DeleteEndpointRequest{OwnerId: ownerA, Id: b.id})
+		_, err := b.env.client.DeleteEndpoint(t.Context(), &webhooksv1.DeleteEndpointRequest{OwnerId: ownerA, EndpointId: b.id})
 		require.NoError(t, err)
-		_, err = b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, Id: b.id})
+		_, err = b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: b.id})
 		requireNotFound(t, err)
-		_, err = b.env.client.DeleteEndpoint(t.Context(), &webhooksv1.DeleteEndpointRequest{OwnerId: ownerA, Id: b.id})
+		_, err = b.env.client.DeleteEndpoint(t.Context(), &webhooksv1.DeleteEndpointRequest{OwnerId: ownerA, EndpointId: b.id})
 		requireNotFound(t, err)
 	})
 
 	t.Run("CrossOwnerNotFound", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := b.env.client.DeleteEndpoint(t.Context(), &webhooksv1.DeleteEndpointRequest{OwnerId: ownerB, Id: b.id})
+		_, err := b.env.client.DeleteEndpoint(t.Context(), &webhooksv1.DeleteEndpointRequest{OwnerId: ownerB, EndpointId: b.id})
 		requireNotFound(t, err)
 		require.Equal(t, 1, b.env.countEndpoints(t))
 	})
@@ -582,10 +588,10 @@ func TestDeleteEndpoint(t *testing.T) {
 	t.Run("BadInput", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := b.env.client.DeleteEndpoint(t.Context(), &webhooksv1.DeleteEndpointRequest{OwnerId: "a b", Id: b.id})
+		_, err := b.env.client.DeleteEndpoint(t.Context(), &webhooksv1.DeleteEndpointRequest{OwnerId: "a b", EndpointId: b.id})
 		requireField(t, err, "owner_id")
 		_, err = b.env.client.DeleteEndpoint(t.Context(), &webhooksv1.DeleteEndpointRequest{OwnerId: ownerA})
-		requireField(t, err, "id")
+		requireField(t, err, "endpoint_id")
 	})
 }
 
@@ -617,7 +623,7 @@ func TestRotateSecret(t *testing.T) {
 	rotate := func(t *testing.T, b *testBundle, grace *durationpb.Duration) *webhooksv1.RotateSecretResponse {
 		t.Helper()
 		resp, err := b.env.client.RotateSecret(t.Context(), &webhooksv1.RotateSecretRequest{
-			OwnerId: ownerA, Id: b.id.String(), GracePeriod: grace,
+			OwnerId: ownerA, EndpointId: b.id.String(), GracePeriod: grace,
 		})
 		require.NoError(t, err)
 		return resp
@@ -669,7 +675,7 @@ func TestRotateSecret(t *testing.T) {
 		require.True(t, verifies(t, keys, resp.GetSecret()))
 		require.False(t, verifies(t, keys, b.secret))
 
-		got, err := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, Id: b.id.String()})
+		got, err := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: b.id.String()})
 		require.NoError(t, err)
 		require.True(t, until.Equal(got.GetEndpoint().GetPreviousSecretExpiresAt().AsTime()))
 	})
@@ -720,7 +726,7 @@ func TestRotateSecret(t *testing.T) {
 			{Seconds: 1, Nanos: -5}, // invalid: signs disagree
 		} {
 			_, err := b.env.client.RotateSecret(t.Context(), &webhooksv1.RotateSecretRequest{
-				OwnerId: ownerA, Id: b.id.String(), GracePeriod: d,
+				OwnerId: ownerA, EndpointId: b.id.String(), GracePeriod: d,
 			})
 			requireField(t, err, "grace_period")
 		}
@@ -732,7 +738,7 @@ func TestRotateSecret(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		cur, _, _ := secretColumns(t, b.env, b.id)
-		_, err := b.env.client.RotateSecret(t.Context(), &webhooksv1.RotateSecretRequest{OwnerId: ownerB, Id: b.id.String()})
+		_, err := b.env.client.RotateSecret(t.Context(), &webhooksv1.RotateSecretRequest{OwnerId: ownerB, EndpointId: b.id.String()})
 		requireNotFound(t, err)
 		after, prev, _ := secretColumns(t, b.env, b.id)
 		require.Equal(t, cur, after)
@@ -757,7 +763,7 @@ func TestSendTest(t *testing.T) {
 	t.Run("PublishesTestEventForThisEndpoint", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		resp, err := b.env.client.SendTest(t.Context(), &webhooksv1.SendTestRequest{OwnerId: ownerA, Id: b.id})
+		resp, err := b.env.client.SendTest(t.Context(), &webhooksv1.SendTestRequest{OwnerId: ownerA, EndpointId: b.id})
 		require.NoError(t, err)
 		evs := b.env.publisher.published()
 		require.Len(t, evs, 1)
@@ -777,10 +783,10 @@ func TestSendTest(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		_, err := b.env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
-			OwnerId: ownerA, Id: b.id, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"enabled"}},
+			OwnerId: ownerA, EndpointId: b.id, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"enabled"}},
 		})
 		require.NoError(t, err)
-		_, err = b.env.client.SendTest(t.Context(), &webhooksv1.SendTestRequest{OwnerId: ownerA, Id: b.id})
+		_, err = b.env.client.SendTest(t.Context(), &webhooksv1.SendTestRequest{OwnerId: ownerA, EndpointId: b.id})
 		requireCode(t, err, codes.FailedPrecondition)
 		require.Empty(t, b.env.publisher.published())
 	})
@@ -788,7 +794,7 @@ func TestSendTest(t *testing.T) {
 	t.Run("CrossOwnerNotFound", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := b.env.client.SendTest(t.Context(), &webhooksv1.SendTestRequest{OwnerId: ownerB, Id: b.id})
+		_, err := b.env.client.SendTest(t.Context(), &webhooksv1.SendTestRequest{OwnerId: ownerB, EndpointId: b.id})
 		requireNotFound(t, err)
 		require.Empty(t, b.env.publisher.published())
 	})
@@ -799,7 +805,7 @@ func TestSendTest(t *testing.T) {
 		b.env.publisher.mu.Lock()
 		b.env.publisher.err = errors.New("database is down")
 		b.env.publisher.mu.Unlock()
-		_, err := b.env.client.SendTest(t.Context(), &webhooksv1.SendTestRequest{OwnerId: ownerA, Id: b.id})
+		_, err := b.env.client.SendTest(t.Context(), &webhooksv1.SendTestRequest{OwnerId: ownerA, EndpointId: b.id})
 		st := requireCode(t, err, codes.Internal)
 		require.NotContains(t, st.Message(), "database is down")
 		require.Contains(t, b.env.logs.String(), "database is down")
@@ -836,7 +842,7 @@ func TestListDeliveries(t *testing.T) {
 		require.NoError(t, err)
 		ds := resp.GetDeliveries()
 		require.Len(t, ds, 3)
-		require.Equal(t, []int64{j3, j2, j1}, []int64{ds[0].GetJobId(), ds[1].GetJobId(), ds[2].GetJobId()})
+		require.Equal(t, []int64{j3, j2, j1}, []int64{ds[0].GetId(), ds[1].GetId(), ds[2].GetId()})
 
 		require.Equal(t, "pruned-event", ds[0].GetEventId())
 		require.Empty(t, ds[0].GetEventType())
@@ -874,7 +880,7 @@ func TestListDeliveries(t *testing.T) {
 			})
 			require.NoError(t, err)
 			for _, d := range resp.GetDeliveries() {
-				got = append(got, d.GetJobId())
+				got = append(got, d.GetId())
 			}
 			if token = resp.GetNextPageToken(); token == "" {
 				break
@@ -901,6 +907,8 @@ func TestListDeliveries(t *testing.T) {
 		_, err = b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{OwnerId: ownerA, EndpointId: b.id, PageToken: "zz"})
 		requireField(t, err, "page_token")
 		_, err = b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{OwnerId: ownerA, EndpointId: b.id, PageSize: -3})
+		requireField(t, err, "page_size")
+		_, err = b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{OwnerId: ownerA, EndpointId: b.id, PageSize: 201})
 		requireField(t, err, "page_size")
 	})
 }
@@ -1070,11 +1078,11 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	env := newTestEnv(t, endpoint.ServiceConfig{})
 	created := env.create(t, ownerA)
 	id := created.GetEndpoint().GetId()
-	rotated, err := env.client.RotateSecret(t.Context(), &webhooksv1.RotateSecretRequest{OwnerId: ownerA, Id: id})
+	rotated, err := env.client.RotateSecret(t.Context(), &webhooksv1.RotateSecretRequest{OwnerId: ownerA, EndpointId: id})
 	require.NoError(t, err)
-	_, err = env.client.SendTest(t.Context(), &webhooksv1.SendTestRequest{OwnerId: ownerA, Id: id})
+	_, err = env.client.SendTest(t.Context(), &webhooksv1.SendTestRequest{OwnerId: ownerA, EndpointId: id})
 	require.NoError(t, err)
-	_, err = env.client.DeleteEndpoint(t.Context(), &webhooksv1.DeleteEndpointRequest{OwnerId: ownerA, Id: id})
+	_, err = env.client.DeleteEndpoint(t.Context(), &webhooksv1.DeleteEndpointRequest{OwnerId: ownerA, EndpointId: id})
 	require.NoError(t, err)
 
 	logs := env.logs.String()

@@ -1,6 +1,7 @@
 package grpcapi
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -14,7 +15,9 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -148,13 +151,12 @@ func fromProto(pe *webhooksv1.Event, prefix string) (*webhook.Event, *errdetails
 		OwnerID: pe.GetOwnerId(),
 		Type:    pe.GetType(),
 		Subject: pe.GetSubject(),
-		// Proto3 cannot tell an empty string from an absent one; both mean
-		// "no data", which is the empty object.
-		Data: json.RawMessage("{}"),
 	}
-	if d := pe.GetData(); d != "" {
-		e.Data = json.RawMessage(d)
+	data, err := dataJSON(pe.GetData())
+	if err != nil {
+		return nil, &errdetails.BadRequest_FieldViolation{Field: prefix + "." + webhook.FieldData, Description: err.Error()}
 	}
+	e.Data = data
 	if ts := pe.GetOccurredAt(); ts != nil {
 		// A nil timestamp stays the zero time, which Validate reports as
 		// missing; an out-of-range one must not be silently normalised.
@@ -167,6 +169,29 @@ func fromProto(pe *webhooksv1.Event, prefix string) (*webhook.Event, *errdetails
 		e.OccurredAt = ts.AsTime()
 	}
 	return e, nil
+}
+
+// dataJSON is the JSON an event's data is stored, signed and delivered as:
+// compact with its keys sorted, so a retried Publish of the same Struct is
+// byte for byte the same event. An unset Struct is the empty object. The size
+// and content rules are pkg/webhook's, applied to this JSON by the store;
+// only what JSON cannot hold (NaN, infinities, invalid UTF-8, which only a
+// binary client in process can even send) is refused here.
+func dataJSON(s *structpb.Struct) (json.RawMessage, error) {
+	if s == nil {
+		return json.RawMessage("{}"), nil
+	}
+	// protojson sorts map keys but adds random spaces (to keep its output
+	// from being relied on); Compact takes them out again.
+	b, err := protojson.Marshal(s)
+	if err != nil {
+		return nil, errors.New("must hold only finite numbers and valid UTF-8 text")
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return nil, fmt.Errorf("compact data: %w", err)
+	}
+	return buf.Bytes(), nil
 }
 
 // ingestError maps an Ingest error to a status. field names the event at an

@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"context"
+	"math"
 	"net"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
@@ -42,6 +44,11 @@ var injections = []string{
 	"<script>alert(1)</script>",
 	"../../etc/passwd",
 	"%00",
+}
+
+// structData is the data object {key: v}.
+func structData(key string, v *structpb.Value) *structpb.Struct {
+	return &structpb.Struct{Fields: map[string]*structpb.Value{key: v}}
 }
 
 // publishWire is the EventService behind the real auth interceptors, over
@@ -160,22 +167,21 @@ func TestPublishBadInput(t *testing.T) {
 		{"OccurredAtBeyondYear9999", func(e *webhooksv1.Event) { e.OccurredAt = &timestamppb.Timestamp{Seconds: 1e12} }, "event.occurred_at", false},
 		{"OccurredAtNegativeNanos", func(e *webhooksv1.Event) { e.OccurredAt = &timestamppb.Timestamp{Seconds: 1.7e9, Nanos: -1} }, "event.occurred_at", false},
 		{"OccurredAtNanosOverflow", func(e *webhooksv1.Event) { e.OccurredAt = &timestamppb.Timestamp{Seconds: 1.7e9, Nanos: 1e9} }, "event.occurred_at", false},
-		// data
-		{"DataArray", func(e *webhooksv1.Event) { e.Data = `["a"]` }, "event.data", false},
-		{"DataString", func(e *webhooksv1.Event) { e.Data = `"published"` }, "event.data", false},
-		{"DataNumber", func(e *webhooksv1.Event) { e.Data = `42` }, "event.data", false},
-		{"DataNull", func(e *webhooksv1.Event) { e.Data = `null` }, "event.data", false},
-		{"DataNotJSON", func(e *webhooksv1.Event) { e.Data = `published=true` }, "event.data", false},
-		{"DataTruncated", func(e *webhooksv1.Event) { e.Data = `{"op":` }, "event.data", false},
-		{"DataTrailingJunk", func(e *webhooksv1.Event) { e.Data = `{"op":"updated"} {}` }, "event.data", false},
-		{"DataDuplicateKeys", func(e *webhooksv1.Event) { e.Data = `{"published":false,"published":true}` }, "event.data", false},
-		{"DataTooLarge", func(e *webhooksv1.Event) { e.Data = `{"k":"` + long(webhook.MaxDataBytes) + `"}` }, "event.data", false},
-		{"DataInvalidUTF8", func(e *webhooksv1.Event) { e.Data = "{\"k\":\"\xff\"}" }, "event.data", true},
-		{"DataSQLInjection", func(e *webhooksv1.Event) { e.Data = injections[0] }, "event.data", false},
+		// data. It is a Struct, so what is not a JSON object (an array, a
+		// string, malformed or truncated JSON, duplicate keys, a lone
+		// surrogate) cannot even be sent; what can is held to the same rules.
+		{"DataTooLarge", func(e *webhooksv1.Event) { e.Data = jsonStruct(`{"k":"` + long(webhook.MaxDataBytes) + `"}`) }, "event.data", false},
+		{"DataTooLargeNested", func(e *webhooksv1.Event) {
+			e.Data = jsonStruct(`{"a":{"b":[` + strings.Repeat(`"x",`, webhook.MaxDataBytes/4) + `"x"]}}`)
+		}, "event.data", false},
+		{"DataNaN", func(e *webhooksv1.Event) { e.Data = structData("k", structpb.NewNumberValue(math.NaN())) }, "event.data", false},
+		{"DataInfinity", func(e *webhooksv1.Event) { e.Data = structData("k", structpb.NewNumberValue(math.Inf(1))) }, "event.data", false},
+		{"DataInvalidUTF8", func(e *webhooksv1.Event) { e.Data = structData("k", structpb.NewStringValue("\xff")) }, "event.data", true},
+		{"DataInvalidUTF8Key", func(e *webhooksv1.Event) { e.Data = structData("k\xff", structpb.NewBoolValue(true)) }, "event.data", true},
 		// Valid JSON that Postgres' jsonb cannot hold: it must be refused as
 		// bad input, not surface as a storage failure the publisher retries.
-		{"DataEscapedNUL", func(e *webhooksv1.Event) { e.Data = `{"k":"\u0000"}` }, "event.data", false},
-		{"DataLoneSurrogate", func(e *webhooksv1.Event) { e.Data = `{"k":"\ud800"}` }, "event.data", false},
+		{"DataNUL", func(e *webhooksv1.Event) { e.Data = structData("k", structpb.NewStringValue("a\x00b")) }, "event.data", false},
+		{"DataNULKey", func(e *webhooksv1.Event) { e.Data = structData("k\x00", structpb.NewBoolValue(true)) }, "event.data", false},
 	}
 
 	for _, tc := range cases {
@@ -255,7 +261,7 @@ func TestPublishBadInput(t *testing.T) {
 			bad("evt.0", func(*webhooksv1.Event) {}),
 			testProtoEvent("evt_ok"),
 			bad("evt_2", func(e *webhooksv1.Event) { e.OwnerId = "" }),
-			bad("evt_3", func(e *webhooksv1.Event) { e.Data = "[]" }),
+			bad("evt_3", func(e *webhooksv1.Event) { e.Data = structData("k", structpb.NewNumberValue(math.Inf(-1))) }),
 		}})
 		br := requireInvalidField(t, err, "events[0].id")
 		var fields []string

@@ -231,7 +231,7 @@ func (x *Endpoint) GetPreviousSecretExpiresAt() *timestamppb.Timestamp {
 type ListEndpointsRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	OwnerId string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
-	// At most 200; 0 means 50.
+	// 0 means 50; at most 200.
 	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -344,7 +344,7 @@ func (x *ListEndpointsResponse) GetNextPageToken() string {
 type GetEndpointRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	OwnerId       string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
-	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	EndpointId    string                 `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -386,9 +386,9 @@ func (x *GetEndpointRequest) GetOwnerId() string {
 	return ""
 }
 
-func (x *GetEndpointRequest) GetId() string {
+func (x *GetEndpointRequest) GetEndpointId() string {
 	if x != nil {
-		return x.Id
+		return x.EndpointId
 	}
 	return ""
 }
@@ -567,9 +567,9 @@ func (x *CreateEndpointResponse) GetSecret() string {
 }
 
 type UpdateEndpointRequest struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	OwnerId string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
-	Id      string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	OwnerId    string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	EndpointId string                 `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
 	// Paths among: url, description, event_types, embed_id, enabled.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	Url           string                 `protobuf:"bytes,4,opt,name=url,proto3" json:"url,omitempty"`
@@ -618,9 +618,9 @@ func (x *UpdateEndpointRequest) GetOwnerId() string {
 	return ""
 }
 
-func (x *UpdateEndpointRequest) GetId() string {
+func (x *UpdateEndpointRequest) GetEndpointId() string {
 	if x != nil {
-		return x.Id
+		return x.EndpointId
 	}
 	return ""
 }
@@ -714,7 +714,7 @@ func (x *UpdateEndpointResponse) GetEndpoint() *Endpoint {
 type DeleteEndpointRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	OwnerId       string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
-	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	EndpointId    string                 `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -756,9 +756,9 @@ func (x *DeleteEndpointRequest) GetOwnerId() string {
 	return ""
 }
 
-func (x *DeleteEndpointRequest) GetId() string {
+func (x *DeleteEndpointRequest) GetEndpointId() string {
 	if x != nil {
-		return x.Id
+		return x.EndpointId
 	}
 	return ""
 }
@@ -800,9 +800,9 @@ func (*DeleteEndpointResponse) Descriptor() ([]byte, []int) {
 }
 
 type RotateSecretRequest struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	OwnerId string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
-	Id      string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	OwnerId    string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	EndpointId string                 `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
 	// How long the previous secret keeps signing; unset means 24h, 0 ends it now.
 	GracePeriod   *durationpb.Duration `protobuf:"bytes,3,opt,name=grace_period,json=gracePeriod,proto3" json:"grace_period,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -846,9 +846,9 @@ func (x *RotateSecretRequest) GetOwnerId() string {
 	return ""
 }
 
-func (x *RotateSecretRequest) GetId() string {
+func (x *RotateSecretRequest) GetEndpointId() string {
 	if x != nil {
-		return x.Id
+		return x.EndpointId
 	}
 	return ""
 }
@@ -916,7 +916,7 @@ func (x *RotateSecretResponse) GetPreviousSecretExpiresAt() *timestamppb.Timesta
 type SendTestRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	OwnerId       string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
-	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	EndpointId    string                 `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -958,9 +958,9 @@ func (x *SendTestRequest) GetOwnerId() string {
 	return ""
 }
 
-func (x *SendTestRequest) GetId() string {
+func (x *SendTestRequest) GetEndpointId() string {
 	if x != nil {
-		return x.Id
+		return x.EndpointId
 	}
 	return ""
 }
@@ -1013,7 +1013,7 @@ type ListDeliveriesRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	OwnerId    string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
 	EndpointId string                 `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
-	// At most 200; 0 means 50.
+	// 0 means 50; at most 200.
 	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1079,11 +1079,12 @@ func (x *ListDeliveriesRequest) GetPageToken() string {
 }
 
 type Delivery struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	JobId     int64                  `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	EventId   string                 `protobuf:"bytes,2,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
-	EventType string                 `protobuf:"bytes,3,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
-	State     DeliveryState          `protobuf:"varint,4,opt,name=state,proto3,enum=webhooks.v1.DeliveryState" json:"state,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The delivery's id, which is also its River job id (see link).
+	Id        int64         `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	EventId   string        `protobuf:"bytes,2,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	EventType string        `protobuf:"bytes,3,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	State     DeliveryState `protobuf:"varint,4,opt,name=state,proto3,enum=webhooks.v1.DeliveryState" json:"state,omitempty"`
 	// Attempts spent so far (snoozes do not spend attempts).
 	Attempt     int32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	MaxAttempts int32 `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
@@ -1129,9 +1130,9 @@ func (*Delivery) Descriptor() ([]byte, []int) {
 	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{16}
 }
 
-func (x *Delivery) GetJobId() int64 {
+func (x *Delivery) GetId() int64 {
 	if x != nil {
-		return x.JobId
+		return x.Id
 	}
 	return 0
 }
@@ -1523,10 +1524,11 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"t\n" +
 	"\x15ListEndpointsResponse\x123\n" +
 	"\tendpoints\x18\x01 \x03(\v2\x15.webhooks.v1.EndpointR\tendpoints\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"?\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"P\n" +
 	"\x12GetEndpointRequest\x12\x19\n" +
-	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"H\n" +
+	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
+	"\vendpoint_id\x18\x02 \x01(\tR\n" +
+	"endpointId\"H\n" +
 	"\x13GetEndpointResponse\x121\n" +
 	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"\xa2\x01\n" +
 	"\x15CreateEndpointRequest\x12\x19\n" +
@@ -1538,10 +1540,11 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\bembed_id\x18\x05 \x01(\tR\aembedId\"c\n" +
 	"\x16CreateEndpointResponse\x121\n" +
 	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\x12\x16\n" +
-	"\x06secret\x18\x02 \x01(\tR\x06secret\"\x89\x02\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"\x9a\x02\n" +
 	"\x15UpdateEndpointRequest\x12\x19\n" +
-	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\x12;\n" +
+	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
+	"\vendpoint_id\x18\x02 \x01(\tR\n" +
+	"endpointId\x12;\n" +
 	"\vupdate_mask\x18\x03 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
 	"updateMask\x12\x10\n" +
 	"\x03url\x18\x04 \x01(\tR\x03url\x12 \n" +
@@ -1551,21 +1554,24 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\bembed_id\x18\a \x01(\tR\aembedId\x12\x18\n" +
 	"\aenabled\x18\b \x01(\bR\aenabled\"K\n" +
 	"\x16UpdateEndpointResponse\x121\n" +
-	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"B\n" +
+	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"S\n" +
 	"\x15DeleteEndpointRequest\x12\x19\n" +
-	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"\x18\n" +
-	"\x16DeleteEndpointResponse\"~\n" +
+	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
+	"\vendpoint_id\x18\x02 \x01(\tR\n" +
+	"endpointId\"\x18\n" +
+	"\x16DeleteEndpointResponse\"\x8f\x01\n" +
 	"\x13RotateSecretRequest\x12\x19\n" +
-	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\x12<\n" +
+	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
+	"\vendpoint_id\x18\x02 \x01(\tR\n" +
+	"endpointId\x12<\n" +
 	"\fgrace_period\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\vgracePeriod\"\x87\x01\n" +
 	"\x14RotateSecretResponse\x12\x16\n" +
 	"\x06secret\x18\x01 \x01(\tR\x06secret\x12W\n" +
-	"\x1aprevious_secret_expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x17previousSecretExpiresAt\"<\n" +
+	"\x1aprevious_secret_expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x17previousSecretExpiresAt\"M\n" +
 	"\x0fSendTestRequest\x12\x19\n" +
-	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"-\n" +
+	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
+	"\vendpoint_id\x18\x02 \x01(\tR\n" +
+	"endpointId\"-\n" +
 	"\x10SendTestResponse\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\"\x8f\x01\n" +
 	"\x15ListDeliveriesRequest\x12\x19\n" +
@@ -1574,9 +1580,9 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"endpointId\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"\xf5\x03\n" +
-	"\bDelivery\x12\x15\n" +
-	"\x06job_id\x18\x01 \x01(\x03R\x05jobId\x12\x19\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\xee\x03\n" +
+	"\bDelivery\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
 	"event_type\x18\x03 \x01(\tR\teventType\x120\n" +

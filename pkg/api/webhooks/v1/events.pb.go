@@ -9,6 +9,7 @@ package webhooksv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -99,8 +100,15 @@ type Event struct {
 	Subject string `protobuf:"bytes,4,opt,name=subject,proto3" json:"subject,omitempty"`
 	// When it happened.
 	OccurredAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=occurred_at,json=occurredAt,proto3" json:"occurred_at,omitempty"`
-	// A small JSON object (at most 4096 bytes), e.g. {"op":"updated","published":true}.
-	Data          string `protobuf:"bytes,6,opt,name=data,proto3" json:"data,omitempty"`
+	// A small JSON object: at most 4096 bytes once encoded as compact JSON,
+	// nested at most as deep as pkg/webhook allows. Unset means {}. In JSON
+	// (grpcurl, protojson) it is written as an object:
+	//
+	//	"data": {"op": "updated", "published": true, "plan": "pro"}
+	//
+	// Numbers are JSON numbers, carried as doubles: integers beyond 2^53 (large
+	// ids) lose precision, so send them as strings ("note_id": "9007199254740993").
+	Data          *structpb.Struct `protobuf:"bytes,6,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -170,11 +178,11 @@ func (x *Event) GetOccurredAt() *timestamppb.Timestamp {
 	return nil
 }
 
-func (x *Event) GetData() string {
+func (x *Event) GetData() *structpb.Struct {
 	if x != nil {
 		return x.Data
 	}
-	return ""
+	return nil
 }
 
 type PublishRequest struct {
@@ -366,15 +374,15 @@ var File_webhooks_v1_events_proto protoreflect.FileDescriptor
 
 const file_webhooks_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x18webhooks/v1/events.proto\x12\vwebhooks.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb1\x01\n" +
+	"\x18webhooks/v1/events.proto\x12\vwebhooks.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x01\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bowner_id\x18\x02 \x01(\tR\aownerId\x12\x12\n" +
 	"\x04type\x18\x03 \x01(\tR\x04type\x12\x18\n" +
 	"\asubject\x18\x04 \x01(\tR\asubject\x12;\n" +
 	"\voccurred_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"occurredAt\x12\x12\n" +
-	"\x04data\x18\x06 \x01(\tR\x04data\":\n" +
+	"occurredAt\x12+\n" +
+	"\x04data\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x04data\":\n" +
 	"\x0ePublishRequest\x12(\n" +
 	"\x05event\x18\x01 \x01(\v2\x12.webhooks.v1.EventR\x05event\"c\n" +
 	"\x0fPublishResponse\x12\x19\n" +
@@ -416,22 +424,24 @@ var file_webhooks_v1_events_proto_goTypes = []any{
 	(*PublishBatchRequest)(nil),   // 4: webhooks.v1.PublishBatchRequest
 	(*PublishBatchResponse)(nil),  // 5: webhooks.v1.PublishBatchResponse
 	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 7: google.protobuf.Struct
 }
 var file_webhooks_v1_events_proto_depIdxs = []int32{
 	6, // 0: webhooks.v1.Event.occurred_at:type_name -> google.protobuf.Timestamp
-	1, // 1: webhooks.v1.PublishRequest.event:type_name -> webhooks.v1.Event
-	0, // 2: webhooks.v1.PublishResponse.outcome:type_name -> webhooks.v1.PublishOutcome
-	1, // 3: webhooks.v1.PublishBatchRequest.events:type_name -> webhooks.v1.Event
-	3, // 4: webhooks.v1.PublishBatchResponse.results:type_name -> webhooks.v1.PublishResponse
-	2, // 5: webhooks.v1.EventService.Publish:input_type -> webhooks.v1.PublishRequest
-	4, // 6: webhooks.v1.EventService.PublishBatch:input_type -> webhooks.v1.PublishBatchRequest
-	3, // 7: webhooks.v1.EventService.Publish:output_type -> webhooks.v1.PublishResponse
-	5, // 8: webhooks.v1.EventService.PublishBatch:output_type -> webhooks.v1.PublishBatchResponse
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	7, // 1: webhooks.v1.Event.data:type_name -> google.protobuf.Struct
+	1, // 2: webhooks.v1.PublishRequest.event:type_name -> webhooks.v1.Event
+	0, // 3: webhooks.v1.PublishResponse.outcome:type_name -> webhooks.v1.PublishOutcome
+	1, // 4: webhooks.v1.PublishBatchRequest.events:type_name -> webhooks.v1.Event
+	3, // 5: webhooks.v1.PublishBatchResponse.results:type_name -> webhooks.v1.PublishResponse
+	2, // 6: webhooks.v1.EventService.Publish:input_type -> webhooks.v1.PublishRequest
+	4, // 7: webhooks.v1.EventService.PublishBatch:input_type -> webhooks.v1.PublishBatchRequest
+	3, // 8: webhooks.v1.EventService.Publish:output_type -> webhooks.v1.PublishResponse
+	5, // 9: webhooks.v1.EventService.PublishBatch:output_type -> webhooks.v1.PublishBatchResponse
+	8, // [8:10] is the sub-list for method output_type
+	6, // [6:8] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_events_proto_init() }
