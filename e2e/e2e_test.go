@@ -342,23 +342,6 @@ func TestOperations(t *testing.T) {
 		require.Empty(t, problems, "promlint")
 	})
 
-	t.Run("RiverUIAnswersBehindAuth", func(t *testing.T) {
-		t.Parallel()
-		d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
-		code, _ := d.get(t, "/riverui/")
-		require.Equal(t, http.StatusUnauthorized, code)
-		code, _ = d.get(t, "/riverui/", "Authorization", "Bearer "+publisherToken)
-		require.Equal(t, http.StatusForbidden, code)
-		code, _ = d.get(t, "/riverui/", "Authorization", "Bearer "+adminToken)
-		require.Equal(t, http.StatusForbidden, code, "River UI is the operator's, not the admin UI's")
-		code, body := d.get(t, "/riverui/", "Authorization", "Bearer "+operatorToken)
-		require.Equal(t, http.StatusOK, code)
-		require.Contains(t, body, "/riverui/")
-		code, body = d.get(t, "/riverui/api/jobs?state=completed", "Authorization", "Bearer "+operatorToken)
-		require.Equal(t, http.StatusOK, code)
-		require.Contains(t, body, `"data"`)
-	})
-
 	t.Run("GracefulShutdownFinishesInFlightDelivery", func(t *testing.T) {
 		t.Parallel()
 		d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})

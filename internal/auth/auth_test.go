@@ -1,9 +1,6 @@
 package auth
 
 import (
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,73 +156,5 @@ func TestLoadTokens(t *testing.T) {
 		b := setup(t)
 		_, err := LoadTokens("", filepath.Join(b.dir, "nope"))
 		require.ErrorIs(t, err, os.ErrNotExist)
-	})
-}
-
-func TestRequireHTTP(t *testing.T) {
-	t.Parallel()
-
-	type testBundle struct {
-		handler http.Handler
-	}
-
-	setup := func(t *testing.T) *testBundle {
-		t.Helper()
-		a, err := New(Tokens{Publisher: []string{publisherToken}, Admin: []string{adminToken}, Operator: []string{operatorToken}}, nil)
-		require.NoError(t, err)
-		inner := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-		return &testBundle{handler: a.RequireHTTP(RoleOperator, inner)}
-	}
-
-	do := func(t *testing.T, b *testBundle, mutate func(*http.Request)) *httptest.ResponseRecorder {
-		t.Helper()
-		req := httptest.NewRequest(http.MethodGet, "/riverui/", nil)
-		mutate(req)
-		rec := httptest.NewRecorder()
-		b.handler.ServeHTTP(rec, req)
-		return rec
-	}
-
-	t.Run("BearerOperator", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		rec := do(t, b, func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+operatorToken) })
-		require.Equal(t, http.StatusOK, rec.Code)
-	})
-
-	t.Run("BasicOperator", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		rec := do(t, b, func(r *http.Request) { r.SetBasicAuth("operator", operatorToken) })
-		require.Equal(t, http.StatusOK, rec.Code)
-	})
-
-	t.Run("AdminForbidden", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		rec := do(t, b, func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+adminToken) })
-		require.Equal(t, http.StatusForbidden, rec.Code)
-	})
-
-	t.Run("MissingChallenges", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		rec := do(t, b, func(*http.Request) {})
-		require.Equal(t, http.StatusUnauthorized, rec.Code)
-		require.Contains(t, rec.Header().Get("WWW-Authenticate"), "Basic")
-	})
-
-	t.Run("WrongToken", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		rec := do(t, b, func(r *http.Request) { r.Header.Set("Authorization", "Bearer nope-nope-nope-nope") })
-		require.Equal(t, http.StatusUnauthorized, rec.Code)
-	})
-
-	t.Run("PublisherForbidden", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		rec := do(t, b, func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+publisherToken) })
-		require.Equal(t, http.StatusForbidden, rec.Code)
 	})
 }
