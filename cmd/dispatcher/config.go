@@ -14,6 +14,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
+	"github.com/standmeet/webhook-dispatcher/internal/tracing"
 )
 
 // DefaultDatabaseURL is the local server used when nothing is configured.
@@ -81,6 +82,9 @@ type serveConfig struct {
 
 	LogFormat string
 	LogLevel  slog.Level
+
+	// Tracing is read from the standard OTEL_* variables (internal/tracing).
+	Tracing tracing.Config
 }
 
 func parseServeConfig(args []string, env *environ) (*serveConfig, error) {
@@ -180,6 +184,11 @@ func parseServeConfig(args []string, env *environ) (*serveConfig, error) {
 	c.AdminTokens = env.get("DISPATCHER_ADMIN_TOKENS")
 	c.OperatorTokens = env.get("DISPATCHER_OPERATOR_TOKENS")
 	c.AccessToken = env.get("DISPATCHER_ACCESS_TOKEN")
+	tr, err := tracing.FromEnv(env.lookup)
+	if err != nil {
+		return nil, err
+	}
+	c.Tracing = tr
 	return c, nil
 }
 

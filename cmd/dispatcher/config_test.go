@@ -78,6 +78,23 @@ func TestParseServeConfig(t *testing.T) {
 		require.ErrorContains(t, err, "DISPATCHER_SHUTDOWN_TIMEOUT")
 	})
 
+	t.Run("Tracing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		c, err := parse(b)
+		require.NoError(t, err)
+		require.False(t, c.Tracing.Enabled, "off by default")
+
+		b.env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://collector:4318"
+		c, err = parse(b)
+		require.NoError(t, err)
+		require.True(t, c.Tracing.Enabled)
+
+		b.env["OTEL_TRACES_SAMPLER"] = "sometimes"
+		_, err = parse(b)
+		require.ErrorContains(t, err, "OTEL_TRACES_SAMPLER")
+	})
+
 	t.Run("MissingMasterKey", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -19,6 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
+	"go.opentelemetry.io/otel/metric/noop"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -41,6 +44,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/retention"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
+	"github.com/standmeet/webhook-dispatcher/internal/tracing"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -67,6 +71,23 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		return err
 	}
 
+	traces, err := tracing.Setup(ctx, cfg.Tracing, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Exports the spans still buffered; bounded, so an unreachable
+		// collector cannot hold the process up.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := traces.Shutdown(sctx); err != nil {
+			logger.Warn("tracing shutdown", slog.Any("error", err))
+		}
+	}()
+	if traces.Enabled() {
+		logger.InfoContext(ctx, "tracing on: exporting spans with OTLP", slog.String("protocol", cfg.Tracing.Protocol))
+	}
+
 	pool, err := database.Open(ctx, cfg.DB.URL, cfg.DB.Schema, int32(cfg.DB.MaxConns))
 	if err != nil {
 		return err
@@ -90,7 +111,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	if cfg.AccessAddr != "" {
 		client, closer, err := access.Dial(access.Config{
 			Addr: cfg.AccessAddr, TLS: cfg.AccessTLS, CAFile: cfg.AccessCAFile,
-			Timeout: cfg.AccessTimeout, Token: cfg.AccessToken,
+			Timeout: cfg.AccessTimeout, Token: cfg.AccessToken, Trace: traces.Enabled(),
 		})
 		if err != nil {
 			return fmt.Errorf("access service: %w", err)
@@ -134,6 +155,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 			job.QueueMaintenance: {MaxWorkers: 1},
 		},
 		Workers:      workers,
+		Middleware:   traces.RiverMiddleware(),
 		PeriodicJobs: []*river.PeriodicJob{retention.PeriodicJob(cfg.Retention, time.Hour)},
 		Logger:       logger.With(slog.String("component", "river")),
 		// A job whose worker died (SIGKILL) is rescued after this; longer
@@ -173,6 +195,13 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 			return fmt.Errorf("gRPC TLS: %w", err)
 		}
 		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
+	}
+	if traces.Enabled() {
+		// A server span per call (health checks excepted), the child of the
+		// caller's trace when it sends one.
+		serverOpts = append(serverOpts, grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithFilter(filters.Not(filters.HealthCheck())),
+			otelgrpc.WithMeterProvider(noop.NewMeterProvider()))))
 	}
 	serverOpts = append(serverOpts, grpcapi.ServerOptions(authn)...)
 	grpcServer := grpc.NewServer(serverOpts...)

@@ -21,6 +21,8 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -126,6 +128,9 @@ type Config struct {
 	Timeout time.Duration
 	// Token, when set, is sent as "authorization: Bearer <token>" on every call.
 	Token string
+	// Trace records a client span per call and sends the trace context to
+	// the service (internal/tracing turns it on with tracing).
+	Trace bool
 }
 
 // Dial returns a Client for cfg and the connection's Closer. grpc connects
@@ -152,6 +157,9 @@ func Dial(cfg Config) (*Client, io.Closer, error) {
 		creds = credentials.NewTLS(tlsCfg)
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if cfg.Trace {
+		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithMeterProvider(noop.NewMeterProvider()))))
+	}
 	if cfg.Token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: cfg.Token, secure: cfg.TLS || cfg.CAFile != ""}))
 	}

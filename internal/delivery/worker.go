@@ -18,6 +18,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/standmeet/webhook-dispatcher/internal/batch"
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
@@ -555,6 +559,7 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 	// (= event id) never does.
 	webhook.SetHeaders(req.Header, keys, ev.ID, w.now(), body)
 
+	span := startHTTPSpan(ctx, req, ep, j)
 	start := time.Now()
 	resp, err := w.client.Do(req) //nolint:bodyclose // egress.ReadBody below closes it
 	elapsed := time.Since(start)
@@ -565,6 +570,7 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 		b, _ := egress.ReadBody(resp, w.cfg.ErrorBodyBytes)
 		summary = truncate(strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD")), int(w.cfg.ErrorBodyBytes))
 	}
+	endHTTPSpan(span, status, err)
 	class := metrics.StatusClass(status)
 	w.metrics.AttemptDuration.WithLabelValues(class).Observe(elapsed.Seconds())
 	v := classify(jobCtx, resp, err, w.now(), w.cfg.MaxRetryAfter)
@@ -577,6 +583,63 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 	}
 	log(slog.LevelInfo, "delivery attempt", attrs...)
 	return res
+}
+
+// tracer records this package's spans with the global provider: a no-op
+// unless tracing is on (internal/tracing).
+var tracer = otel.Tracer("github.com/standmeet/webhook-dispatcher/internal/delivery")
+
+// startHTTPSpan starts the http.client span of one attempt. Its attributes
+// name the receiver by host and port only: an endpoint's URL may carry a
+// token in its path or query, and headers and bodies are never recorded.
+// Nothing of the trace is sent to the receiver: the request gets no
+// traceparent header (the egress client does not propagate).
+func startHTTPSpan(ctx context.Context, req *http.Request, endpointID string, j *river.Job[job.DeliverArgs]) trace.Span {
+	_, span := tracer.Start(ctx, "http.client", trace.WithSpanKind(trace.SpanKindClient))
+	if !span.IsRecording() {
+		return span
+	}
+	port := req.URL.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[req.URL.Scheme]
+	}
+	p, _ := strconv.Atoi(port)
+	span.SetAttributes(
+		attribute.String("http.request.method", req.Method),
+		attribute.String("server.address", req.URL.Hostname()),
+		attribute.Int("server.port", p),
+		attribute.String("dispatcher.endpoint_id", endpointID),
+		attribute.String("dispatcher.event_id", j.Args.EventID),
+		attribute.Int("dispatcher.attempt", j.Attempt),
+	)
+	return span
+}
+
+// endHTTPSpan ends an attempt's span with the response status, or the kind
+// of transport failure (the error's text can quote the URL, so it is not
+// recorded).
+func endHTTPSpan(span trace.Span, status int, err error) {
+	if span.IsRecording() {
+		switch {
+		case err != nil:
+			kind := "transport"
+			var ne interface{ Timeout() bool }
+			if errors.As(err, &ne) && ne.Timeout() {
+				kind = "timeout"
+			}
+			if errors.Is(err, egress.ErrBlocked) {
+				kind = "blocked"
+			}
+			span.SetAttributes(attribute.String("error.type", kind))
+			span.SetStatus(codes.Error, kind)
+		case status >= 400:
+			span.SetAttributes(attribute.Int("http.response.status_code", status), attribute.String("error.type", strconv.Itoa(status)))
+			span.SetStatus(codes.Error, "HTTP "+strconv.Itoa(status))
+		default:
+			span.SetAttributes(attribute.Int("http.response.status_code", status))
+		}
+	}
+	span.End()
 }
 
 // conclude turns a verdict into the River result, the endpoint settlement

@@ -24,12 +24,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
+	"github.com/standmeet/webhook-dispatcher/internal/tracing"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -129,7 +131,8 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 	if err != nil {
 		return fmt.Errorf("fanout: %w", err)
 	}
-	params := deliverJobs(e, admitted, w.partitions.active(), time.Now())
+	// Metadata nil: the jobs take this run's trace (tracing.JobContext).
+	params := deliverJobs(e, admitted, w.partitions.active(), time.Now(), nil)
 	var enqueued, duplicates int
 	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		enqueued, duplicates, err = insert(ctx, tx, client, params)
@@ -187,8 +190,10 @@ func NewInline(decide scope.Func, partitions Partitions, m *metrics.Metrics) *In
 // EnqueueTx enqueues, in tx, the deliveries of every event that can be
 // decided without the access service and a webhook.fanout job for each of
 // the others. The events must be newly stored in tx and may leave the
-// instance. It returns how many events were deferred to a fanout job.
-func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], events []*webhook.Event) (int, error) {
+// instance. traces, if not nil, holds each event's trace, which its jobs
+// carry on (one statement inserts the jobs of many traces). It returns how
+// many events were deferred to a fanout job.
+func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], events []*webhook.Event, traces []trace.SpanContext) (int, error) {
 	if len(events) == 0 {
 		return 0, nil
 	}
@@ -210,17 +215,25 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 		params   []river.InsertManyParams
 		deferred int
 	)
-	for _, e := range events {
+	for i, e := range events {
+		var md []byte
+		if traces != nil {
+			md = tracing.JobMetadata(traces[i])
+		}
 		admitted, err := decideAll(local, f.decide, e, matching(e, byOwner[e.OwnerID]))
 		if errors.Is(err, scope.ErrNeedsAccess) {
 			deferred++
-			params = append(params, river.InsertManyParams{Args: job.FanoutArgs{EventID: e.ID}})
+			p := river.InsertManyParams{Args: job.FanoutArgs{EventID: e.ID}}
+			if md != nil {
+				p.InsertOpts = &river.InsertOpts{Metadata: md}
+			}
+			params = append(params, p)
 			continue
 		}
 		if err != nil {
 			return 0, err
 		}
-		params = append(params, deliverJobs(e, admitted, active, now)...)
+		params = append(params, deliverJobs(e, admitted, active, now, md)...)
 	}
 	enqueued, _, err := insert(ctx, tx, client, params)
 	if err != nil {
@@ -323,9 +336,10 @@ func decideAll(ctx context.Context, decide scope.Func, e *webhook.Event, candida
 }
 
 // deliverJobs returns one webhook.deliver job per admitted endpoint, in the
-// endpoint's partition queue. River fails a whole insert when one unique key
-// appears twice in it, so an endpoint gets at most one whatever the input.
-func deliverJobs(e *webhook.Event, admitted []candidate, partitions int, now time.Time) []river.InsertManyParams {
+// endpoint's partition queue, with metadata md (the event's trace, or nil).
+// River fails a whole insert when one unique key appears twice in it, so an
+// endpoint gets at most one whatever the input.
+func deliverJobs(e *webhook.Event, admitted []candidate, partitions int, now time.Time, md []byte) []river.InsertManyParams {
 	seen := make(map[string]struct{}, len(admitted))
 	params := make([]river.InsertManyParams, 0, len(admitted))
 	for _, c := range admitted {
@@ -335,7 +349,7 @@ func deliverJobs(e *webhook.Event, admitted []candidate, partitions int, now tim
 		seen[c.ep.ID] = struct{}{}
 		// Only the queue (and the schedule) are set, so attempts and
 		// uniqueness still come from DeliverArgs.InsertOpts.
-		opts := &river.InsertOpts{Queue: job.DeliverQueue(c.ep.ID, partitions)}
+		opts := &river.InsertOpts{Queue: job.DeliverQueue(c.ep.ID, partitions), Metadata: md}
 		if c.failingSince != nil {
 			opts.ScheduledAt = now.Add(FailingCooldown)
 		}

@@ -760,7 +760,7 @@ func (b *testBundle) inlineTx(t *testing.T, eventIDs ...string) int {
 	var deferred int
 	require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
 		var err error
-		deferred, err = b.inline.EnqueueTx(ctx, tx, b.client, events)
+		deferred, err = b.inline.EnqueueTx(ctx, tx, b.client, events, nil)
 		return err
 	}))
 	return deferred

@@ -15,6 +15,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/pglisten"
@@ -165,6 +168,8 @@ type outboxRow struct {
 	occurredAt time.Time
 	data       string
 	lagSeconds float64
+	// span is the row's trace, from its claim to the commit.
+	span trace.Span
 }
 
 func (row *outboxRow) event() *webhook.Event {
@@ -195,7 +200,7 @@ type setAside struct {
 
 // relayBatch claims one batch of rows and relays it, returning how many rows
 // it claimed. Nothing is marked unless the dispatcher side committed first.
-func (r *Relay) relayBatch(ctx context.Context) (int, error) {
+func (r *Relay) relayBatch(ctx context.Context) (_ int, err error) {
 	tx, err := r.pool.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("begin outbox transaction: %w", err)
@@ -245,9 +250,23 @@ func (r *Relay) relayBatch(ctx context.Context) (int, error) {
 	for i := range claimed {
 		pending[i], events[i] = &claimed[i], claimed[i].event()
 	}
+	traced := r.startRowSpans(ctx, claimed)
+	defer func() {
+		for i := range claimed {
+			failSpan(claimed[i].span, err)
+			claimed[i].span.End()
+		}
+	}()
 	var aside []setAside
 	for len(events) > 0 {
-		_, err := r.store.Ingest(ctx, SourceOutbox, events)
+		var traces []trace.SpanContext
+		if traced {
+			traces = make([]trace.SpanContext, len(pending))
+			for i, row := range pending {
+				traces[i] = row.span.SpanContext()
+			}
+		}
+		_, err := r.store.ingest(ctx, SourceOutbox, events, traces)
 		if err == nil {
 			break
 		}
@@ -260,11 +279,13 @@ func (r *Relay) relayBatch(ctx context.Context) (int, error) {
 		case errors.As(err, &invalid):
 			for _, iv := range invalid.Invalid {
 				drop = append(drop, iv.Index)
+				pending[iv.Index].span.SetStatus(codes.Error, "set aside: invalid")
 				aside = append(aside, setAside{rowID: pending[iv.Index].id, eventID: pending[iv.Index].eventID, reason: iv.Err.Error()})
 			}
 		case errors.As(err, &conflict):
 			for _, c := range conflict.Conflicts {
 				drop = append(drop, c.Index)
+				pending[c.Index].span.SetStatus(codes.Error, "set aside: event id reused")
 				aside = append(aside, setAside{rowID: pending[c.Index].id, eventID: c.EventID,
 					reason: fmt.Sprintf("event id %q already stored with different content; an event id must not be reused", c.EventID)})
 			}
@@ -327,6 +348,19 @@ func (r *Relay) relayBatch(ctx context.Context) (int, error) {
 			slog.Int64("outbox_id", a.rowID), slog.String("event_id", a.eventID), slog.String("reason", a.reason))
 	}
 	return len(claimed), nil
+}
+
+// startRowSpans starts one root span per claimed row and reports whether
+// they are traced. A row is an event of its own, relayed with the others only
+// because they were committed at about the same time, so each starts its own
+// trace, which its fanout and deliveries carry on.
+func (r *Relay) startRowSpans(ctx context.Context, rows []outboxRow) bool {
+	for i := range rows {
+		//nolint:spancheck // relayBatch ends every row's span
+		_, rows[i].span = tracer.Start(ctx, "outbox.relay", trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(attribute.String("dispatcher.event_id", rows[i].eventID), attribute.Int64("dispatcher.outbox.row_id", rows[i].id)))
+	}
+	return len(rows) > 0 && rows[0].span.SpanContext().IsValid()
 }
 
 // listen keeps a LISTEN subscription and signals wake on each notification,

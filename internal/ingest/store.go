@@ -14,14 +14,23 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/standmeet/webhook-dispatcher/internal/batch"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/fanout"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/tracing"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
+
+// tracer records this package's spans with the global provider: a no-op
+// unless tracing is on (internal/tracing).
+var tracer = otel.Tracer("github.com/standmeet/webhook-dispatcher/internal/ingest")
 
 // Source is where an event came from. It is stored with the event (the
 // events.source column) and labels the ingest metrics.
@@ -208,11 +217,29 @@ func NewStore(cfg StoreConfig, pool *pgxpool.Pool, river *river.Client[pgx.Tx], 
 // every invalid event, a *ConflictError, a database error) nothing of it is
 // stored. Callers need not validate first: this is where the rules are
 // applied.
-func (s *Store) Ingest(ctx context.Context, source Source, events []*webhook.Event) ([]Result, error) {
+func (s *Store) Ingest(ctx context.Context, source Source, events []*webhook.Event) (_ []Result, err error) {
+	ctx, span := tracer.Start(ctx, "ingest", trace.WithAttributes(
+		attribute.String("dispatcher.source", string(source)), attribute.Int("dispatcher.events", len(events))))
+	defer span.End()
+	defer func() { failSpan(span, err) }()
+	return s.ingest(ctx, source, events, nil)
+}
+
+// failSpan marks span failed if err is set.
+func failSpan(span trace.Span, err error) {
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+}
+
+// ingest is Ingest with each event's own trace: traces[i] is the span that
+// event i belongs to (the relay's row span), or nil for ctx's span.
+func (s *Store) ingest(ctx context.Context, source Source, events []*webhook.Event, traces []trace.SpanContext) ([]Result, error) {
 	plan, err := s.plan(source, events)
 	if err != nil {
 		return nil, err
 	}
+	plan.setTraces(trace.SpanContextFromContext(ctx), traces)
 	if len(plan.toStore) > 0 {
 		planErr, err := s.group.Do(ctx, plan)
 		if err := cmp.Or(err, planErr); err != nil {
@@ -265,14 +292,17 @@ func (s *Store) check(source Source, events []*webhook.Event) []InvalidEvent {
 // each plan's error. A conflict in one plan must not fail the others, so a
 // group with a conflict is rolled back and its plans are stored one by one:
 // conflicts are publisher bugs, rare enough that the slow path costs nothing.
-func (s *Store) commitGroup(ctx context.Context, plans []*ingestPlan) ([]error, error) {
+func (s *Store) commitGroup(ctx context.Context, plans []*ingestPlan) (_ []error, err error) {
+	ctx, span := startCommitSpan(ctx, plans)
+	defer span.End()
 	errs := make([]error, len(plans))
+	defer func() { failSpan(span, cmp.Or(err, errors.Join(errs...))) }()
 	if len(plans) == 1 {
 		errs[0] = s.commit(ctx, plans[0])
 		return errs, nil
 	}
 	merged := mergePlans(plans)
-	err := s.commit(ctx, merged)
+	err = s.commit(ctx, merged)
 	var conflict *ConflictError
 	switch {
 	case errors.As(err, &conflict):
@@ -289,6 +319,32 @@ func (s *Store) commitGroup(ctx context.Context, plans []*ingestPlan) ([]error, 
 		off += len(p.results)
 	}
 	return errs, nil
+}
+
+// startCommitSpan starts the span of one group transaction. The context a
+// group runs in is that of whichever call started the flush loop, possibly
+// one that is not even in this group, so its span is never the parent: a
+// group serving one trace is a child in that trace, a group serving many is
+// a root linked to each of them (a span has one parent, and no trace owns a
+// statement shared by many).
+//
+//nolint:spancheck // commitGroup ends it
+func startCommitSpan(ctx context.Context, plans []*ingestPlan) (context.Context, trace.Span) {
+	var links []trace.Link
+	seen := make(map[trace.SpanID]bool)
+	for _, p := range plans {
+		for _, sc := range p.traces {
+			if sc.IsValid() && !seen[sc.SpanID()] {
+				seen[sc.SpanID()] = true
+				links = append(links, trace.Link{SpanContext: sc})
+			}
+		}
+	}
+	attrs := trace.WithAttributes(attribute.Int("dispatcher.ingest.calls", len(plans)))
+	if len(links) == 1 {
+		return tracer.Start(trace.ContextWithSpanContext(ctx, links[0].SpanContext), "ingest.commit", attrs)
+	}
+	return tracer.Start(ctx, "ingest.commit", attrs, trace.WithNewRoot(), trace.WithLinks(links...))
 }
 
 // commit stores one plan in a transaction of its own.
@@ -312,16 +368,49 @@ type ingestPlan struct {
 	// so that concurrent batches with overlapping ids take their row locks in
 	// the same order and cannot deadlock each other.
 	toStore []int
+	// traces holds each event's trace (the span its jobs belong to); nil
+	// when tracing is off.
+	traces []trace.SpanContext
+}
+
+// setTraces records each event's trace: traces if given, else ctxSpan for
+// every event. Nothing is recorded when there is no trace to record.
+func (p *ingestPlan) setTraces(ctxSpan trace.SpanContext, traces []trace.SpanContext) {
+	if traces != nil {
+		p.traces = traces
+		return
+	}
+	if !ctxSpan.IsValid() {
+		return
+	}
+	p.traces = make([]trace.SpanContext, len(p.events))
+	for i := range p.traces {
+		p.traces[i] = ctxSpan
+	}
+}
+
+// traceOf is the trace of event i (invalid if none).
+func (p *ingestPlan) traceOf(i int) trace.SpanContext {
+	if p.traces == nil {
+		return trace.SpanContext{}
+	}
+	return p.traces[i]
 }
 
 // mergePlans concatenates plans into one, for a group transaction.
 func mergePlans(plans []*ingestPlan) *ingestPlan {
 	m := &ingestPlan{}
+	traced := slices.ContainsFunc(plans, func(p *ingestPlan) bool { return p.traces != nil })
 	for _, p := range plans {
 		off := len(m.events)
 		m.events = append(m.events, p.events...)
 		m.sources = append(m.sources, p.sources...)
 		m.results = append(m.results, p.results...)
+		if traced {
+			for i := range p.events {
+				m.traces = append(m.traces, p.traceOf(i))
+			}
+		}
 		for _, i := range p.toStore {
 			m.toStore = append(m.toStore, off+i)
 		}
@@ -492,13 +581,20 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 	// stored. Only newly stored events fan out, so a duplicate publish never
 	// delivers twice.
 	fresh := make([]*webhook.Event, 0, len(inserted))
+	var traces []trace.SpanContext // each fresh event's, for its jobs
+	if p.traces != nil {
+		traces = make([]trace.SpanContext, 0, len(inserted))
+	}
 	for _, i := range first {
 		if isNew[p.events[i].ID] {
 			fresh = append(fresh, p.events[i])
+			if traces != nil {
+				traces = append(traces, p.traces[i])
+			}
 		}
 	}
 	if s.fanout != nil {
-		if _, err := s.fanout.EnqueueTx(ctx, tx, s.river, fresh); err != nil {
+		if _, err := s.fanout.EnqueueTx(ctx, tx, s.river, fresh, traces); err != nil {
 			return fmt.Errorf("fanout: %w", err)
 		}
 		return nil
@@ -508,6 +604,11 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 	params := make([]river.InsertManyParams, len(fresh))
 	for i, e := range fresh {
 		params[i] = river.InsertManyParams{Args: job.FanoutArgs{EventID: e.ID}}
+		if traces != nil {
+			if md := tracing.JobMetadata(traces[i]); md != nil {
+				params[i].InsertOpts = &river.InsertOpts{Metadata: md}
+			}
+		}
 	}
 	if _, err := s.river.InsertManyTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("enqueue fanout: %w", err)
