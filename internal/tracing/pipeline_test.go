@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
@@ -188,12 +189,14 @@ func (b *testBundle) createEndpoint(t *testing.T) {
 // that span's trace.
 func (b *testBundle) publish(t *testing.T, id string) trace.TraceID {
 	t.Helper()
+	data, err := structpb.NewStruct(map[string]any{"op": "updated", "note_id": "n1", "published": true, "was_published": true})
+	require.NoError(t, err)
 	ctx, span := otel.Tracer("main-app").Start(context.Background(), "app.publish")
 	defer span.End()
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+publisherToken)
-	_, err := b.events.Publish(ctx, &webhooksv1.PublishRequest{Event: &webhooksv1.Event{
+	_, err = b.events.Publish(ctx, &webhooksv1.PublishRequest{Event: &webhooksv1.Event{
 		Id: id, OwnerId: "owner_1", Type: event.TypeNoteChanged, Subject: "wiki://software/project/standmeet/architecture",
-		OccurredAt: timestamppb.Now(), Data: `{"op":"updated","note_id":"n1","published":true,"was_published":true}`,
+		OccurredAt: timestamppb.Now(), Data: data,
 	}})
 	require.NoError(t, err)
 	return span.SpanContext().TraceID()
