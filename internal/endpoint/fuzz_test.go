@@ -28,6 +28,8 @@ func FuzzValidateURL(f *testing.F) {
 		"https://127.0.0.1/", "https://[::ffff:127.0.0.1]/", "https://[fe80::1%25eth0]/", "http://localhost./",
 		"https://<script>/", `https:\\example.com`, "https://bücher.example/", "https://[2606:4700::1111]:443/",
 		"https://example.com:0/", "https://%65xample.com/", "https://example.com/\x7f", "HTTPS://EXAMPLE.COM/",
+		"http://2130706433/", "http://0x7f000001/", "http://017700000001/", "http://127.1/", "http://127.0.0.1./",
+		"http://134744072/", "http://8.8.8.010/", "http://a.0Xff/", "http://1.2.3.4.5/", "http://v1.example.123/",
 	} {
 		f.Add(s, false)
 	}
@@ -73,6 +75,10 @@ func FuzzValidateURL(f *testing.F) {
 			require.NoError(t, egress.Policy{}.Check(addr), "a refused literal address accepted: %q", raw)
 		} else {
 			lower := strings.ToLower(strings.TrimSuffix(host, "."))
+			last := lower[strings.LastIndexByte(lower, '.')+1:]
+			number := last != "" && strings.Trim(last, "0123456789") == "" ||
+				strings.HasPrefix(last, "0x") && strings.Trim(last[2:], "0123456789abcdef") == ""
+			require.False(t, number, "a host ending in a number (a numeric IPv4 spelling) accepted: %q", raw)
 			require.False(t, lower == "localhost" || strings.HasSuffix(lower, ".localhost"), "localhost accepted: %q", raw)
 			for _, r := range host {
 				if r < utf8.RuneSelf {

@@ -133,6 +133,10 @@ func (val *validator) urlProblem(raw string) string {
 	if !validHost(u.Hostname()) {
 		return "host must be a DNS name or an IP address"
 	}
+	if numericHost(u.Hostname()) {
+		return "host is a numeric address spelling (like 2130706433, 0x7f000001, 017700000001 or 127.1): " +
+			"write an IPv4 address as four decimal numbers (a.b.c.d) or use a DNS name"
+	}
 	if u.User != nil {
 		return "must not contain user information (credentials belong in the receiver's verification, not the URL)"
 	}
@@ -179,6 +183,26 @@ func validHost(host string) bool {
 		}
 	}
 	return true
+}
+
+// numericHost reports whether host is an IPv4 address in one of the legacy
+// spellings (a single 32-bit number, octal or hex parts, fewer than four
+// parts: "2130706433", "0x7f000001", "017700000001", "127.1", "127.0.0.01")
+// rather than the four decimal parts netip accepts. Browsers (the WHATWG URL
+// standard: a host whose last label is a number is IPv4) and C resolvers
+// (inet_aton) read them as addresses while Go's resolver does not, so such a
+// URL means different destinations to different parsers and never delivers
+// here: it is refused whatever address it spells, public or not.
+func numericHost(host string) bool {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return false
+	}
+	name := strings.TrimSuffix(host, ".")
+	last := name[strings.LastIndexByte(name, '.')+1:]
+	if len(last) >= 2 && last[0] == '0' && (last[1] == 'x' || last[1] == 'X') {
+		return strings.Trim(last[2:], "0123456789abcdefABCDEF") == ""
+	}
+	return last != "" && strings.Trim(last, "0123456789") == ""
 }
 
 // hostAllowed pre-checks a literal IP (and the localhost names, which always

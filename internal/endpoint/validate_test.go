@@ -63,6 +63,27 @@ func TestValidator(t *testing.T) {
 		}
 	})
 
+	t.Run("URLNumericHostSpellings", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, raw := range []string{
+			"http://2130706433/", "http://0x7f000001/", "http://0X7F000001/", "http://017700000001/", "http://127.1/",
+			"http://127.0.1/", "http://127.0.0.01/", "http://0x7f.1/", "http://127.0.0.1./", "https://134744072/",
+			"https://0x08080808/", "https://8.8.8.8./", "https://1.2.3.4.5/", "https://v1.example.123/", "https://a.0x/",
+		} {
+			// One fixed sentence: it never echoes the URL.
+			require.Equal(t, b.val.urlProblem("http://2130706433/"), b.val.urlProblem(raw), raw)
+			require.Contains(t, b.val.urlProblem(raw), "numeric address spelling", raw)
+		}
+		// Names that merely contain digits or hex letters are names.
+		for _, raw := range []string{
+			"https://8.8.8.8/", "https://[2606:4700::1111]/", "https://cafe.beef/", "https://0xdead.com/",
+			"https://123.example.com/", "https://example.com1/", "https://1e100.net/", "https://x.0xg/",
+		} {
+			require.Empty(t, b.val.urlProblem(raw), raw)
+		}
+	})
+
 	t.Run("AllowCIDRsFollowEgressPolicy", func(t *testing.T) {
 		t.Parallel()
 		val := &validator{policy: egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("::1/128")}}}

@@ -371,6 +371,25 @@ func badEndpointCases() []badCase {
 	url("QuoteInHost", `https://example.com"onmouseover="alert(1)/`)
 	url("PathTraversal", injectionValues[2])
 	url("PercentNUL", injectionValues[3])
+	// Numeric IPv4 spellings that browsers and C resolvers read as an address:
+	// refused at create and update whatever they spell, public ones too.
+	numericHosts := []struct{ name, url string }{
+		{"Decimal", "http://2130706433/hooks"},
+		{"Hex", "http://0x7f000001/hooks"},
+		{"Octal", "http://017700000001/hooks"},
+		{"ShortDotted", "http://127.1/hooks"},
+		{"LeadingZeroPart", "https://8.8.8.010/hooks"},
+		{"HexPart", "https://8.8.0x8.8/hooks"},
+		{"TrailingDot", "https://8.8.8.8./hooks"},
+		{"PublicDecimal", "https://134744072/hooks"},
+		{"PublicHex", "https://0x08080808:8443/hooks"},
+	}
+	for _, h := range numericHosts {
+		url("NumericHost"+h.name, h.url)
+		invalid("UpdateURLNumericHost"+h.name, endpoint.FieldURL, edit(opNamed("UpdateEndpoint"), func(r *webhooksv1.UpdateEndpointRequest) {
+			r.UpdateMask, r.Url = fieldMask("url"), h.url
+		}))
+	}
 	invalidUTF8("CreateURLInvalidUTF8", endpoint.FieldURL, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Url = "https://example.com/\xff" }))
 
 	invalid("CreateDescriptionTooLong", endpoint.FieldDescription, createWith(func(r *webhooksv1.CreateEndpointRequest) {
