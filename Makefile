@@ -33,8 +33,9 @@ test/race: ## Run every test with the race detector.
 	$(GO) test -race $(TEST_FLAGS) ./...
 
 .PHONY: generate
-generate: ## Regenerate pkg/api from proto/ with buf.
+generate: ## Regenerate pkg/api from proto/ with buf, and docs/events.md from the event schemas.
 	$(BUF) generate
+	$(GO) run ./internal/event/eventsdoc -o docs/events.md
 
 .PHONY: lint
 lint: lint/buf lint/go ## buf lint, go vet, gofmt.
@@ -53,9 +54,9 @@ lint/golangci: ## golangci-lint (built from the module proxy).
 	$(GO) tool -modfile=tools/lint/go.mod golangci-lint run ./...
 
 .PHONY: check/generated
-check/generated: generate ## Fail if regenerating changes any committed file.
-	@git diff --exit-code -- pkg/api || (echo "generated code is out of date: run make generate and commit" && exit 1)
-	@test -z "$$(git status --porcelain -- pkg/api)" || (git status --porcelain -- pkg/api; echo "generated code is out of date" && exit 1)
+check/generated: generate ## Fail if regenerating changes any committed file (pkg/api, docs/events.md).
+	@git diff --exit-code -- pkg/api docs/events.md || (echo "generated code is out of date: run make generate and commit" && exit 1)
+	@test -z "$$(git status --porcelain -- pkg/api docs/events.md)" || (git status --porcelain -- pkg/api docs/events.md; echo "generated code is out of date" && exit 1)
 
 .PHONY: check/tidy
 check/tidy: ## Fail if go.mod/go.sum of the module or of a tools/ module is not tidy.

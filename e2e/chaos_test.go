@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/event"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -440,7 +441,7 @@ func TestChaosKill(t *testing.T) {
 				targets = append(targets, k*perOwner+j)
 			}
 		}
-		events[i] = newEvent(owner(k), typ, fmt.Sprintf("app://chaos/%d", i), fmt.Sprintf(`{"seq":%d}`, i))
+		events[i] = newEvent(owner(k), typ, fmt.Sprintf("app://chaos/%d", i), string(event.Example(typ)))
 		for _, e := range targets {
 			want[e][events[i].GetId()] = true
 			pairs++

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os/exec"
@@ -28,9 +29,16 @@ import (
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
-// newEvent builds an event; data is its JSON object, as a JSON client
-// would send it.
+// newEvent builds an event as the main application would publish it; data
+// is its JSON object, as a JSON client would send it. Every event of the
+// suite is built here, so every one is held to its type's data schema
+// (docs/events.md): a test that builds data its type does not allow is a bug
+// in the test, caught here rather than as a puzzling rejection. Tests of the
+// rejection itself edit the event afterwards.
 func newEvent(owner, typ, subject, data string) *webhooksv1.Event {
+	if err := event.ValidateData(typ, json.RawMessage(data)); err != nil {
+		panic(fmt.Sprintf("e2e: newEvent(%s): %v", typ, err))
+	}
 	d := &structpb.Struct{}
 	if err := protojson.Unmarshal([]byte(data), d); err != nil {
 		panic("newEvent: data is not a JSON object: " + err.Error())
@@ -208,7 +216,7 @@ func TestEventTypes(t *testing.T) {
 
 	want := map[string]string{} // event id → type
 	for _, ti := range event.WebhookTypes() {
-		data := `{"op":"created"}`
+		data := string(ti.Example)
 		subject := "app://" + strings.ReplaceAll(ti.Name, ".", "/")
 		if ti.Name == event.TypeNoteChanged {
 			data = `{"op":"updated","published":true,"was_published":true}`

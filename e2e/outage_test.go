@@ -125,7 +125,7 @@ func TestOutagePostgres(t *testing.T) {
 	const n = 400
 	events := make([]*webhooksv1.Event, n)
 	for i := range events {
-		events[i] = newEvent(owner, "booking.created", fmt.Sprintf("booking://%d", i), fmt.Sprintf(`{"seq":%d}`, i))
+		events[i] = newEvent(owner, "booking.created", fmt.Sprintf("booking://%d", i), fmt.Sprintf(`{"booking_id":"bk_%d"}`, i))
 	}
 	want := make([][]string, len(sinks))
 	for i := range want {
@@ -258,7 +258,7 @@ func TestOutageOutboxDatabase(t *testing.T) {
 				for _, id := range ids[tx*perTx : (tx+1)*perTx] {
 					if err := outbox.Write(ctx, tx2, outbox.Event{
 						ID: id, OwnerID: owner, Type: "writing.published", Subject: "writing://" + id,
-						Data: map[string]any{"op": "published"},
+						Data: map[string]any{"writing_id": id},
 					}); err != nil {
 						return err
 					}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/standmeet/webhook-dispatcher/internal/event"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
@@ -440,7 +441,7 @@ func (b *bench) relay(ctx context.Context) (res result) {
 	now := time.Now()
 	src := make([][]any, rows)
 	for i := range src {
-		src[i] = []any{prefix + "-" + strconv.Itoa(i), "bench-s4-nobody", s1Types[i%10].typ, "bench://item/" + strconv.Itoa(i), now, `{"seq":` + strconv.Itoa(i) + `}`}
+		src[i] = []any{prefix + "-" + strconv.Itoa(i), "bench-s4-nobody", s1Types[i%10].typ, "bench://item/" + strconv.Itoa(i), now, string(event.Example(s1Types[i%10].typ))}
 	}
 	if _, err := b.admin.CopyFrom(ctx, pgx.Identifier{s.schema, "webhook_outbox"},
 		[]string{"event_id", "owner_id", "type", "subject", "occurred_at", "data"}, pgx.CopyFromRows(src)); err != nil {

@@ -15,9 +15,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/standmeet/webhook-dispatcher/internal/event"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
@@ -163,16 +165,24 @@ func (s *session) createEndpoints(ctx context.Context, specs []endpointSpec) err
 	}
 }
 
-// newEvent is a valid thin event (not yet timestamped); prefix makes ids
+// newEvent is a valid thin event (not yet timestamped) whose data is its
+// type's documented example, so it passes the type's schema; prefix makes ids
 // unique per scenario.
 func newEvent(prefix, owner, typ string, seq int) *webhooksv1.Event {
 	return &webhooksv1.Event{
 		Id: prefix + "-" + strconv.Itoa(seq), OwnerId: owner, Type: typ,
-		Subject: "bench://item/" + strconv.Itoa(seq),
-		Data: &structpb.Struct{Fields: map[string]*structpb.Value{
-			"seq": structpb.NewNumberValue(float64(seq)), "published": structpb.NewBoolValue(true),
-		}},
+		Subject: "bench://item/" + strconv.Itoa(seq), Data: exampleData(typ),
 	}
+}
+
+// exampleData is typ's documented example data (docs/events.md), which its
+// schema accepts.
+func exampleData(typ string) *structpb.Struct {
+	d := &structpb.Struct{}
+	if err := protojson.Unmarshal(event.Example(typ), d); err != nil {
+		panic("bench: example data of " + typ + ": " + err.Error())
+	}
+	return d
 }
 
 // publishBatches publishes events in batches of size, conc batches at a

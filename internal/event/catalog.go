@@ -1,6 +1,7 @@
 package event
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"unicode"
@@ -42,50 +43,54 @@ const (
 type TypeInfo struct {
 	Name        string
 	Description string
+	// Schema is the JSON Schema of the type's data object (schemas/<type>.json)
+	// and Example a data object it accepts. WebhookTypes fills both in; they
+	// are shared, so callers must not modify them.
+	Schema, Example json.RawMessage
 }
 
 // catalog is docs/spec.md's event catalog in its order, which is also the order WebhookTypes
 // returns: grouped by domain, so a subscription form reads naturally.
 var catalog = []TypeInfo{
-	{TypeNoteChanged, "A corpus note was created, updated, published, unpublished or deleted."},
-	{TypeWebhookTest, "A test event sent on request to a single endpoint."},
-	{"access_request.created", "Someone requested access to the instance."},
-	{"access_request.approved", "An access request was approved."},
-	{"access_request.status_changed", "An access request changed status."},
-	{"code.issued", "An access code was issued."},
-	{"code.revoked", "An access code was revoked."},
-	{"code.redeemed", "An access code was redeemed."},
-	{"conversation.started", "A visitor started a conversation."},
-	{"conversation.message", "A message was added to a conversation."},
-	{"conversation.pruned", "Old conversations were pruned."},
-	{"ghost.accepted", "A ghost-written reply was accepted."},
-	{"booking.created", "A booking was made."},
-	{"booking.cancelled", "A booking was cancelled."},
-	{"booking.rescheduled", "A booking was moved to another time."},
-	{"application.committed", "A job application was committed."},
-	{"jobs.fetched", "New job listings were fetched."},
-	{"writing.published", "A piece of writing was published."},
-	{"writing.unpublished", "A piece of writing was unpublished."},
-	{"vault.imported", "A vault import finished."},
-	{"microsite.build.settled", "A microsite build finished, successfully or not."},
-	{"page.promoted_live", "A microsite page was promoted to live."},
-	{"page.rolled_back", "A live microsite page was rolled back to an earlier version."},
-	{"page.unpublished", "A microsite page was unpublished."},
-	{"microsite.store.doc_inserted", "A document was inserted into a microsite store."},
-	{"api_key.issued", "An API key was issued."},
-	{"api_key.revoked", "An API key was revoked."},
-	{"supplier.connected", "A supplier was connected."},
-	{"supplier.disconnected", "A supplier was disconnected."},
-	{"supplier.activated", "A connected supplier was made active."},
-	{"block.installed", "A block was installed."},
-	{"block.failed", "A block failed to install or run."},
-	{"gas.exhausted", "The instance ran out of gas (usage credit)."},
-	{"gas.refilled", "The instance's gas (usage credit) was refilled."},
-	{"instance.upgrade_requested", "An upgrade of the instance was requested."},
-	{"owner.login", "The owner signed in."},
-	{"owner.email_changed", "The owner's email address was changed."},
-	{"owner.recovery_requested", "Account recovery was requested for the owner."},
-	{"ip_ban.added", "An IP address was banned."},
+	{Name: TypeNoteChanged, Description: "A corpus note was created, updated, published, unpublished or deleted."},
+	{Name: TypeWebhookTest, Description: "A test event sent on request to a single endpoint."},
+	{Name: "access_request.created", Description: "Someone requested access to the instance."},
+	{Name: "access_request.approved", Description: "An access request was approved."},
+	{Name: "access_request.status_changed", Description: "An access request changed status."},
+	{Name: "code.issued", Description: "An access code was issued."},
+	{Name: "code.revoked", Description: "An access code was revoked."},
+	{Name: "code.redeemed", Description: "An access code was redeemed."},
+	{Name: "conversation.started", Description: "A visitor started a conversation."},
+	{Name: "conversation.message", Description: "A message was added to a conversation."},
+	{Name: "conversation.pruned", Description: "Old conversations were pruned."},
+	{Name: "ghost.accepted", Description: "A ghost-written reply was accepted."},
+	{Name: "booking.created", Description: "A booking was made."},
+	{Name: "booking.cancelled", Description: "A booking was cancelled."},
+	{Name: "booking.rescheduled", Description: "A booking was moved to another time."},
+	{Name: "application.committed", Description: "A job application was committed."},
+	{Name: "jobs.fetched", Description: "New job listings were fetched."},
+	{Name: "writing.published", Description: "A piece of writing was published."},
+	{Name: "writing.unpublished", Description: "A piece of writing was unpublished."},
+	{Name: "vault.imported", Description: "A vault import finished."},
+	{Name: "microsite.build.settled", Description: "A microsite build finished, successfully or not."},
+	{Name: "page.promoted_live", Description: "A microsite page was promoted to live."},
+	{Name: "page.rolled_back", Description: "A live microsite page was rolled back to an earlier version."},
+	{Name: "page.unpublished", Description: "A microsite page was unpublished."},
+	{Name: "microsite.store.doc_inserted", Description: "A document was inserted into a microsite store."},
+	{Name: "api_key.issued", Description: "An API key was issued."},
+	{Name: "api_key.revoked", Description: "An API key was revoked."},
+	{Name: "supplier.connected", Description: "A supplier was connected."},
+	{Name: "supplier.disconnected", Description: "A supplier was disconnected."},
+	{Name: "supplier.activated", Description: "A connected supplier was made active."},
+	{Name: "block.installed", Description: "A block was installed."},
+	{Name: "block.failed", Description: "A block failed to install or run."},
+	{Name: "gas.exhausted", Description: "The instance ran out of gas (usage credit)."},
+	{Name: "gas.refilled", Description: "The instance's gas (usage credit) was refilled."},
+	{Name: "instance.upgrade_requested", Description: "An upgrade of the instance was requested."},
+	{Name: "owner.login", Description: "The owner signed in."},
+	{Name: "owner.email_changed", Description: "The owner's email address was changed."},
+	{Name: "owner.recovery_requested", Description: "Account recovery was requested for the owner."},
+	{Name: "ip_ban.added", Description: "An IP address was banned."},
 }
 
 // exposures indexes catalog. Every catalog type is Webhook today; the map
@@ -111,6 +116,7 @@ func WebhookTypes() []TypeInfo {
 	out := make([]TypeInfo, 0, len(catalog))
 	for _, t := range catalog {
 		if exposures[t.Name] == ExposureWebhook {
+			t.Schema, t.Example = Schema(t.Name), Example(t.Name)
 			out = append(out, t)
 		}
 	}

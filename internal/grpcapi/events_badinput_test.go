@@ -182,6 +182,16 @@ func TestPublishBadInput(t *testing.T) {
 		// bad input, not surface as a storage failure the publisher retries.
 		{"DataNUL", func(e *webhooksv1.Event) { e.Data = structData("k", structpb.NewStringValue("a\x00b")) }, "event.data", false},
 		{"DataNULKey", func(e *webhooksv1.Event) { e.Data = structData("k\x00", structpb.NewBoolValue(true)) }, "event.data", false},
+		// Well-formed data that breaks the type's schema: named by its JSON path.
+		{"DataSchemaMissingRequired", func(e *webhooksv1.Event) { e.Data = jsonStruct(`{"published":true}`) }, "event.data.op", false},
+		{"DataSchemaWrongType", func(e *webhooksv1.Event) { e.Data = jsonStruct(`{"op":"updated","note_id":7}`) }, "event.data.note_id", false},
+		{"DataSchemaUnknownProperty", func(e *webhooksv1.Event) {
+			e.Data = jsonStruct(`{"op":"updated","html":"` + injections[1] + `"}`)
+		}, "event.data.html", false},
+		{"DataSchemaNotInEnum", func(e *webhooksv1.Event) { e.Data = structData("op", structpb.NewStringValue(injections[0])) }, "event.data.op", false},
+		{"DataSchemaOtherType", func(e *webhooksv1.Event) {
+			e.Type, e.Data = "booking.created", jsonStruct(`{"booking_id":"b1","starts_at":"next tuesday"}`)
+		}, "event.data.starts_at", false},
 	}
 
 	for _, tc := range cases {
@@ -262,13 +272,14 @@ func TestPublishBadInput(t *testing.T) {
 			testProtoEvent("evt_ok"),
 			bad("evt_2", func(e *webhooksv1.Event) { e.OwnerId = "" }),
 			bad("evt_3", func(e *webhooksv1.Event) { e.Data = structData("k", structpb.NewNumberValue(math.Inf(-1))) }),
+			bad("evt_4", func(e *webhooksv1.Event) { e.Data = jsonStruct(`{"op":"moved"}`) }),
 		}})
 		br := requireInvalidField(t, err, "events[0].id")
 		var fields []string
 		for _, v := range br.GetFieldViolations() {
 			fields = append(fields, v.GetField())
 		}
-		require.Equal(t, []string{"events[0].id", "events[2].owner_id", "events[3].data"}, fields)
+		require.Equal(t, []string{"events[0].id", "events[2].owner_id", "events[3].data", "events[4].data.op"}, fields)
 		requireNothingStored(t, db)
 	})
 

@@ -153,12 +153,14 @@ func TestEventServer_Publish(t *testing.T) {
 		// What grpcurl sends, decoded the way it decodes it.
 		req := &webhooksv1.PublishRequest{}
 		require.NoError(t, protojson.Unmarshal([]byte(`{"event":{"id":"evt_json","owner_id":"owner_1",
-			"type":"corpus.note.changed","subject":"wiki://x","occurred_at":"2026-11-30T10:00:00Z",
-			"data":{"plan":"pro","seats":3}}}`), req))
+			"type":"gas.refilled","subject":"gas://x","occurred_at":"2026-11-30T10:00:00Z",
+			"data":{"amount":5000,"balance":3}}}`), req))
 		req.Event.OccurredAt = timestamppb.New(testOccurredAt)
 		_, err := bundle.server.Publish(ctx, req)
 		require.NoError(t, err)
-		require.JSONEq(t, `{"plan":"pro","seats":3}`, readEvent(t, bundle.db, "evt_json").Data)
+		// A Struct holds numbers as doubles; whole ones still pass the schema's
+		// "integer".
+		require.JSONEq(t, `{"amount":5000,"balance":3}`, readEvent(t, bundle.db, "evt_json").Data)
 	})
 
 	t.Run("EmptyDataIsEmptyObject", func(t *testing.T) {
@@ -166,6 +168,7 @@ func TestEventServer_Publish(t *testing.T) {
 		bundle := setup(t)
 
 		e := testProtoEvent("evt_1")
+		e.Type = "code.issued" // a type whose data has no required property
 		e.Data = nil
 		_, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
 		require.NoError(t, err)
@@ -534,5 +537,18 @@ func TestEventServer_BadInput(t *testing.T) {
 		requireRejected(t, func(e *webhooksv1.Event) {
 			e.Data = jsonStruct(`{"k":"` + strings.Repeat("a", webhook.MaxDataBytes) + `"}`)
 		}, "event.data")
+	})
+
+	t.Run("DataBreaksSchema", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		e := testProtoEvent("evt_bad")
+		e.Data = jsonStruct(`{"op":"updated","published":"yes"}`)
+		_, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
+		br := requireInvalidField(t, err, "event.data.published")
+		require.Equal(t, "expected boolean", br.GetFieldViolations()[0].GetDescription())
+		require.Contains(t, status.Convert(err).Message(), "invalid event.data.published: expected boolean")
+		require.Equal(t, 1, ingestCount(bundle.metrics, "invalid"))
 	})
 }

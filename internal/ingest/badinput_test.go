@@ -48,7 +48,7 @@ func TestRelayMalformedRows(t *testing.T) {
 	}
 	okAt := testOccurredAt.Format(time.RFC3339Nano)
 	good := func(name, id string) row {
-		return row{name, id, "owner_1", event.TypeNoteChanged, "wiki://software/project/x", okAt, `{"published":true}`, ""}
+		return row{name, id, "owner_1", event.TypeNoteChanged, "wiki://software/project/x", okAt, `{"op":"published","published":true}`, ""}
 	}
 	bad := func(name, field string, edit func(*row)) row {
 		r := good(name, "evt_"+name)
@@ -64,6 +64,11 @@ func TestRelayMalformedRows(t *testing.T) {
 		bad("DataNull", "event.data", func(r *row) { r.data = `null` }),
 		bad("DataBool", "event.data", func(r *row) { r.data = `true` }),
 		bad("DataTooLarge", "event.data", func(r *row) { r.data = `{"k":"` + strings.Repeat("a", webhook.MaxDataBytes) + `"}` }),
+		// Valid JSON that breaks the type's schema: named by its JSON path.
+		bad("DataMissingRequired", "event.data.op", func(r *row) { r.data = `{"published":true}` }),
+		bad("DataWrongType", "event.data.published", func(r *row) { r.data = `{"op":"updated","published":"yes"}` }),
+		bad("DataUnknownProperty", "event.data.body", func(r *row) { r.data = `{"op":"updated","body":"` + injections[1] + `"}` }),
+		bad("DataNotInEnum", "event.data.op", func(r *row) { r.data = `{"op":"` + injections[0] + `"}` }),
 		good("Second", "evt_good_2"),
 		bad("TypeEmpty", "event.type", func(r *row) { r.typ = "" }),
 		bad("TypeUpperCase", "event.type", func(r *row) { r.typ = "Corpus.Note.Changed" }),
@@ -178,7 +183,7 @@ func TestRelayMalformedRows(t *testing.T) {
 	// Set aside for good, and a good row written later is still relayed.
 	_, err := db.Pool.Exec(ctx, `
 		INSERT INTO webhook_outbox (event_id, owner_id, type, subject, occurred_at, data)
-		VALUES ('evt_good_later', 'owner_1', $1, 'wiki://later', $2, '{}')`, event.TypeNoteChanged, testOccurredAt)
+		VALUES ('evt_good_later', 'owner_1', $1, 'wiki://later', $2, '{"op":"created"}')`, event.TypeNoteChanged, testOccurredAt)
 	require.NoError(t, err)
 	drainRelay()
 	require.True(t, read()["evt_good_later"].relayed)

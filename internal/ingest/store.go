@@ -128,7 +128,8 @@ func (e *ConflictError) Unwrap() error { return ErrConflict }
 type InvalidEvent struct {
 	// Index is the event's position in the slice given to Ingest.
 	Index int
-	// Err is a *webhook.FieldError naming the field, or errNilEvent.
+	// Err is a *webhook.FieldError naming the field (for data that breaks
+	// its type's schema, the JSON path: "data.op"), or errNilEvent.
 	Err error
 }
 
@@ -275,10 +276,17 @@ func (s *Store) check(source Source, events []*webhook.Event) []InvalidEvent {
 	var invalid []InvalidEvent
 	for i, e := range events {
 		var err error
-		if e == nil {
+		switch {
+		case e == nil:
 			err = errNilEvent
-		} else {
+		default:
 			err = e.Validate(now)
+			// Only what may leave is held to its type's schema: an Internal
+			// type has none and a raw:// subject never leaves, and both are
+			// dropped unseen by any receiver.
+			if err == nil && event.Leaves(e) {
+				err = event.ValidateData(e.Type, e.Data)
+			}
 		}
 		if err != nil {
 			s.metrics.IngestEventsTotal.WithLabelValues(string(source), resultInvalid).Inc()

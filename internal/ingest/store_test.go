@@ -119,7 +119,7 @@ func TestStore_Ingest(t *testing.T) {
 
 		for name, mutate := range map[string]func(e *webhook.Event){
 			"owner":       func(e *webhook.Event) { e.OwnerID = "owner_2" },
-			"type":        func(e *webhook.Event) { e.Type = "code.issued" },
+			"type":        func(e *webhook.Event) { e.Type, e.Data = "code.issued", json.RawMessage(`{}`) },
 			"subject":     func(e *webhook.Event) { e.Subject = "wiki://x" },
 			"occurred_at": func(e *webhook.Event) { e.OccurredAt = e.OccurredAt.Add(-1e3) },
 			"data":        func(e *webhook.Event) { e.Data = json.RawMessage(`{"op":"deleted"}`) },

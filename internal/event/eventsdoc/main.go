@@ -1,0 +1,27 @@
+// Command eventsdoc writes docs/events.md from the event catalog and its data
+// schemas; `make generate` runs it.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/standmeet/webhook-dispatcher/internal/event"
+)
+
+func main() {
+	out := flag.String("o", "docs/events.md", "file to write")
+	flag.Parse()
+	text, err := event.Markdown()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "eventsdoc:", err)
+		os.Exit(1)
+	}
+	// Rendered in full before the file is touched, so a failure leaves the
+	// committed page as it was.
+	if err := os.WriteFile(*out, text, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "eventsdoc:", err)
+		os.Exit(1)
+	}
+}
