@@ -1,12 +1,13 @@
 // Package event knows which event types exist and which may leave the
-// instance: the catalog of webhook types (their Exposure), the raw:// rule,
-// and the glob language endpoints use to subscribe to types.
+// instance: the catalog of webhook types (their Exposure and data schemas),
+// the raw:// rule, and the glob language endpoints use to subscribe to types.
 //
 // The thin event itself (its fields, the rules every event must pass and its
 // wire encoding) is pkg/webhook's Event, shared with the main application's
 // outbox writer and with receivers; this package adds what only the
-// dispatcher decides. It imports no other internal package and no domain, so
-// "what may leave" lives in exactly one place.
+// dispatcher decides. It imports no other internal package and no domain
+// (only a JSON Schema validator), so "what may leave" lives in exactly one
+// place.
 //
 // # Exposure
 //
@@ -14,6 +15,15 @@
 // ExposureWebhook; everything else is ExposureInternal, which is the zero value
 // on purpose: a type nobody classified can never leave by accident. Subjects
 // with the raw:// scheme never leave whatever their type; see Leaves.
+//
+// # Data schemas
+//
+// Each catalog type declares the shape of its data object as a JSON Schema,
+// schemas/<type>.json, embedded and compiled when the package is loaded. They
+// are closed (a property not listed is refused), so nothing undeclared can
+// leave; ingest applies them with ValidateData, which names the offending
+// JSON path. Each file carries an example, and docs/events.md is rendered
+// from them (Markdown, run by `make generate`).
 //
 // # Type globs
 //

@@ -2,7 +2,6 @@ package event
 
 import (
 	"encoding/json"
-	"errors"
 	"io/fs"
 	"os"
 	"path"
@@ -90,7 +89,7 @@ func TestValidateData(t *testing.T) {
 		require.Error(t, err)
 		require.ErrorIs(t, err, webhook.ErrInvalidEvent)
 		var fe *webhook.FieldError
-		require.True(t, errors.As(err, &fe))
+		require.ErrorAs(t, err, &fe)
 		require.Equal(t, field, fe.Field)
 		require.Equal(t, reason, fe.Reason)
 	}
@@ -139,7 +138,7 @@ func TestValidateData(t *testing.T) {
 			err := ValidateData(TypeNoteChanged, json.RawMessage(data))
 			require.Error(t, err, data)
 			var fe *webhook.FieldError
-			require.True(t, errors.As(err, &fe))
+			require.ErrorAs(t, err, &fe)
 			require.NotContains(t, fe.Reason, "SECRET_VALUE", data)
 		}
 	})

@@ -278,7 +278,7 @@ func TestRelay(t *testing.T) {
 		require.NoError(t, err)
 
 		writeRawOutbox(t, bundle, "evt_1", event.TypeNoteChanged, "wiki://other", `{"op":"created"}`) // reused id
-		writeOutbox(t, bundle, "evt_1")                                                 // the same event again
+		writeOutbox(t, bundle, "evt_1")                                                               // the same event again
 		writeOutbox(t, bundle, "evt_2")
 
 		n, err := newRelay(bundle, RelayConfig{}).relayBatch(ctx)

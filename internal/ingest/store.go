@@ -276,10 +276,9 @@ func (s *Store) check(source Source, events []*webhook.Event) []InvalidEvent {
 	var invalid []InvalidEvent
 	for i, e := range events {
 		var err error
-		switch {
-		case e == nil:
+		if e == nil {
 			err = errNilEvent
-		default:
+		} else {
 			err = e.Validate(now)
 			// Only what may leave is held to its type's schema: an Internal
 			// type has none and a raw:// subject never leaves, and both are
