@@ -10,6 +10,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/migrations"
@@ -46,7 +48,7 @@ func TestEventSchemas(t *testing.T) {
 	// gRPC: InvalidArgument naming the JSON path inside data.
 	{
 		bad := newEvent("owner-s", "booking.created", "booking://1", `{"booking_id":"bk_1"}`)
-		bad.Data = `{"booking_id":"bk_1","starts_at":1733065200}`
+		bad.Data = jsonData(t, `{"booking_id":"bk_1","starts_at":1733065200}`)
 		cctx, cancel := context.WithTimeout(publisherCtx(t), 10*time.Second)
 		defer cancel()
 		_, err := d.events().Publish(cctx, &webhooksv1.PublishRequest{Event: bad})
@@ -64,7 +66,7 @@ func TestEventSchemas(t *testing.T) {
 		require.Equal(t, []string{"event.data.starts_at"}, fields)
 
 		unknown := newEvent("owner-s", "code.issued", "code://1", `{}`)
-		unknown.Data = `{"code":"the-code-itself"}`
+		unknown.Data = jsonData(t, `{"code":"the-code-itself"}`)
 		_, err = d.events().Publish(cctx, &webhooksv1.PublishRequest{Event: unknown})
 		require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 		require.Contains(t, status.Convert(err).Message(), "event.data.code: is not a property of code.issued data")
@@ -97,4 +99,13 @@ func TestEventSchemas(t *testing.T) {
 	for _, r := range rc.requests() {
 		require.Equal(t, "evt-good-outbox", r.header.Get("webhook-id"))
 	}
+}
+
+// jsonData is data as a JSON client sends it, unchecked: newEvent would
+// refuse what these tests mean to send.
+func jsonData(t *testing.T, data string) *structpb.Struct {
+	t.Helper()
+	d := &structpb.Struct{}
+	require.NoError(t, protojson.Unmarshal([]byte(data), d))
+	return d
 }
