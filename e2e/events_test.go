@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"io/fs"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -93,6 +95,22 @@ func TestEventSchemas(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT error FROM webhook_outbox WHERE event_id = 'evt-bad-outbox'`).Scan(&reason))
 		require.NotNil(t, reason, "set aside with its reason")
 		require.Contains(t, *reason, "event.data.op: is required")
+	}
+
+	// The CLI prints every type with its schema and example.
+	{
+		cmd := exec.Command(binary, "event-types", "--json")
+		cmd.Env = append(os.Environ(), "DISPATCHER_ADDR="+d.grpcAddr, "DISPATCHER_TOKEN="+adminToken)
+		out, err := cmd.Output()
+		require.NoError(t, err)
+		var listed webhooksv1.ListEventTypesResponse
+		require.NoError(t, protojson.Unmarshal(out, &listed))
+		require.Len(t, listed.GetEventTypes(), 39)
+		for _, et := range listed.GetEventTypes() {
+			require.NotEmpty(t, et.GetDescription(), et.GetName())
+			require.Equal(t, "object", et.GetDataSchema().GetFields()["type"].GetStringValue(), et.GetName())
+			require.NotNil(t, et.GetDataExample(), et.GetName())
+		}
 	}
 
 	// Nothing invalid reached the receiver.

@@ -198,6 +198,13 @@ func TestEndpointsCLI(t *testing.T) {
 		var resp webhooksv1.ListEventTypesResponse
 		require.NoError(t, protojson.Unmarshal([]byte(out), &resp))
 		require.Len(t, resp.GetEventTypes(), len(event.WebhookTypes()))
+		for _, et := range resp.GetEventTypes() {
+			require.Equal(t, "object", et.GetDataSchema().GetFields()["type"].GetStringValue(), et.GetName())
+			example, err := protojson.Marshal(et.GetDataExample())
+			require.NoError(t, err)
+			require.NoError(t, event.ValidateData(et.GetName(), example), et.GetName())
+		}
+		require.Contains(t, out, `"data_schema"`, "--json prints each type's data schema")
 	})
 
 	t.Run("Errors", func(t *testing.T) {

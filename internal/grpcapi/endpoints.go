@@ -3,12 +3,16 @@ package grpcapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
@@ -175,13 +179,33 @@ func (s *endpointServer) Redeliver(ctx context.Context, req *webhooksv1.Redelive
 }
 
 // ListEventTypes implements webhooksv1.EndpointServiceServer.
-func (s *endpointServer) ListEventTypes(context.Context, *webhooksv1.ListEventTypesRequest) (*webhooksv1.ListEventTypesResponse, error) {
-	resp := &webhooksv1.ListEventTypesResponse{}
-	for _, t := range event.WebhookTypes() {
-		resp.EventTypes = append(resp.EventTypes, &webhooksv1.EventType{Name: t.Name, Description: t.Description})
+func (s *endpointServer) ListEventTypes(ctx context.Context, _ *webhooksv1.ListEventTypesRequest) (*webhooksv1.ListEventTypesResponse, error) {
+	resp, err := eventTypes()
+	if err != nil {
+		return nil, unexpected(ctx, s.logger, "ListEventTypes", "", codes.Internal, err)
 	}
 	return resp, nil
 }
+
+// eventTypes is ListEventTypes' answer, built once: the catalog and its
+// schemas are compiled in. gRPC only reads the message it is given, so
+// every call may share it.
+var eventTypes = sync.OnceValues(func() (*webhooksv1.ListEventTypesResponse, error) {
+	resp := &webhooksv1.ListEventTypesResponse{}
+	for _, t := range event.WebhookTypes() {
+		schema, example := &structpb.Struct{}, &structpb.Struct{}
+		if err := protojson.Unmarshal(t.Schema, schema); err != nil {
+			return nil, fmt.Errorf("schema of %s: %w", t.Name, err)
+		}
+		if err := protojson.Unmarshal(t.Example, example); err != nil {
+			return nil, fmt.Errorf("example of %s: %w", t.Name, err)
+		}
+		resp.EventTypes = append(resp.EventTypes, &webhooksv1.EventType{
+			Name: t.Name, Description: t.Description, DataSchema: schema, DataExample: example,
+		})
+	}
+	return resp, nil
+})
 
 func toProto(e *endpoint.Endpoint) *webhooksv1.Endpoint {
 	out := &webhooksv1.Endpoint{

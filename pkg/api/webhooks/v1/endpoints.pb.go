@@ -11,6 +11,7 @@ import (
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -1400,9 +1401,14 @@ func (*ListEventTypesRequest) Descriptor() ([]byte, []int) {
 }
 
 type EventType struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Description   string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// The JSON Schema (draft 2020-12) of this type's data object. Publishing
+	// refuses data it does not accept.
+	DataSchema *structpb.Struct `protobuf:"bytes,3,opt,name=data_schema,json=dataSchema,proto3" json:"data_schema,omitempty"`
+	// An example data object that data_schema accepts.
+	DataExample   *structpb.Struct `protobuf:"bytes,4,opt,name=data_example,json=dataExample,proto3" json:"data_example,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1449,6 +1455,20 @@ func (x *EventType) GetDescription() string {
 		return x.Description
 	}
 	return ""
+}
+
+func (x *EventType) GetDataSchema() *structpb.Struct {
+	if x != nil {
+		return x.DataSchema
+	}
+	return nil
+}
+
+func (x *EventType) GetDataExample() *structpb.Struct {
+	if x != nil {
+		return x.DataExample
+	}
+	return nil
 }
 
 type ListEventTypesResponse struct {
@@ -1499,7 +1519,7 @@ var File_webhooks_v1_endpoints_proto protoreflect.FileDescriptor
 
 const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\n" +
-	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf8\x03\n" +
+	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf8\x03\n" +
 	"\bEndpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bowner_id\x18\x02 \x01(\tR\aownerId\x12\x10\n" +
@@ -1609,10 +1629,13 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"endpointId\")\n" +
 	"\x11RedeliverResponse\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x05R\x05count\"\x17\n" +
-	"\x15ListEventTypesRequest\"A\n" +
+	"\x15ListEventTypesRequest\"\xb7\x01\n" +
 	"\tEventType\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescription\"Q\n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x128\n" +
+	"\vdata_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\n" +
+	"dataSchema\x12:\n" +
+	"\fdata_example\x18\x04 \x01(\v2\x17.google.protobuf.StructR\vdataExample\"Q\n" +
 	"\x16ListEventTypesResponse\x127\n" +
 	"\vevent_types\x18\x01 \x03(\v2\x16.webhooks.v1.EventTypeR\n" +
 	"eventTypes*\x9b\x02\n" +
@@ -1680,6 +1703,7 @@ var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil),  // 24: google.protobuf.Timestamp
 	(*fieldmaskpb.FieldMask)(nil),  // 25: google.protobuf.FieldMask
 	(*durationpb.Duration)(nil),    // 26: google.protobuf.Duration
+	(*structpb.Struct)(nil),        // 27: google.protobuf.Struct
 }
 var file_webhooks_v1_endpoints_proto_depIdxs = []int32{
 	24, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
@@ -1699,32 +1723,34 @@ var file_webhooks_v1_endpoints_proto_depIdxs = []int32{
 	24, // 14: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
 	24, // 15: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
 	17, // 16: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
-	22, // 17: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
-	2,  // 18: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
-	4,  // 19: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
-	6,  // 20: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
-	8,  // 21: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
-	10, // 22: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
-	12, // 23: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
-	14, // 24: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
-	16, // 25: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
-	19, // 26: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
-	21, // 27: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
-	3,  // 28: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
-	5,  // 29: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
-	7,  // 30: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
-	9,  // 31: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
-	11, // 32: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
-	13, // 33: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
-	15, // 34: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
-	18, // 35: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
-	20, // 36: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
-	23, // 37: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
-	28, // [28:38] is the sub-list for method output_type
-	18, // [18:28] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	27, // 17: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
+	27, // 18: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
+	22, // 19: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
+	2,  // 20: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
+	4,  // 21: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
+	6,  // 22: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
+	8,  // 23: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
+	10, // 24: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
+	12, // 25: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
+	14, // 26: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
+	16, // 27: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
+	19, // 28: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
+	21, // 29: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
+	3,  // 30: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
+	5,  // 31: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
+	7,  // 32: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
+	9,  // 33: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
+	11, // 34: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
+	13, // 35: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
+	15, // 36: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
+	18, // 37: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
+	20, // 38: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
+	23, // 39: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
+	30, // [30:40] is the sub-list for method output_type
+	20, // [20:30] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_endpoints_proto_init() }

@@ -59,7 +59,8 @@ type EndpointServiceClient interface {
 	// Redeliver re-queues every delivery of this endpoint that ended discarded or
 	// cancelled and whose event still exists.
 	Redeliver(ctx context.Context, in *RedeliverRequest, opts ...grpc.CallOption) (*RedeliverResponse, error)
-	// ListEventTypes lists the event types whose Exposure is Webhook.
+	// ListEventTypes lists the event types whose Exposure is Webhook, each with
+	// its data schema and an example.
 	ListEventTypes(ctx context.Context, in *ListEventTypesRequest, opts ...grpc.CallOption) (*ListEventTypesResponse, error)
 }
 
@@ -199,7 +200,8 @@ type EndpointServiceServer interface {
 	// Redeliver re-queues every delivery of this endpoint that ended discarded or
 	// cancelled and whose event still exists.
 	Redeliver(context.Context, *RedeliverRequest) (*RedeliverResponse, error)
-	// ListEventTypes lists the event types whose Exposure is Webhook.
+	// ListEventTypes lists the event types whose Exposure is Webhook, each with
+	// its data schema and an example.
 	ListEventTypes(context.Context, *ListEventTypesRequest) (*ListEventTypesResponse, error)
 	mustEmbedUnimplementedEndpointServiceServer()
 }
