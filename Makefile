@@ -20,9 +20,18 @@ build: ## Build bin/dispatcher and bin/dispatcher-bench.
 	$(GO) build -o bin/dispatcher ./cmd/dispatcher
 	$(GO) build -o bin/dispatcher-bench ./cmd/dispatcher-bench
 
+# The tests share one Postgres server with whatever else uses it: test
+# binaries run one at a time (-p 1; the go build first keeps most of the
+# compiling parallel), two tests at a time each (-parallel 2, whatever the
+# core count), and each test's pool is small (internal/dbtest), so `make test`
+# holds at most about 20 connections. Raise them on a server of your own.
+TEST_P        ?= 1
+TEST_PARALLEL ?= 2
+
 .PHONY: test
-test: ## Run every test (needs Postgres: DATABASE_URL or 127.0.0.1:5432).
-	$(GO) test $(TEST_FLAGS) ./...
+test: ## Run every test (needs Postgres with 20 free connections: DATABASE_URL or 127.0.0.1:5432).
+	$(GO) build ./...
+	$(GO) test $(TEST_FLAGS) -p $(TEST_P) -parallel $(TEST_PARALLEL) ./...
 
 .PHONY: test/chaos
 test/chaos: ## The long reliability run: 10,000 events through 3 dispatchers killed with SIGKILL, plus the outage tests (needs Postgres).
@@ -30,7 +39,7 @@ test/chaos: ## The long reliability run: 10,000 events through 3 dispatchers kil
 
 .PHONY: test/race
 test/race: ## Run every test with the race detector.
-	$(GO) test -race $(TEST_FLAGS) ./...
+	$(GO) test -race $(TEST_FLAGS) -p $(TEST_P) -parallel $(TEST_PARALLEL) ./...
 
 .PHONY: generate
 generate: ## Regenerate pkg/api from proto/ with buf, and docs/events.md from the event schemas.

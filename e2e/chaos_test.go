@@ -405,7 +405,7 @@ func TestChaosKill(t *testing.T) {
 	c := startCluster(t, 3, options{db: db, env: []string{
 		"DISPATCHER_RESCUE_STUCK_AFTER=" + rescueStuckAfter,
 		"DISPATCHER_LOG_LEVEL=info",
-		"DISPATCHER_DB_MAX_CONNS=8",
+		"DISPATCHER_DB_MAX_CONNS=3",
 	}})
 
 	// 50 endpoints: 10 owners with 5 each. Endpoint j of an owner hears one

@@ -121,7 +121,7 @@ func start(t *testing.T, opts options) *dispatcher {
 		"DISPATCHER_OPERATOR_TOKENS="+operatorToken,
 		"DISPATCHER_EGRESS_ALLOW_CIDRS=127.0.0.1/32",
 		"DISPATCHER_LOG_LEVEL=debug",
-		"DISPATCHER_DB_MAX_CONNS=10",
+		"DISPATCHER_DB_MAX_CONNS=4", // plus three LISTEN sessions: see dbtest.PoolConns
 		"DISPATCHER_DELIVER_WORKERS=20",
 	)
 	cmd.Env = append(cmd.Env, opts.env...)

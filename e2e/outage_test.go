@@ -113,7 +113,7 @@ func TestOutagePostgres(t *testing.T) {
 		"DATABASE_URL=" + withAppName(t, db.URL, appName),
 		"DISPATCHER_RESCUE_STUCK_AFTER=" + rescueStuckAfter,
 		"DISPATCHER_LOG_LEVEL=info",
-		"DISPATCHER_DB_MAX_CONNS=8",
+		"DISPATCHER_DB_MAX_CONNS=3",
 	}})
 
 	const owner = "pg-outage-owner"

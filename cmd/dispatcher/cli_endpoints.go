@@ -355,7 +355,7 @@ func runEventTypesCLI(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.SetOutput(stderr)
 	var conn cliConn
 	conn.bind(fs, false)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

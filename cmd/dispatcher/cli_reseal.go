@@ -42,7 +42,7 @@ func runResealCLI(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	db.bind(fs, env)
 	keysFile := fs.String("master-keys-file", os.Getenv("DISPATCHER_MASTER_KEYS_FILE"),
 		"file holding the master keyring (default: env DISPATCHER_MASTER_KEYS; env DISPATCHER_MASTER_KEYS_FILE)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := env.err(); err != nil {

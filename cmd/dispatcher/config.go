@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -87,9 +88,10 @@ type serveConfig struct {
 	Tracing tracing.Config
 }
 
-func parseServeConfig(args []string, env *environ) (*serveConfig, error) {
+func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConfig, error) {
 	c := &serveConfig{}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(output)
 	c.DB.bind(fs, env)
 	fs.BoolVar(&c.Migrate, "migrate", env.boolean("DISPATCHER_MIGRATE", false), "apply migrations at start-up instead of refusing an unmigrated database (env DISPATCHER_MIGRATE)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", env.str("DISPATCHER_GRPC_ADDR", "127.0.0.1:7070"), "gRPC API listen address (env DISPATCHER_GRPC_ADDR)")
@@ -121,7 +123,7 @@ func parseServeConfig(args []string, env *environ) (*serveConfig, error) {
 	fs.BoolVar(&c.Pprof, "pprof", env.boolean("DISPATCHER_PPROF", false), "serve Go's profiler at /debug/pprof/ on the ops port, for diagnosing CPU and memory use; keep the ops port private (env DISPATCHER_PPROF)")
 	fs.StringVar(&c.LogFormat, "log-format", env.str("DISPATCHER_LOG_FORMAT", "json"), "log format: json or text (env DISPATCHER_LOG_FORMAT)")
 	level := fs.String("log-level", env.str("DISPATCHER_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env DISPATCHER_LOG_LEVEL)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	if err := env.err(); err != nil {

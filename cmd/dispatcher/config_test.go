@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -26,7 +27,7 @@ func TestParseServeConfig(t *testing.T) {
 		return parseServeConfig(args, newEnviron(func(k string) (string, bool) {
 			v, ok := b.env[k]
 			return v, ok
-		}))
+		}), io.Discard)
 	}
 
 	t.Run("Defaults", func(t *testing.T) {

@@ -44,7 +44,7 @@ func runDevAccess(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	listen := fs.String("listen", "127.0.0.1:7071", "address to serve gRPC on")
 	configPath := fs.String("config", "", "JSON table of embeds and codes (empty: an empty table, which admits nothing)")
 	reload := fs.Duration("reload", time.Second, "how often to check the config file for changes (0: never)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}

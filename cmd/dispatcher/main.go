@@ -8,6 +8,7 @@
 //	dispatcher reseal-secrets     re-seal endpoint secrets under the primary master key
 //	dispatcher gen-master-key     print a new master key entry
 //	dispatcher dev-access         run a fake access service for local development
+//	dispatcher version            print the build's version (also --version)
 //
 // Configuration comes from flags and DISPATCHER_* environment variables;
 // secrets (master keys, API tokens) only from the environment or files.
@@ -29,13 +30,41 @@ func main() { os.Exit(mainCode()) }
 func mainCode() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "dispatcher:", err)
-		}
+	return exitCode(run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stderr)
+}
+
+// exitCode reports err and turns it into the process's exit status: 0 for
+// none and for -h (the flag package printed the usage asked for), 2 for a
+// bad flag (the flag package printed it with the usage already, so it is not
+// repeated), 1 for everything else.
+func exitCode(err error, stderr io.Writer) int {
+	var usage usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &usage):
+		return 2
+	default:
+		fmt.Fprintln(stderr, "dispatcher:", err)
 		return 1
 	}
-	return 0
+}
+
+// usageError is a command line the flag package rejected and has already
+// explained on stderr.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// parseFlags parses args into fs (which must use flag.ContinueOnError),
+// marking a rejection as already reported.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		return usageError{err}
+	}
+	return err
 }
 
 const usage = `usage: dispatcher <command> [flags]
@@ -48,6 +77,7 @@ commands:
   reseal-secrets   re-seal every endpoint secret under the primary master key
   gen-master-key   print a new master key entry for DISPATCHER_MASTER_KEYS
   dev-access       run a fake access service (local development)
+  version          print the build's version (also --version)
 
 Run 'dispatcher <command> -h' for a command's flags.
 `
@@ -73,6 +103,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runGenMasterKey(stdout)
 	case "dev-access":
 		return runDevAccess(ctx, rest, stdout, stderr)
+	case "version", "-version", "--version":
+		return runVersion(stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

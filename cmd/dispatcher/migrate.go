@@ -22,7 +22,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	db.bind(fs, env)
 	outbox := fs.String("outbox-database-url", env.get("DISPATCHER_OUTBOX_DATABASE_URL"),
 		"also apply the outbox contract (migrations/outbox) to this database; for development and tests, production main apps apply it themselves")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := env.err(); err != nil {

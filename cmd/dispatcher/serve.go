@@ -49,8 +49,8 @@ import (
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
-func runServe(ctx context.Context, args []string, stdout, _ io.Writer) error {
-	cfg, err := parseServeConfig(args, osEnviron())
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseServeConfig(args, osEnviron(), stderr)
 	if err != nil {
 		return err
 	}
@@ -119,7 +119,9 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		defer closer.Close()
 		admitter = client
 	} else {
-		logger.WarnContext(ctx, "no access service configured (DISPATCHER_ACCESS_ADDR): embed-bound endpoints receive no scoped events")
+		// The one start-up warning about it: embed-bound endpoints stay
+		// silent otherwise, with nothing in the logs to say why.
+		logger.WarnContext(ctx, "no access service configured (DISPATCHER_ACCESS_ADDR): endpoints bound to an embed receive no corpus.note.changed events")
 	}
 	decider := scope.NewDecider(admitter, m, logger)
 

@@ -100,7 +100,7 @@ func admin(tb testing.TB) *pgxpool.Pool {
 			errAdmin = err
 			return
 		}
-		cfg.MaxConns = 4
+		cfg.MaxConns = adminConns
 		adminPool, errAdmin = pgxpool.NewWithConfig(context.Background(), cfg)
 	})
 	if errAdmin != nil {
@@ -108,6 +108,19 @@ func admin(tb testing.TB) *pgxpool.Pool {
 	}
 	return adminPool
 }
+
+// The suite shares one server with whatever else runs on it, so every test's
+// pool is small: a test binary holds adminConns plus, per running test,
+// PoolConns and the sessions its River clients and listeners take out of the
+// pool for LISTEN (pgx hijacks those, so they are on top of MaxConns). The
+// Makefile runs test binaries two at a time with two tests each, which keeps
+// `make test` at about 20 connections (README, "Tests").
+const (
+	adminConns = 2
+	// PoolConns is the size of DB.Pool: enough for a River client, its
+	// workers and the test's own queries, which wait their turn otherwise.
+	PoolConns = 4
+)
 
 // schemaPrefix starts every schema this package creates; the creation time
 // follows, so a later run can sweep what a crashed one left behind.
@@ -209,7 +222,7 @@ func newDB(tb testing.TB, migrate bool) *DB {
 	if err != nil {
 		tb.Fatalf("dbtest: %v", err)
 	}
-	cfg.MaxConns = 12
+	cfg.MaxConns = PoolConns
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		tb.Fatalf("dbtest: pool: %v", err)

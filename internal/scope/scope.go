@@ -128,14 +128,11 @@ type Decider struct {
 
 // NewDecider returns a Decider asking admitter about embed-bound endpoints.
 // admitter may be nil when no access service is configured; embed-bound
-// endpoints then admit nothing, and NewDecider says so once, at start-up,
-// because that silence would otherwise be invisible.
+// endpoints then admit nothing (the caller, which knows the setting's name,
+// says so at start-up: that silence would otherwise be invisible).
 func NewDecider(admitter EmbedAdmitter, m *metrics.Metrics, logger *slog.Logger) *Decider {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
-	}
-	if admitter == nil {
-		logger.Warn("no access service configured: endpoints bound to an embed will receive no corpus.note.changed events")
 	}
 	return &Decider{admitter: admitter, logger: logger, metrics: m}
 }
