@@ -15,9 +15,14 @@ help: ## Show this help.
 run: ## Run the dispatcher locally (DATABASE_URL, else local Postgres, else a private cluster in .data/).
 	@scripts/run-dev.sh
 
+# What `dispatcher --version` prints; without git, the binary falls back to
+# the commit Go records in it.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+LDFLAGS   := $(if $(VERSION),-X main.version=$(VERSION))
+
 .PHONY: build
 build: ## Build bin/dispatcher and bin/dispatcher-bench.
-	$(GO) build -o bin/dispatcher ./cmd/dispatcher
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/dispatcher ./cmd/dispatcher
 	$(GO) build -o bin/dispatcher-bench ./cmd/dispatcher-bench
 
 # The tests share one Postgres server with whatever else uses it: test
