@@ -107,33 +107,31 @@ func NewService(cfg ServiceConfig, pool *pgxpool.Pool, riverClient *river.Client
 // MaxEndpointsPerOwner is the cap ErrTooManyEndpoints refers to.
 func (s *Service) MaxEndpointsPerOwner() int { return s.cfg.MaxEndpointsPerOwner }
 
-// parseID validates the endpoint_id field. Empty is a missing argument; a
-// malformed id reads as not found, like a foreign one.
-func parseID(v *violations, raw string) (uuid.UUID, bool) {
+// parseID validates the endpoint_id field: empty or malformed is a bad
+// argument, named. Only a well-formed id reaches the store, where another
+// owner's endpoint is ErrNotFound exactly like a missing one.
+func parseID(v *violations, raw string) uuid.UUID {
 	if raw == "" {
 		v.add(FieldEndpointID, "must not be empty")
-		return uuid.Nil, true
+		return uuid.Nil
 	}
 	id, err := uuid.Parse(raw)
 	if err != nil || len(raw) != 36 {
 		// Only the canonical form: "urn:uuid:…" and braces would otherwise
 		// let two spellings name one endpoint.
-		return uuid.Nil, false
+		v.add(FieldEndpointID, "must be a UUID in canonical form (8-4-4-4-12 hex digits)")
+		return uuid.Nil
 	}
-	return id, true
+	return id
 }
 
 // ownerAndID validates the owner id and the endpoint_id field together.
-// A malformed id gives ErrNotFound (after the owner checks out).
 func (s *Service) ownerAndID(owner, rawID string) (uuid.UUID, error) {
 	var v violations
 	s.val.ownerID(&v, owner)
-	id, ok := parseID(&v, rawID)
+	id := parseID(&v, rawID)
 	if err := v.err(); err != nil {
 		return uuid.Nil, err
-	}
-	if !ok {
-		return uuid.Nil, ErrNotFound
 	}
 	return id, nil
 }
@@ -253,7 +251,7 @@ type UpdateRequest struct {
 func (s *Service) Update(ctx context.Context, r UpdateRequest) (*Endpoint, error) {
 	var v violations
 	s.val.ownerID(&v, r.OwnerID)
-	id, idOK := parseID(&v, r.ID)
+	id := parseID(&v, r.ID)
 
 	var p UpdateParams
 	if len(r.Paths) == 0 {
@@ -285,9 +283,6 @@ func (s *Service) Update(ctx context.Context, r UpdateRequest) (*Endpoint, error
 	}
 	if err := v.err(); err != nil {
 		return nil, err
-	}
-	if !idOK {
-		return nil, ErrNotFound
 	}
 	e, err := s.store.Update(ctx, r.OwnerID, id, p)
 	if err != nil {
@@ -327,7 +322,7 @@ type GracePeriod struct {
 func (s *Service) RotateSecret(ctx context.Context, owner, id string, grace GracePeriod) (string, *time.Time, error) {
 	var v violations
 	s.val.ownerID(&v, owner)
-	epID, idOK := parseID(&v, id)
+	epID := parseID(&v, id)
 	d := DefaultGracePeriod
 	switch {
 	case grace.Malformed:
@@ -342,9 +337,6 @@ func (s *Service) RotateSecret(ctx context.Context, owner, id string, grace Grac
 	}
 	if err := v.err(); err != nil {
 		return "", nil, err
-	}
-	if !idOK {
-		return "", nil, ErrNotFound
 	}
 	secret, expires, err := s.store.RotateSecret(ctx, owner, epID, d)
 	if err != nil {
@@ -401,7 +393,7 @@ func (s *Service) SendTest(ctx context.Context, owner, id string) (string, error
 func (s *Service) ListDeliveries(ctx context.Context, owner, endpointID string, pageSize32 int32, pageToken string) (Page[*Delivery], error) {
 	var v violations
 	s.val.ownerID(&v, owner)
-	id, idOK := parseID(&v, endpointID)
+	id := parseID(&v, endpointID)
 	limit := pageSize(&v, pageSize32)
 	var before int64
 	if pageToken != "" {
@@ -412,9 +404,6 @@ func (s *Service) ListDeliveries(ctx context.Context, owner, endpointID string, 
 	}
 	if err := v.err(); err != nil {
 		return Page[*Delivery]{}, err
-	}
-	if !idOK {
-		return Page[*Delivery]{}, ErrNotFound
 	}
 	ds, err := s.store.ListDeliveries(ctx, owner, id, before, limit+1)
 	if err != nil {

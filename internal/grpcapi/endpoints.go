@@ -20,9 +20,9 @@ import (
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
-// NotFoundMessage is the one message for a missing, foreign or malformed
-// endpoint id, so the reply says nothing about whether the id exists for
-// someone else.
+// NotFoundMessage is the one message for a missing or foreign endpoint id,
+// so the reply says nothing about whether the id exists for someone else. (A
+// malformed id is InvalidArgument: it cannot exist for anyone.)
 const NotFoundMessage = "endpoint not found"
 
 type endpointServer struct {

@@ -319,13 +319,16 @@ func badEndpointCases() []badCase {
 		}
 		invalid(op.name+"IDEmpty", op.idField, id(""))
 		notFound(op.name+"ForeignOwner", false, owner(ownerB))
-		notFound(op.name+"IDNotUUID", false, id("endpoint-1"))
 		notFound(op.name+"IDUnknown", false, id(uuid.NewString()))
-		notFound(op.name+"IDBraced", false, func(f *badFixture) proto.Message { return id("{" + f.id + "}")(f) })
-		notFound(op.name+"IDURN", false, func(f *badFixture) proto.Message { return id("urn:uuid:" + f.id)(f) })
-		notFound(op.name+"IDSQLInjection", false, func(f *badFixture) proto.Message { return id(f.id + injectionValues[0])(f) })
-		notFound(op.name+"IDPathTraversal", false, id(injectionValues[2]))
-		notFound(op.name+"IDInvalidUTF8", true, id("\xff"+strings.Repeat("0", 35)))
+		notFound(op.name+"IDUnknownUpperCase", false, id(strings.ToUpper(uuid.NewString())))
+		// A malformed id cannot name anyone's endpoint: a bad argument, named.
+		invalid(op.name+"IDNotUUID", op.idField, id("endpoint-1"))
+		invalid(op.name+"IDBraced", op.idField, func(f *badFixture) proto.Message { return id("{" + f.id + "}")(f) })
+		invalid(op.name+"IDURN", op.idField, func(f *badFixture) proto.Message { return id("urn:uuid:" + f.id)(f) })
+		invalid(op.name+"IDNoHyphens", op.idField, func(f *badFixture) proto.Message { return id(strings.ReplaceAll(f.id, "-", ""))(f) })
+		invalid(op.name+"IDSQLInjection", op.idField, func(f *badFixture) proto.Message { return id(f.id + injectionValues[0])(f) })
+		invalid(op.name+"IDPathTraversal", op.idField, id(injectionValues[2]))
+		invalidUTF8(op.name+"IDInvalidUTF8", op.idField, id("\xff"+strings.Repeat("0", 35)))
 	}
 
 	create := opNamed("CreateEndpoint")

@@ -236,6 +236,7 @@ func requireNotFound(t *testing.T, err error) {
 	t.Helper()
 	st := requireCode(t, err, codes.NotFound)
 	require.Equal(t, NotFoundMessage, st.Message())
+	require.Empty(t, st.Details(), "a foreign id and a missing one answer exactly alike")
 }
 
 var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}

@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
@@ -363,17 +365,23 @@ func TestGetEndpoint(t *testing.T) {
 		return &testBundle{env: env, id: env.create(t, ownerA).GetEndpoint().GetId()}
 	}
 
-	t.Run("CrossOwnerMissingAndMalformedLookAlike", func(t *testing.T) {
+	t.Run("CrossOwnerAndMissingLookAlike", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerB, EndpointId: b.id})
-		requireNotFound(t, err)
-		_, err = b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: uuid.NewString()})
-		requireNotFound(t, err)
-		_, err = b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: "not-a-uuid"})
-		requireNotFound(t, err)
+		_, foreign := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerB, EndpointId: b.id})
+		requireNotFound(t, foreign)
+		_, missing := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: uuid.NewString()})
+		requireNotFound(t, missing)
+		require.True(t, proto.Equal(status.Convert(foreign).Proto(), status.Convert(missing).Proto()))
+	})
+
+	t.Run("MalformedIDIsInvalidArgument", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: "not-a-uuid"})
+		requireField(t, err, "endpoint_id")
 		_, err = b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: "{" + b.id + "}"})
-		requireNotFound(t, err)
+		requireField(t, err, "endpoint_id")
 	})
 
 	t.Run("EmptyID", func(t *testing.T) {
@@ -545,7 +553,7 @@ UPDATE webhook_endpoints
 		_, err = b.env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
 			OwnerId: ownerA, EndpointId: "nope", UpdateMask: mask("enabled"),
 		})
-		requireNotFound(t, err)
+		requireField(t, err, "endpoint_id")
 		got, err := b.env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: b.ep.GetId()})
 		require.NoError(t, err)
 		require.True(t, got.GetEndpoint().GetEnabled())
@@ -895,8 +903,10 @@ func TestListDeliveries(t *testing.T) {
 		b.env.insertDelivery(t, b.id, uuid.NewString())
 		_, err := b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{OwnerId: ownerB, EndpointId: b.id})
 		requireNotFound(t, err)
-		_, err = b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{OwnerId: ownerA, EndpointId: "x"})
+		_, err = b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{OwnerId: ownerA, EndpointId: uuid.NewString()})
 		requireNotFound(t, err)
+		_, err = b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{OwnerId: ownerA, EndpointId: "x"})
+		requireField(t, err, "endpoint_id")
 	})
 
 	t.Run("BadInput", func(t *testing.T) {

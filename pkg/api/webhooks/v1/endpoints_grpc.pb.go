@@ -37,7 +37,9 @@ const (
 //
 // EndpointService manages an owner's webhook endpoints. Every other surface
 // (the CLI, the admin UI's proxy) is a projection of it. Every call is scoped
-// to owner_id: another owner's endpoint is NOT_FOUND, never PERMISSION_DENIED.
+// to owner_id: another owner's endpoint is NOT_FOUND, never PERMISSION_DENIED,
+// and answers exactly like a missing one. A malformed id (an endpoint_id that
+// is not a canonical UUID) is INVALID_ARGUMENT naming the field.
 //
 // Callers need the admin token: metadata "authorization: Bearer <token>".
 type EndpointServiceClient interface {
@@ -178,7 +180,9 @@ func (c *endpointServiceClient) ListEventTypes(ctx context.Context, in *ListEven
 //
 // EndpointService manages an owner's webhook endpoints. Every other surface
 // (the CLI, the admin UI's proxy) is a projection of it. Every call is scoped
-// to owner_id: another owner's endpoint is NOT_FOUND, never PERMISSION_DENIED.
+// to owner_id: another owner's endpoint is NOT_FOUND, never PERMISSION_DENIED,
+// and answers exactly like a missing one. A malformed id (an endpoint_id that
+// is not a canonical UUID) is INVALID_ARGUMENT naming the field.
 //
 // Callers need the admin token: metadata "authorization: Bearer <token>".
 type EndpointServiceServer interface {
