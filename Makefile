@@ -47,9 +47,10 @@ test/race: ## Run every test with the race detector.
 	$(GO) test -race $(TEST_FLAGS) -p $(TEST_P) -parallel $(TEST_PARALLEL) ./...
 
 .PHONY: generate
-generate: ## Regenerate pkg/api from proto/ with buf, and docs/events.md from the event schemas.
+generate: ## Regenerate pkg/api from proto/ with buf, docs/events.md from the event schemas, and pkg/client's event builders from the catalog.
 	$(BUF) generate
 	$(GO) run ./internal/event/eventsdoc -o docs/events.md
+	$(GO) run ./internal/clientgen -o pkg/client/events.go
 
 .PHONY: lint
 lint: lint/buf lint/go ## buf lint, go vet, gofmt.
@@ -68,9 +69,9 @@ lint/golangci: ## golangci-lint (built from the module proxy).
 	$(GO) tool -modfile=tools/lint/go.mod golangci-lint run ./...
 
 .PHONY: check/generated
-check/generated: generate ## Fail if regenerating changes any committed file (pkg/api, docs/events.md).
-	@git diff --exit-code -- pkg/api docs/events.md || (echo "generated code is out of date: run make generate and commit" && exit 1)
-	@test -z "$$(git status --porcelain -- pkg/api docs/events.md)" || (git status --porcelain -- pkg/api docs/events.md; echo "generated code is out of date" && exit 1)
+check/generated: generate ## Fail if regenerating changes any committed file (pkg/api, docs/events.md, pkg/client).
+	@git diff --exit-code -- pkg/api docs/events.md pkg/client || (echo "generated code is out of date: run make generate and commit" && exit 1)
+	@test -z "$$(git status --porcelain -- pkg/api docs/events.md pkg/client)" || (git status --porcelain -- pkg/api docs/events.md pkg/client; echo "generated code is out of date" && exit 1)
 
 .PHONY: check/tidy
 check/tidy: ## Fail if go.mod/go.sum of the module or of a tools/ module is not tidy.

@@ -167,7 +167,9 @@ func (c cleanupM) Run() int {
 // the kept schemas afterwards (WithCleanup) and then fails the binary if any
 // goroutine is left running (goleak), apart from the pgx pools' own
 // housekeeping, which may still be winding down, and the extra ignores given.
-func VerifyTestMain(m *testing.M, extra ...goleak.Option) {
+// m is the package's *testing.M, or a wrapper whose Run sets something up
+// around it.
+func VerifyTestMain(m interface{ Run() int }, extra ...goleak.Option) {
 	goleak.VerifyTestMain(WithCleanup(m), append([]goleak.Option{
 		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
 		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"),

@@ -1,0 +1,21 @@
+// Package client is the main application's Go client of the dispatcher: it
+// publishes events to webhooks.v1.EventService (the other way in is the
+// outbox table, pkg/outbox).
+//
+//	c, err := client.Dial("dispatcher:7070", client.WithToken(publisherToken))
+//	...
+//	ev, err := client.CodeIssued("owner_1", "code://c_123").Set("code_id", "c_123").Event()
+//	...
+//	res, err := c.Publish(ctx, ev) // res.GetOutcome(): STORED, or DUPLICATE if it was already
+//
+// Publish and PublishBatch retry while the dispatcher is Unavailable, with a
+// bounded, jittered exponential backoff (Retry); publishing is idempotent by
+// event id, so a retry never delivers twice.
+//
+// There is a builder function per type of the dispatcher's event catalog
+// (CodeIssued, CorpusNoteChanged, …) and a Type… constant for each, generated
+// from the catalog by internal/clientgen (`make generate`), so a type the
+// client offers is one the dispatcher delivers.
+package client
+
+//go:generate go run ../../internal/clientgen -o events.go

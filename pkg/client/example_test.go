@@ -1,0 +1,58 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/standmeet/webhook-dispatcher/pkg/client"
+)
+
+// Publishing an event, twice: the second Publish finds it stored and
+// delivers nothing more. dispatcherAddr is the dispatcher's gRPC address
+// (here: one this test binary runs, on loopback, so without TLS).
+func Example() {
+	ev, err := client.CodeIssued("owner_1", "code://c_123").Set("code_id", "c_123").Event()
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := client.Dial(dispatcherAddr, client.WithToken(publisherToken), client.WithInsecure())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	for range 2 {
+		res, err := c.Publish(ctx, ev)
+		if err != nil {
+			fmt.Println("publish:", err)
+			return
+		}
+		fmt.Println(res.GetEventId() == ev.ID, res.GetOutcome())
+	}
+	// Output:
+	// true PUBLISH_OUTCOME_STORED
+	// true PUBLISH_OUTCOME_DUPLICATE
+}
+
+// The builder of a catalog type sets the type; the id and occurred_at are
+// defaulted, and the event is checked against the dispatcher's rules.
+func ExampleCorpusNoteChanged() {
+	ev, err := client.CorpusNoteChanged("owner_1", "wiki://software/project/standmeet/architecture").
+		ID("evt_note_1").
+		Data(map[string]any{"op": "updated", "note_id": "n1", "published": true, "was_published": true}).
+		Event()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(ev.ID, ev.Type, string(ev.Data))
+
+	_, err = client.CodeIssued("owner_1", "not a uri").Event()
+	fmt.Println(err)
+	// Output:
+	// evt_note_1 corpus.note.changed {"note_id":"n1","op":"updated","published":true,"was_published":true}
+	// client: invalid event.subject: must be a URI with a scheme, like "wiki://path"
+}

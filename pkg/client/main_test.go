@@ -1,0 +1,138 @@
+package client_test
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/standmeet/webhook-dispatcher/internal/auth"
+	"github.com/standmeet/webhook-dispatcher/internal/database"
+	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
+	"github.com/standmeet/webhook-dispatcher/internal/ingest"
+	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+)
+
+// publisherToken is the publisher token of every dispatcher these tests run.
+const publisherToken = "client-test-publisher-token-0123"
+
+// dispatcherAddr is the gRPC address of the dispatcher the examples publish
+// to: the real API and ingest on a schema of their own, which TestMain starts
+// (examples get no *testing.T to start one with).
+var dispatcherAddr string
+
+func TestMain(m *testing.M) { dbtest.VerifyTestMain(withExampleDispatcher{m}) }
+
+type withExampleDispatcher struct{ m *testing.M }
+
+func (w withExampleDispatcher) Run() int {
+	stop, err := startExampleDispatcher()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "example dispatcher:", err)
+		return 1
+	}
+	defer stop()
+	return w.m.Run()
+}
+
+func startExampleDispatcher() (func(), error) {
+	ctx := context.Background()
+	url := cmp.Or(os.Getenv("TEST_DATABASE_URL"), os.Getenv("DATABASE_URL"), dbtest.LocalURL)
+	adm, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	// dbtest's prefix and clock, so a crashed run's schema is swept later.
+	schema := "t_" + strconv.FormatInt(time.Now().Unix(), 10) + "_" + hex.EncodeToString(b[:])
+	if _, err := adm.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{schema}.Sanitize()); err != nil {
+		adm.Close()
+		return nil, err
+	}
+	pool, srv, err := serveExample(ctx, url, schema)
+	return func() {
+		if srv != nil {
+			srv.Stop()
+		}
+		if pool != nil {
+			pool.Close()
+		}
+		_, _ = adm.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+		adm.Close()
+	}, err
+}
+
+func serveExample(ctx context.Context, url, schema string) (*pgxpool.Pool, *grpc.Server, error) {
+	cfg, err := database.PoolConfig(url, schema)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	logger := slog.New(slog.DiscardHandler)
+	if err := database.Migrate(ctx, pool, schema, logger); err != nil {
+		return pool, nil, err
+	}
+	srv, lis, err := newServer(pool, schema, serverOpts{})
+	if err != nil {
+		return pool, nil, err
+	}
+	dispatcherAddr = lis.Addr().String()
+	return pool, srv, nil
+}
+
+// serverOpts varies the EventService a test runs.
+type serverOpts struct {
+	addr         string // default: a free loopback port
+	interceptors []grpc.UnaryServerInterceptor
+	tls          *tls.Config
+}
+
+// newServer serves the dispatcher's EventService (grpcapi over a real ingest
+// store with an insert-only River client) on a loopback socket, with the
+// interceptors given in front of the auth ones.
+func newServer(pool *pgxpool.Pool, schema string, o serverOpts) (*grpc.Server, net.Listener, error) {
+	logger := slog.New(slog.DiscardHandler)
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger, Schema: schema})
+	if err != nil {
+		return nil, nil, err
+	}
+	store := ingest.NewStore(ingest.StoreConfig{}, pool, riverClient, metrics.NewForTest(), logger)
+	authn, err := auth.New(auth.Tokens{Publisher: []string{publisherToken}}, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	lis, err := new(net.ListenConfig).Listen(context.Background(), "tcp", cmp.Or(o.addr, "127.0.0.1:0"))
+	if err != nil {
+		return nil, nil, err
+	}
+	serverOpts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(o.interceptors...)}
+	if o.tls != nil {
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(o.tls)))
+	}
+	srv := grpc.NewServer(append(serverOpts, grpcapi.ServerOptions(authn)...)...)
+	webhooksv1.RegisterEventServiceServer(srv, grpcapi.NewEventServer(store, logger))
+	go func() { _ = srv.Serve(lis) }()
+	return srv, lis, nil
+}
