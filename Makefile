@@ -12,8 +12,16 @@ help: ## Show this help.
 	@grep -hE '^[a-zA-Z0-9/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
 
 .PHONY: run
-run: ## Run the dispatcher locally (DATABASE_URL, else local Postgres, else a private cluster in .data/).
+run: ## Run the dispatcher locally (DATABASE_URL, else database dispatcher_dev on local Postgres or a private cluster).
 	@scripts/run-dev.sh
+
+.PHONY: stop
+stop: ## Stop what make run started (its dispatcher, its private Postgres cluster).
+	@scripts/stop-dev.sh
+
+.PHONY: clean
+clean: ## make stop, then remove .data/ (dev database cluster, tokens) and bin/.
+	@scripts/stop-dev.sh --clean
 
 # What `dispatcher --version` prints; without git, the binary falls back to
 # the commit Go records in it.

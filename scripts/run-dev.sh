@@ -1,39 +1,109 @@
 #!/usr/bin/env bash
 # `make run`: runs the dispatcher for local development with no configuration.
-# Database: DATABASE_URL if set; else the local server on 127.0.0.1:5432; else
-# a private cluster under ./.data/pg started with the initdb/pg_ctl found on
-# this machine. Secrets for development are generated once into ./.data/dev.env.
+#
+# Database: DATABASE_URL if set, used as it is. Else a database of its own,
+# dispatcher_dev (created if missing), on the local server at 127.0.0.1:5432;
+# else the same database in a private cluster on 127.0.0.1:54329, created once
+# with the newest initdb/pg_ctl installed, under ./.data/pg (or under /var/tmp
+# when the postgres user cannot enter this clone). Secrets for development are
+# generated once into ./.data/dev.env.
+#
+# `make stop` stops what this started (scripts/stop-dev.sh); `make clean`
+# removes it all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .data
 
-if [ -z "${DATABASE_URL:-}" ]; then
-  if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
-    export DATABASE_URL="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+dbname=dispatcher_dev
+pg_port=54329
+
+die() { echo "run-dev: $*" >&2; exit 1; }
+
+# tcp_open reports whether something accepts connections on host $1 port $2
+# (bash's /dev/tcp: no Postgres client needed to find out).
+tcp_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+# pg_bindir prints the newest directory holding Postgres's server programs;
+# a version directory without initdb (a client-only package) does not count.
+pg_bindir() {
+  local d
+  for d in $(ls -d /usr/lib/postgresql/*/bin /usr/pgsql-*/bin /opt/homebrew/opt/postgresql*/bin /usr/local/opt/postgresql*/bin 2>/dev/null | sort -rV); do
+    if [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then echo "$d"; return 0; fi
+  done
+  if d=$(pg_config --bindir 2>/dev/null) && [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then echo "$d"; return 0; fi
+  if d=$(command -v initdb 2>/dev/null) && [ -x "$(dirname "$d")/pg_ctl" ]; then dirname "$d"; return 0; fi
+  return 1
+}
+
+# start_private_cluster starts (creating it the first time) the cluster this
+# script owns, and records where it is for stop-dev.sh.
+start_private_cluster() {
+  [ -n "$bindir" ] || die "no DATABASE_URL, nothing answers on 127.0.0.1:5432, and no Postgres server programs (initdb, pg_ctl) are installed: install Postgres (apt-get install postgresql, brew install postgresql) or set DATABASE_URL"
+  local data as_pg=()
+  if [ -f .data/pg.dir ]; then
+    data=$(cat .data/pg.dir)
   else
-    bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1 || true)
-    [ -n "$bindir" ] || bindir=$(dirname "$(command -v initdb 2>/dev/null || echo /nonexistent/initdb)")
-    if [ ! -x "$bindir/initdb" ]; then
-      echo "run-dev: no DATABASE_URL, nothing on 127.0.0.1:5432, and no initdb found; install Postgres or set DATABASE_URL" >&2
-      exit 1
-    fi
     data="$PWD/.data/pg"
-    as_pg=()
-    if [ "$(id -u)" = 0 ]; then as_pg=(runuser -u postgres --); chown postgres "$PWD/.data" 2>/dev/null || true; fi
-    if [ ! -f "$data/PG_VERSION" ]; then
-      echo "run-dev: creating a private Postgres cluster in $data"
-      "${as_pg[@]}" "$bindir/initdb" -D "$data" -U postgres --auth=trust >/dev/null
-    fi
-    if ! pg_isready -q -h 127.0.0.1 -p 54329 2>/dev/null; then
-      "${as_pg[@]}" "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w \
-        -o "-p 54329 -c listen_addresses=127.0.0.1 -k $data" start >/dev/null
-    fi
-    export DATABASE_URL="postgres://postgres@127.0.0.1:54329/postgres?sslmode=disable"
   fi
+  if [ "$(id -u)" = 0 ]; then
+    # initdb refuses to run as root: the cluster belongs to the postgres user,
+    # which must be able to reach its data directory.
+    id postgres >/dev/null 2>&1 || die "running as root with no postgres user to own a private cluster: run make run as another user, or set DATABASE_URL"
+    as_pg=(runuser -u postgres --)
+    if [ ! -f .data/pg.dir ]; then
+      mkdir -p "$data" && chown postgres: "$data" && chmod 700 "$data"
+      if ! runuser -u postgres -- test -w "$data"; then
+        rmdir "$data" 2>/dev/null || true
+        data="/var/tmp/dispatcher-dev-$(printf %s "$PWD" | cksum | cut -d' ' -f1)/pg"
+        echo "run-dev: the postgres user cannot enter $PWD, so the private cluster lives in $data"
+        mkdir -p "$data" && chown postgres: "$(dirname "$data")" "$data" && chmod 700 "$data"
+      fi
+    fi
+  fi
+  echo "$data" > .data/pg.dir
+  echo "$bindir" > .data/pg.bindir
+  if [ ! -f "$data/PG_VERSION" ]; then
+    echo "run-dev: creating a private Postgres cluster in $data ($bindir)"
+    "${as_pg[@]}" "$bindir/initdb" -D "$data" -U postgres --auth=trust >/dev/null
+  fi
+  if ! "${as_pg[@]}" "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+    if tcp_open 127.0.0.1 "$pg_port"; then
+      die "port $pg_port is taken by something other than the cluster in $data; free it or set DATABASE_URL"
+    fi
+    # TCP only: a Unix socket path under a deep clone can exceed the OS limit.
+    "${as_pg[@]}" "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w \
+      -o "-p $pg_port -c listen_addresses=127.0.0.1 -c unix_socket_directories=''" start >/dev/null ||
+      die "the private cluster did not start; see $data/server.log"
+  fi
+  echo "run-dev: private Postgres cluster on 127.0.0.1:$pg_port, data dir $data, log $data/server.log (make stop stops it)"
+}
+
+if [ -z "${DATABASE_URL:-}" ]; then
+  bindir=$(pg_bindir || true)
+  psql_bin=$(command -v psql 2>/dev/null || true)
+  if [ -z "$psql_bin" ] && [ -n "$bindir" ] && [ -x "$bindir/psql" ]; then psql_bin="$bindir/psql"; fi
+  if tcp_open 127.0.0.1 5432; then
+    server="postgres://postgres@127.0.0.1:5432"
+  else
+    start_private_cluster
+    server="postgres://postgres@127.0.0.1:$pg_port"
+  fi
+  [ -n "$psql_bin" ] || die "no psql to create the $dbname database on ${server#postgres://postgres@}: install the Postgres client, or set DATABASE_URL"
+  exists=$("$psql_bin" "$server/postgres?sslmode=disable" -Atc "SELECT 1 FROM pg_database WHERE datname = '$dbname'") ||
+    die "cannot connect to ${server#postgres://postgres@} as postgres without a password (see above); set DATABASE_URL to a database the dispatcher may own"
+  if [ -z "$exists" ]; then
+    "$psql_bin" "$server/postgres?sslmode=disable" -qc "CREATE DATABASE $dbname" >/dev/null
+    echo "run-dev: created the $dbname database on ${server#postgres://postgres@}"
+  fi
+  export DATABASE_URL="$server/$dbname?sslmode=disable"
 fi
 
-echo "run-dev: building bin/dispatcher"
-go build -o bin/dispatcher ./cmd/dispatcher
+if [ -x bin/dispatcher ]; then
+  echo "run-dev: building bin/dispatcher"
+else
+  echo "run-dev: building bin/dispatcher (the first build downloads and compiles the dependencies: a minute or two)"
+fi
+go build -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo devel)" -o bin/dispatcher ./cmd/dispatcher
 
 if [ ! -f .data/dev.env ]; then
   key=$(./bin/dispatcher gen-master-key)
@@ -55,15 +125,22 @@ export DISPATCHER_EGRESS_ALLOW_CIDRS="${DISPATCHER_EGRESS_ALLOW_CIDRS:-127.0.0.0
 export DISPATCHER_LOG_FORMAT="${DISPATCHER_LOG_FORMAT:-text}"
 
 ./bin/dispatcher migrate --outbox-database-url "$DISPATCHER_OUTBOX_DATABASE_URL"
+# The URL without its query and without a password, should it hold one.
+shown_db=$(printf %s "${DATABASE_URL%%\?*}" | sed -E 's#//([^:@/]*):[^@/]*@#//\1@#')
 cat <<MSG
 ----------------------------------------------------------------------
  dispatcher (development)
-   database   ${DATABASE_URL%%\?*}
+   database   $shown_db
    admin      DISPATCHER_TOKEN=$DISPATCHER_ADMIN_TOKENS
    publisher  $DISPATCHER_PUBLISHER_TOKENS
    operator   $DISPATCHER_OPERATOR_TOKENS   (River UI login)
    (tokens and the master key live in .data/dev.env)
-   try: DISPATCHER_TOKEN=\$admin ./bin/dispatcher event-types
+   try, in another shell in this directory:
+     set -a; . .data/dev.env; set +a
+     DISPATCHER_TOKEN=\$DISPATCHER_ADMIN_TOKENS ./bin/dispatcher event-types
+   stop with Ctrl-C; make stop also stops the private cluster, if any
 ----------------------------------------------------------------------
 MSG
+# make stop finds this process by its pid (exec keeps it).
+echo $$ > .data/dispatcher.pid
 exec ./bin/dispatcher serve "$@"

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# `make stop`: stops what `make run` (scripts/run-dev.sh) started: its
+# dispatcher, if it still runs, and its private Postgres cluster, if it made
+# one. A server it found running (127.0.0.1:5432, DATABASE_URL) is left alone.
+# With --clean (`make clean`) it then removes .data/, bin/ and a cluster kept
+# outside the clone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -f .data/dispatcher.pid ]; then
+  pid=$(cat .data/dispatcher.pid)
+  # Only that pid if it is still our dispatcher: pids are reused.
+  if kill -0 "$pid" 2>/dev/null && ps -p "$pid" -o args= | grep -q 'dispatcher serve'; then
+    kill -TERM "$pid"
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "stop-dev: dispatcher (pid $pid) still running 25 s after SIGTERM" >&2
+      exit 1
+    fi
+    echo "stop-dev: stopped the dispatcher (pid $pid)"
+  fi
+  rm -f .data/dispatcher.pid
+fi
+
+if [ -f .data/pg.dir ] && [ -f .data/pg.bindir ]; then
+  data=$(cat .data/pg.dir)
+  bindir=$(cat .data/pg.bindir)
+  as_pg=()
+  if [ "$(id -u)" = 0 ]; then as_pg=(runuser -u postgres --); fi
+  if [ -x "$bindir/pg_ctl" ] && "${as_pg[@]}" "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+    "${as_pg[@]}" "$bindir/pg_ctl" -D "$data" -m fast -w stop >/dev/null
+    echo "stop-dev: stopped the private Postgres cluster in $data"
+  fi
+fi
+
+if [ "${1:-}" = --clean ]; then
+  if [ -f .data/pg.dir ]; then
+    data=$(cat .data/pg.dir)
+    case "$data" in
+      /var/tmp/dispatcher-dev-*/pg) rm -rf "$(dirname "$data")"; echo "stop-dev: removed $(dirname "$data")" ;;
+    esac
+  fi
+  rm -rf .data bin
+  echo "stop-dev: removed .data/ and bin/"
+fi
