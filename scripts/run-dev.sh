@@ -35,11 +35,18 @@ pg_bindir() {
   return 1
 }
 
+# as_pg runs a Postgres program as the cluster's owner: the postgres user when
+# this runs as root (initdb refuses root), from / so that a clone the postgres
+# user cannot enter draws no warnings.
+as_pg() {
+  if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
+}
+
 # start_private_cluster starts (creating it the first time) the cluster this
 # script owns, and records where it is for stop-dev.sh.
 start_private_cluster() {
   [ -n "$bindir" ] || die "no DATABASE_URL, nothing answers on 127.0.0.1:5432, and no Postgres server programs (initdb, pg_ctl) are installed: install Postgres (apt-get install postgresql, brew install postgresql) or set DATABASE_URL"
-  local data as_pg=()
+  local data
   if [ -f .data/pg.dir ]; then
     data=$(cat .data/pg.dir)
   else
@@ -49,7 +56,6 @@ start_private_cluster() {
     # initdb refuses to run as root: the cluster belongs to the postgres user,
     # which must be able to reach its data directory.
     id postgres >/dev/null 2>&1 || die "running as root with no postgres user to own a private cluster: run make run as another user, or set DATABASE_URL"
-    as_pg=(runuser -u postgres --)
     if [ ! -f .data/pg.dir ]; then
       mkdir -p "$data" && chown postgres: "$data" && chmod 700 "$data"
       if ! runuser -u postgres -- test -w "$data"; then
@@ -64,14 +70,14 @@ start_private_cluster() {
   echo "$bindir" > .data/pg.bindir
   if [ ! -f "$data/PG_VERSION" ]; then
     echo "run-dev: creating a private Postgres cluster in $data ($bindir)"
-    "${as_pg[@]}" "$bindir/initdb" -D "$data" -U postgres --auth=trust >/dev/null
+    as_pg "$bindir/initdb" -D "$data" -U postgres --auth=trust >/dev/null
   fi
-  if ! "${as_pg[@]}" "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+  if ! as_pg "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
     if tcp_open 127.0.0.1 "$pg_port"; then
       die "port $pg_port is taken by something other than the cluster in $data; free it or set DATABASE_URL"
     fi
     # TCP only: a Unix socket path under a deep clone can exceed the OS limit.
-    "${as_pg[@]}" "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w \
+    as_pg "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w \
       -o "-p $pg_port -c listen_addresses=127.0.0.1 -c unix_socket_directories=''" start >/dev/null ||
       die "the private cluster did not start; see $data/server.log"
   fi

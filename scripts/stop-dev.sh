@@ -25,10 +25,9 @@ fi
 if [ -f .data/pg.dir ] && [ -f .data/pg.bindir ]; then
   data=$(cat .data/pg.dir)
   bindir=$(cat .data/pg.bindir)
-  as_pg=()
-  if [ "$(id -u)" = 0 ]; then as_pg=(runuser -u postgres --); fi
-  if [ -x "$bindir/pg_ctl" ] && "${as_pg[@]}" "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
-    "${as_pg[@]}" "$bindir/pg_ctl" -D "$data" -m fast -w stop >/dev/null
+  as_pg() { if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi; }
+  if [ -x "$bindir/pg_ctl" ] && as_pg "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+    as_pg "$bindir/pg_ctl" -D "$data" -m fast -w stop >/dev/null
     echo "stop-dev: stopped the private Postgres cluster in $data"
   fi
 fi

@@ -260,8 +260,12 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	}
 	healthServer.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 
-	fmt.Fprintf(stdout, "dispatcher serving: grpc=%s ops=http://%s (metrics at /metrics) schema=%s tokens: publisher=%d admin=%d operator=%d\n",
-		grpcLis.Addr(), opsLis.Addr(), cfg.DB.Schema,
+	opsPaths := "/metrics /healthz"
+	if cfg.RiverUI {
+		opsPaths += " /riverui/"
+	}
+	fmt.Fprintf(stdout, "dispatcher serving: grpc=%s ops=http://%s (%s) schema=%s tokens: publisher=%d admin=%d operator=%d\n",
+		grpcLis.Addr(), opsLis.Addr(), opsPaths, cfg.DB.Schema,
 		authn.Count(auth.RolePublisher), authn.Count(auth.RoleAdmin), authn.Count(auth.RoleOperator))
 	logger.InfoContext(ctx, "dispatcher started", slog.String("grpc_addr", grpcLis.Addr().String()),
 		slog.String("ops_addr", opsLis.Addr().String()), slog.String("schema", cfg.DB.Schema))
