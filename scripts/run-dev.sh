@@ -46,7 +46,7 @@ as_pg() {
 # script owns, and records where it is for stop-dev.sh.
 start_private_cluster() {
   [ -n "$bindir" ] || die "no DATABASE_URL, nothing answers on 127.0.0.1:5432, and no Postgres server programs (initdb, pg_ctl) are installed: install Postgres (apt-get install postgresql, brew install postgresql) or set DATABASE_URL"
-  local data
+  local data out
   if [ -f .data/pg.dir ]; then
     data=$(cat .data/pg.dir)
   else
@@ -70,7 +70,7 @@ start_private_cluster() {
   echo "$bindir" > .data/pg.bindir
   if [ ! -f "$data/PG_VERSION" ]; then
     echo "run-dev: creating a private Postgres cluster in $data ($bindir)"
-    as_pg "$bindir/initdb" -D "$data" -U postgres --auth=trust >/dev/null
+    out=$(as_pg "$bindir/initdb" -D "$data" -U postgres --auth=trust 2>&1) || { echo "$out" >&2; die "initdb failed"; }
   fi
   if ! as_pg "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
     if tcp_open 127.0.0.1 "$pg_port"; then
