@@ -84,7 +84,7 @@ func setup(t *testing.T, opts ...client.Option) *testBundle {
 
 func newEvent(t *testing.T, id string) *webhook.Event {
 	t.Helper()
-	ev, err := client.CodeIssued("owner_1", "code://c_1").ID(id).Set("code_id", "c_1").Event()
+	ev, err := client.CodeIssued("owner_1", "code://c_1", client.CodeIssuedData{CodeID: "c_1"}).ID(id).Event()
 	require.NoError(t, err)
 	return ev
 }
@@ -109,6 +109,42 @@ func TestClient_Publish(t *testing.T) {
 		require.JSONEq(t, `{"code_id":"c_1"}`, got.Data)
 		require.True(t, ev.OccurredAt.Equal(got.OccurredAt))
 		require.Equal(t, 1, testfactory.CountFanoutJobs(ctx, t, b.db.Pool, "evt_1"))
+	})
+
+	t.Run("TypedDataPassesTheSchema", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		starts := time.Date(2026, 12, 24, 18, 0, 0, 0, time.UTC)
+		for _, bld := range []*client.Builder{
+			client.CorpusNoteChanged("owner_1", "wiki://x", client.CorpusNoteChangedData{Op: client.CorpusNoteChangedOpUnpublished, WasPublished: true}),
+			client.GasExhausted("owner_1", "gas://g", client.GasExhaustedData{Balance: new(int64(0))}),
+			client.BookingCreated("owner_1", "booking://b", client.BookingCreatedData{BookingID: "b_1", StartsAt: starts}),
+			client.BlockFailed("owner_1", "block://x", client.BlockFailedData{Stage: client.BlockFailedStageInstall}),
+		} {
+			ev, err := bld.Event()
+			require.NoError(t, err)
+			res, err := b.client.Publish(ctx, ev)
+			require.NoError(t, err, "%s %s", ev.Type, ev.Data)
+			require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED, res.GetOutcome())
+		}
+		// Zero optional values are left out, a zero pointer is sent.
+		ev, err := client.GasExhausted("owner_1", "gas://g", client.GasExhaustedData{Balance: new(int64(0))}).Event()
+		require.NoError(t, err)
+		require.JSONEq(t, `{"balance":0}`, string(ev.Data))
+		ev, err = client.BookingCreated("owner_1", "booking://b", client.BookingCreatedData{StartsAt: starts}).Event()
+		require.NoError(t, err)
+		require.JSONEq(t, `{"starts_at":"2026-12-24T18:00:00Z"}`, string(ev.Data))
+	})
+
+	t.Run("DataAgainstTheSchemaIsInvalid", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// Required op missing: the dispatcher names the field.
+		ev, err := client.CorpusNoteChanged("owner_1", "wiki://x", client.CorpusNoteChangedData{}).Event()
+		require.NoError(t, err)
+		_, err = b.client.Publish(ctx, ev)
+		require.Equal(t, codes.InvalidArgument, status.Code(err))
+		require.ErrorContains(t, err, "event.data")
 	})
 
 	t.Run("AgainIsDuplicate", func(t *testing.T) {
@@ -360,31 +396,34 @@ func TestBuilders(t *testing.T) {
 	t.Run("Defaults", func(t *testing.T) {
 		t.Parallel()
 		before := time.Now().Add(-time.Second)
-		ev, err := client.BookingCreated("owner_1", "booking://b_1").Event()
+		ev, err := client.BookingCreated("owner_1", "booking://b_1", client.BookingCreatedData{}).Event()
 		require.NoError(t, err)
 		require.Equal(t, client.TypeBookingCreated, ev.Type)
 		require.NotEmpty(t, ev.ID)
 		require.True(t, ev.OccurredAt.After(before))
 		require.JSONEq(t, `{}`, string(ev.Data))
-		again, err := client.BookingCreated("owner_1", "booking://b_1").Event()
+		again, err := client.BookingCreated("owner_1", "booking://b_1", client.BookingCreatedData{}).Event()
 		require.NoError(t, err)
 		require.NotEqual(t, ev.ID, again.ID)
 	})
 
 	t.Run("InvalidNamesTheField", func(t *testing.T) {
 		t.Parallel()
-		_, err := client.OwnerLogin("", "owner://o").Event()
+		_, err := client.OwnerLogin("", "owner://o", client.OwnerLoginData{}).Event()
 		var fe *webhook.FieldError
 		require.ErrorAs(t, err, &fe)
 		require.Equal(t, webhook.FieldOwnerID, fe.Field)
 
-		_, err = client.OwnerLogin("owner_1", "owner://o").Set("bad", func() {}).Event()
+		_, err = client.NewEvent(client.TypeOwnerLogin, "owner_1", "owner://o").Set("bad", func() {}).Event()
 		require.ErrorContains(t, err, "data")
+
+		_, err = client.OwnerLogin("owner_1", "owner://o", client.OwnerLoginData{}).Set("ip", "x").Event()
+		require.ErrorContains(t, err, "set the field instead")
 	})
 
 	t.Run("DataJSON", func(t *testing.T) {
 		t.Parallel()
-		ev, err := client.GasRefilled("owner_1", "gas://g").Set("dropped", 1).DataJSON([]byte(`{"amount":5}`)).Event()
+		ev, err := client.NewEvent(client.TypeGasRefilled, "owner_1", "gas://g").Set("dropped", 1).DataJSON([]byte(`{"amount":5}`)).Event()
 		require.NoError(t, err)
 		require.JSONEq(t, `{"amount":5}`, string(ev.Data))
 	})

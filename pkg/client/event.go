@@ -11,17 +11,19 @@ import (
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
-// Builder builds one event. Start it with the function named for the type
-// (CodeIssued, CorpusNoteChanged, …) or NewEvent, set what the event needs,
-// and call Event. Its methods return the builder, so calls chain.
+// Builder builds one event. Start it with the function named for the type,
+// which takes the type's data (CodeIssued(owner, subject, CodeIssuedData{…})),
+// or with NewEvent; set what else the event needs, and call Event. Its
+// methods return the builder, so calls chain.
 type Builder struct {
 	e    webhook.Event
-	data map[string]any
+	data any // a map (Set, Data) or a value to encode (DataValue)
 	raw  json.RawMessage
+	err  error
 }
 
 // NewEvent starts an event of type typ (Type… constants) of ownerID about
-// subject (a URI such as "code://c_123").
+// subject (a URI such as "code://c_123"), with empty data.
 func NewEvent(typ, ownerID, subject string) *Builder {
 	return &Builder{e: webhook.Event{Type: typ, OwnerID: ownerID, Subject: subject}}
 }
@@ -33,19 +35,30 @@ func (b *Builder) ID(id string) *Builder { b.e.ID = id; return b }
 // OccurredAt sets when it happened. Default: when Event is called.
 func (b *Builder) OccurredAt(t time.Time) *Builder { b.e.OccurredAt = t; return b }
 
-// Set sets one key of the event's data (a small JSON object: ids, flags,
-// never a document body).
+// Set sets one key of data built as a map (NewEvent, Data); data set with
+// DataValue (a type's …Data struct) has fields for that instead.
 func (b *Builder) Set(key string, value any) *Builder {
-	if b.data == nil {
-		b.data = make(map[string]any)
+	switch m := b.data.(type) {
+	case nil:
+		b.data, b.raw = map[string]any{key: value}, nil
+	case map[string]any:
+		m[key] = value
+	default:
+		b.err = fmt.Errorf("client: Set(%q) on data of type %T: set the field instead", key, b.data)
 	}
-	b.data[key] = value
 	return b
 }
 
 // Data sets the event's data, replacing what was set before; data is copied.
 func (b *Builder) Data(data map[string]any) *Builder {
 	b.data, b.raw = maps.Clone(data), nil
+	return b
+}
+
+// DataValue sets the event's data to v encoded as JSON (an object: a
+// …Data struct, or any struct or map), replacing what was set before.
+func (b *Builder) DataValue(v any) *Builder {
+	b.data, b.raw = v, nil
 	return b
 }
 
@@ -61,6 +74,9 @@ func (b *Builder) DataJSON(data json.RawMessage) *Builder {
 // *webhook.FieldError naming the field otherwise. Each call defaults the id
 // anew: keep the event, not the builder, to publish it again.
 func (b *Builder) Event() (*webhook.Event, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
 	e := b.e
 	if e.ID == "" {
 		e.ID = uuid.NewString()

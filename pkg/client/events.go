@@ -2,6 +2,8 @@
 
 package client
 
+import "time"
+
 // The event types of the catalog. A type not listed here is Internal: the
 // dispatcher accepts it and delivers it to no one.
 const (
@@ -130,236 +132,660 @@ func Types() []string {
 	}
 }
 
-// CorpusNoteChanged starts a corpus.note.changed event of ownerID about subject.
+// CorpusNoteChangedData is the data of a corpus.note.changed event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type CorpusNoteChangedData struct {
+	// Op (op): What happened to the note. Required.
+	Op CorpusNoteChangedOp `json:"op"`
+	// NoteID (note_id): The note's id.
+	NoteID string `json:"note_id,omitzero"`
+	// Published (published): Whether the note is published now. Standalone endpoints hear the note only if this or was_published is true; absent means false.
+	Published bool `json:"published,omitzero"`
+	// WasPublished (was_published): Whether the note was published just before this change, so un-publishing is heard too; absent means false.
+	WasPublished bool `json:"was_published,omitzero"`
+}
+
+// CorpusNoteChangedOp is the op of a corpus.note.changed event.
+type CorpusNoteChangedOp string
+
+// The values of CorpusNoteChangedOp.
+const (
+	CorpusNoteChangedOpCreated     CorpusNoteChangedOp = "created"
+	CorpusNoteChangedOpUpdated     CorpusNoteChangedOp = "updated"
+	CorpusNoteChangedOpPublished   CorpusNoteChangedOp = "published"
+	CorpusNoteChangedOpUnpublished CorpusNoteChangedOp = "unpublished"
+	CorpusNoteChangedOpDeleted     CorpusNoteChangedOp = "deleted"
+)
+
+// CorpusNoteChanged starts a corpus.note.changed event of ownerID about subject, with data.
 // A corpus note was created, updated, published, unpublished or deleted.
-func CorpusNoteChanged(ownerID, subject string) *Builder {
-	return NewEvent(TypeCorpusNoteChanged, ownerID, subject)
+func CorpusNoteChanged(ownerID, subject string, data CorpusNoteChangedData) *Builder {
+	return NewEvent(TypeCorpusNoteChanged, ownerID, subject).DataValue(data)
 }
 
-// WebhookTest starts a webhook.test event of ownerID about subject.
+// WebhookTestData is the data of a webhook.test event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type WebhookTestData struct {
+	// EndpointID (endpoint_id): The endpoint the test was sent to (and the only one that receives it). Required.
+	EndpointID string `json:"endpoint_id"`
+}
+
+// WebhookTest starts a webhook.test event of ownerID about subject, with data.
 // A test event sent on request to a single endpoint.
-func WebhookTest(ownerID, subject string) *Builder {
-	return NewEvent(TypeWebhookTest, ownerID, subject)
+func WebhookTest(ownerID, subject string, data WebhookTestData) *Builder {
+	return NewEvent(TypeWebhookTest, ownerID, subject).DataValue(data)
 }
 
-// AccessRequestCreated starts a access_request.created event of ownerID about subject.
+// AccessRequestCreatedData is the data of an access_request.created event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type AccessRequestCreatedData struct {
+	// RequestID (request_id): The access request's id.
+	RequestID string `json:"request_id,omitzero"`
+	// EmbedID (embed_id): The embed access was requested for, if any.
+	EmbedID string `json:"embed_id,omitzero"`
+}
+
+// AccessRequestCreated starts an access_request.created event of ownerID about subject, with data.
 // Someone requested access to the instance.
-func AccessRequestCreated(ownerID, subject string) *Builder {
-	return NewEvent(TypeAccessRequestCreated, ownerID, subject)
+func AccessRequestCreated(ownerID, subject string, data AccessRequestCreatedData) *Builder {
+	return NewEvent(TypeAccessRequestCreated, ownerID, subject).DataValue(data)
 }
 
-// AccessRequestApproved starts a access_request.approved event of ownerID about subject.
+// AccessRequestApprovedData is the data of an access_request.approved event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type AccessRequestApprovedData struct {
+	// RequestID (request_id): The access request's id.
+	RequestID string `json:"request_id,omitzero"`
+	// CodeID (code_id): The access code issued for it, if any.
+	CodeID string `json:"code_id,omitzero"`
+}
+
+// AccessRequestApproved starts an access_request.approved event of ownerID about subject, with data.
 // An access request was approved.
-func AccessRequestApproved(ownerID, subject string) *Builder {
-	return NewEvent(TypeAccessRequestApproved, ownerID, subject)
+func AccessRequestApproved(ownerID, subject string, data AccessRequestApprovedData) *Builder {
+	return NewEvent(TypeAccessRequestApproved, ownerID, subject).DataValue(data)
 }
 
-// AccessRequestStatusChanged starts a access_request.status_changed event of ownerID about subject.
+// AccessRequestStatusChangedData is the data of an access_request.status_changed event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type AccessRequestStatusChangedData struct {
+	// RequestID (request_id): The access request's id.
+	RequestID string `json:"request_id,omitzero"`
+	// Status (status): The request's status now, e.g. pending, approved, denied.
+	Status string `json:"status,omitzero"`
+	// PreviousStatus (previous_status): Its status before the change.
+	PreviousStatus string `json:"previous_status,omitzero"`
+}
+
+// AccessRequestStatusChanged starts an access_request.status_changed event of ownerID about subject, with data.
 // An access request changed status.
-func AccessRequestStatusChanged(ownerID, subject string) *Builder {
-	return NewEvent(TypeAccessRequestStatusChanged, ownerID, subject)
+func AccessRequestStatusChanged(ownerID, subject string, data AccessRequestStatusChangedData) *Builder {
+	return NewEvent(TypeAccessRequestStatusChanged, ownerID, subject).DataValue(data)
 }
 
-// CodeIssued starts a code.issued event of ownerID about subject.
+// CodeIssuedData is the data of a code.issued event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type CodeIssuedData struct {
+	// CodeID (code_id): The access code's id (never the code itself).
+	CodeID string `json:"code_id,omitzero"`
+	// EmbedID (embed_id): The embed the code opens, if any.
+	EmbedID string `json:"embed_id,omitzero"`
+	// ExpiresAt (expires_at): When the code expires, if it does.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// CodeIssued starts a code.issued event of ownerID about subject, with data.
 // An access code was issued.
-func CodeIssued(ownerID, subject string) *Builder {
-	return NewEvent(TypeCodeIssued, ownerID, subject)
+func CodeIssued(ownerID, subject string, data CodeIssuedData) *Builder {
+	return NewEvent(TypeCodeIssued, ownerID, subject).DataValue(data)
 }
 
-// CodeRevoked starts a code.revoked event of ownerID about subject.
+// CodeRevokedData is the data of a code.revoked event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type CodeRevokedData struct {
+	// CodeID (code_id): The access code's id.
+	CodeID string `json:"code_id,omitzero"`
+	// EmbedID (embed_id): The embed the code opened, if any.
+	EmbedID string `json:"embed_id,omitzero"`
+}
+
+// CodeRevoked starts a code.revoked event of ownerID about subject, with data.
 // An access code was revoked.
-func CodeRevoked(ownerID, subject string) *Builder {
-	return NewEvent(TypeCodeRevoked, ownerID, subject)
+func CodeRevoked(ownerID, subject string, data CodeRevokedData) *Builder {
+	return NewEvent(TypeCodeRevoked, ownerID, subject).DataValue(data)
 }
 
-// CodeRedeemed starts a code.redeemed event of ownerID about subject.
+// CodeRedeemedData is the data of a code.redeemed event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type CodeRedeemedData struct {
+	// CodeID (code_id): The access code's id.
+	CodeID string `json:"code_id,omitzero"`
+	// EmbedID (embed_id): The embed the code opens, if any.
+	EmbedID string `json:"embed_id,omitzero"`
+}
+
+// CodeRedeemed starts a code.redeemed event of ownerID about subject, with data.
 // An access code was redeemed.
-func CodeRedeemed(ownerID, subject string) *Builder {
-	return NewEvent(TypeCodeRedeemed, ownerID, subject)
+func CodeRedeemed(ownerID, subject string, data CodeRedeemedData) *Builder {
+	return NewEvent(TypeCodeRedeemed, ownerID, subject).DataValue(data)
 }
 
-// ConversationStarted starts a conversation.started event of ownerID about subject.
+// ConversationStartedData is the data of a conversation.started event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type ConversationStartedData struct {
+	// ConversationID (conversation_id): The conversation's id.
+	ConversationID string `json:"conversation_id,omitzero"`
+	// EmbedID (embed_id): The embed it started in, if any.
+	EmbedID string `json:"embed_id,omitzero"`
+}
+
+// ConversationStarted starts a conversation.started event of ownerID about subject, with data.
 // A visitor started a conversation.
-func ConversationStarted(ownerID, subject string) *Builder {
-	return NewEvent(TypeConversationStarted, ownerID, subject)
+func ConversationStarted(ownerID, subject string, data ConversationStartedData) *Builder {
+	return NewEvent(TypeConversationStarted, ownerID, subject).DataValue(data)
 }
 
-// ConversationMessage starts a conversation.message event of ownerID about subject.
+// ConversationMessageData is the data of a conversation.message event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type ConversationMessageData struct {
+	// ConversationID (conversation_id): The conversation's id.
+	ConversationID string `json:"conversation_id,omitzero"`
+	// MessageID (message_id): The new message's id (never its text).
+	MessageID string `json:"message_id,omitzero"`
+	// Role (role): Who wrote the message.
+	Role ConversationMessageRole `json:"role,omitzero"`
+}
+
+// ConversationMessageRole is the role of a conversation.message event.
+type ConversationMessageRole string
+
+// The values of ConversationMessageRole.
+const (
+	ConversationMessageRoleVisitor   ConversationMessageRole = "visitor"
+	ConversationMessageRoleOwner     ConversationMessageRole = "owner"
+	ConversationMessageRoleAssistant ConversationMessageRole = "assistant"
+)
+
+// ConversationMessage starts a conversation.message event of ownerID about subject, with data.
 // A message was added to a conversation.
-func ConversationMessage(ownerID, subject string) *Builder {
-	return NewEvent(TypeConversationMessage, ownerID, subject)
+func ConversationMessage(ownerID, subject string, data ConversationMessageData) *Builder {
+	return NewEvent(TypeConversationMessage, ownerID, subject).DataValue(data)
 }
 
-// ConversationPruned starts a conversation.pruned event of ownerID about subject.
+// ConversationPrunedData is the data of a conversation.pruned event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type ConversationPrunedData struct {
+	// Count (count): How many conversations were pruned.
+	Count *int64 `json:"count,omitempty"`
+	// Before (before): Conversations last active before this time were pruned.
+	Before time.Time `json:"before,omitzero"`
+}
+
+// ConversationPruned starts a conversation.pruned event of ownerID about subject, with data.
 // Old conversations were pruned.
-func ConversationPruned(ownerID, subject string) *Builder {
-	return NewEvent(TypeConversationPruned, ownerID, subject)
+func ConversationPruned(ownerID, subject string, data ConversationPrunedData) *Builder {
+	return NewEvent(TypeConversationPruned, ownerID, subject).DataValue(data)
 }
 
-// GhostAccepted starts a ghost.accepted event of ownerID about subject.
+// GhostAcceptedData is the data of a ghost.accepted event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type GhostAcceptedData struct {
+	// ConversationID (conversation_id): The conversation the reply belongs to.
+	ConversationID string `json:"conversation_id,omitzero"`
+	// MessageID (message_id): The accepted reply's message id.
+	MessageID string `json:"message_id,omitzero"`
+}
+
+// GhostAccepted starts a ghost.accepted event of ownerID about subject, with data.
 // A ghost-written reply was accepted.
-func GhostAccepted(ownerID, subject string) *Builder {
-	return NewEvent(TypeGhostAccepted, ownerID, subject)
+func GhostAccepted(ownerID, subject string, data GhostAcceptedData) *Builder {
+	return NewEvent(TypeGhostAccepted, ownerID, subject).DataValue(data)
 }
 
-// BookingCreated starts a booking.created event of ownerID about subject.
+// BookingCreatedData is the data of a booking.created event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type BookingCreatedData struct {
+	// BookingID (booking_id): The booking's id.
+	BookingID string `json:"booking_id,omitzero"`
+	// StartsAt (starts_at): When the booked slot starts.
+	StartsAt time.Time `json:"starts_at,omitzero"`
+	// EndsAt (ends_at): When it ends.
+	EndsAt time.Time `json:"ends_at,omitzero"`
+}
+
+// BookingCreated starts a booking.created event of ownerID about subject, with data.
 // A booking was made.
-func BookingCreated(ownerID, subject string) *Builder {
-	return NewEvent(TypeBookingCreated, ownerID, subject)
+func BookingCreated(ownerID, subject string, data BookingCreatedData) *Builder {
+	return NewEvent(TypeBookingCreated, ownerID, subject).DataValue(data)
 }
 
-// BookingCancelled starts a booking.cancelled event of ownerID about subject.
+// BookingCancelledData is the data of a booking.cancelled event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type BookingCancelledData struct {
+	// BookingID (booking_id): The booking's id.
+	BookingID string `json:"booking_id,omitzero"`
+	// StartsAt (starts_at): When the cancelled slot would have started.
+	StartsAt time.Time `json:"starts_at,omitzero"`
+	// CancelledBy (cancelled_by): Who cancelled.
+	CancelledBy BookingCancelledCancelledBy `json:"cancelled_by,omitzero"`
+}
+
+// BookingCancelledCancelledBy is the cancelled_by of a booking.cancelled event.
+type BookingCancelledCancelledBy string
+
+// The values of BookingCancelledCancelledBy.
+const (
+	BookingCancelledCancelledByGuest BookingCancelledCancelledBy = "guest"
+	BookingCancelledCancelledByOwner BookingCancelledCancelledBy = "owner"
+)
+
+// BookingCancelled starts a booking.cancelled event of ownerID about subject, with data.
 // A booking was cancelled.
-func BookingCancelled(ownerID, subject string) *Builder {
-	return NewEvent(TypeBookingCancelled, ownerID, subject)
+func BookingCancelled(ownerID, subject string, data BookingCancelledData) *Builder {
+	return NewEvent(TypeBookingCancelled, ownerID, subject).DataValue(data)
 }
 
-// BookingRescheduled starts a booking.rescheduled event of ownerID about subject.
+// BookingRescheduledData is the data of a booking.rescheduled event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type BookingRescheduledData struct {
+	// BookingID (booking_id): The booking's id.
+	BookingID string `json:"booking_id,omitzero"`
+	// StartsAt (starts_at): When the slot starts now.
+	StartsAt time.Time `json:"starts_at,omitzero"`
+	// EndsAt (ends_at): When it ends now.
+	EndsAt time.Time `json:"ends_at,omitzero"`
+	// PreviousStartsAt (previous_starts_at): When it started before.
+	PreviousStartsAt time.Time `json:"previous_starts_at,omitzero"`
+}
+
+// BookingRescheduled starts a booking.rescheduled event of ownerID about subject, with data.
 // A booking was moved to another time.
-func BookingRescheduled(ownerID, subject string) *Builder {
-	return NewEvent(TypeBookingRescheduled, ownerID, subject)
+func BookingRescheduled(ownerID, subject string, data BookingRescheduledData) *Builder {
+	return NewEvent(TypeBookingRescheduled, ownerID, subject).DataValue(data)
 }
 
-// ApplicationCommitted starts a application.committed event of ownerID about subject.
+// ApplicationCommittedData is the data of an application.committed event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type ApplicationCommittedData struct {
+	// ApplicationID (application_id): The job application's id.
+	ApplicationID string `json:"application_id,omitzero"`
+	// JobID (job_id): The job listing applied to.
+	JobID string `json:"job_id,omitzero"`
+}
+
+// ApplicationCommitted starts an application.committed event of ownerID about subject, with data.
 // A job application was committed.
-func ApplicationCommitted(ownerID, subject string) *Builder {
-	return NewEvent(TypeApplicationCommitted, ownerID, subject)
+func ApplicationCommitted(ownerID, subject string, data ApplicationCommittedData) *Builder {
+	return NewEvent(TypeApplicationCommitted, ownerID, subject).DataValue(data)
 }
 
-// JobsFetched starts a jobs.fetched event of ownerID about subject.
+// JobsFetchedData is the data of a jobs.fetched event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type JobsFetchedData struct {
+	// Count (count): How many new listings were fetched.
+	Count *int64 `json:"count,omitempty"`
+	// Source (source): Where they were fetched from.
+	Source string `json:"source,omitzero"`
+}
+
+// JobsFetched starts a jobs.fetched event of ownerID about subject, with data.
 // New job listings were fetched.
-func JobsFetched(ownerID, subject string) *Builder {
-	return NewEvent(TypeJobsFetched, ownerID, subject)
+func JobsFetched(ownerID, subject string, data JobsFetchedData) *Builder {
+	return NewEvent(TypeJobsFetched, ownerID, subject).DataValue(data)
 }
 
-// WritingPublished starts a writing.published event of ownerID about subject.
+// WritingPublishedData is the data of a writing.published event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type WritingPublishedData struct {
+	// WritingID (writing_id): The piece of writing's id.
+	WritingID string `json:"writing_id,omitzero"`
+}
+
+// WritingPublished starts a writing.published event of ownerID about subject, with data.
 // A piece of writing was published.
-func WritingPublished(ownerID, subject string) *Builder {
-	return NewEvent(TypeWritingPublished, ownerID, subject)
+func WritingPublished(ownerID, subject string, data WritingPublishedData) *Builder {
+	return NewEvent(TypeWritingPublished, ownerID, subject).DataValue(data)
 }
 
-// WritingUnpublished starts a writing.unpublished event of ownerID about subject.
+// WritingUnpublishedData is the data of a writing.unpublished event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type WritingUnpublishedData struct {
+	// WritingID (writing_id): The piece of writing's id.
+	WritingID string `json:"writing_id,omitzero"`
+}
+
+// WritingUnpublished starts a writing.unpublished event of ownerID about subject, with data.
 // A piece of writing was unpublished.
-func WritingUnpublished(ownerID, subject string) *Builder {
-	return NewEvent(TypeWritingUnpublished, ownerID, subject)
+func WritingUnpublished(ownerID, subject string, data WritingUnpublishedData) *Builder {
+	return NewEvent(TypeWritingUnpublished, ownerID, subject).DataValue(data)
 }
 
-// VaultImported starts a vault.imported event of ownerID about subject.
+// VaultImportedData is the data of a vault.imported event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type VaultImportedData struct {
+	// ImportID (import_id): The import's id.
+	ImportID string `json:"import_id,omitzero"`
+	// Imported (imported): How many items were imported.
+	Imported *int64 `json:"imported,omitempty"`
+	// Failed (failed): How many items could not be imported.
+	Failed *int64 `json:"failed,omitempty"`
+}
+
+// VaultImported starts a vault.imported event of ownerID about subject, with data.
 // A vault import finished.
-func VaultImported(ownerID, subject string) *Builder {
-	return NewEvent(TypeVaultImported, ownerID, subject)
+func VaultImported(ownerID, subject string, data VaultImportedData) *Builder {
+	return NewEvent(TypeVaultImported, ownerID, subject).DataValue(data)
 }
 
-// MicrositeBuildSettled starts a microsite.build.settled event of ownerID about subject.
+// MicrositeBuildSettledData is the data of a microsite.build.settled event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type MicrositeBuildSettledData struct {
+	// BuildID (build_id): The build's id.
+	BuildID string `json:"build_id,omitzero"`
+	// MicrositeID (microsite_id): The microsite built.
+	MicrositeID string `json:"microsite_id,omitzero"`
+	// Outcome (outcome): How the build ended. Required.
+	Outcome MicrositeBuildSettledOutcome `json:"outcome"`
+}
+
+// MicrositeBuildSettledOutcome is the outcome of a microsite.build.settled event.
+type MicrositeBuildSettledOutcome string
+
+// The values of MicrositeBuildSettledOutcome.
+const (
+	MicrositeBuildSettledOutcomeSucceeded MicrositeBuildSettledOutcome = "succeeded"
+	MicrositeBuildSettledOutcomeFailed    MicrositeBuildSettledOutcome = "failed"
+)
+
+// MicrositeBuildSettled starts a microsite.build.settled event of ownerID about subject, with data.
 // A microsite build finished, successfully or not.
-func MicrositeBuildSettled(ownerID, subject string) *Builder {
-	return NewEvent(TypeMicrositeBuildSettled, ownerID, subject)
+func MicrositeBuildSettled(ownerID, subject string, data MicrositeBuildSettledData) *Builder {
+	return NewEvent(TypeMicrositeBuildSettled, ownerID, subject).DataValue(data)
 }
 
-// PagePromotedLive starts a page.promoted_live event of ownerID about subject.
+// PagePromotedLiveData is the data of a page.promoted_live event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type PagePromotedLiveData struct {
+	// PageID (page_id): The page's id.
+	PageID string `json:"page_id,omitzero"`
+	// MicrositeID (microsite_id): The microsite it belongs to.
+	MicrositeID string `json:"microsite_id,omitzero"`
+	// Version (version): The version now live.
+	Version *int64 `json:"version,omitempty"`
+}
+
+// PagePromotedLive starts a page.promoted_live event of ownerID about subject, with data.
 // A microsite page was promoted to live.
-func PagePromotedLive(ownerID, subject string) *Builder {
-	return NewEvent(TypePagePromotedLive, ownerID, subject)
+func PagePromotedLive(ownerID, subject string, data PagePromotedLiveData) *Builder {
+	return NewEvent(TypePagePromotedLive, ownerID, subject).DataValue(data)
 }
 
-// PageRolledBack starts a page.rolled_back event of ownerID about subject.
+// PageRolledBackData is the data of a page.rolled_back event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type PageRolledBackData struct {
+	// PageID (page_id): The page's id.
+	PageID string `json:"page_id,omitzero"`
+	// MicrositeID (microsite_id): The microsite it belongs to.
+	MicrositeID string `json:"microsite_id,omitzero"`
+	// Version (version): The version live now.
+	Version *int64 `json:"version,omitempty"`
+	// FromVersion (from_version): The version that was live before.
+	FromVersion *int64 `json:"from_version,omitempty"`
+}
+
+// PageRolledBack starts a page.rolled_back event of ownerID about subject, with data.
 // A live microsite page was rolled back to an earlier version.
-func PageRolledBack(ownerID, subject string) *Builder {
-	return NewEvent(TypePageRolledBack, ownerID, subject)
+func PageRolledBack(ownerID, subject string, data PageRolledBackData) *Builder {
+	return NewEvent(TypePageRolledBack, ownerID, subject).DataValue(data)
 }
 
-// PageUnpublished starts a page.unpublished event of ownerID about subject.
+// PageUnpublishedData is the data of a page.unpublished event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type PageUnpublishedData struct {
+	// PageID (page_id): The page's id.
+	PageID string `json:"page_id,omitzero"`
+	// MicrositeID (microsite_id): The microsite it belongs to.
+	MicrositeID string `json:"microsite_id,omitzero"`
+}
+
+// PageUnpublished starts a page.unpublished event of ownerID about subject, with data.
 // A microsite page was unpublished.
-func PageUnpublished(ownerID, subject string) *Builder {
-	return NewEvent(TypePageUnpublished, ownerID, subject)
+func PageUnpublished(ownerID, subject string, data PageUnpublishedData) *Builder {
+	return NewEvent(TypePageUnpublished, ownerID, subject).DataValue(data)
 }
 
-// MicrositeStoreDocInserted starts a microsite.store.doc_inserted event of ownerID about subject.
+// MicrositeStoreDocInsertedData is the data of a microsite.store.doc_inserted event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type MicrositeStoreDocInsertedData struct {
+	// MicrositeID (microsite_id): The microsite whose store got the document.
+	MicrositeID string `json:"microsite_id,omitzero"`
+	// Store (store): The store's name.
+	Store string `json:"store,omitzero"`
+	// DocID (doc_id): The inserted document's id (never its content).
+	DocID string `json:"doc_id,omitzero"`
+}
+
+// MicrositeStoreDocInserted starts a microsite.store.doc_inserted event of ownerID about subject, with data.
 // A document was inserted into a microsite store.
-func MicrositeStoreDocInserted(ownerID, subject string) *Builder {
-	return NewEvent(TypeMicrositeStoreDocInserted, ownerID, subject)
+func MicrositeStoreDocInserted(ownerID, subject string, data MicrositeStoreDocInsertedData) *Builder {
+	return NewEvent(TypeMicrositeStoreDocInserted, ownerID, subject).DataValue(data)
 }
 
-// APIKeyIssued starts a api_key.issued event of ownerID about subject.
+// APIKeyIssuedData is the data of an api_key.issued event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type APIKeyIssuedData struct {
+	// KeyID (key_id): The API key's id (never the key).
+	KeyID string `json:"key_id,omitzero"`
+	// ExpiresAt (expires_at): When the key expires, if it does.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// APIKeyIssued starts an api_key.issued event of ownerID about subject, with data.
 // An API key was issued.
-func APIKeyIssued(ownerID, subject string) *Builder {
-	return NewEvent(TypeAPIKeyIssued, ownerID, subject)
+func APIKeyIssued(ownerID, subject string, data APIKeyIssuedData) *Builder {
+	return NewEvent(TypeAPIKeyIssued, ownerID, subject).DataValue(data)
 }
 
-// APIKeyRevoked starts a api_key.revoked event of ownerID about subject.
+// APIKeyRevokedData is the data of an api_key.revoked event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type APIKeyRevokedData struct {
+	// KeyID (key_id): The API key's id.
+	KeyID string `json:"key_id,omitzero"`
+}
+
+// APIKeyRevoked starts an api_key.revoked event of ownerID about subject, with data.
 // An API key was revoked.
-func APIKeyRevoked(ownerID, subject string) *Builder {
-	return NewEvent(TypeAPIKeyRevoked, ownerID, subject)
+func APIKeyRevoked(ownerID, subject string, data APIKeyRevokedData) *Builder {
+	return NewEvent(TypeAPIKeyRevoked, ownerID, subject).DataValue(data)
 }
 
-// SupplierConnected starts a supplier.connected event of ownerID about subject.
+// SupplierConnectedData is the data of a supplier.connected event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type SupplierConnectedData struct {
+	// SupplierID (supplier_id): The supplier's id.
+	SupplierID string `json:"supplier_id,omitzero"`
+	// Kind (kind): What kind of supplier it is.
+	Kind string `json:"kind,omitzero"`
+}
+
+// SupplierConnected starts a supplier.connected event of ownerID about subject, with data.
 // A supplier was connected.
-func SupplierConnected(ownerID, subject string) *Builder {
-	return NewEvent(TypeSupplierConnected, ownerID, subject)
+func SupplierConnected(ownerID, subject string, data SupplierConnectedData) *Builder {
+	return NewEvent(TypeSupplierConnected, ownerID, subject).DataValue(data)
 }
 
-// SupplierDisconnected starts a supplier.disconnected event of ownerID about subject.
+// SupplierDisconnectedData is the data of a supplier.disconnected event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type SupplierDisconnectedData struct {
+	// SupplierID (supplier_id): The supplier's id.
+	SupplierID string `json:"supplier_id,omitzero"`
+	// Kind (kind): What kind of supplier it is.
+	Kind string `json:"kind,omitzero"`
+}
+
+// SupplierDisconnected starts a supplier.disconnected event of ownerID about subject, with data.
 // A supplier was disconnected.
-func SupplierDisconnected(ownerID, subject string) *Builder {
-	return NewEvent(TypeSupplierDisconnected, ownerID, subject)
+func SupplierDisconnected(ownerID, subject string, data SupplierDisconnectedData) *Builder {
+	return NewEvent(TypeSupplierDisconnected, ownerID, subject).DataValue(data)
 }
 
-// SupplierActivated starts a supplier.activated event of ownerID about subject.
+// SupplierActivatedData is the data of a supplier.activated event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type SupplierActivatedData struct {
+	// SupplierID (supplier_id): The supplier made active.
+	SupplierID string `json:"supplier_id,omitzero"`
+	// Kind (kind): What kind of supplier it is.
+	Kind string `json:"kind,omitzero"`
+	// PreviousSupplierID (previous_supplier_id): The supplier it replaced as active, if any.
+	PreviousSupplierID string `json:"previous_supplier_id,omitzero"`
+}
+
+// SupplierActivated starts a supplier.activated event of ownerID about subject, with data.
 // A connected supplier was made active.
-func SupplierActivated(ownerID, subject string) *Builder {
-	return NewEvent(TypeSupplierActivated, ownerID, subject)
+func SupplierActivated(ownerID, subject string, data SupplierActivatedData) *Builder {
+	return NewEvent(TypeSupplierActivated, ownerID, subject).DataValue(data)
 }
 
-// BlockInstalled starts a block.installed event of ownerID about subject.
+// BlockInstalledData is the data of a block.installed event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type BlockInstalledData struct {
+	// BlockID (block_id): The block's id.
+	BlockID string `json:"block_id,omitzero"`
+	// Version (version): The installed version.
+	Version string `json:"version,omitzero"`
+}
+
+// BlockInstalled starts a block.installed event of ownerID about subject, with data.
 // A block was installed.
-func BlockInstalled(ownerID, subject string) *Builder {
-	return NewEvent(TypeBlockInstalled, ownerID, subject)
+func BlockInstalled(ownerID, subject string, data BlockInstalledData) *Builder {
+	return NewEvent(TypeBlockInstalled, ownerID, subject).DataValue(data)
 }
 
-// BlockFailed starts a block.failed event of ownerID about subject.
+// BlockFailedData is the data of a block.failed event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type BlockFailedData struct {
+	// BlockID (block_id): The block's id.
+	BlockID string `json:"block_id,omitzero"`
+	// Version (version): Its version.
+	Version string `json:"version,omitzero"`
+	// Stage (stage): Whether installing or running it failed.
+	Stage BlockFailedStage `json:"stage,omitzero"`
+	// ErrorCode (error_code): A short machine-readable reason (never a message or a stack trace).
+	ErrorCode string `json:"error_code,omitzero"`
+}
+
+// BlockFailedStage is the stage of a block.failed event.
+type BlockFailedStage string
+
+// The values of BlockFailedStage.
+const (
+	BlockFailedStageInstall BlockFailedStage = "install"
+	BlockFailedStageRun     BlockFailedStage = "run"
+)
+
+// BlockFailed starts a block.failed event of ownerID about subject, with data.
 // A block failed to install or run.
-func BlockFailed(ownerID, subject string) *Builder {
-	return NewEvent(TypeBlockFailed, ownerID, subject)
+func BlockFailed(ownerID, subject string, data BlockFailedData) *Builder {
+	return NewEvent(TypeBlockFailed, ownerID, subject).DataValue(data)
 }
 
-// GasExhausted starts a gas.exhausted event of ownerID about subject.
+// GasExhaustedData is the data of a gas.exhausted event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type GasExhaustedData struct {
+	// Balance (balance): The remaining balance (zero or what is left below the minimum).
+	Balance *int64 `json:"balance,omitempty"`
+}
+
+// GasExhausted starts a gas.exhausted event of ownerID about subject, with data.
 // The instance ran out of gas (usage credit).
-func GasExhausted(ownerID, subject string) *Builder {
-	return NewEvent(TypeGasExhausted, ownerID, subject)
+func GasExhausted(ownerID, subject string, data GasExhaustedData) *Builder {
+	return NewEvent(TypeGasExhausted, ownerID, subject).DataValue(data)
 }
 
-// GasRefilled starts a gas.refilled event of ownerID about subject.
+// GasRefilledData is the data of a gas.refilled event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type GasRefilledData struct {
+	// Amount (amount): How much was added.
+	Amount *int64 `json:"amount,omitempty"`
+	// Balance (balance): The balance after the refill.
+	Balance *int64 `json:"balance,omitempty"`
+}
+
+// GasRefilled starts a gas.refilled event of ownerID about subject, with data.
 // The instance's gas (usage credit) was refilled.
-func GasRefilled(ownerID, subject string) *Builder {
-	return NewEvent(TypeGasRefilled, ownerID, subject)
+func GasRefilled(ownerID, subject string, data GasRefilledData) *Builder {
+	return NewEvent(TypeGasRefilled, ownerID, subject).DataValue(data)
 }
 
-// InstanceUpgradeRequested starts a instance.upgrade_requested event of ownerID about subject.
+// InstanceUpgradeRequestedData is the data of an instance.upgrade_requested event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type InstanceUpgradeRequestedData struct {
+	// FromVersion (from_version): The version running now.
+	FromVersion string `json:"from_version,omitzero"`
+	// ToVersion (to_version): The version requested.
+	ToVersion string `json:"to_version,omitzero"`
+}
+
+// InstanceUpgradeRequested starts an instance.upgrade_requested event of ownerID about subject, with data.
 // An upgrade of the instance was requested.
-func InstanceUpgradeRequested(ownerID, subject string) *Builder {
-	return NewEvent(TypeInstanceUpgradeRequested, ownerID, subject)
+func InstanceUpgradeRequested(ownerID, subject string, data InstanceUpgradeRequestedData) *Builder {
+	return NewEvent(TypeInstanceUpgradeRequested, ownerID, subject).DataValue(data)
 }
 
-// OwnerLogin starts a owner.login event of ownerID about subject.
+// OwnerLoginData is the data of an owner.login event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type OwnerLoginData struct {
+	// SessionID (session_id): The new session's id.
+	SessionID string `json:"session_id,omitzero"`
+	// Method (method): How the owner signed in, e.g. password, passkey, link.
+	Method string `json:"method,omitzero"`
+}
+
+// OwnerLogin starts an owner.login event of ownerID about subject, with data.
 // The owner signed in.
-func OwnerLogin(ownerID, subject string) *Builder {
-	return NewEvent(TypeOwnerLogin, ownerID, subject)
+func OwnerLogin(ownerID, subject string, data OwnerLoginData) *Builder {
+	return NewEvent(TypeOwnerLogin, ownerID, subject).DataValue(data)
 }
 
-// OwnerEmailChanged starts a owner.email_changed event of ownerID about subject.
+// OwnerEmailChangedData is the data of an owner.email_changed event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type OwnerEmailChangedData struct {
+	// Verified (verified): Whether the new address is verified yet. The address itself is never sent.
+	Verified bool `json:"verified,omitzero"`
+}
+
+// OwnerEmailChanged starts an owner.email_changed event of ownerID about subject, with data.
 // The owner's email address was changed.
-func OwnerEmailChanged(ownerID, subject string) *Builder {
-	return NewEvent(TypeOwnerEmailChanged, ownerID, subject)
+func OwnerEmailChanged(ownerID, subject string, data OwnerEmailChangedData) *Builder {
+	return NewEvent(TypeOwnerEmailChanged, ownerID, subject).DataValue(data)
 }
 
-// OwnerRecoveryRequested starts a owner.recovery_requested event of ownerID about subject.
+// OwnerRecoveryRequestedData is the data of an owner.recovery_requested event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type OwnerRecoveryRequestedData struct {
+	// RequestID (request_id): The recovery request's id.
+	RequestID string `json:"request_id,omitzero"`
+	// Method (method): The recovery channel, e.g. email, recovery_code.
+	Method string `json:"method,omitzero"`
+}
+
+// OwnerRecoveryRequested starts an owner.recovery_requested event of ownerID about subject, with data.
 // Account recovery was requested for the owner.
-func OwnerRecoveryRequested(ownerID, subject string) *Builder {
-	return NewEvent(TypeOwnerRecoveryRequested, ownerID, subject)
+func OwnerRecoveryRequested(ownerID, subject string, data OwnerRecoveryRequestedData) *Builder {
+	return NewEvent(TypeOwnerRecoveryRequested, ownerID, subject).DataValue(data)
 }
 
-// IPBanAdded starts a ip_ban.added event of ownerID about subject.
+// IPBanAddedData is the data of an ip_ban.added event, typed from its schema (docs/events.md).
+// The dispatcher checks the values (lengths, formats) when the event is published.
+type IPBanAddedData struct {
+	// BanID (ban_id): The ban's id (the address itself is never sent).
+	BanID string `json:"ban_id,omitzero"`
+	// ExpiresAt (expires_at): When the ban lifts, if it does.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// IPBanAdded starts an ip_ban.added event of ownerID about subject, with data.
 // An IP address was banned.
-func IPBanAdded(ownerID, subject string) *Builder {
-	return NewEvent(TypeIPBanAdded, ownerID, subject)
+func IPBanAdded(ownerID, subject string, data IPBanAddedData) *Builder {
+	return NewEvent(TypeIPBanAdded, ownerID, subject).DataValue(data)
 }

@@ -13,7 +13,7 @@ import (
 // delivers nothing more. dispatcherAddr is the dispatcher's gRPC address
 // (here: one this test binary runs, on loopback, so without TLS).
 func Example() {
-	ev, err := client.CodeIssued("owner_1", "code://c_123").Set("code_id", "c_123").Event()
+	ev, err := client.CodeIssued("owner_1", "code://c_123", client.CodeIssuedData{CodeID: "c_123"}).Event()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -38,21 +38,22 @@ func Example() {
 	// true PUBLISH_OUTCOME_DUPLICATE
 }
 
-// The builder of a catalog type sets the type; the id and occurred_at are
-// defaulted, and the event is checked against the dispatcher's rules.
+// The builder of a catalog type sets the type and takes the type's data;
+// the id and occurred_at are defaulted, and the event is checked against
+// the dispatcher's rules for every event.
 func ExampleCorpusNoteChanged() {
-	ev, err := client.CorpusNoteChanged("owner_1", "wiki://software/project/standmeet/architecture").
+	ev, err := client.CorpusNoteChanged("owner_1", "wiki://software/project/standmeet/architecture",
+		client.CorpusNoteChangedData{Op: client.CorpusNoteChangedOpUpdated, NoteID: "n1", Published: true, WasPublished: true}).
 		ID("evt_note_1").
-		Data(map[string]any{"op": "updated", "note_id": "n1", "published": true, "was_published": true}).
 		Event()
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(ev.ID, ev.Type, string(ev.Data))
 
-	_, err = client.CodeIssued("owner_1", "not a uri").Event()
+	_, err = client.CodeIssued("owner_1", "not a uri", client.CodeIssuedData{}).Event()
 	fmt.Println(err)
 	// Output:
-	// evt_note_1 corpus.note.changed {"note_id":"n1","op":"updated","published":true,"was_published":true}
+	// evt_note_1 corpus.note.changed {"op":"updated","note_id":"n1","published":true,"was_published":true}
 	// client: invalid event.subject: must be a URI with a scheme, like "wiki://path"
 }
