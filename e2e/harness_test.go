@@ -95,7 +95,7 @@ type options struct {
 	args      []string
 }
 
-var servingRE = regexp.MustCompile(`grpc=(\S+) ops=http://(\S+)`)
+var servingRE = regexp.MustCompile(`grpc=(\S+) ops=https?://(\S+)`)
 
 func masterKey(t *testing.T) string {
 	t.Helper()

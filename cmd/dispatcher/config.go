@@ -46,7 +46,11 @@ type serveConfig struct {
 	GRPCAddr    string
 	GRPCTLSCert string
 	GRPCTLSKey  string
-	OpsAddr     string
+	// GRPCTLSClientCA turns on mutual TLS on the gRPC API.
+	GRPCTLSClientCA string
+	OpsAddr         string
+	OpsTLSCert      string
+	OpsTLSKey       string
 
 	// Secrets: environment or files only, never flags.
 	MasterKeys         string
@@ -95,8 +99,11 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	c.DB.bind(fs, env)
 	fs.BoolVar(&c.Migrate, "migrate", env.boolean("DISPATCHER_MIGRATE", false), "apply migrations at start-up instead of refusing an unmigrated database (env DISPATCHER_MIGRATE)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", env.str("DISPATCHER_GRPC_ADDR", "127.0.0.1:7070"), "gRPC API listen address (env DISPATCHER_GRPC_ADDR)")
-	fs.StringVar(&c.GRPCTLSCert, "grpc-tls-cert", env.get("DISPATCHER_GRPC_TLS_CERT"), "TLS certificate file for the gRPC API; with -grpc-tls-key enables TLS (env DISPATCHER_GRPC_TLS_CERT)")
+	fs.StringVar(&c.GRPCTLSCert, "grpc-tls-cert", env.get("DISPATCHER_GRPC_TLS_CERT"), "TLS certificate file for the gRPC API; with -grpc-tls-key enables TLS, re-read when it changes (env DISPATCHER_GRPC_TLS_CERT)")
 	fs.StringVar(&c.GRPCTLSKey, "grpc-tls-key", env.get("DISPATCHER_GRPC_TLS_KEY"), "TLS key file for the gRPC API (env DISPATCHER_GRPC_TLS_KEY)")
+	fs.StringVar(&c.GRPCTLSClientCA, "grpc-tls-client-ca", env.get("DISPATCHER_GRPC_TLS_CLIENT_CA"), "PEM CA bundle: when set, gRPC clients must present a certificate signed by one of these CAs (mutual TLS); needs -grpc-tls-cert (env DISPATCHER_GRPC_TLS_CLIENT_CA)")
+	fs.StringVar(&c.OpsTLSCert, "ops-tls-cert", env.get("DISPATCHER_OPS_TLS_CERT"), "TLS certificate file for the ops port (River UI, metrics); with -ops-tls-key enables HTTPS, re-read when it changes (env DISPATCHER_OPS_TLS_CERT)")
+	fs.StringVar(&c.OpsTLSKey, "ops-tls-key", env.get("DISPATCHER_OPS_TLS_KEY"), "TLS key file for the ops port (env DISPATCHER_OPS_TLS_KEY)")
 	fs.StringVar(&c.OpsAddr, "ops-addr", env.str("DISPATCHER_OPS_ADDR", "127.0.0.1:9090"), "operator HTTP listen address: /metrics, /healthz, /riverui/ (env DISPATCHER_OPS_ADDR)")
 	fs.StringVar(&c.PublisherTokenFile, "publisher-token-file", env.get("DISPATCHER_PUBLISHER_TOKEN_FILE"), "file of publisher tokens, one per line (env DISPATCHER_PUBLISHER_TOKEN_FILE)")
 	fs.StringVar(&c.AdminTokenFile, "admin-token-file", env.get("DISPATCHER_ADMIN_TOKEN_FILE"), "file of admin tokens, one per line (env DISPATCHER_ADMIN_TOKEN_FILE)")
@@ -153,6 +160,12 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	}
 	if (c.GRPCTLSCert == "") != (c.GRPCTLSKey == "") {
 		return nil, errors.New("-grpc-tls-cert and -grpc-tls-key go together")
+	}
+	if c.GRPCTLSClientCA != "" && c.GRPCTLSCert == "" {
+		return nil, errors.New("-grpc-tls-client-ca needs -grpc-tls-cert and -grpc-tls-key: client certificates are checked only over TLS")
+	}
+	if (c.OpsTLSCert == "") != (c.OpsTLSKey == "") {
+		return nil, errors.New("-ops-tls-cert and -ops-tls-key go together")
 	}
 	if c.DeliverWorkers < 1 || c.DeliverWorkers > 10000 {
 		return nil, fmt.Errorf("invalid -deliver-workers %d: want 1..10000", c.DeliverWorkers)

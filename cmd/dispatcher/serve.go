@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +43,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/retention"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
+	"github.com/standmeet/webhook-dispatcher/internal/tlsreload"
 	"github.com/standmeet/webhook-dispatcher/internal/tracing"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
@@ -178,9 +178,22 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 
 	store := ingest.NewStore(ingest.StoreConfig{Fanout: fanout.NewInline(decider.Func(), member.Active, m)}, pool, riverClient, m, logger)
 
+	grpcTLS, err := serverTLS("grpc", tlsreload.Config{CertFile: cfg.GRPCTLSCert, KeyFile: cfg.GRPCTLSKey, ClientCAFile: cfg.GRPCTLSClientCA}, logger)
+	if err != nil {
+		return err
+	}
+	opsTLS, err := serverTLS("ops", tlsreload.Config{CertFile: cfg.OpsTLSCert, KeyFile: cfg.OpsTLSKey}, logger)
+	if err != nil {
+		return err
+	}
+	opsScheme := "http"
+	if opsTLS != nil {
+		opsScheme = "https"
+	}
+
 	linkTemplate := cfg.JobLinkTemplate
 	if linkTemplate == "" && cfg.RiverUI {
-		linkTemplate = "http://" + cfg.OpsAddr + "/riverui/jobs/{job_id}"
+		linkTemplate = opsScheme + "://" + cfg.OpsAddr + "/riverui/jobs/{job_id}"
 	}
 	endpoints := endpoint.NewService(endpoint.ServiceConfig{
 		JobLinkTemplate:      linkTemplate,
@@ -191,12 +204,8 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 
 	// gRPC API.
 	var serverOpts []grpc.ServerOption
-	if cfg.GRPCTLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.GRPCTLSCert, cfg.GRPCTLSKey)
-		if err != nil {
-			return fmt.Errorf("gRPC TLS: %w", err)
-		}
-		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
+	if grpcTLS != nil {
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(grpcTLS)))
 	}
 	if traces.Enabled() {
 		// A server span per call (health checks excepted), the child of the
@@ -248,7 +257,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 			return err
 		}
 	}
-	opsServer := &http.Server{Handler: opsMux, ReadHeaderTimeout: 10 * time.Second}
+	opsServer := &http.Server{Handler: opsMux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: opsTLS}
 
 	// River gets a context SIGTERM does not cancel: cancelling Start's
 	// context would cancel in-flight deliveries at once, while shutdown
@@ -258,15 +267,24 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		_ = opsLis.Close()
 		return fmt.Errorf("start river: %w", err)
 	}
-	healthServer.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	// The server as a whole ("") and each API service by name, for clients
+	// and meshes that check the service they call.
+	for _, name := range []string{"", webhooksv1.EventService_ServiceDesc.ServiceName, webhooksv1.EndpointService_ServiceDesc.ServiceName} {
+		healthServer.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
 
+	warnPlaintext(ctx, logger, grpcLis, grpcTLS, "API bearer tokens, and the endpoint signing secrets CreateEndpoint and RotateSecret return,",
+		"-grpc-tls-cert/-grpc-tls-key (DISPATCHER_GRPC_TLS_CERT/_KEY)")
+	warnPlaintext(ctx, logger, opsLis, opsTLS, "River UI's operator token and session cookie",
+		"-ops-tls-cert/-ops-tls-key (DISPATCHER_OPS_TLS_CERT/_KEY)")
 	opsPaths := "/metrics /healthz"
 	if cfg.RiverUI {
 		opsPaths += " /riverui/"
 	}
-	fmt.Fprintf(stdout, "dispatcher serving: grpc=%s ops=http://%s (%s) schema=%s tokens: publisher=%d admin=%d operator=%d\n",
-		grpcLis.Addr(), opsLis.Addr(), opsPaths, cfg.DB.Schema,
-		authn.Count(auth.RolePublisher), authn.Count(auth.RoleAdmin), authn.Count(auth.RoleOperator))
+	fmt.Fprintf(stdout, "dispatcher serving: grpc=%s ops=%s://%s (%s) schema=%s tokens: publisher=%d admin=%d operator=%d transport: grpc-api=%s ops-port=%s\n",
+		grpcLis.Addr(), opsScheme, opsLis.Addr(), opsPaths, cfg.DB.Schema,
+		authn.Count(auth.RolePublisher), authn.Count(auth.RoleAdmin), authn.Count(auth.RoleOperator),
+		tlsMode(grpcTLS), tlsMode(opsTLS))
 	logger.InfoContext(ctx, "dispatcher started", slog.String("grpc_addr", grpcLis.Addr().String()),
 		slog.String("ops_addr", opsLis.Addr().String()), slog.String("schema", cfg.DB.Schema))
 
@@ -287,7 +305,11 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		return nil
 	})
 	g.Go(func() error {
-		if err := opsServer.Serve(opsLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serveOps := opsServer.Serve
+		if opsTLS != nil {
+			serveOps = func(l net.Listener) error { return opsServer.ServeTLS(l, "", "") }
+		}
+		if err := serveOps(opsLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("ops server: %w", err)
 		}
 		return nil

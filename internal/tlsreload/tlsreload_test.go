@@ -1,13 +1,7 @@
 package tlsreload
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"math/big"
 	"net"
 	"os"
@@ -25,94 +19,32 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/standmeet/webhook-dispatcher/internal/tlsreload/tlstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// testCA is a certificate authority made in the test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-var serial struct {
-	sync.Mutex
-	n int64
-}
-
-func nextSerial() *big.Int {
-	serial.Lock()
-	defer serial.Unlock()
-	serial.n++
-	return big.NewInt(serial.n)
-}
-
-func newCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: nextSerial(), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue returns a PEM certificate and key signed by ca, for a server
-// (localhost, 127.0.0.1) or a client.
-func (ca *testCA) issue(t *testing.T, client bool) (certPEM, keyPEM []byte, serialNumber *big.Int) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: nextSerial(), Subject: pkix.Name{CommonName: "dispatcher-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	if client {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-		tmpl.DNSNames, tmpl.IPAddresses = nil, nil
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	require.NoError(t, err)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	require.NoError(t, err)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), tmpl.SerialNumber
-}
 
 func TestCertificates(t *testing.T) {
 	t.Parallel()
 
 	type testBundle struct {
-		ca       *testCA
+		ca       *tlstest.CA
 		certs    *Certificates
 		cfg      Config
-		dir      string
 		serial   *big.Int
 		clockMu  sync.Mutex
 		clock    time.Time
 		addr     string
-		clientCA *testCA
+		clientCA *tlstest.CA
 	}
 
-	// writePair writes a fresh server pair from ca, with a modification time
-	// at, so a rotation is visible even on coarse file-system clocks.
+	// writePair writes a fresh server pair from ca, modified at.
 	writePair := func(t *testing.T, b *testBundle, at time.Time) *big.Int {
 		t.Helper()
-		certPEM, keyPEM, sn := b.ca.issue(t, false)
-		require.NoError(t, os.WriteFile(b.cfg.CertFile, certPEM, 0o600))
-		require.NoError(t, os.WriteFile(b.cfg.KeyFile, keyPEM, 0o600))
-		require.NoError(t, os.Chtimes(b.cfg.CertFile, at, at))
-		require.NoError(t, os.Chtimes(b.cfg.KeyFile, at, at))
-		return sn
+		p := b.ca.Server(t)
+		p.Write(t, b.cfg.CertFile, b.cfg.KeyFile, at)
+		return p.Serial
 	}
 
 	// setup serves the gRPC health service over TLS from the files, on a
@@ -121,14 +53,14 @@ func TestCertificates(t *testing.T) {
 		t.Helper()
 		dir := t.TempDir()
 		b := &testBundle{
-			ca: newCA(t, "server-ca"), dir: dir, clock: time.Now(),
+			ca: tlstest.NewCA(t, "server-ca"), clock: time.Now(),
 			cfg: Config{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key")},
 		}
 		b.serial = writePair(t, b, time.Now().Add(-time.Minute))
 		if mtls {
-			b.clientCA = newCA(t, "client-ca")
+			b.clientCA = tlstest.NewCA(t, "client-ca")
 			b.cfg.ClientCAFile = filepath.Join(dir, "client-ca.crt")
-			require.NoError(t, os.WriteFile(b.cfg.ClientCAFile, b.clientCA.pem, 0o600))
+			require.NoError(t, os.WriteFile(b.cfg.ClientCAFile, b.clientCA.PEM, 0o600))
 		}
 		certs, err := New(b.cfg, nil)
 		require.NoError(t, err)
@@ -151,9 +83,7 @@ func TestCertificates(t *testing.T) {
 	// serial number of the certificate the server presented.
 	check := func(t *testing.T, b *testBundle, clientCert *tls.Certificate) (*big.Int, error) {
 		t.Helper()
-		roots := x509.NewCertPool()
-		roots.AddCert(b.ca.cert)
-		cfg := &tls.Config{RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS12}
+		cfg := &tls.Config{RootCAs: b.ca.Pool(), ServerName: "localhost", MinVersion: tls.VersionTLS12}
 		if clientCert != nil {
 			cfg.Certificates = []tls.Certificate{*clientCert}
 		}
@@ -205,8 +135,7 @@ func TestCertificates(t *testing.T) {
 		t.Parallel()
 		b := setup(t, false)
 		later := time.Now().Add(time.Minute)
-		certPEM, _, _ := b.ca.issue(t, false)
-		require.NoError(t, os.WriteFile(b.cfg.CertFile, certPEM, 0o600))
+		require.NoError(t, os.WriteFile(b.cfg.CertFile, b.ca.Server(t).CertPEM, 0o600))
 		require.NoError(t, os.Chtimes(b.cfg.CertFile, later, later))
 		advance(b)
 		sn, err := check(t, b, nil)
@@ -228,15 +157,11 @@ func TestCertificates(t *testing.T) {
 		require.Error(t, err, "no client certificate")
 		require.Equal(t, codes.Unavailable, status.Code(err))
 
-		certPEM, keyPEM, _ := newCA(t, "stranger-ca").issue(t, true)
-		stranger, err := tls.X509KeyPair(certPEM, keyPEM)
-		require.NoError(t, err)
+		stranger := tlstest.NewCA(t, "stranger-ca").Client(t).TLS(t)
 		_, err = check(t, b, &stranger)
 		require.Error(t, err, "a client certificate from another CA")
 
-		certPEM, keyPEM, _ = b.clientCA.issue(t, true)
-		client, err := tls.X509KeyPair(certPEM, keyPEM)
-		require.NoError(t, err)
+		client := b.clientCA.Client(t).TLS(t)
 		sn, err := check(t, b, &client)
 		require.NoError(t, err)
 		require.Equal(t, b.serial, sn)

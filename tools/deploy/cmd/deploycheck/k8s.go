@@ -458,10 +458,34 @@ func checkDeploymentEnv(d doc, where string, c any, env map[string]string, p *pr
 			p.add(d.file, "%s: %s port %d differs from container port %q (%d)", where, envName, ap.Port(), portName, ports[portName])
 		}
 	}
-	for _, probe := range []string{"readinessProbe", "livenessProbe"} {
-		port, ok := num(c, probe, "grpc", "port")
-		if !ok || port != ports["grpc"] {
-			p.add(d.file, "%s: %s must be a grpc probe on the gRPC port %d", where, probe, ports["grpc"])
+	// The probes: the gRPC health service when the gRPC port is plaintext;
+	// with TLS there (the kubelet's gRPC probe cannot speak it), /healthz over
+	// HTTPS on the ops port and a TCP connect to the gRPC port.
+	portOf := func(v any, path ...string) int {
+		if n, ok := num(v, path...); ok {
+			return n
+		}
+		return ports[str(v, path...)]
+	}
+	if env["DISPATCHER_GRPC_TLS_CERT"] == "" {
+		for _, probe := range []string{"readinessProbe", "livenessProbe"} {
+			port, ok := num(c, probe, "grpc", "port")
+			if !ok || port != ports["grpc"] {
+				p.add(d.file, "%s: %s must be a grpc probe on the gRPC port %d", where, probe, ports["grpc"])
+			}
+		}
+	} else {
+		if env["DISPATCHER_OPS_TLS_CERT"] == "" {
+			p.add(d.file, "%s: TLS on the gRPC port but not on the ops port, which carries River UI's credentials", where)
+		}
+		for _, probe := range []string{"startupProbe", "readinessProbe"} {
+			if str(c, probe, "httpGet", "path") != "/healthz" || str(c, probe, "httpGet", "scheme") != "HTTPS" ||
+				portOf(c, probe, "httpGet", "port") != ports["ops"] {
+				p.add(d.file, "%s: %s must GET /healthz over HTTPS on the ops port %d (the gRPC port serves TLS)", where, probe, ports["ops"])
+			}
+		}
+		if portOf(c, "livenessProbe", "tcpSocket", "port") != ports["grpc"] {
+			p.add(d.file, "%s: livenessProbe must be a tcpSocket probe on the gRPC port %d (the gRPC port serves TLS)", where, ports["grpc"])
 		}
 	}
 	if env["DISPATCHER_EGRESS_ALLOW_CIDRS"] != "" {
