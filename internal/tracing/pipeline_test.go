@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
+	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/delivery"
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
@@ -89,6 +90,8 @@ type testBundle struct {
 	events   webhooksv1.EventServiceClient
 	receiver *receiver
 	river    *river.Client[pgx.Tx]
+	store    *ingest.Store
+	metrics  *metrics.Metrics
 	url      string // the endpoints' URL, with a token in its query
 	keyring  interface {
 		Seal(plaintext, aad []byte) ([]byte, error)
@@ -166,7 +169,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 
 	return &testBundle{
 		db: db, events: webhooksv1.NewEventServiceClient(conn), receiver: rcv, river: riverClient,
-		url: srv.URL + "/hook?token=query-secret", keyring: kr,
+		store: store, metrics: m, url: srv.URL + "/hook?token=query-secret", keyring: kr,
 	}
 }
 
@@ -360,6 +363,47 @@ func TestTrace(t *testing.T) {
 		require.Equal(t, ing.SpanContext.SpanID(), fan.Parent.SpanID())
 		require.Equal(t, fan.SpanContext.SpanID(), work.Parent.SpanID())
 		require.Equal(t, work.SpanContext.SpanID(), h.Parent.SpanID())
+		requireNoTraceSent(t, b.receiver)
+	})
+
+	t.Run("FromOutboxRows", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, setupOpts{inlineFanout: true, statuses: []int{http.StatusOK}})
+		b.createEndpoint(t)
+		ctx := context.Background()
+		require.NoError(t, database.MigrateOutbox(ctx, b.db.Pool))
+		_, err := b.db.Pool.Exec(ctx, `
+			INSERT INTO webhook_outbox (event_id, owner_id, type, subject, occurred_at, data)
+			SELECT id, 'owner_1', 'code.issued', 'code://c_1', now(), '{"code_id":"c_1"}'
+			  FROM unnest(ARRAY['evt_row_1', 'evt_row_2']) AS id`)
+		require.NoError(t, err)
+		relay := ingest.NewRelay(ingest.RelayConfig{PollInterval: 50 * time.Millisecond}, b.db.Pool, b.store, b.metrics, slog.New(slog.DiscardHandler))
+		relayCtx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = relay.Run(relayCtx) }()
+		t.Cleanup(func() { stop(); <-done })
+
+		// Each row starts a trace of its own, which its delivery carries on,
+		// although both rows went through one transaction.
+		rowSpans := map[string]tracetest.SpanStub{}
+		require.Eventually(t, func() bool {
+			for _, s := range spans.GetSpans() {
+				if id, ok := attr(s, "dispatcher.event_id"); ok && s.Name == "outbox.relay" && strings.HasPrefix(id.AsString(), "evt_row_") {
+					if _, mine := attr(s, "dispatcher.outbox.row_id"); mine && s.SpanContext.TraceID().IsValid() {
+						rowSpans[id.AsString()] = s
+					}
+				}
+			}
+			return len(rowSpans) == 2
+		}, 20*time.Second, 20*time.Millisecond)
+		require.NotEqual(t, rowSpans["evt_row_1"].SpanContext.TraceID(), rowSpans["evt_row_2"].SpanContext.TraceID())
+		for _, row := range rowSpans {
+			require.False(t, row.Parent.IsValid(), "a row's span is a root")
+			require.Equal(t, trace.SpanKindConsumer, row.SpanKind)
+			got := waitSpans(t, row.SpanContext.TraceID(), "river.work/webhook.deliver", 1)
+			work := one(t, got, "river.work/webhook.deliver", trace.SpanKindConsumer)
+			require.Equal(t, row.SpanContext.SpanID(), work.Parent.SpanID())
+		}
 		requireNoTraceSent(t, b.receiver)
 	})
 
