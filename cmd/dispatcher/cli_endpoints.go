@@ -178,9 +178,18 @@ func createFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 	var types stringList
 	fs.Var(&types, "event-types", `event type globs, comma-separated or repeated: "*", "corpus.*", "booking.created"`)
 	embedID := fs.String("embed-id", "", "bind the endpoint to an embed: events are scoped by its access code")
+	headersFile := fs.String("headers-file", "", `custom headers sent on every delivery, one "Name: value" per line (values are kept sealed)`)
 	return func(ctx context.Context, c *endpointsCmd, _ string) error {
+		var headers map[string]string
+		if *headersFile != "" {
+			var err error
+			if headers, err = readHeadersFile(*headersFile); err != nil {
+				return err
+			}
+		}
 		resp, err := c.client.CreateEndpoint(ctx, &webhooksv1.CreateEndpointRequest{
 			OwnerId: c.conn.owner, Url: *url, Description: *description, EventTypes: types, EmbedId: *embedID,
+			Headers: headers,
 		})
 		if err != nil {
 			return err
@@ -204,6 +213,7 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 	embedID := fs.String("embed-id", "", `new embed id ("" makes the endpoint standalone)`)
 	enable := fs.Bool("enable", false, "enable the endpoint and clear its failure state")
 	disable := fs.Bool("disable", false, "disable the endpoint")
+	headersFile := fs.String("headers-file", "", `replace the custom headers with this file's ("Name: value" per line; an empty file removes them)`)
 	return func(ctx context.Context, c *endpointsCmd, id string) error {
 		req := &webhooksv1.UpdateEndpointRequest{OwnerId: c.conn.owner, EndpointId: id, UpdateMask: &fieldmaskpb.FieldMask{}}
 		var err error
@@ -223,6 +233,12 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 			case "embed-id":
 				req.EmbedId = *embedID
 				req.UpdateMask.Paths = append(req.UpdateMask.Paths, "embed_id")
+			case "headers-file":
+				var herr error
+				if req.Headers, herr = readHeadersFile(*headersFile); herr != nil {
+					err = herr
+				}
+				req.UpdateMask.Paths = append(req.UpdateMask.Paths, "headers")
 			case "enable", "disable":
 				if *enable && *disable {
 					err = errors.New("--enable and --disable exclude each other")
@@ -239,7 +255,7 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 			return err
 		}
 		if len(req.UpdateMask.Paths) == 0 {
-			return errors.New("nothing to update: give at least one of --url, --description, --event-types, --embed-id, --enable, --disable")
+			return errors.New("nothing to update: give at least one of --url, --description, --event-types, --embed-id, --enable, --disable, --headers-file")
 		}
 		resp, err := c.client.UpdateEndpoint(ctx, req)
 		if err != nil {
@@ -391,6 +407,9 @@ func printEndpoint(w io.Writer, ep *webhooksv1.Endpoint) error {
 	fmt.Fprintf(tw, "description:\t%s\n", orDash(oneLine(ep.GetDescription(), 200)))
 	fmt.Fprintf(tw, "event types:\t%s\n", strings.Join(ep.GetEventTypes(), ", "))
 	fmt.Fprintf(tw, "embed:\t%s\n", orDash(ep.GetEmbedId()))
+	if names := ep.GetHeaderNames(); len(names) > 0 {
+		fmt.Fprintf(tw, "custom headers:\t%s (values sealed, never shown)\n", strings.Join(names, ", "))
+	}
 	fmt.Fprintf(tw, "status:\t%s\n", endpointStatus(ep))
 	if exp := ep.GetPreviousSecretExpiresAt(); exp != nil {
 		fmt.Fprintf(tw, "previous secret signs until:\t%s\n", fmtTime(exp))

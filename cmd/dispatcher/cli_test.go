@@ -124,6 +124,36 @@ func TestEndpointsCLI(t *testing.T) {
 		require.Equal(t, created.GetEndpoint().GetId(), list.GetEndpoints()[0].GetId())
 	})
 
+	t.Run("CustomHeadersFromFile", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		dir := t.TempDir()
+		file := filepath.Join(dir, "headers")
+		require.NoError(t, os.WriteFile(file, []byte("# the gateway's key\nX-Api-Key: gw-key-cli-1\n\nX-Tenant: acme\n"), 0o600))
+		out, err := endpoints(t, b, "create", "--url", "https://hooks.example.com/in", "--event-types", "*", "--headers-file", file)
+		require.NoError(t, err, out)
+		require.Contains(t, out, "custom headers:")
+		require.Contains(t, out, "X-Api-Key, X-Tenant")
+		require.NotContains(t, out, "gw-key-cli-1", "values are never shown")
+		id := strings.Fields(strings.SplitN(out, "\n", 2)[0])[1]
+
+		empty := filepath.Join(dir, "none")
+		require.NoError(t, os.WriteFile(empty, nil, 0o600))
+		out, err = endpoints(t, b, "update", id, "--json", "--headers-file", empty)
+		require.NoError(t, err, out)
+		var updated webhooksv1.UpdateEndpointResponse
+		require.NoError(t, protojson.Unmarshal([]byte(out), &updated))
+		require.Empty(t, updated.GetEndpoint().GetHeaderNames(), "an empty file removes them")
+
+		bad := filepath.Join(dir, "bad")
+		require.NoError(t, os.WriteFile(bad, []byte("Host: evil.example\n"), 0o600))
+		_, err = endpoints(t, b, "update", id, "--headers-file", bad)
+		require.ErrorContains(t, err, `headers["Host"]`)
+		require.NoError(t, os.WriteFile(bad, []byte("no colon here\n"), 0o600))
+		_, err = endpoints(t, b, "update", id, "--headers-file", bad)
+		require.ErrorContains(t, err, "line 1")
+	})
+
 	t.Run("EveryCommandHumanReadable", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

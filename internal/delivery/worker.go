@@ -135,6 +135,8 @@ type Worker struct {
 // grace period. endpoint.KeyOpener is the one implementation.
 type KeyOpener interface {
 	OpenKeys(endpointID uuid.UUID, current, previous []byte, previousExpiresAt *time.Time, now time.Time) ([][]byte, error)
+	// OpenHeaders opens the endpoint's sealed custom headers (nil: none).
+	OpenHeaders(endpointID uuid.UUID, sealed []byte) (http.Header, error)
 }
 
 // NewWorker builds the deliver worker. client must be the guarded egress
@@ -544,6 +546,13 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 		log(slog.LevelError, "cannot open endpoint secret", slog.Any("error", err))
 		return result{err: fmt.Errorf("open endpoint secret: %w", err)}
 	}
+	// Custom headers may hold a gateway's key: opened here, sent, never
+	// logged (the error names the endpoint only).
+	custom, err := w.keys.OpenHeaders(endpointID, t.headers)
+	if err != nil {
+		log(slog.LevelError, "cannot open endpoint custom headers", slog.Any("error", err))
+		return result{err: fmt.Errorf("open endpoint custom headers: %w", err)}
+	}
 	body, err := ev.Payload()
 	if err != nil {
 		return result{err: w.cancel(j, ep, fmt.Errorf("encode payload: %w", err))}
@@ -552,6 +561,11 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(body))
 	if err != nil {
 		return result{err: w.cancel(j, ep, fmt.Errorf("build request: %w", err))}
+	}
+	// First, so nothing below can be overridden by them (the names that
+	// could are refused when the endpoint is saved, too).
+	for name, values := range custom {
+		req.Header[name] = values
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "dispatcher-webhooks/1")

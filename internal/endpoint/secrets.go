@@ -82,8 +82,8 @@ func (o KeyOpener) OpenKeys(id uuid.UUID, current, previous []byte, previousExpi
 // many delivery leases) at once.
 const resealBatch = 100
 
-// Reseal re-seals, under kr's primary key, every stored secret that is not
-// already sealed with it (seal.Keyring.NeedsReseal), for a master-key
+// Reseal re-seals, under kr's primary key, every stored secret (and sealed
+// custom header set) that is not already sealed with it (seal.Keyring.NeedsReseal), for a master-key
 // rotation: after it returns without error, the old master key can be removed
 // from the keyring. It works in batches of rows, one transaction per batch
 // with the rows locked, so it can run while the dispatcher serves; it is
@@ -105,7 +105,7 @@ func Reseal(ctx context.Context, pool *pgxpool.Pool, kr *seal.Keyring) (int, err
 		)
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			rows, err := tx.Query(ctx, `
-SELECT id, secret_enc, previous_secret_enc, previous_secret_expires_at <= now()
+SELECT id, secret_enc, previous_secret_enc, previous_secret_expires_at <= now(), headers_enc
   FROM webhook_endpoints
  WHERE id > $1
  ORDER BY id
@@ -118,10 +118,11 @@ SELECT id, secret_enc, previous_secret_enc, previous_secret_expires_at <= now()
 				id              uuid.UUID
 				cur, prev       []byte
 				previousExpired *bool
+				headers         []byte
 			}
 			batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
 				var x row
-				return x, r.Scan(&x.id, &x.cur, &x.prev, &x.previousExpired)
+				return x, r.Scan(&x.id, &x.cur, &x.prev, &x.previousExpired, &x.headers)
 			})
 			if err != nil {
 				return fmt.Errorf("read batch: %w", err)
@@ -132,7 +133,8 @@ SELECT id, secret_enc, previous_secret_enc, previous_secret_expires_at <= now()
 				dropPrev := r.prev != nil && (r.previousExpired == nil || *r.previousExpired)
 				needCur := kr.NeedsReseal(r.cur)
 				needPrev := r.prev != nil && !dropPrev && kr.NeedsReseal(r.prev)
-				if !needCur && !needPrev && !dropPrev {
+				needHeaders := r.headers != nil && kr.NeedsReseal(r.headers)
+				if !needCur && !needPrev && !dropPrev && !needHeaders {
 					continue
 				}
 				newCur, err := reseal(kr, r.id, r.cur, needCur)
@@ -145,14 +147,19 @@ SELECT id, secret_enc, previous_secret_enc, previous_secret_expires_at <= now()
 						return fmt.Errorf("endpoint %s: previous secret: %w", r.id, err)
 					}
 				}
+				newHeaders, err := resealAD(kr, headersAD(r.id), r.headers, needHeaders)
+				if err != nil {
+					return fmt.Errorf("endpoint %s: custom headers: %w", r.id, err)
+				}
 				// updated_at is left alone: re-sealing changes nothing the
 				// owner can see.
 				_, err = tx.Exec(ctx, `
 UPDATE webhook_endpoints
    SET secret_enc = $2,
        previous_secret_enc = $3,
-       previous_secret_expires_at = CASE WHEN $3::bytea IS NULL THEN NULL ELSE previous_secret_expires_at END
- WHERE id = $1`, r.id, newCur, newPrev)
+       previous_secret_expires_at = CASE WHEN $3::bytea IS NULL THEN NULL ELSE previous_secret_expires_at END,
+       headers_enc = $4
+ WHERE id = $1`, r.id, newCur, newPrev, newHeaders)
 				if err != nil {
 					return fmt.Errorf("endpoint %s: write: %w", r.id, err)
 				}
@@ -173,15 +180,20 @@ UPDATE webhook_endpoints
 // reseal opens sealed and seals it again under the primary key when need is
 // set; otherwise it returns sealed unchanged.
 func reseal(kr *seal.Keyring, id uuid.UUID, sealed []byte, need bool) ([]byte, error) {
+	return resealAD(kr, id[:], sealed, need)
+}
+
+// resealAD is reseal for a value sealed with associated data ad.
+func resealAD(kr *seal.Keyring, ad, sealed []byte, need bool) ([]byte, error) {
 	if sealed == nil || !need {
 		return sealed, nil
 	}
-	key, err := kr.Open(sealed, id[:])
+	key, err := kr.Open(sealed, ad)
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
 	}
 	defer clear(key)
-	out, err := kr.Seal(key, id[:])
+	out, err := kr.Seal(key, ad)
 	if err != nil {
 		return nil, fmt.Errorf("seal: %w", err)
 	}

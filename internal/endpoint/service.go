@@ -213,6 +213,7 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (*Endpoint, string
 	s.val.description(&v, p.Description)
 	s.val.eventTypes(&v, p.EventTypes)
 	s.val.embedID(&v, p.EmbedID)
+	s.val.headers(&v, p.Headers)
 	if err := v.err(); err != nil {
 		return nil, "", err
 	}
@@ -231,6 +232,7 @@ const (
 	PathEventTypes  = "event_types"
 	PathEmbedID     = "embed_id"
 	PathEnabled     = "enabled"
+	// PathHeaders (headers.go) replaces the custom headers as a whole.
 )
 
 // UpdateRequest changes the fields its Paths name (PathURL, …) to the values
@@ -244,6 +246,9 @@ type UpdateRequest struct {
 	EventTypes  []string
 	EmbedID     string
 	Enabled     bool
+	// Headers replace the custom headers with PathHeaders; empty removes
+	// them all.
+	Headers map[string]string
 }
 
 // Update changes an endpoint. Re-enabling a disabled endpoint clears its
@@ -255,7 +260,7 @@ func (s *Service) Update(ctx context.Context, r UpdateRequest) (*Endpoint, error
 
 	var p UpdateParams
 	if len(r.Paths) == 0 {
-		v.add(FieldUpdateMask, "must name at least one of: url, description, event_types, embed_id, enabled")
+		v.add(FieldUpdateMask, "must name at least one of: url, description, event_types, embed_id, enabled, headers")
 	}
 	for i, path := range r.Paths {
 		switch path {
@@ -276,9 +281,11 @@ func (s *Service) Update(ctx context.Context, r UpdateRequest) (*Endpoint, error
 			p.EmbedID = new(r.EmbedID)
 		case PathEnabled:
 			p.Enabled = new(r.Enabled)
+		case PathHeaders:
+			p.Headers = s.val.headers(&v, r.Headers)
 		default:
 			v.add(FieldUpdateMask+".paths["+strconv.Itoa(i)+"]",
-				"unknown path: must be one of url, description, event_types, embed_id, enabled")
+				"unknown path: must be one of url, description, event_types, embed_id, enabled, headers")
 		}
 	}
 	if err := v.err(); err != nil {

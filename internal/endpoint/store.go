@@ -42,7 +42,11 @@ type Endpoint struct {
 	DisabledReason          string
 	FailingSince            *time.Time
 	PreviousSecretExpiresAt *time.Time
-	CreatedAt               time.Time
+	// HeaderNames are the names of the custom headers sent on every
+	// delivery, in a stable order; their values are sealed and never read
+	// back here.
+	HeaderNames []string
+	CreatedAt   time.Time
 	UpdatedAt               time.Time
 }
 
@@ -59,12 +63,12 @@ func NewStore(pool *pgxpool.Pool, kr *seal.Keyring) *Store {
 }
 
 const endpointColumns = `id, owner_id, url, description, event_types, coalesce(embed_id, ''), enabled,
-       coalesce(disabled_reason, ''), failing_since, previous_secret_expires_at, created_at, updated_at`
+       coalesce(disabled_reason, ''), failing_since, previous_secret_expires_at, header_names, created_at, updated_at`
 
 func scanEndpoint(row pgx.Row) (*Endpoint, error) {
 	var e Endpoint
 	err := row.Scan(&e.ID, &e.OwnerID, &e.URL, &e.Description, &e.EventTypes, &e.EmbedID, &e.Enabled,
-		&e.DisabledReason, &e.FailingSince, &e.PreviousSecretExpiresAt, &e.CreatedAt, &e.UpdatedAt)
+		&e.DisabledReason, &e.FailingSince, &e.PreviousSecretExpiresAt, &e.HeaderNames, &e.CreatedAt, &e.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -124,6 +128,9 @@ type CreateParams struct {
 	Description string
 	EventTypes  []string
 	EmbedID     string
+	// Headers are the custom headers as given (name → value); Service.Create
+	// validates them, and the store keeps them in a stable order.
+	Headers map[string]string
 }
 
 // Create stores a new enabled endpoint with a fresh secret and returns it with
@@ -135,6 +142,11 @@ func (s *Store) Create(ctx context.Context, p CreateParams, maxPerOwner int) (*E
 		return nil, "", fmt.Errorf("create endpoint: new id: %w", err)
 	}
 	secret, sealed, err := newSecret(s.keyring, id)
+	if err != nil {
+		return nil, "", fmt.Errorf("create endpoint: %w", err)
+	}
+	hs := sortedHeaders(p.Headers)
+	sealedHeaders, err := sealHeaders(s.keyring, id, hs)
 	if err != nil {
 		return nil, "", fmt.Errorf("create endpoint: %w", err)
 	}
@@ -157,9 +169,10 @@ func (s *Store) Create(ctx context.Context, p CreateParams, maxPerOwner int) (*E
 		}
 		var err error
 		e, err = scanEndpoint(tx.QueryRow(ctx, `
-INSERT INTO webhook_endpoints (id, owner_id, url, description, event_types, secret_enc, embed_id)
-VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''))
-RETURNING `+endpointColumns, id, p.OwnerID, p.URL, p.Description, p.EventTypes, sealed, p.EmbedID))
+INSERT INTO webhook_endpoints (id, owner_id, url, description, event_types, secret_enc, embed_id, header_names, headers_enc)
+VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9)
+RETURNING `+endpointColumns, id, p.OwnerID, p.URL, p.Description, p.EventTypes, sealed, p.EmbedID,
+			headerNames(hs), sealedHeaders))
 		return err
 	})
 	if err != nil {
@@ -175,6 +188,7 @@ type UpdateParams struct {
 	EventTypes  []string // nil: unchanged
 	EmbedID     *string  // "" clears it
 	Enabled     *bool
+	Headers     []Header // nil: unchanged; empty: none
 }
 
 // Update changes the given fields of owner's endpoint id. Enabling clears the
@@ -185,6 +199,10 @@ func (s *Store) Update(ctx context.Context, owner string, id uuid.UUID, p Update
 	var enable, disable bool
 	if p.Enabled != nil {
 		enable, disable = *p.Enabled, !*p.Enabled
+	}
+	sealedHeaders, err := sealHeaders(s.keyring, id, p.Headers)
+	if err != nil {
+		return nil, fmt.Errorf("update endpoint: %w", err)
 	}
 	// One statement with flags rather than SQL built per mask: every path is
 	// the same plan, and a field not in the mask can never be touched by it.
@@ -199,6 +217,8 @@ UPDATE webhook_endpoints
        disabled_reason = CASE WHEN $11 THEN NULL
                               WHEN $12 THEN CASE WHEN enabled THEN $13::text ELSE coalesce(disabled_reason, $13::text) END
                               ELSE disabled_reason END,
+       header_names    = CASE WHEN $14::boolean THEN $15::text[] ELSE header_names END,
+       headers_enc     = CASE WHEN $14::boolean THEN $16::bytea ELSE headers_enc END,
        updated_at      = now()
  WHERE id = $1 AND owner_id = $2
 RETURNING `+endpointColumns,
@@ -207,7 +227,8 @@ RETURNING `+endpointColumns,
 		p.Description != nil, deref(p.Description),
 		p.EventTypes != nil, p.EventTypes,
 		p.EmbedID != nil, deref(p.EmbedID),
-		enable, disable, DisabledByOwner))
+		enable, disable, DisabledByOwner,
+		p.Headers != nil, headerNames(p.Headers), sealedHeaders))
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("update endpoint: %w", err)
 	}

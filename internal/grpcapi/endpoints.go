@@ -93,6 +93,7 @@ func (s *endpointServer) CreateEndpoint(ctx context.Context, req *webhooksv1.Cre
 		Description: req.GetDescription(),
 		EventTypes:  req.GetEventTypes(),
 		EmbedID:     req.GetEmbedId(),
+		Headers:     req.GetHeaders(),
 	})
 	if err != nil {
 		return nil, s.fail(ctx, "create", req.GetOwnerId(), err)
@@ -111,6 +112,7 @@ func (s *endpointServer) UpdateEndpoint(ctx context.Context, req *webhooksv1.Upd
 		EventTypes:  req.GetEventTypes(),
 		EmbedID:     req.GetEmbedId(),
 		Enabled:     req.GetEnabled(),
+		Headers:     req.GetHeaders(),
 	})
 	if err != nil {
 		return nil, s.fail(ctx, "update", req.GetOwnerId(), err)
@@ -219,6 +221,7 @@ func toProto(e *endpoint.Endpoint) *webhooksv1.Endpoint {
 		DisabledReason: e.DisabledReason,
 		CreatedAt:      timestamppb.New(e.CreatedAt),
 		UpdatedAt:      timestamppb.New(e.UpdatedAt),
+		HeaderNames:    e.HeaderNames,
 	}
 	if e.FailingSince != nil {
 		out.FailingSince = timestamppb.New(*e.FailingSince)

@@ -111,8 +111,11 @@ type Endpoint struct {
 	UpdatedAt    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	// While set, deliveries are signed with the previous secret too.
 	PreviousSecretExpiresAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=previous_secret_expires_at,json=previousSecretExpiresAt,proto3" json:"previous_secret_expires_at,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// Names of the custom headers sent on every delivery. Their values are
+	// write-only: sealed at rest like the secret, never returned.
+	HeaderNames   []string `protobuf:"bytes,20,rep,name=header_names,json=headerNames,proto3" json:"header_names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Endpoint) Reset() {
@@ -225,6 +228,13 @@ func (x *Endpoint) GetUpdatedAt() *timestamppb.Timestamp {
 func (x *Endpoint) GetPreviousSecretExpiresAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.PreviousSecretExpiresAt
+	}
+	return nil
+}
+
+func (x *Endpoint) GetHeaderNames() []string {
+	if x != nil {
+		return x.HeaderNames
 	}
 	return nil
 }
@@ -439,12 +449,18 @@ func (x *GetEndpointResponse) GetEndpoint() *Endpoint {
 }
 
 type CreateEndpointRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	OwnerId       string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
-	Url           string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
-	Description   string                 `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
-	EventTypes    []string               `protobuf:"bytes,4,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
-	EmbedId       string                 `protobuf:"bytes,5,opt,name=embed_id,json=embedId,proto3" json:"embed_id,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OwnerId     string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	Url         string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	Description string                 `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	EventTypes  []string               `protobuf:"bytes,4,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
+	EmbedId     string                 `protobuf:"bytes,5,opt,name=embed_id,json=embedId,proto3" json:"embed_id,omitempty"`
+	// Custom headers sent on every delivery (name → value), e.g. a gateway's
+	// static key. At most 10, names HTTP tokens of at most 64 characters,
+	// values printable ASCII of at most 1024 bytes, 4096 bytes in all.
+	// webhook-*, content-*, proxy-*, host, user-agent, authorization, cookie
+	// and hop-by-hop names are refused.
+	Headers       map[string]string `protobuf:"bytes,20,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -514,6 +530,13 @@ func (x *CreateEndpointRequest) GetEmbedId() string {
 	return ""
 }
 
+func (x *CreateEndpointRequest) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
 type CreateEndpointResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Endpoint *Endpoint              `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
@@ -571,13 +594,16 @@ type UpdateEndpointRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	OwnerId    string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
 	EndpointId string                 `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
-	// Paths among: url, description, event_types, embed_id, enabled.
-	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
-	Url           string                 `protobuf:"bytes,4,opt,name=url,proto3" json:"url,omitempty"`
-	Description   string                 `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
-	EventTypes    []string               `protobuf:"bytes,6,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
-	EmbedId       string                 `protobuf:"bytes,7,opt,name=embed_id,json=embedId,proto3" json:"embed_id,omitempty"`
-	Enabled       bool                   `protobuf:"varint,8,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// Paths among: url, description, event_types, embed_id, enabled, headers.
+	UpdateMask  *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	Url         string                 `protobuf:"bytes,4,opt,name=url,proto3" json:"url,omitempty"`
+	Description string                 `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	EventTypes  []string               `protobuf:"bytes,6,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
+	EmbedId     string                 `protobuf:"bytes,7,opt,name=embed_id,json=embedId,proto3" json:"embed_id,omitempty"`
+	Enabled     bool                   `protobuf:"varint,8,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// With the "headers" path: replaces every custom header (empty removes
+	// them all). Rules as in CreateEndpointRequest.headers.
+	Headers       map[string]string `protobuf:"bytes,20,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -666,6 +692,13 @@ func (x *UpdateEndpointRequest) GetEnabled() bool {
 		return x.Enabled
 	}
 	return false
+}
+
+func (x *UpdateEndpointRequest) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
 }
 
 type UpdateEndpointResponse struct {
@@ -1519,7 +1552,7 @@ var File_webhooks_v1_endpoints_proto protoreflect.FileDescriptor
 
 const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\n" +
-	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf8\x03\n" +
+	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9b\x04\n" +
 	"\bEndpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bowner_id\x18\x02 \x01(\tR\aownerId\x12\x10\n" +
@@ -1536,7 +1569,8 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12W\n" +
-	"\x1aprevious_secret_expires_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x17previousSecretExpiresAt\"m\n" +
+	"\x1aprevious_secret_expires_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x17previousSecretExpiresAt\x12!\n" +
+	"\fheader_names\x18\x14 \x03(\tR\vheaderNames\"m\n" +
 	"\x14ListEndpointsRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -1550,17 +1584,21 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
 	"endpointId\"H\n" +
 	"\x13GetEndpointResponse\x121\n" +
-	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"\xa2\x01\n" +
+	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"\xa9\x02\n" +
 	"\x15CreateEndpointRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12 \n" +
 	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x1f\n" +
 	"\vevent_types\x18\x04 \x03(\tR\n" +
 	"eventTypes\x12\x19\n" +
-	"\bembed_id\x18\x05 \x01(\tR\aembedId\"c\n" +
+	"\bembed_id\x18\x05 \x01(\tR\aembedId\x12I\n" +
+	"\aheaders\x18\x14 \x03(\v2/.webhooks.v1.CreateEndpointRequest.HeadersEntryR\aheaders\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"c\n" +
 	"\x16CreateEndpointResponse\x121\n" +
 	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\x12\x16\n" +
-	"\x06secret\x18\x02 \x01(\tR\x06secret\"\x9a\x02\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"\xa1\x03\n" +
 	"\x15UpdateEndpointRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
@@ -1572,7 +1610,11 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\vevent_types\x18\x06 \x03(\tR\n" +
 	"eventTypes\x12\x19\n" +
 	"\bembed_id\x18\a \x01(\tR\aembedId\x12\x18\n" +
-	"\aenabled\x18\b \x01(\bR\aenabled\"K\n" +
+	"\aenabled\x18\b \x01(\bR\aenabled\x12I\n" +
+	"\aheaders\x18\x14 \x03(\v2/.webhooks.v1.UpdateEndpointRequest.HeadersEntryR\aheaders\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +
 	"\x16UpdateEndpointResponse\x121\n" +
 	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"S\n" +
 	"\x15DeleteEndpointRequest\x12\x19\n" +
@@ -1674,7 +1716,7 @@ func file_webhooks_v1_endpoints_proto_rawDescGZIP() []byte {
 }
 
 var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(DeliveryState)(0),             // 0: webhooks.v1.DeliveryState
 	(*Endpoint)(nil),               // 1: webhooks.v1.Endpoint
@@ -1700,57 +1742,61 @@ var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(*ListEventTypesRequest)(nil),  // 21: webhooks.v1.ListEventTypesRequest
 	(*EventType)(nil),              // 22: webhooks.v1.EventType
 	(*ListEventTypesResponse)(nil), // 23: webhooks.v1.ListEventTypesResponse
-	(*timestamppb.Timestamp)(nil),  // 24: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),  // 25: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),    // 26: google.protobuf.Duration
-	(*structpb.Struct)(nil),        // 27: google.protobuf.Struct
+	nil,                            // 24: webhooks.v1.CreateEndpointRequest.HeadersEntry
+	nil,                            // 25: webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),  // 27: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),    // 28: google.protobuf.Duration
+	(*structpb.Struct)(nil),        // 29: google.protobuf.Struct
 }
 var file_webhooks_v1_endpoints_proto_depIdxs = []int32{
-	24, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
-	24, // 1: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
-	24, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
-	24, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	26, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
+	26, // 1: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
+	26, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
+	26, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 4: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
 	1,  // 5: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	1,  // 6: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	25, // 7: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
-	1,  // 8: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	26, // 9: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	24, // 10: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 11: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
-	24, // 12: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	24, // 13: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
-	24, // 14: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
-	24, // 15: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
-	17, // 16: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
-	27, // 17: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
-	27, // 18: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
-	22, // 19: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
-	2,  // 20: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
-	4,  // 21: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
-	6,  // 22: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
-	8,  // 23: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
-	10, // 24: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
-	12, // 25: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
-	14, // 26: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
-	16, // 27: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
-	19, // 28: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
-	21, // 29: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
-	3,  // 30: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
-	5,  // 31: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
-	7,  // 32: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
-	9,  // 33: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
-	11, // 34: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
-	13, // 35: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
-	15, // 36: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
-	18, // 37: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
-	20, // 38: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
-	23, // 39: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
-	30, // [30:40] is the sub-list for method output_type
-	20, // [20:30] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	24, // 6: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
+	1,  // 7: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	27, // 8: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
+	25, // 9: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	1,  // 10: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	28, // 11: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	26, // 12: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 13: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
+	26, // 14: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	26, // 15: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
+	26, // 16: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
+	26, // 17: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
+	17, // 18: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
+	29, // 19: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
+	29, // 20: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
+	22, // 21: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
+	2,  // 22: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
+	4,  // 23: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
+	6,  // 24: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
+	8,  // 25: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
+	10, // 26: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
+	12, // 27: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
+	14, // 28: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
+	16, // 29: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
+	19, // 30: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
+	21, // 31: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
+	3,  // 32: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
+	5,  // 33: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
+	7,  // 34: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
+	9,  // 35: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
+	11, // 36: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
+	13, // 37: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
+	15, // 38: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
+	18, // 39: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
+	20, // 40: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
+	23, // 41: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
+	32, // [32:42] is the sub-list for method output_type
+	22, // [22:32] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_endpoints_proto_init() }
@@ -1764,7 +1810,7 @@ func file_webhooks_v1_endpoints_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_webhooks_v1_endpoints_proto_rawDesc), len(file_webhooks_v1_endpoints_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
