@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -564,9 +565,7 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 	}
 	// First, so nothing below can be overridden by them (the names that
 	// could are refused when the endpoint is saved, too).
-	for name, values := range custom {
-		req.Header[name] = values
-	}
+	maps.Copy(req.Header, custom)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "dispatcher-webhooks/1")
 	// Signed at send time on every attempt: the timestamp changes, the id

@@ -228,11 +228,12 @@ func sealHeaders(kr *seal.Keyring, id uuid.UUID, hs []Header) ([]byte, error) {
 }
 
 // OpenHeaders unseals endpoint id's custom headers (its headers_enc column
-// as stored; nil for none) into a header set to add to each delivery.
-// Errors name the endpoint and the seal failure, never a name or a value.
+// as stored; nil for none, which opens to an empty set) into a header set to
+// add to each delivery. Errors name the endpoint and the seal failure, never
+// a name or a value.
 func OpenHeaders(kr *seal.Keyring, id uuid.UUID, sealed []byte) (http.Header, error) {
 	if sealed == nil {
-		return nil, nil
+		return http.Header{}, nil
 	}
 	plain, err := kr.Open(sealed, headersAD(id))
 	if err != nil {

@@ -47,7 +47,7 @@ type Endpoint struct {
 	// back here.
 	HeaderNames []string
 	CreatedAt   time.Time
-	UpdatedAt               time.Time
+	UpdatedAt   time.Time
 }
 
 // Store reads and writes webhook_endpoints. Every method is scoped to an
