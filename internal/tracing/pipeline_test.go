@@ -30,6 +30,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/standmeet/webhook-dispatcher/internal/access"
+	"github.com/standmeet/webhook-dispatcher/internal/access/accesstest"
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
@@ -101,6 +103,9 @@ type testBundle struct {
 type setupOpts struct {
 	inlineFanout bool
 	statuses     []int
+	// access runs a fake access service admitting embed emb_1 to wiki://
+	// subjects, reached with tracing on.
+	access bool
 }
 
 // setup runs the pipeline as serve wires it, tracing on: the gRPC API on
@@ -118,7 +123,22 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	srv := httptest.NewServer(rcv)
 	t.Cleanup(srv.Close)
 
-	decide := scope.NewDecider(nil, m, logger).Func()
+	var admitter scope.EmbedAdmitter
+	if opts.access {
+		fake := accesstest.NewServer()
+		fake.SetEmbed("emb_1", accesstest.Embed{OwnerID: "owner_1", CodeID: "code_1"})
+		fake.SetCode("code_1", accesstest.Code{SubjectPrefixes: []string{"wiki://"}})
+		lis, err := new(net.ListenConfig).Listen(ctx, "tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		served := make(chan error, 1)
+		go func() { served <- fake.Serve(lis) }()
+		t.Cleanup(func() { fake.Stop(); <-served })
+		client, closer, err := access.Dial(access.Config{Addr: lis.Addr().String(), Trace: true})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = closer.Close() })
+		admitter = client
+	}
+	decide := scope.NewDecider(admitter, m, logger).Func()
 	workers := river.NewWorkers()
 	river.AddWorker(workers, fanout.NewWorker(db.Pool, decide, nil, m, logger))
 	river.AddWorker(workers, delivery.NewWorker(delivery.Config{}, db.Pool,
@@ -173,8 +193,9 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	}
 }
 
-// createEndpoint adds an endpoint of owner_1 pointing at the receiver.
-func (b *testBundle) createEndpoint(t *testing.T) {
+// createEndpoint adds an endpoint of owner_1 pointing at the receiver,
+// bound to embedID if set.
+func (b *testBundle) createEndpoint(t *testing.T, embedID ...string) {
 	t.Helper()
 	id := uuid.New()
 	secret, err := webhook.GenerateSecret()
@@ -183,9 +204,13 @@ func (b *testBundle) createEndpoint(t *testing.T) {
 	require.NoError(t, err)
 	sealed, err := b.keyring.Seal(key, id[:])
 	require.NoError(t, err)
-	testfactory.Endpoint(context.Background(), t, b.db.Pool, &testfactory.EndpointOpts{
+	opts := &testfactory.EndpointOpts{
 		ID: &id, OwnerID: "owner_1", URL: b.url, SecretEnc: sealed,
-	})
+	}
+	if len(embedID) > 0 {
+		opts.EmbedID = &embedID[0]
+	}
+	testfactory.Endpoint(context.Background(), t, b.db.Pool, opts)
 }
 
 // publish publishes one event inside a span of the main app's and returns
@@ -363,6 +388,23 @@ func TestTrace(t *testing.T) {
 		require.Equal(t, ing.SpanContext.SpanID(), fan.Parent.SpanID())
 		require.Equal(t, fan.SpanContext.SpanID(), work.Parent.SpanID())
 		require.Equal(t, work.SpanContext.SpanID(), h.Parent.SpanID())
+		requireNoTraceSent(t, b.receiver)
+	})
+
+	t.Run("AccessServiceCall", func(t *testing.T) {
+		t.Parallel()
+		// An embed-bound endpoint needs the access service: the event goes
+		// to a fanout job, whose call to the service is in the trace.
+		b := setup(t, setupOpts{inlineFanout: true, access: true, statuses: []int{http.StatusOK}})
+		b.createEndpoint(t, "emb_1")
+
+		traceID := b.publish(t, "evt_trace_access")
+		got := waitSpans(t, traceID, "river.work/webhook.deliver", 1)
+		fan := one(t, got, "river.work/webhook.fanout", trace.SpanKindConsumer)
+		call := one(t, got, "access.v1.AccessService/EmbedAdmits", trace.SpanKindClient)
+		require.Equal(t, fan.SpanContext.SpanID(), call.Parent.SpanID())
+		work := one(t, got, "river.work/webhook.deliver", trace.SpanKindConsumer)
+		require.Equal(t, fan.SpanContext.SpanID(), work.Parent.SpanID())
 		requireNoTraceSent(t, b.receiver)
 	})
 
