@@ -20,9 +20,11 @@
 //
 //	{"id":"…","type":"…","subject":"…","occurred_at":"…","data":{…}}
 //
-// Only the symmetric "v1" scheme (HMAC-SHA256) is implemented. Entries with other
-// versions (for example the asymmetric "v1a") are ignored by the verifier, so a header
-// that mixes schemes still verifies on its v1 entry.
+// Both schemes of the spec are implemented: "v1", HMAC-SHA256 with a shared secret
+// (whsec_…), and "v1a", Ed25519 with a key pair (the sender signs with the private
+// key, whsk_…; receivers verify with the public key, whpk_…, and so hold nothing that
+// could forge a message). A header may carry entries of both, and a Verifier skips
+// the entries of a scheme it holds no key for.
 //
 // Receivers should also deduplicate on the webhook-id header (the event id): the
 // dispatcher delivers at least once and retries carry the same id.

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -18,8 +19,12 @@ const (
 	HeaderSignature = "webhook-signature"
 )
 
-// signatureVersion is the only scheme implemented: HMAC-SHA256 with a shared secret.
-const signatureVersion = "v1"
+// The signature schemes: v1 is HMAC-SHA256 with a shared secret, v1a Ed25519
+// with a key pair.
+const (
+	signatureVersion           = "v1"
+	signatureVersionAsymmetric = "v1a"
+)
 
 // Sign returns one signature entry, "v1,<base64>", over msgID, ts and body.
 //
@@ -29,6 +34,13 @@ func Sign(key []byte, msgID string, ts time.Time, body []byte) string {
 	return signatureVersion + "," + string(mac(key, msgID, ts.Unix(), body))
 }
 
+// SignEd25519 returns one asymmetric signature entry, "v1a,<base64>", over msgID,
+// ts and body, with the same signed content as Sign.
+func SignEd25519(key ed25519.PrivateKey, msgID string, ts time.Time, body []byte) string {
+	sig := ed25519.Sign(key, signedContent(msgID, ts.Unix(), body))
+	return signatureVersionAsymmetric + "," + base64.StdEncoding.EncodeToString(sig)
+}
+
 // SignatureHeader returns the webhook-signature header value for body: one v1 entry
 // per key, space-separated, in the order given.
 //
@@ -36,25 +48,66 @@ func Sign(key []byte, msgID string, ts time.Time, body []byte) string {
 // receivers that still hold the old secret keep verifying. It returns "" if keys is
 // empty.
 func SignatureHeader(keys [][]byte, msgID string, ts time.Time, body []byte) string {
-	var b strings.Builder
-	for i, key := range keys {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString(Sign(key, msgID, ts, body))
-	}
-	return b.String()
+	return Keys{HMAC: keys}.SignatureHeader(msgID, ts, body)
 }
 
-// SetHeaders sets the three Standard Webhooks headers on h for one delivery attempt.
+// SetHeaders sets the three Standard Webhooks headers on h for one delivery attempt,
+// signed with the HMAC keys (v1). Keys.SetHeaders also signs with Ed25519 keys.
 //
 // Call it immediately before each attempt with that attempt's time: receivers reject
 // timestamps more than five minutes away from their clock, so a retry must be
 // re-signed rather than replayed.
 func SetHeaders(h http.Header, keys [][]byte, msgID string, ts time.Time, body []byte) {
+	Keys{HMAC: keys}.SetHeaders(h, msgID, ts, body)
+}
+
+// Keys are what one message is signed with. Each key gives one entry of the
+// webhook-signature header: v1 entries for the HMAC keys, then v1a entries for
+// the Ed25519 keys, each in the order given. Several keys of one kind are the
+// overlap of a rotation; a header may mix both kinds, and verifiers skip the
+// entries of a scheme they do not hold a key for.
+type Keys struct {
+	// HMAC keys, as ParseSecret returns them, sign v1 entries.
+	HMAC [][]byte
+	// Ed25519 private keys, as ParseSigningKey returns them, sign v1a entries.
+	Ed25519 []ed25519.PrivateKey
+}
+
+// SignatureHeader returns the webhook-signature header value for body, or "" if
+// k holds no key.
+func (k Keys) SignatureHeader(msgID string, ts time.Time, body []byte) string {
+	var b strings.Builder
+	for _, key := range k.HMAC {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(Sign(key, msgID, ts, body))
+	}
+	for _, key := range k.Ed25519 {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(SignEd25519(key, msgID, ts, body))
+	}
+	return b.String()
+}
+
+// SetHeaders sets the three Standard Webhooks headers on h for one delivery
+// attempt, as the package's SetHeaders does, signed with every key of k.
+func (k Keys) SetHeaders(h http.Header, msgID string, ts time.Time, body []byte) {
 	h.Set(HeaderID, msgID)
 	h.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
-	h.Set(HeaderSignature, SignatureHeader(keys, msgID, ts, body))
+	h.Set(HeaderSignature, k.SignatureHeader(msgID, ts, body))
+}
+
+// signedContent is "<id>.<timestamp>.<body>", the bytes both schemes sign.
+func signedContent(msgID string, unix int64, body []byte) []byte {
+	b := make([]byte, 0, len(msgID)+24+len(body))
+	b = append(b, msgID...)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, unix, 10)
+	b = append(b, '.')
+	return append(b, body...)
 }
 
 // mac returns the padded standard base64 text of HMAC-SHA256(key, id.ts.body).

@@ -1,7 +1,9 @@
 package webhook
 
 import (
+	"crypto/ed25519"
 	"crypto/hmac"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -32,30 +34,46 @@ var (
 	ErrBodyTooLarge        = errors.New("webhook: request body too large")
 )
 
-// Verifier checks Standard Webhooks v1 signatures against one or more secrets.
-// It is safe for concurrent use.
+// maxAsymmetricEntries bounds the v1a entries of one header that are checked:
+// each costs an Ed25519 verification, and a sender signs with at most a
+// couple of keys (two during a rotation).
+const maxAsymmetricEntries = 8
+
+// Verifier checks Standard Webhooks signatures against one or more secrets (v1,
+// HMAC-SHA256) or public keys (v1a, Ed25519). It is safe for concurrent use.
 type Verifier struct {
 	keys [][]byte
+	pubs []ed25519.PublicKey
 }
 
-// NewVerifier returns a Verifier that accepts a message signed with any of secrets.
+// NewVerifier returns a Verifier that accepts a message signed with any of keys.
+// Each is a shared secret ("whsec_…", the prefix optional) for v1 signatures or
+// a public key ("whpk_…", the prefix required) for v1a signatures.
 //
-// Several secrets are the receiving side of a rotation: keep the old secret next to
-// the new one until the sender has stopped signing with it.
-func NewVerifier(secrets ...string) (*Verifier, error) {
-	if len(secrets) == 0 {
+// Several keys are the receiving side of a rotation: keep the old one next to the
+// new one until the sender has stopped signing with it.
+func NewVerifier(keys ...string) (*Verifier, error) {
+	if len(keys) == 0 {
 		return nil, fmt.Errorf("%w: no secrets given", ErrInvalidSecret)
 	}
-	keys := make([][]byte, 0, len(secrets))
-	for i, s := range secrets {
+	v := &Verifier{}
+	for i, s := range keys {
+		if strings.HasPrefix(s, PublicKeyPrefix) {
+			pub, err := ParsePublicKey(s)
+			if err != nil {
+				return nil, fmt.Errorf("key %d: %w", i, err)
+			}
+			v.pubs = append(v.pubs, pub)
+			continue
+		}
 		key, err := ParseSecret(s)
 		if err != nil {
 			// The index says which secret is bad without repeating any of it.
 			return nil, fmt.Errorf("secret %d: %w", i, err)
 		}
-		keys = append(keys, key)
+		v.keys = append(v.keys, key)
 	}
-	return &Verifier{keys: keys}, nil
+	return v, nil
 }
 
 // Verify checks the Standard Webhooks headers in h against body at the current time.
@@ -97,19 +115,37 @@ func (v *Verifier) VerifyAt(h http.Header, body []byte, now time.Time) error {
 	for i, key := range v.keys {
 		expected[i] = mac(key, msgID, ts, body)
 	}
+	var content []byte // for v1a, built on the first v1a entry
+	asymmetric := 0
 	for _, line := range sigs {
 		for entry := range strings.FieldsSeq(line) {
 			version, sig, ok := strings.Cut(entry, ",")
-			// Other versions (v1a, future ones) are skipped, not failed: a sender may
-			// sign with several schemes at once.
-			if !ok || version != signatureVersion {
-				continue
-			}
-			for _, exp := range expected {
-				if hmac.Equal([]byte(sig), exp) {
-					return nil
+			switch {
+			case !ok:
+			case version == signatureVersion:
+				for _, exp := range expected {
+					if hmac.Equal([]byte(sig), exp) {
+						return nil
+					}
+				}
+			case version == signatureVersionAsymmetric && len(v.pubs) > 0 && asymmetric < maxAsymmetricEntries:
+				asymmetric++
+				raw, err := base64.StdEncoding.DecodeString(sig)
+				if err != nil || len(raw) != ed25519.SignatureSize {
+					continue
+				}
+				if content == nil {
+					content = signedContent(msgID, ts, body)
+				}
+				for _, pub := range v.pubs {
+					if ed25519.Verify(pub, content, raw) {
+						return nil
+					}
 				}
 			}
+			// Anything else (another version, a scheme this Verifier holds no
+			// key for) is skipped, not failed: a sender may sign with several
+			// schemes at once.
 		}
 	}
 	return ErrNoMatchingSignature
