@@ -17,6 +17,21 @@ const (
 	ScopeError = "error"
 )
 
+// The known values of each label. New creates every series with them at 0,
+// so that a dashboard or an alert finds 0 from the start instead of nothing
+// until the first event (rate() over a series that appears mid-window misses
+// its first increase, and absent series make ratios vanish). The packages that
+// emit a value own it; their tests check that it is listed here.
+var (
+	DeliveryOutcomes = []string{"completed", "retryable", "snoozed", "cancelled", "discarded"}
+	StatusClasses    = []string{"none", "1xx", "2xx", "3xx", "4xx", "5xx"}
+	SnoozeReasons    = []string{"lease_busy", "retry_after"}
+	ScopeRules       = []string{"raw", "internal", "owner", "test_target", "published_slice", "embed", "unscoped"}
+	ScopeResults     = []string{ScopeAdmit, ScopeDeny, ScopeError}
+	IngestPaths      = []string{"grpc", "outbox", "test"}
+	IngestResults    = []string{"stored", "duplicate", "dropped_internal", "dropped_raw", "invalid", "conflict"}
+)
+
 // Metrics holds the dispatcher's collectors. Construct it once per process
 // (or per test) with New.
 type Metrics struct {
@@ -116,6 +131,25 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.FanoutEnqueuedTotal, m.FanoutDuration, m.ScopeDecisionsTotal,
 		m.IngestEventsTotal, m.RelayBatchRows, m.RelayLag, m.RelayPoisonedTotal, m.RelayErrorsTotal,
 	)
+	for _, class := range StatusClasses {
+		m.AttemptDuration.WithLabelValues(class)
+		for _, outcome := range DeliveryOutcomes {
+			m.DeliveriesTotal.WithLabelValues(outcome, class)
+		}
+	}
+	for _, reason := range SnoozeReasons {
+		m.SnoozesTotal.WithLabelValues(reason)
+	}
+	for _, rule := range ScopeRules {
+		for _, result := range ScopeResults {
+			m.ScopeDecisionsTotal.WithLabelValues(rule, result)
+		}
+	}
+	for _, path := range IngestPaths {
+		for _, result := range IngestResults {
+			m.IngestEventsTotal.WithLabelValues(path, result)
+		}
+	}
 	return m
 }
 

@@ -65,23 +65,80 @@ func TestStateCollector(t *testing.T) {
 dispatcher_endpoints{state="disabled"} 1
 dispatcher_endpoints{state="enabled"} 1
 dispatcher_endpoints{state="failing"} 1
-# HELP dispatcher_queue_jobs River jobs by kind and state (cluster-wide).
-# TYPE dispatcher_queue_jobs gauge
-dispatcher_queue_jobs{kind="webhook.deliver",state="available"} 1
 # HELP dispatcher_state_scrape_success 1 when the state queries succeeded during this scrape.
 # TYPE dispatcher_state_scrape_success gauge
 dispatcher_state_scrape_success 1
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
-		"dispatcher_endpoints", "dispatcher_queue_jobs", "dispatcher_state_scrape_success"))
+		"dispatcher_endpoints", "dispatcher_state_scrape_success"))
 
+	jobs := gauges(t, reg, "dispatcher_queue_jobs")
+	require.Len(t, jobs, 3*8, "every known kind in every River state")
+	require.InDelta(t, 1.0, jobs[`kind="webhook.deliver",state="available"`], 0)
+	require.InDelta(t, 0.0, jobs[`kind="webhook.fanout",state="available"`], 0, "0, not missing")
+	require.InDelta(t, 0.0, jobs[`kind="webhook.deliver",state="retryable"`], 0)
+
+	oldest := gauges(t, reg, "dispatcher_queue_oldest_available_age_seconds")
+	require.Len(t, oldest, 3)
+	require.GreaterOrEqual(t, oldest[`kind="webhook.deliver"`], 89.0)
+	require.InDelta(t, 0.0, oldest[`kind="webhook.fanout"`], 0, "0 when none, as its help says")
+	require.InDelta(t, 0.0, oldest[`kind="webhook.prune_events"`], 0)
+}
+
+func TestZeroSeries(t *testing.T) {
+	t.Parallel()
+
+	t.Run("EveryKnownLabelValueStartsAtZero", func(t *testing.T) {
+		t.Parallel()
+		reg := prometheus.NewRegistry()
+		metrics.New(reg)
+		deliveries := gauges(t, reg, "dispatcher_deliveries_total")
+		require.Len(t, deliveries, len(metrics.DeliveryOutcomes)*len(metrics.StatusClasses))
+		for _, s := range []string{`outcome="retryable",status_class="5xx"`, `outcome="completed",status_class="2xx"`, `outcome="cancelled",status_class="none"`} {
+			v, ok := deliveries[s]
+			require.True(t, ok, s)
+			require.Zero(t, v)
+		}
+		require.Len(t, gauges(t, reg, "dispatcher_delivery_snoozes_total"), 2)
+		require.Len(t, gauges(t, reg, "dispatcher_ingest_events_total"), 3*6)
+		scope := gauges(t, reg, "dispatcher_scope_decisions_total")
+		require.Contains(t, scope, `result="error",rule="embed"`)
+		require.Len(t, scope, 7*3)
+		require.Len(t, gauges(t, reg, "dispatcher_delivery_attempt_duration_seconds"), len(metrics.StatusClasses))
+	})
+
+	t.Run("StateSeriesOfAnEmptyDatabase", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.New(t)
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(metrics.NewStateCollector(db.Pool, slog.New(slog.DiscardHandler)))
+		oldest := gauges(t, reg, "dispatcher_queue_oldest_available_age_seconds")
+		require.Equal(t, map[string]float64{`kind="webhook.prune_events"`: 0, `kind="webhook.deliver"`: 0, `kind="webhook.fanout"`: 0}, oldest)
+		require.Len(t, gauges(t, reg, "dispatcher_queue_jobs"), 3*8)
+		require.Len(t, gauges(t, reg, "dispatcher_endpoints"), 3)
+	})
+}
+
+// gauges gathers reg and returns the series of family name, keyed by their
+// labels as `a="x",b="y"` (sorted by name), valued by their gauge, counter or
+// histogram count.
+func gauges(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
+	out := map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() == "dispatcher_queue_oldest_available_age_seconds" {
-			require.GreaterOrEqual(t, mf.GetMetric()[0].GetGauge().GetValue(), 89.0)
-			return
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, lp := range m.GetLabel() {
+				labels = append(labels, lp.GetName()+`="`+lp.GetValue()+`"`)
+			}
+			v := m.GetGauge().GetValue() + m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+			out[strings.Join(labels, ",")] = v
 		}
 	}
-	t.Fatal("oldest available age not reported")
+	return out
 }

@@ -7,11 +7,16 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
 // StateCollector reads queue depth, the oldest available job's age, endpoint
 // health states and River leadership from Postgres at scrape time. Every
 // replica reports the same cluster-wide values; aggregate with max(), not sum().
+// Each known job kind (and, for the depth, each River job state) is reported
+// even when no job has it, at 0.
 type StateCollector struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
@@ -22,6 +27,9 @@ type StateCollector struct {
 	leader    *prometheus.Desc
 	up        *prometheus.Desc
 }
+
+// knownKinds are the job kinds the dispatcher inserts.
+var knownKinds = []string{job.KindFanout, job.KindDeliver, job.KindPrune}
 
 // NewStateCollector builds the collector over the dispatcher's pool.
 func NewStateCollector(pool *pgxpool.Pool, logger *slog.Logger) *StateCollector {
@@ -63,6 +71,15 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *StateCollector) collect(ctx context.Context, ch chan<- prometheus.Metric) error {
+	type kindState struct{ kind, state string }
+	counts := map[kindState]int64{}
+	ages := map[string]float64{}
+	for _, kind := range knownKinds {
+		ages[kind] = 0
+		for _, state := range rivertype.JobStates() {
+			counts[kindState{kind, string(state)}] = 0
+		}
+	}
 	rows, err := c.pool.Query(ctx, `SELECT kind, state::text, count(*) FROM river_job GROUP BY 1, 2`)
 	if err != nil {
 		return err
@@ -74,7 +91,7 @@ func (c *StateCollector) collect(ctx context.Context, ch chan<- prometheus.Metri
 			rows.Close()
 			return err
 		}
-		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(n), kind, state)
+		counts[kindState{kind, state}] = n
 	}
 	if err := rows.Err(); err != nil {
 		return err
@@ -93,10 +110,16 @@ SELECT kind, extract(epoch FROM now() - min(scheduled_at))::float8
 			rows.Close()
 			return err
 		}
-		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, max(age, 0), kind)
+		ages[kind] = max(age, 0)
 	}
 	if err := rows.Err(); err != nil {
 		return err
+	}
+	for ks, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(n), ks.kind, ks.state)
+	}
+	for kind, age := range ages {
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age, kind)
 	}
 
 	var enabled, failing, disabled int64

@@ -1,0 +1,22 @@
+package ingest
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+)
+
+// TestMetricLabelsAreKnown keeps the label values this package emits in step
+// with the lists internal/metrics creates at 0.
+func TestMetricLabelsAreKnown(t *testing.T) {
+	t.Parallel()
+
+	require.ElementsMatch(t, metrics.IngestPaths, []string{string(SourceGRPC), string(SourceOutbox), string(SourceTest)})
+	results := []string{resultInvalid, resultConflict}
+	for o := OutcomeStored; o <= OutcomeDroppedRaw; o++ {
+		results = append(results, o.String())
+	}
+	require.ElementsMatch(t, metrics.IngestResults, results)
+}
