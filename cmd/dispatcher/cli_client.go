@@ -35,6 +35,8 @@ const cliDefaultAddr = "127.0.0.1:7070"
 type cliConn struct {
 	addr      string
 	caFile    string
+	certFile  string
+	keyFile   string
 	json      bool
 	owner     string
 	timeout   time.Duration
@@ -52,6 +54,8 @@ func (c *cliConn) bind(fs *flag.FlagSet, withOwner bool) {
 	fs.BoolVar(&c.json, "json", false, "print the API response as JSON")
 	fs.BoolVar(&c.tls, "tls", env.boolean("DISPATCHER_TLS", false), "connect with TLS (env DISPATCHER_TLS)")
 	fs.StringVar(&c.caFile, "ca-file", os.Getenv("DISPATCHER_CA_FILE"), "PEM CA bundle to verify the server with --tls (default: system roots; env DISPATCHER_CA_FILE)")
+	fs.StringVar(&c.certFile, "cert-file", os.Getenv("DISPATCHER_CERT_FILE"), "PEM client certificate for a server with mutual TLS; with --key-file, implies --tls (env DISPATCHER_CERT_FILE)")
+	fs.StringVar(&c.keyFile, "key-file", os.Getenv("DISPATCHER_KEY_FILE"), "PEM key of --cert-file (env DISPATCHER_KEY_FILE)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "deadline of the call")
 	if withOwner {
 		fs.StringVar(&c.owner, "owner", os.Getenv("DISPATCHER_OWNER"), "owner id the endpoints belong to (env DISPATCHER_OWNER)")
@@ -102,9 +106,20 @@ func (c *cliConn) dial(stderr io.Writer) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if (c.certFile == "") != (c.keyFile == "") {
+		return nil, errors.New("--cert-file and --key-file go together")
+	}
 	var creds credentials.TransportCredentials
-	if c.tls {
+	if c.tls || c.certFile != "" {
+		c.tls = true
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if c.certFile != "" {
+			cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+			if err != nil {
+				return nil, fmt.Errorf("--cert-file/--key-file: %w", err)
+			}
+			cfg.Certificates = []tls.Certificate{cert}
+		}
 		if c.caFile != "" {
 			pem, err := os.ReadFile(c.caFile)
 			if err != nil {
