@@ -11,6 +11,10 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 )
 
+// composeImage is the tag make image writes into its tarball besides the
+// version's, so that `docker load` makes it available to compose.
+const composeImage = "webhook-dispatcher:latest"
+
 // checkCompose loads the compose file as `docker compose` does (compose-go:
 // the Compose Specification's JSON schema, interpolation, normalisation,
 // consistency), then checks the dispatcher services against the binary.
@@ -36,30 +40,18 @@ func checkCompose(l layout, _ *catalogue, p *problems) {
 		return
 	}
 	configSource := readConfigSource(l.repo)
-	built := 0
+	dispatchers := 0
 	for name, svc := range project.Services {
 		if svc.Build != nil {
-			built++
-			ctxDir := svc.Build.Context
-			if st, err := os.Stat(ctxDir); err != nil || !st.IsDir() {
-				p.add(file, "service %s: build context %s is not a directory", name, ctxDir)
-				continue
-			}
-			// The context is the directory holding deploy/ (the repository
-			// root), as `docker build -f deploy/Dockerfile .` expects.
-			absDeploy, _ := filepath.Abs(l.deploy)
-			if ctxDir != filepath.Dir(absDeploy) {
-				p.add(file, "service %s: the build context must be the repository root %s, not %s", name, filepath.Dir(absDeploy), ctxDir)
-			}
-			df := filepath.Join(ctxDir, svc.Build.Dockerfile)
-			if want, _ := filepath.Abs(l.dockerfile); df != want {
-				p.add(file, "service %s: build the image from deploy/Dockerfile, not %s", name, df)
-			} else if _, err := os.Stat(df); err != nil {
-				p.add(file, "service %s: dockerfile %s does not exist", name, df)
-			}
+			// One definition of the image: make image (tools/image).
+			p.add(file, "service %s: builds an image; run %s, which make image builds and docker load takes, instead", name, composeImage)
 		}
-		if !strings.HasPrefix(svc.Image, "webhook-dispatcher") && svc.Build == nil {
+		if !strings.HasPrefix(svc.Image, "webhook-dispatcher") {
 			continue // postgres and friends
+		}
+		dispatchers++
+		if svc.Image != composeImage {
+			p.add(file, "service %s: image %s: want %s, the tag make image gives", name, svc.Image, composeImage)
 		}
 		if len(svc.Command) == 0 || (svc.Command[0] != "serve" && svc.Command[0] != "migrate") {
 			p.add(file, "service %s: command must be serve or migrate, got %q", name, []string(svc.Command))
@@ -74,7 +66,7 @@ func checkCompose(l layout, _ *catalogue, p *problems) {
 			p.add(file, "service %s: DISPATCHER_MASTER_KEYS is required (serve refuses to start without it)", name)
 		}
 	}
-	if built == 0 {
-		p.add(file, "no service builds deploy/Dockerfile")
+	if dispatchers == 0 {
+		p.add(file, "no service runs %s", composeImage)
 	}
 }
