@@ -608,6 +608,11 @@ var tracer = otel.Tracer("github.com/standmeet/webhook-dispatcher/internal/deliv
 // Nothing of the trace is sent to the receiver: the request gets no
 // traceparent header (the egress client does not propagate).
 func startHTTPSpan(ctx context.Context, req *http.Request, endpointID string, j *river.Job[job.DeliverArgs]) trace.Span {
+	if parent := trace.SpanFromContext(ctx); !parent.SpanContext().IsValid() {
+		// Tracing is off (with it on, the job's run is a span): even the
+		// no-op tracer would cost allocations on every attempt.
+		return parent
+	}
 	_, span := tracer.Start(ctx, "http.client", trace.WithSpanKind(trace.SpanKindClient))
 	if !span.IsRecording() {
 		return span

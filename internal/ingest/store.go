@@ -337,21 +337,32 @@ func (s *Store) commitGroup(ctx context.Context, plans []*ingestPlan) (_ []error
 //
 //nolint:spancheck // commitGroup ends it
 func startCommitSpan(ctx context.Context, plans []*ingestPlan) (context.Context, trace.Span) {
-	var links []trace.Link
-	seen := make(map[trace.SpanID]bool)
+	var (
+		links []trace.Link
+		seen  map[trace.SpanID]bool
+	)
 	for _, p := range plans {
 		for _, sc := range p.traces {
-			if sc.IsValid() && !seen[sc.SpanID()] {
-				seen[sc.SpanID()] = true
-				links = append(links, trace.Link{SpanContext: sc})
+			if !sc.IsValid() || seen[sc.SpanID()] {
+				continue
 			}
+			if seen == nil {
+				seen = make(map[trace.SpanID]bool)
+			}
+			seen[sc.SpanID()] = true
+			links = append(links, trace.Link{SpanContext: sc})
 		}
 	}
 	attrs := trace.WithAttributes(attribute.Int("dispatcher.ingest.calls", len(plans)))
-	if len(links) == 1 {
+	switch len(links) {
+	case 0:
+		// No trace to serve (tracing is off): not even a no-op span.
+		return ctx, trace.SpanFromContext(context.Background())
+	case 1:
 		return tracer.Start(trace.ContextWithSpanContext(ctx, links[0].SpanContext), "ingest.commit", attrs)
+	default:
+		return tracer.Start(ctx, "ingest.commit", attrs, trace.WithNewRoot(), trace.WithLinks(links...))
 	}
-	return tracer.Start(ctx, "ingest.commit", attrs, trace.WithNewRoot(), trace.WithLinks(links...))
 }
 
 // commit stores one plan in a transaction of its own.

@@ -1,0 +1,37 @@
+package delivery
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/job"
+)
+
+// With tracing off (this package's tests install no provider), an attempt's
+// span costs nothing: the hot path stays as it was.
+//
+// Not parallel: testing.AllocsPerRun refuses to run in a parallel test.
+func TestHTTPSpanOffIsFree(t *testing.T) {
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://127.0.0.1:8080/hook?token=x", nil)
+	require.NoError(t, err)
+	j := &river.Job[job.DeliverArgs]{Args: job.DeliverArgs{EventID: "e"}}
+	allocs := testing.AllocsPerRun(1000, func() {
+		span := startHTTPSpan(req.Context(), req, "ep", j)
+		endHTTPSpan(span, http.StatusOK, nil)
+	})
+	require.Zero(t, allocs)
+}
+
+func BenchmarkHTTPSpanOff(b *testing.B) {
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://127.0.0.1:8080/hook", nil)
+	j := &river.Job[job.DeliverArgs]{Args: job.DeliverArgs{EventID: "e"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		span := startHTTPSpan(req.Context(), req, "ep", j)
+		endHTTPSpan(span, http.StatusOK, nil)
+	}
+}
