@@ -330,13 +330,21 @@ func TestPublishBadInput(t *testing.T) {
 	}
 }
 
-// TestPublishAdminTokenMayPublish is the control for the auth cases above: the
-// same harness and request succeed with a token that may publish.
-func TestPublishAdminTokenMayPublish(t *testing.T) {
+// TestPublishAdminTokenMayNotPublish: roles are disjoint, so the admin UI's
+// token cannot forge domain events; the same request with the publisher
+// token, the control, is stored.
+func TestPublishAdminTokenMayNotPublish(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	w := newPublishWire(t, db)
 	ctx := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+badInputAdminToken)
+	_, err := w.raw.Publish(ctx, &webhooksv1.PublishRequest{Event: testProtoEvent("evt_admin")})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	_, err = w.raw.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: []*webhooksv1.Event{testProtoEvent("evt_admin")}})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	require.Zero(t, countEvents(t, db), "nothing stored")
+
+	ctx = metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+badInputPublisherToken)
 	resp, err := w.raw.Publish(ctx, &webhooksv1.PublishRequest{Event: testProtoEvent("evt_admin")})
 	require.NoError(t, err)
 	require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED, resp.GetOutcome())
