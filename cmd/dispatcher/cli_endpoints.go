@@ -335,7 +335,7 @@ func deliveriesFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, stri
 		fmt.Fprintln(tw, "DELIVERY\tEVENT\tTYPE\tSTATE\tATTEMPT\tLAST ERROR\tCREATED\tLINK")
 		for _, d := range resp.GetDeliveries() {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", d.GetId(), d.GetEventId(), orDash(d.GetEventType()),
-				deliveryState(d.GetState()), d.GetAttempt(), d.GetMaxAttempts(), orDash(oneLine(d.GetLastError(), 60)),
+				deliveryState(d), d.GetAttempt(), d.GetMaxAttempts(), orDash(oneLine(d.GetLastError(), 60)),
 				fmtTime(d.GetCreatedAt()), orDash(d.GetLink()))
 		}
 		if err := tw.Flush(); err != nil {
@@ -432,9 +432,14 @@ func endpointStatus(ep *webhooksv1.Endpoint) string {
 	}
 }
 
-func deliveryState(s webhooksv1.DeliveryState) string {
-	name := strings.TrimPrefix(s.String(), "DELIVERY_STATE_")
-	return strings.ToLower(name)
+// deliveryState is "pending", "delivered", … and, for a scheduled delivery,
+// why it waits: "scheduled (retry_after)".
+func deliveryState(d *webhooksv1.Delivery) string {
+	name := strings.ToLower(strings.TrimPrefix(d.GetState().String(), "DELIVERY_STATE_"))
+	if w := d.GetWaitReason(); w != webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_UNSPECIFIED {
+		name += " (" + strings.ToLower(strings.TrimPrefix(w.String(), "DELIVERY_WAIT_REASON_")) + ")"
+	}
+	return name
 }
 
 func fmtTime(ts *timestamppb.Timestamp) string {

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
 // Hostile receivers: every receiver below misbehaves on
@@ -778,7 +779,7 @@ func TestHostileRetryAfter(t *testing.T) {
 					}
 				} else {
 					require.Equal(t, tc.want, requireSnooze(t, err))
-					require.InDelta(t, 1, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(snoozeRetryAfter)), 0)
+					require.InDelta(t, 1, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(job.SnoozeRetryAfter)), 0)
 				}
 				b.requireFailed(t, epID) // 429 and 503 count as failures, snoozed or not
 			})

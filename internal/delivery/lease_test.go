@@ -14,6 +14,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
 // runWorker runs w's lease listener and sweeper for the rest of the test.
@@ -124,7 +125,7 @@ func TestLease(t *testing.T) {
 		require.NoError(t, other.Work(rivertest.WorkContext(wctx, b.client), j), "delivered by the second process, no snooze")
 		require.Less(t, time.Since(start), 2*time.Second, "the holder gave the lease up when asked")
 		require.EqualValues(t, 2, rc.hits.Load())
-		require.Zero(t, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(snoozeLeaseBusy)))
+		require.Zero(t, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(job.SnoozeLeaseBusy)))
 	})
 
 	t.Run("WaitsForAReleaseAnnouncedByTheHolder", func(t *testing.T) {

@@ -189,7 +189,7 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.DeliverArgs]) error 
 	}
 	waitUntil := time.Now().Add(w.cfg.LocalWait)
 	if !w.lanes.enter(ctx, endpointID, w.cfg.LocalWait) {
-		return w.snoozeBusy(w.cfg.BusySnooze)
+		return w.snoozeBusy(ctx, w.cfg.BusySnooze)
 	}
 
 	t, token, err := w.acquire(ctx, endpointID, j.Args.EventID, waitUntil)
@@ -202,7 +202,7 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.DeliverArgs]) error 
 		case errors.As(err, &busy):
 			// Until the holder's lease would expire if it died, but not for
 			// long if it is alive: it may hand over any moment.
-			return w.snoozeBusy(min(max(busy.heldFor, w.cfg.BusySnooze), w.cfg.LeaseTTL/3))
+			return w.snoozeBusy(ctx, min(max(busy.heldFor, w.cfg.BusySnooze), w.cfg.LeaseTTL/3))
 		case errors.Is(err, errEndpointGone), errors.Is(err, errEndpointDisabled):
 			return w.cancel(j, "", err)
 		default:
@@ -232,9 +232,18 @@ type busyError struct{ heldFor time.Duration }
 func (e *busyError) Error() string { return errLeaseBusy.Error() }
 func (e *busyError) Unwrap() error { return errLeaseBusy }
 
-func (w *Worker) snoozeBusy(d time.Duration) error {
-	w.metrics.SnoozesTotal.WithLabelValues(snoozeLeaseBusy).Inc()
+func (w *Worker) snoozeBusy(ctx context.Context, d time.Duration) error {
+	w.metrics.SnoozesTotal.WithLabelValues(job.SnoozeLeaseBusy).Inc()
 	w.metrics.DeliveriesTotal.WithLabelValues(outcomeSnoozed.String(), "none").Inc()
+	return snooze(ctx, job.DeliverSnooze{Reason: job.SnoozeLeaseBusy}, d)
+}
+
+// snooze puts the job back for d without spending an attempt, and records
+// why (job.DeliverSnooze) for ListDeliveries. Recording fails only outside a
+// River worker (a test calling Work directly); the snooze stands regardless.
+func snooze(ctx context.Context, note job.DeliverSnooze, d time.Duration) error {
+	note.Until = time.Now().Add(d).UTC()
+	_ = river.RecordOutput(ctx, note)
 	return river.JobSnooze(d)
 }
 
@@ -472,12 +481,6 @@ func (o outcome) String() string {
 	}
 }
 
-// Snooze reasons, the "reason" label of dispatcher_delivery_snoozes_total.
-const (
-	snoozeLeaseBusy  = "lease_busy"
-	snoozeRetryAfter = "retry_after"
-)
-
 // result is an attempt's conclusion: what to return to River and what it
 // means for the endpoint's health (nil settle: nothing, e.g. a shutdown).
 type result struct {
@@ -588,7 +591,7 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 	w.metrics.AttemptDuration.WithLabelValues(class).Observe(elapsed.Seconds())
 	v := classify(jobCtx, resp, err, w.now(), w.cfg.MaxRetryAfter)
 
-	outcome, res := w.conclude(j, v, status, summary, err, ev)
+	outcome, res := w.conclude(jobCtx, j, v, status, summary, err, ev)
 	w.metrics.DeliveriesTotal.WithLabelValues(outcome.String(), class).Inc()
 	attrs := []slog.Attr{slog.Int("status", status), slog.Duration("duration", elapsed), slog.String("outcome", outcome.String())}
 	if res.err != nil && outcome != outcomeSnoozed {
@@ -662,7 +665,7 @@ func endHTTPSpan(span trace.Span, status int, err error) {
 
 // conclude turns a verdict into the River result, the endpoint settlement
 // and the outcome label.
-func (w *Worker) conclude(j *river.Job[job.DeliverArgs], v verdict, status int, summary string, err error, ev *webhook.Event) (outcome, result) {
+func (w *Worker) conclude(ctx context.Context, j *river.Job[job.DeliverArgs], v verdict, status int, summary string, err error, ev *webhook.Event) (outcome, result) {
 	failure := func(e error) *settlement { return &settlement{summary: truncate(e.Error(), 200)} }
 	switch v.kind {
 	case verdictComplete:
@@ -670,8 +673,9 @@ func (w *Worker) conclude(j *river.Job[job.DeliverArgs], v verdict, status int, 
 		return outcomeCompleted, result{settle: &settlement{success: true}}
 	case verdictSnooze:
 		e := fmt.Errorf("HTTP %d with Retry-After: %s", status, summary)
-		w.metrics.SnoozesTotal.WithLabelValues(snoozeRetryAfter).Inc()
-		return outcomeSnoozed, result{err: river.JobSnooze(max(v.delay, minSnooze)), settle: failure(e)}
+		w.metrics.SnoozesTotal.WithLabelValues(job.SnoozeRetryAfter).Inc()
+		note := job.DeliverSnooze{Reason: job.SnoozeRetryAfter, Status: status}
+		return outcomeSnoozed, result{err: snooze(ctx, note, max(v.delay, minSnooze)), settle: failure(e)}
 	case verdictCancel:
 		var e error
 		if err != nil {

@@ -324,7 +324,7 @@ func TestWorkerDelivery(t *testing.T) {
 		j := b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))
 		require.Equal(t, 120*time.Second, requireSnooze(t, b.work(t, j)))
 		require.NotNil(t, b.endpoint(t, epID).failingSince, "429 counts as a failure for health")
-		require.InDelta(t, 1, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(snoozeRetryAfter)), 0)
+		require.InDelta(t, 1, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(job.SnoozeRetryAfter)), 0)
 	})
 
 	t.Run("SnoozesOnRetryAfterDateCapped", func(t *testing.T) {
@@ -452,7 +452,7 @@ func TestWorkerDelivery(t *testing.T) {
 		require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "waited for a release first")
 		require.Equal(t, 10*time.Second, snooze, "until the holder's lease would expire (25 s), capped at a third of the TTL")
 		require.Zero(t, rc.hits.Load())
-		require.InDelta(t, 1, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(snoozeLeaseBusy)), 0)
+		require.InDelta(t, 1, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(job.SnoozeLeaseBusy)), 0)
 	})
 
 	t.Run("TakesAnExpiredLease", func(t *testing.T) {
@@ -658,7 +658,7 @@ func TestWithRiver(t *testing.T) {
 		t.Logf("%d deliveries to one endpoint in %s", n, time.Since(start))
 		require.EqualValues(t, n, rc.hits.Load())
 		require.EqualValues(t, 1, c.peak.Load(), "one delivery in flight per endpoint")
-		snoozes := testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(snoozeLeaseBusy))
+		snoozes := testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(job.SnoozeLeaseBusy))
 		t.Logf("snoozes per delivery: %.3f", snoozes/n)
 		require.LessOrEqual(t, snoozes/n, 0.2, "snoozes per delivery")
 	})
@@ -713,7 +713,7 @@ func TestWithRiver(t *testing.T) {
 		for i := range peaks {
 			require.EqualValues(t, 1, peaks[i].peak.Load(), "endpoint %d: one POST at a time across instances", i)
 		}
-		snoozes := testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(snoozeLeaseBusy))
+		snoozes := testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(job.SnoozeLeaseBusy))
 		t.Logf("snoozes per delivery: %.3f", snoozes/(endpoints*perEndpoint))
 		require.LessOrEqual(t, snoozes/(endpoints*perEndpoint), 0.1, "instances hand leases over instead of snoozing")
 	})

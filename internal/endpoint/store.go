@@ -287,21 +287,6 @@ RETURNING previous_secret_expires_at`, id, owner, sealed, grace.Microseconds()).
 	return secret, expires, nil
 }
 
-// Delivery is one webhook.deliver job of an endpoint.
-type Delivery struct {
-	JobID       int64
-	EventID     string
-	EventType   string // "" when the event was pruned
-	State       string // the River job state
-	Attempt     int
-	MaxAttempts int
-	LastError   string
-	CreatedAt   time.Time
-	AttemptedAt *time.Time
-	ScheduledAt time.Time
-	FinalizedAt *time.Time
-}
-
 // ListDeliveries returns up to limit of owner's endpoint's deliveries, newest
 // first, with job ids below beforeJobID (0 for the first page).
 func (s *Store) ListDeliveries(ctx context.Context, owner string, endpointID uuid.UUID, beforeJobID int64, limit int) ([]*Delivery, error) {
@@ -315,7 +300,7 @@ func (s *Store) ListDeliveries(ctx context.Context, owner string, endpointID uui
 	rows, err := s.pool.Query(ctx, `
 SELECT j.id, j.args->>'event_id', coalesce(e.type, ''), j.state::text, j.attempt, j.max_attempts,
        coalesce(j.errors[cardinality(j.errors)]->>'error', ''),
-       j.created_at, j.attempted_at, j.scheduled_at, j.finalized_at
+       j.created_at, j.attempted_at, j.scheduled_at, j.finalized_at, j.metadata->'output' 
   FROM river_job j
   LEFT JOIN events e ON e.id = j.args->>'event_id' AND e.owner_id = $2
  WHERE j.kind = '`+job.KindDeliver+`'
@@ -326,15 +311,18 @@ SELECT j.id, j.args->>'event_id', coalesce(e.type, ''), j.state::text, j.attempt
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
 	}
+	now := time.Now()
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Delivery, error) {
-		var d Delivery
+		var jr jobRow
 		var eventID *string
-		err := r.Scan(&d.JobID, &eventID, &d.EventType, &d.State, &d.Attempt, &d.MaxAttempts, &d.LastError,
-			&d.CreatedAt, &d.AttemptedAt, &d.ScheduledAt, &d.FinalizedAt)
-		if eventID != nil {
-			d.EventID = *eventID
+		if err := r.Scan(&jr.ID, &eventID, &jr.EventType, &jr.State, &jr.Attempt, &jr.MaxAttempts, &jr.LastError,
+			&jr.CreatedAt, &jr.AttemptedAt, &jr.ScheduledAt, &jr.FinalizedAt, &jr.Output); err != nil {
+			return nil, err
 		}
-		return &d, err
+		if eventID != nil {
+			jr.EventID = *eventID
+		}
+		return jr.delivery(now), nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)

@@ -234,15 +234,20 @@ func toProto(e *endpoint.Endpoint) *webhooksv1.Endpoint {
 	return out
 }
 
-var deliveryStates = map[string]webhooksv1.DeliveryState{
-	"available": webhooksv1.DeliveryState_DELIVERY_STATE_AVAILABLE,
-	"scheduled": webhooksv1.DeliveryState_DELIVERY_STATE_SCHEDULED,
-	"running":   webhooksv1.DeliveryState_DELIVERY_STATE_RUNNING,
-	"retryable": webhooksv1.DeliveryState_DELIVERY_STATE_RETRYABLE,
-	"completed": webhooksv1.DeliveryState_DELIVERY_STATE_COMPLETED,
-	"cancelled": webhooksv1.DeliveryState_DELIVERY_STATE_CANCELLED,
-	"discarded": webhooksv1.DeliveryState_DELIVERY_STATE_DISCARDED,
-	"pending":   webhooksv1.DeliveryState_DELIVERY_STATE_PENDING,
+var deliveryStates = map[endpoint.DeliveryState]webhooksv1.DeliveryState{
+	endpoint.DeliveryPending:    webhooksv1.DeliveryState_DELIVERY_STATE_PENDING,
+	endpoint.DeliveryScheduled:  webhooksv1.DeliveryState_DELIVERY_STATE_SCHEDULED,
+	endpoint.DeliveryDelivering: webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERING,
+	endpoint.DeliveryDelivered:  webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERED,
+	endpoint.DeliveryFailed:     webhooksv1.DeliveryState_DELIVERY_STATE_FAILED,
+	endpoint.DeliveryCancelled:  webhooksv1.DeliveryState_DELIVERY_STATE_CANCELLED,
+}
+
+var waitReasons = map[endpoint.WaitReason]webhooksv1.DeliveryWaitReason{
+	endpoint.WaitRetry:           webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_RETRY,
+	endpoint.WaitRetryAfter:      webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_RETRY_AFTER,
+	endpoint.WaitLeaseBusy:       webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_LEASE_BUSY,
+	endpoint.WaitEndpointFailing: webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_ENDPOINT_FAILING,
 }
 
 func (s *endpointServer) deliveryProto(d *endpoint.Delivery) *webhooksv1.Delivery {
@@ -251,6 +256,8 @@ func (s *endpointServer) deliveryProto(d *endpoint.Delivery) *webhooksv1.Deliver
 		EventId:     d.EventID,
 		EventType:   d.EventType,
 		State:       deliveryStates[d.State],
+		WaitReason:  waitReasons[d.Wait],
+		StateReason: d.StateReason,
 		Attempt:     int32(min(d.Attempt, 1<<31-1)),
 		MaxAttempts: int32(min(d.MaxAttempts, 1<<31-1)),
 		LastError:   d.LastError,

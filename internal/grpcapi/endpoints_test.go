@@ -854,7 +854,8 @@ func TestListDeliveries(t *testing.T) {
 
 		require.Equal(t, "pruned-event", ds[0].GetEventId())
 		require.Empty(t, ds[0].GetEventType())
-		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_AVAILABLE, ds[1].GetState())
+		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_PENDING, ds[1].GetState())
+		require.NotEmpty(t, ds[1].GetStateReason())
 		require.Equal(t, "code.issued", ds[1].GetEventType())
 		require.Zero(t, ds[1].GetAttempt())
 		require.Nil(t, ds[1].GetFinalizedAt())
@@ -862,7 +863,8 @@ func TestListDeliveries(t *testing.T) {
 		d := ds[2]
 		require.Equal(t, ev1, d.GetEventId())
 		require.Equal(t, "booking.created", d.GetEventType())
-		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_DISCARDED, d.GetState())
+		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_FAILED, d.GetState())
+		require.Contains(t, d.GetStateReason(), "Failed")
 		require.Equal(t, int32(1), d.GetAttempt())
 		require.Equal(t, int32(18), d.GetMaxAttempts())
 		require.Equal(t, "HTTP 500: upstream down", d.GetLastError())

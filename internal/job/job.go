@@ -108,6 +108,26 @@ func (DeliverArgs) InsertOpts() river.InsertOpts {
 	}
 }
 
+// Why a delivery was snoozed (DeliverSnooze.Reason). They are also the
+// "reason" label of dispatcher_delivery_snoozes_total.
+const (
+	SnoozeLeaseBusy  = "lease_busy"
+	SnoozeRetryAfter = "retry_after"
+)
+
+// DeliverSnooze is what the deliver worker records when it snoozes a
+// delivery, as the job's River output (metadata "output"), so that listing
+// deliveries can say why one waits: a snooze writes no error, and the row
+// alone cannot tell a receiver's Retry-After from a busy lease. It describes
+// the snooze only while Until is the job's scheduled_at; a later attempt
+// leaves it behind.
+type DeliverSnooze struct {
+	Reason string    `json:"snooze_reason"`
+	Until  time.Time `json:"snooze_until"`
+	// Status is the HTTP status that carried the Retry-After.
+	Status int `json:"status,omitempty"`
+}
+
 // PruneArgs deletes events older than the retention period.
 type PruneArgs struct {
 	Retention time.Duration `json:"retention"`

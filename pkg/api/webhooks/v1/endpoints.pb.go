@@ -25,44 +25,48 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// DeliveryState mirrors the River job state of a webhook.deliver job.
+// DeliveryState is a delivery's state in the product's words.
 type DeliveryState int32
 
 const (
 	DeliveryState_DELIVERY_STATE_UNSPECIFIED DeliveryState = 0
-	DeliveryState_DELIVERY_STATE_AVAILABLE   DeliveryState = 1
-	DeliveryState_DELIVERY_STATE_SCHEDULED   DeliveryState = 2
-	DeliveryState_DELIVERY_STATE_RUNNING     DeliveryState = 3
-	DeliveryState_DELIVERY_STATE_RETRYABLE   DeliveryState = 4
-	DeliveryState_DELIVERY_STATE_COMPLETED   DeliveryState = 5
-	DeliveryState_DELIVERY_STATE_CANCELLED   DeliveryState = 6
-	DeliveryState_DELIVERY_STATE_DISCARDED   DeliveryState = 7
-	DeliveryState_DELIVERY_STATE_PENDING     DeliveryState = 8
+	// Queued: it goes out as soon as a worker takes it.
+	DeliveryState_DELIVERY_STATE_PENDING DeliveryState = 1
+	// Waiting until scheduled_at; wait_reason says why (a retry after a failed
+	// attempt, the receiver's Retry-After, its turn at the endpoint, or a
+	// failing endpoint's cool-down).
+	DeliveryState_DELIVERY_STATE_SCHEDULED DeliveryState = 2
+	// An attempt is in flight.
+	DeliveryState_DELIVERY_STATE_DELIVERING DeliveryState = 3
+	// The receiver answered 2xx.
+	DeliveryState_DELIVERY_STATE_DELIVERED DeliveryState = 4
+	// Every attempt failed: retries are exhausted. Redeliver re-queues it.
+	DeliveryState_DELIVERY_STATE_FAILED DeliveryState = 5
+	// Ended undelivered and not retried: a 4xx answer, the endpoint deleted or
+	// disabled, an address that is not an allowed destination (SSRF), the
+	// event pruned, or an operator's cancel. Redeliver re-queues it.
+	DeliveryState_DELIVERY_STATE_CANCELLED DeliveryState = 6
 )
 
 // Enum value maps for DeliveryState.
 var (
 	DeliveryState_name = map[int32]string{
 		0: "DELIVERY_STATE_UNSPECIFIED",
-		1: "DELIVERY_STATE_AVAILABLE",
+		1: "DELIVERY_STATE_PENDING",
 		2: "DELIVERY_STATE_SCHEDULED",
-		3: "DELIVERY_STATE_RUNNING",
-		4: "DELIVERY_STATE_RETRYABLE",
-		5: "DELIVERY_STATE_COMPLETED",
+		3: "DELIVERY_STATE_DELIVERING",
+		4: "DELIVERY_STATE_DELIVERED",
+		5: "DELIVERY_STATE_FAILED",
 		6: "DELIVERY_STATE_CANCELLED",
-		7: "DELIVERY_STATE_DISCARDED",
-		8: "DELIVERY_STATE_PENDING",
 	}
 	DeliveryState_value = map[string]int32{
 		"DELIVERY_STATE_UNSPECIFIED": 0,
-		"DELIVERY_STATE_AVAILABLE":   1,
+		"DELIVERY_STATE_PENDING":     1,
 		"DELIVERY_STATE_SCHEDULED":   2,
-		"DELIVERY_STATE_RUNNING":     3,
-		"DELIVERY_STATE_RETRYABLE":   4,
-		"DELIVERY_STATE_COMPLETED":   5,
+		"DELIVERY_STATE_DELIVERING":  3,
+		"DELIVERY_STATE_DELIVERED":   4,
+		"DELIVERY_STATE_FAILED":      5,
 		"DELIVERY_STATE_CANCELLED":   6,
-		"DELIVERY_STATE_DISCARDED":   7,
-		"DELIVERY_STATE_PENDING":     8,
 	}
 )
 
@@ -91,6 +95,68 @@ func (x DeliveryState) Number() protoreflect.EnumNumber {
 // Deprecated: Use DeliveryState.Descriptor instead.
 func (DeliveryState) EnumDescriptor() ([]byte, []int) {
 	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{0}
+}
+
+// DeliveryWaitReason says why a SCHEDULED delivery waits.
+type DeliveryWaitReason int32
+
+const (
+	DeliveryWaitReason_DELIVERY_WAIT_REASON_UNSPECIFIED DeliveryWaitReason = 0
+	// An attempt failed; this is the retry's backoff (5 s up to 10 h).
+	// RetryDelivery runs it now.
+	DeliveryWaitReason_DELIVERY_WAIT_REASON_RETRY DeliveryWaitReason = 1
+	// The receiver answered 429 or 503 with Retry-After; no attempt was spent.
+	DeliveryWaitReason_DELIVERY_WAIT_REASON_RETRY_AFTER DeliveryWaitReason = 2
+	// Another delivery to the same endpoint was in flight (one at a time per
+	// endpoint); no attempt was spent.
+	DeliveryWaitReason_DELIVERY_WAIT_REASON_LEASE_BUSY DeliveryWaitReason = 3
+	// The endpoint is failing, so new deliveries wait a cool-down first.
+	DeliveryWaitReason_DELIVERY_WAIT_REASON_ENDPOINT_FAILING DeliveryWaitReason = 4
+)
+
+// Enum value maps for DeliveryWaitReason.
+var (
+	DeliveryWaitReason_name = map[int32]string{
+		0: "DELIVERY_WAIT_REASON_UNSPECIFIED",
+		1: "DELIVERY_WAIT_REASON_RETRY",
+		2: "DELIVERY_WAIT_REASON_RETRY_AFTER",
+		3: "DELIVERY_WAIT_REASON_LEASE_BUSY",
+		4: "DELIVERY_WAIT_REASON_ENDPOINT_FAILING",
+	}
+	DeliveryWaitReason_value = map[string]int32{
+		"DELIVERY_WAIT_REASON_UNSPECIFIED":      0,
+		"DELIVERY_WAIT_REASON_RETRY":            1,
+		"DELIVERY_WAIT_REASON_RETRY_AFTER":      2,
+		"DELIVERY_WAIT_REASON_LEASE_BUSY":       3,
+		"DELIVERY_WAIT_REASON_ENDPOINT_FAILING": 4,
+	}
+)
+
+func (x DeliveryWaitReason) Enum() *DeliveryWaitReason {
+	p := new(DeliveryWaitReason)
+	*p = x
+	return p
+}
+
+func (x DeliveryWaitReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DeliveryWaitReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_webhooks_v1_endpoints_proto_enumTypes[1].Descriptor()
+}
+
+func (DeliveryWaitReason) Type() protoreflect.EnumType {
+	return &file_webhooks_v1_endpoints_proto_enumTypes[1]
+}
+
+func (x DeliveryWaitReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DeliveryWaitReason.Descriptor instead.
+func (DeliveryWaitReason) EnumDescriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{1}
 }
 
 type Endpoint struct {
@@ -1122,14 +1188,20 @@ type Delivery struct {
 	// Attempts spent so far (snoozes do not spend attempts).
 	Attempt     int32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	MaxAttempts int32 `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	// The last attempt's error summary, e.g. "HTTP 500: upstream down".
+	// What the last failed attempt met, as a sentence without River's
+	// internals, e.g. "HTTP 500: upstream down". Empty once delivered.
 	LastError   string                 `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	AttemptedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=attempted_at,json=attemptedAt,proto3" json:"attempted_at,omitempty"`
 	ScheduledAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
 	FinalizedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=finalized_at,json=finalizedAt,proto3" json:"finalized_at,omitempty"`
 	// A link to the job in the operator UI, from the configured template.
-	Link          string `protobuf:"bytes,12,opt,name=link,proto3" json:"link,omitempty"`
+	Link string `protobuf:"bytes,12,opt,name=link,proto3" json:"link,omitempty"`
+	// Set while state is SCHEDULED.
+	WaitReason DeliveryWaitReason `protobuf:"varint,13,opt,name=wait_reason,json=waitReason,proto3,enum=webhooks.v1.DeliveryWaitReason" json:"wait_reason,omitempty"`
+	// The state in one sentence for people, e.g. "The receiver asked to wait
+	// (HTTP 429, Retry-After) until 2026-12-01T10:00:00Z."
+	StateReason   string `protobuf:"bytes,14,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1244,6 +1316,20 @@ func (x *Delivery) GetFinalizedAt() *timestamppb.Timestamp {
 func (x *Delivery) GetLink() string {
 	if x != nil {
 		return x.Link
+	}
+	return ""
+}
+
+func (x *Delivery) GetWaitReason() DeliveryWaitReason {
+	if x != nil {
+		return x.WaitReason
+	}
+	return DeliveryWaitReason_DELIVERY_WAIT_REASON_UNSPECIFIED
+}
+
+func (x *Delivery) GetStateReason() string {
+	if x != nil {
+		return x.StateReason
 	}
 	return ""
 }
@@ -1642,7 +1728,7 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"endpointId\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"\xee\x03\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\xd3\x04\n" +
 	"\bDelivery\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12\x1d\n" +
@@ -1659,7 +1745,10 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\fscheduled_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAt\x12=\n" +
 	"\ffinalized_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vfinalizedAt\x12\x12\n" +
-	"\x04link\x18\f \x01(\tR\x04link\"w\n" +
+	"\x04link\x18\f \x01(\tR\x04link\x12@\n" +
+	"\vwait_reason\x18\r \x01(\x0e2\x1f.webhooks.v1.DeliveryWaitReasonR\n" +
+	"waitReason\x12!\n" +
+	"\fstate_reason\x18\x0e \x01(\tR\vstateReason\"w\n" +
 	"\x16ListDeliveriesResponse\x125\n" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2\x15.webhooks.v1.DeliveryR\n" +
@@ -1680,17 +1769,21 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\fdata_example\x18\x04 \x01(\v2\x17.google.protobuf.StructR\vdataExample\"Q\n" +
 	"\x16ListEventTypesResponse\x127\n" +
 	"\vevent_types\x18\x01 \x03(\v2\x16.webhooks.v1.EventTypeR\n" +
-	"eventTypes*\x9b\x02\n" +
+	"eventTypes*\xdf\x01\n" +
 	"\rDeliveryState\x12\x1e\n" +
-	"\x1aDELIVERY_STATE_UNSPECIFIED\x10\x00\x12\x1c\n" +
-	"\x18DELIVERY_STATE_AVAILABLE\x10\x01\x12\x1c\n" +
-	"\x18DELIVERY_STATE_SCHEDULED\x10\x02\x12\x1a\n" +
-	"\x16DELIVERY_STATE_RUNNING\x10\x03\x12\x1c\n" +
-	"\x18DELIVERY_STATE_RETRYABLE\x10\x04\x12\x1c\n" +
-	"\x18DELIVERY_STATE_COMPLETED\x10\x05\x12\x1c\n" +
-	"\x18DELIVERY_STATE_CANCELLED\x10\x06\x12\x1c\n" +
-	"\x18DELIVERY_STATE_DISCARDED\x10\a\x12\x1a\n" +
-	"\x16DELIVERY_STATE_PENDING\x10\b2\xec\x06\n" +
+	"\x1aDELIVERY_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16DELIVERY_STATE_PENDING\x10\x01\x12\x1c\n" +
+	"\x18DELIVERY_STATE_SCHEDULED\x10\x02\x12\x1d\n" +
+	"\x19DELIVERY_STATE_DELIVERING\x10\x03\x12\x1c\n" +
+	"\x18DELIVERY_STATE_DELIVERED\x10\x04\x12\x19\n" +
+	"\x15DELIVERY_STATE_FAILED\x10\x05\x12\x1c\n" +
+	"\x18DELIVERY_STATE_CANCELLED\x10\x06*\xd0\x01\n" +
+	"\x12DeliveryWaitReason\x12$\n" +
+	" DELIVERY_WAIT_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aDELIVERY_WAIT_REASON_RETRY\x10\x01\x12$\n" +
+	" DELIVERY_WAIT_REASON_RETRY_AFTER\x10\x02\x12#\n" +
+	"\x1fDELIVERY_WAIT_REASON_LEASE_BUSY\x10\x03\x12)\n" +
+	"%DELIVERY_WAIT_REASON_ENDPOINT_FAILING\x10\x042\xec\x06\n" +
 	"\x0fEndpointService\x12V\n" +
 	"\rListEndpoints\x12!.webhooks.v1.ListEndpointsRequest\x1a\".webhooks.v1.ListEndpointsResponse\x12P\n" +
 	"\vGetEndpoint\x12\x1f.webhooks.v1.GetEndpointRequest\x1a .webhooks.v1.GetEndpointResponse\x12Y\n" +
@@ -1715,88 +1808,90 @@ func file_webhooks_v1_endpoints_proto_rawDescGZIP() []byte {
 	return file_webhooks_v1_endpoints_proto_rawDescData
 }
 
-var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(DeliveryState)(0),             // 0: webhooks.v1.DeliveryState
-	(*Endpoint)(nil),               // 1: webhooks.v1.Endpoint
-	(*ListEndpointsRequest)(nil),   // 2: webhooks.v1.ListEndpointsRequest
-	(*ListEndpointsResponse)(nil),  // 3: webhooks.v1.ListEndpointsResponse
-	(*GetEndpointRequest)(nil),     // 4: webhooks.v1.GetEndpointRequest
-	(*GetEndpointResponse)(nil),    // 5: webhooks.v1.GetEndpointResponse
-	(*CreateEndpointRequest)(nil),  // 6: webhooks.v1.CreateEndpointRequest
-	(*CreateEndpointResponse)(nil), // 7: webhooks.v1.CreateEndpointResponse
-	(*UpdateEndpointRequest)(nil),  // 8: webhooks.v1.UpdateEndpointRequest
-	(*UpdateEndpointResponse)(nil), // 9: webhooks.v1.UpdateEndpointResponse
-	(*DeleteEndpointRequest)(nil),  // 10: webhooks.v1.DeleteEndpointRequest
-	(*DeleteEndpointResponse)(nil), // 11: webhooks.v1.DeleteEndpointResponse
-	(*RotateSecretRequest)(nil),    // 12: webhooks.v1.RotateSecretRequest
-	(*RotateSecretResponse)(nil),   // 13: webhooks.v1.RotateSecretResponse
-	(*SendTestRequest)(nil),        // 14: webhooks.v1.SendTestRequest
-	(*SendTestResponse)(nil),       // 15: webhooks.v1.SendTestResponse
-	(*ListDeliveriesRequest)(nil),  // 16: webhooks.v1.ListDeliveriesRequest
-	(*Delivery)(nil),               // 17: webhooks.v1.Delivery
-	(*ListDeliveriesResponse)(nil), // 18: webhooks.v1.ListDeliveriesResponse
-	(*RedeliverRequest)(nil),       // 19: webhooks.v1.RedeliverRequest
-	(*RedeliverResponse)(nil),      // 20: webhooks.v1.RedeliverResponse
-	(*ListEventTypesRequest)(nil),  // 21: webhooks.v1.ListEventTypesRequest
-	(*EventType)(nil),              // 22: webhooks.v1.EventType
-	(*ListEventTypesResponse)(nil), // 23: webhooks.v1.ListEventTypesResponse
-	nil,                            // 24: webhooks.v1.CreateEndpointRequest.HeadersEntry
-	nil,                            // 25: webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),  // 27: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),    // 28: google.protobuf.Duration
-	(*structpb.Struct)(nil),        // 29: google.protobuf.Struct
+	(DeliveryWaitReason)(0),        // 1: webhooks.v1.DeliveryWaitReason
+	(*Endpoint)(nil),               // 2: webhooks.v1.Endpoint
+	(*ListEndpointsRequest)(nil),   // 3: webhooks.v1.ListEndpointsRequest
+	(*ListEndpointsResponse)(nil),  // 4: webhooks.v1.ListEndpointsResponse
+	(*GetEndpointRequest)(nil),     // 5: webhooks.v1.GetEndpointRequest
+	(*GetEndpointResponse)(nil),    // 6: webhooks.v1.GetEndpointResponse
+	(*CreateEndpointRequest)(nil),  // 7: webhooks.v1.CreateEndpointRequest
+	(*CreateEndpointResponse)(nil), // 8: webhooks.v1.CreateEndpointResponse
+	(*UpdateEndpointRequest)(nil),  // 9: webhooks.v1.UpdateEndpointRequest
+	(*UpdateEndpointResponse)(nil), // 10: webhooks.v1.UpdateEndpointResponse
+	(*DeleteEndpointRequest)(nil),  // 11: webhooks.v1.DeleteEndpointRequest
+	(*DeleteEndpointResponse)(nil), // 12: webhooks.v1.DeleteEndpointResponse
+	(*RotateSecretRequest)(nil),    // 13: webhooks.v1.RotateSecretRequest
+	(*RotateSecretResponse)(nil),   // 14: webhooks.v1.RotateSecretResponse
+	(*SendTestRequest)(nil),        // 15: webhooks.v1.SendTestRequest
+	(*SendTestResponse)(nil),       // 16: webhooks.v1.SendTestResponse
+	(*ListDeliveriesRequest)(nil),  // 17: webhooks.v1.ListDeliveriesRequest
+	(*Delivery)(nil),               // 18: webhooks.v1.Delivery
+	(*ListDeliveriesResponse)(nil), // 19: webhooks.v1.ListDeliveriesResponse
+	(*RedeliverRequest)(nil),       // 20: webhooks.v1.RedeliverRequest
+	(*RedeliverResponse)(nil),      // 21: webhooks.v1.RedeliverResponse
+	(*ListEventTypesRequest)(nil),  // 22: webhooks.v1.ListEventTypesRequest
+	(*EventType)(nil),              // 23: webhooks.v1.EventType
+	(*ListEventTypesResponse)(nil), // 24: webhooks.v1.ListEventTypesResponse
+	nil,                            // 25: webhooks.v1.CreateEndpointRequest.HeadersEntry
+	nil,                            // 26: webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),  // 28: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),    // 29: google.protobuf.Duration
+	(*structpb.Struct)(nil),        // 30: google.protobuf.Struct
 }
 var file_webhooks_v1_endpoints_proto_depIdxs = []int32{
-	26, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
-	26, // 1: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
-	26, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
-	26, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 4: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
-	1,  // 5: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	24, // 6: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
-	1,  // 7: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	27, // 8: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
-	25, // 9: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	1,  // 10: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	28, // 11: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	26, // 12: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	27, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
+	27, // 1: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
+	27, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
+	27, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	2,  // 4: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
+	2,  // 5: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	25, // 6: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
+	2,  // 7: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	28, // 8: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
+	26, // 9: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	2,  // 10: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	29, // 11: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	27, // 12: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 13: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
-	26, // 14: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	26, // 15: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
-	26, // 16: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
-	26, // 17: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
-	17, // 18: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
-	29, // 19: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
-	29, // 20: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
-	22, // 21: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
-	2,  // 22: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
-	4,  // 23: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
-	6,  // 24: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
-	8,  // 25: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
-	10, // 26: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
-	12, // 27: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
-	14, // 28: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
-	16, // 29: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
-	19, // 30: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
-	21, // 31: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
-	3,  // 32: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
-	5,  // 33: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
-	7,  // 34: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
-	9,  // 35: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
-	11, // 36: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
-	13, // 37: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
-	15, // 38: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
-	18, // 39: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
-	20, // 40: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
-	23, // 41: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
-	32, // [32:42] is the sub-list for method output_type
-	22, // [22:32] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	27, // 14: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	27, // 15: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
+	27, // 16: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
+	27, // 17: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
+	1,  // 18: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
+	18, // 19: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
+	30, // 20: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
+	30, // 21: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
+	23, // 22: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
+	3,  // 23: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
+	5,  // 24: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
+	7,  // 25: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
+	9,  // 26: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
+	11, // 27: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
+	13, // 28: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
+	15, // 29: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
+	17, // 30: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
+	20, // 31: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
+	22, // 32: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
+	4,  // 33: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
+	6,  // 34: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
+	8,  // 35: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
+	10, // 36: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
+	12, // 37: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
+	14, // 38: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
+	16, // 39: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
+	19, // 40: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
+	21, // 41: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
+	24, // 42: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
+	33, // [33:43] is the sub-list for method output_type
+	23, // [23:33] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_endpoints_proto_init() }
@@ -1809,7 +1904,7 @@ func file_webhooks_v1_endpoints_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_webhooks_v1_endpoints_proto_rawDesc), len(file_webhooks_v1_endpoints_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -1,0 +1,136 @@
+package e2e
+
+import (
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+)
+
+// owner owns the endpoints of these tests; each test has its own database.
+const deliveriesOwner = "owner-deliveries"
+
+// onlyDelivery returns the one delivery of an endpoint.
+func onlyDelivery(t *testing.T, d *dispatcher, endpointID string) *webhooksv1.Delivery {
+	t.Helper()
+	resp, err := d.endpoints().ListDeliveries(adminCtx(t), &webhooksv1.ListDeliveriesRequest{OwnerId: deliveriesOwner, EndpointId: endpointID})
+	require.NoError(t, err)
+	require.Len(t, resp.GetDeliveries(), 1)
+	return resp.GetDeliveries()[0]
+}
+
+// waitForDelivery polls an endpoint's one delivery until cond holds.
+func waitForDelivery(t *testing.T, d *dispatcher, endpointID, what string, cond func(*webhooksv1.Delivery) bool) *webhooksv1.Delivery {
+	t.Helper()
+	var last *webhooksv1.Delivery
+	waitFor(t, 30*time.Second, what, func() bool {
+		last = onlyDelivery(t, d, endpointID)
+		return cond(last)
+	})
+	return last
+}
+
+// TestDeliveryStates drives real deliveries through River to every state a
+// receiver can cause and reads them back as the admin UI does.
+func TestDeliveryStates(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
+
+	var flakyHits atomic.Int32
+	flaky := newReceiver(t) // fails once, then takes it
+	flaky.setHandler(func(w http.ResponseWriter, _ *http.Request) {
+		if flakyHits.Add(1) == 1 {
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte("warming up"))
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	failing := newReceiver(t)
+	failing.setHandler(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte("upstream down"))
+	})
+	gone := newReceiver(t)
+	gone.setHandler(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusGone)
+		_, _ = w.Write([]byte("no such hook"))
+	})
+	limited := newReceiver(t)
+	limited.setHandler(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "3600")
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
+	release := make(chan struct{})
+	slow := newReceiver(t)
+	slow.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	t.Cleanup(func() { close(release) })
+
+	ids := map[string]string{}
+	for name, rc := range map[string]*receiver{"flaky": flaky, "failing": failing, "gone": gone, "limited": limited, "slow": slow} {
+		ids[name] = createEndpoint(t, d, deliveriesOwner, rc.URL, "code.*").GetEndpoint().GetId()
+	}
+	publish(t, d, newEvent(deliveriesOwner, "code.issued", "code://1", `{}`))
+
+	t.Run("Delivering", func(t *testing.T) {
+		t.Parallel()
+		del := waitForDelivery(t, d, ids["slow"], "slow delivering", func(x *webhooksv1.Delivery) bool {
+			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERING
+		})
+		require.Equal(t, "Attempt 1 of 18 is in flight.", del.GetStateReason())
+	})
+
+	t.Run("ScheduledForRetry", func(t *testing.T) {
+		t.Parallel()
+		del := waitForDelivery(t, d, ids["failing"], "failing scheduled", func(x *webhooksv1.Delivery) bool {
+			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_SCHEDULED && x.GetAttempt() >= 1
+		})
+		require.Equal(t, webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_RETRY, del.GetWaitReason())
+		require.Equal(t, "HTTP 500: upstream down", del.GetLastError())
+		require.Contains(t, del.GetStateReason(), "failed; the next is at")
+	})
+
+	t.Run("ScheduledByRetryAfter", func(t *testing.T) {
+		t.Parallel()
+		del := waitForDelivery(t, d, ids["limited"], "limited snoozed", func(x *webhooksv1.Delivery) bool {
+			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_SCHEDULED
+		})
+		require.Equal(t, webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_RETRY_AFTER, del.GetWaitReason())
+		require.Contains(t, del.GetStateReason(), "The receiver asked to wait (HTTP 429, Retry-After) until ")
+		require.WithinDuration(t, time.Now().Add(time.Hour), del.GetScheduledAt().AsTime(), time.Minute)
+		require.Zero(t, del.GetAttempt(), "a snooze spends no attempt")
+	})
+
+	t.Run("CancelledByFourXX", func(t *testing.T) {
+		t.Parallel()
+		del := waitForDelivery(t, d, ids["gone"], "gone cancelled", func(x *webhooksv1.Delivery) bool {
+			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_CANCELLED
+		})
+		require.Equal(t, "HTTP 410: no such hook", del.GetLastError())
+		require.Equal(t, "Cancelled, not retried: HTTP 410: no such hook", del.GetStateReason())
+		require.NotContains(t, del.GetLastError()+del.GetStateReason(), "JobCancelError")
+	})
+
+	t.Run("DeliveredHidesTheEarlierFailure", func(t *testing.T) {
+		t.Parallel()
+		// The first attempt fails; the retry 5 s later succeeds.
+		del := waitForDelivery(t, d, ids["flaky"], "flaky delivered", func(x *webhooksv1.Delivery) bool {
+			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERED
+		})
+		require.Equal(t, int32(2), del.GetAttempt())
+		require.Empty(t, del.GetLastError(), "an old failure is not a delivered delivery's last error")
+		require.True(t, strings.HasPrefix(del.GetStateReason(), "Delivered"))
+	})
+}

@@ -1,0 +1,181 @@
+package endpoint
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/standmeet/webhook-dispatcher/internal/job"
+)
+
+// DeliveryState is a delivery's state in the product's words. River's job
+// states are the mechanism; this is what an admin reads.
+type DeliveryState int
+
+// Delivery states.
+const (
+	DeliveryPending    DeliveryState = iota + 1 // queued, goes out when a worker takes it
+	DeliveryScheduled                           // waits until ScheduledAt; Wait says why
+	DeliveryDelivering                          // an attempt is in flight
+	DeliveryDelivered                           // a 2xx answered
+	DeliveryFailed                              // retries exhausted
+	DeliveryCancelled                           // ended undelivered, not retried
+)
+
+// WaitReason says why a DeliveryScheduled delivery waits.
+type WaitReason int
+
+// Wait reasons.
+const (
+	WaitNone            WaitReason = iota
+	WaitRetry                      // the backoff after a failed attempt
+	WaitRetryAfter                 // the receiver's Retry-After (no attempt spent)
+	WaitLeaseBusy                  // another delivery to the endpoint was in flight
+	WaitEndpointFailing            // a failing endpoint's cool-down before a new delivery
+)
+
+// Delivery is one webhook.deliver job of an endpoint.
+type Delivery struct {
+	JobID       int64
+	EventID     string
+	EventType   string // "" when the event was pruned
+	State       DeliveryState
+	Wait        WaitReason // WaitNone unless State is DeliveryScheduled
+	StateReason string     // the state in one sentence
+	Attempt     int
+	MaxAttempts int
+	LastError   string // the last failure as a sentence; "" once delivered
+	CreatedAt   time.Time
+	AttemptedAt *time.Time
+	ScheduledAt time.Time
+	FinalizedAt *time.Time
+}
+
+// jobRow is what ListDeliveries reads of a webhook.deliver job.
+type jobRow struct {
+	ID          int64
+	EventID     string
+	EventType   string
+	State       string // River's job state
+	Attempt     int
+	MaxAttempts int
+	LastError   string // River's text of the last recorded error
+	CreatedAt   time.Time
+	AttemptedAt *time.Time
+	ScheduledAt time.Time
+	FinalizedAt *time.Time
+	Output      []byte // metadata->'output': a job.DeliverSnooze, or NULL
+}
+
+// snoozeSlack is how far a snooze note's Until may be from the job's
+// scheduled_at and still describe it: the worker and River each read their
+// own clock, a moment apart.
+const snoozeSlack = 2 * time.Second
+
+// delivery maps a River job row to a Delivery, as of now. This is the one
+// place River's states and error texts are translated.
+func (r jobRow) delivery(now time.Time) *Delivery {
+	d := &Delivery{
+		JobID: r.ID, EventID: r.EventID, EventType: r.EventType,
+		Attempt: r.Attempt, MaxAttempts: r.MaxAttempts, LastError: humanError(r.LastError),
+		CreatedAt: r.CreatedAt, AttemptedAt: r.AttemptedAt, ScheduledAt: r.ScheduledAt, FinalizedAt: r.FinalizedAt,
+	}
+	switch r.State {
+	case "completed":
+		// An earlier failure is history, not this delivery's error.
+		d.State, d.LastError = DeliveryDelivered, ""
+		d.StateReason = "Delivered."
+		if r.FinalizedAt != nil {
+			d.StateReason = "Delivered at " + stamp(*r.FinalizedAt) + "."
+		}
+	case "discarded":
+		d.State = DeliveryFailed
+		d.StateReason = fmt.Sprintf("Failed: all %d attempts failed, so it is no longer retried.", r.Attempt)
+	case "cancelled":
+		d.State = DeliveryCancelled
+		d.StateReason = "Cancelled, not retried."
+		if d.LastError != "" {
+			d.StateReason = "Cancelled, not retried: " + d.LastError
+		}
+	case "running":
+		d.State = DeliveryDelivering
+		d.StateReason = fmt.Sprintf("Attempt %d of %d is in flight.", r.Attempt, r.MaxAttempts)
+	case "pending":
+		d.State = DeliveryPending
+		d.StateReason = "Held, not yet queued."
+	case "available", "scheduled", "retryable":
+		if !r.ScheduledAt.After(now) {
+			d.State = DeliveryPending
+			d.StateReason = "Queued: it goes out as soon as a worker takes it."
+			break
+		}
+		d.State = DeliveryScheduled
+		d.Wait, d.StateReason = r.wait()
+	default:
+		d.StateReason = "In River state " + r.State + "."
+	}
+	return d
+}
+
+// wait says why a job scheduled for the future waits.
+func (r jobRow) wait() (WaitReason, string) {
+	at := stamp(r.ScheduledAt)
+	if r.State != "retryable" {
+		var note job.DeliverSnooze
+		if len(r.Output) > 0 && json.Unmarshal(r.Output, &note) == nil && absDuration(note.Until.Sub(r.ScheduledAt)) <= snoozeSlack {
+			switch note.Reason {
+			case job.SnoozeRetryAfter:
+				return WaitRetryAfter, fmt.Sprintf("The receiver asked to wait (HTTP %d, Retry-After) until %s.", note.Status, at)
+			case job.SnoozeLeaseBusy:
+				return WaitLeaseBusy, "Waiting for its turn: another delivery to this endpoint was in flight; next try at " + at + "."
+			}
+		}
+		if r.Attempt == 0 && r.LastError == "" {
+			// Nothing has been tried and no snooze explains it: the fanout
+			// scheduled it late because the endpoint is failing.
+			return WaitEndpointFailing, "The endpoint is failing, so a new delivery first waits a cool-down, until " + at + "."
+		}
+	}
+	return WaitRetry, fmt.Sprintf("Attempt %d of %d failed; the next is at %s.", r.Attempt, r.MaxAttempts, at)
+}
+
+// humanError turns River's text of a job error into a sentence: River's type
+// prefixes go ("JobCancelError: HTTP 410" is "HTTP 410"), and River's own
+// and the deliver worker's terse reasons are spelled out.
+func humanError(raw string) string {
+	s := strings.TrimSpace(raw)
+	for {
+		trimmed := strings.TrimPrefix(strings.TrimPrefix(s, "JobCancelError: "), "JobSnoozeError: ")
+		if trimmed == s {
+			break
+		}
+		s = trimmed
+	}
+	if human, ok := errorSentences[s]; ok {
+		return human
+	}
+	return s
+}
+
+// errorSentences spells out the terse reasons River and the deliver worker
+// record.
+var errorSentences = map[string]string{
+	"<nil>":                                 "",
+	"job cancelled remotely":                "Cancelled by an operator.",
+	"Stuck job rescued by JobRescuer":       "The attempt did not finish: the process running it stopped or hung.",
+	"endpoint deleted":                      "The endpoint was deleted.",
+	"endpoint disabled":                     "The endpoint is disabled.",
+	"event pruned":                          "The event was pruned by retention before it was delivered.",
+	"event may not leave for this endpoint": "The event may not be delivered to this endpoint.",
+	"delivery outlived its retry window":    "The delivery outlived its retry window.",
+}
+
+func stamp(t time.Time) string { return t.UTC().Truncate(time.Second).Format(time.RFC3339) }
+
+func absDuration(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
