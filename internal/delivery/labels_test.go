@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 )
 
@@ -18,7 +19,7 @@ func TestMetricLabelsAreKnown(t *testing.T) {
 		outcomes = append(outcomes, o.String())
 	}
 	require.ElementsMatch(t, metrics.DeliveryOutcomes, outcomes)
-	require.ElementsMatch(t, metrics.SnoozeReasons, []string{snoozeLeaseBusy, snoozeRetryAfter})
+	require.ElementsMatch(t, metrics.SnoozeReasons, []string{job.SnoozeLeaseBusy, job.SnoozeRetryAfter})
 	for _, status := range []int{0, 100, 200, 302, 410, 503, 600} {
 		require.Contains(t, metrics.StatusClasses, metrics.StatusClass(status))
 	}
