@@ -142,3 +142,13 @@ func gauges(t *testing.T, reg *prometheus.Registry, name string) map[string]floa
 	}
 	return out
 }
+
+func TestSum(t *testing.T) {
+	t.Parallel()
+
+	m := metrics.NewForTest()
+	require.Zero(t, metrics.Sum(m.ScopeDecisionsTotal))
+	m.ScopeDecisionsTotal.WithLabelValues("embed", metrics.ScopeAdmit).Inc()
+	m.ScopeDecisionsTotal.WithLabelValues("owner", metrics.ScopeDeny).Add(2)
+	require.InDelta(t, 3, metrics.Sum(m.ScopeDecisionsTotal), 0)
+}
