@@ -55,7 +55,13 @@ func (w withExampleDispatcher) Run() int {
 func startExampleDispatcher() (func(), error) {
 	ctx := context.Background()
 	url := cmp.Or(os.Getenv("TEST_DATABASE_URL"), os.Getenv("DATABASE_URL"), dbtest.LocalURL)
-	adm, err := pgxpool.New(ctx, url)
+	// Small pools: the suite keeps to about 20 connections (dbtest).
+	admCfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	admCfg.MaxConns = 1
+	adm, err := pgxpool.NewWithConfig(ctx, admCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +91,7 @@ func serveExample(ctx context.Context, url, schema string) (*pgxpool.Pool, *grpc
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg.MaxConns = 4
+	cfg.MaxConns = 2
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
