@@ -179,7 +179,17 @@ func createFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 	fs.Var(&types, "event-types", `event type globs, comma-separated or repeated: "*", "corpus.*", "booking.created"`)
 	embedID := fs.String("embed-id", "", "bind the endpoint to an embed: events are scoped by its access code")
 	headersFile := fs.String("headers-file", "", `custom headers sent on every delivery, one "Name: value" per line (values are kept sealed)`)
+	scheme := fs.String("signature-scheme", "v1", `how deliveries are signed: "v1" (a shared secret, shown once) or "v1a" (an Ed25519 key pair; receivers verify with its public key)`)
 	return func(ctx context.Context, c *endpointsCmd, _ string) error {
+		var protoScheme webhooksv1.SignatureScheme
+		switch *scheme {
+		case "v1":
+			protoScheme = webhooksv1.SignatureScheme_SIGNATURE_SCHEME_V1
+		case "v1a":
+			protoScheme = webhooksv1.SignatureScheme_SIGNATURE_SCHEME_V1A
+		default:
+			return fmt.Errorf("--signature-scheme: want v1 or v1a, got %q", *scheme)
+		}
 		var headers map[string]string
 		if *headersFile != "" {
 			var err error
@@ -189,7 +199,7 @@ func createFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 		}
 		resp, err := c.client.CreateEndpoint(ctx, &webhooksv1.CreateEndpointRequest{
 			OwnerId: c.conn.owner, Url: *url, Description: *description, EventTypes: types, EmbedId: *embedID,
-			Headers: headers,
+			Headers: headers, SignatureScheme: protoScheme,
 		})
 		if err != nil {
 			return err
@@ -200,7 +210,9 @@ func createFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 		if err := printEndpoint(c.stdout, resp.GetEndpoint()); err != nil {
 			return err
 		}
-		fmt.Fprintf(c.stdout, "\nsigning secret: %s\n(shown only this once: store it in the receiver now)\n", resp.GetSecret())
+		if resp.GetSecret() != "" {
+			fmt.Fprintf(c.stdout, "\nsigning secret: %s\n(shown only this once: store it in the receiver now)\n", resp.GetSecret())
+		}
 		return nil
 	}
 }
@@ -294,7 +306,11 @@ func rotateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 		if c.conn.json {
 			return printJSON(c.stdout, resp)
 		}
-		fmt.Fprintf(c.stdout, "new signing secret: %s\n(shown only this once: store it in the receiver now)\n", resp.GetSecret())
+		if pk := resp.GetPublicKey(); pk != "" {
+			fmt.Fprintf(c.stdout, "new public key: %s\n(give it to the receiver; it can be read again with get)\n", pk)
+		} else {
+			fmt.Fprintf(c.stdout, "new signing secret: %s\n(shown only this once: store it in the receiver now)\n", resp.GetSecret())
+		}
 		if exp := resp.GetPreviousSecretExpiresAt(); exp != nil {
 			fmt.Fprintf(c.stdout, "the previous secret keeps signing until %s\n", fmtTime(exp))
 		} else {
@@ -407,6 +423,13 @@ func printEndpoint(w io.Writer, ep *webhooksv1.Endpoint) error {
 	fmt.Fprintf(tw, "description:\t%s\n", orDash(oneLine(ep.GetDescription(), 200)))
 	fmt.Fprintf(tw, "event types:\t%s\n", strings.Join(ep.GetEventTypes(), ", "))
 	fmt.Fprintf(tw, "embed:\t%s\n", orDash(ep.GetEmbedId()))
+	if ep.GetSignatureScheme() == webhooksv1.SignatureScheme_SIGNATURE_SCHEME_V1A {
+		fmt.Fprintf(tw, "signature scheme:\tv1a (Ed25519)\n")
+		fmt.Fprintf(tw, "public key:\t%s\n", ep.GetPublicKey())
+		if prev := ep.GetPreviousPublicKey(); prev != "" {
+			fmt.Fprintf(tw, "previous public key:\t%s\n", prev)
+		}
+	}
 	if names := ep.GetHeaderNames(); len(names) > 0 {
 		fmt.Fprintf(tw, "custom headers:\t%s (values sealed, never shown)\n", strings.Join(names, ", "))
 	}

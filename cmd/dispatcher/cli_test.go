@@ -124,6 +124,26 @@ func TestEndpointsCLI(t *testing.T) {
 		require.Equal(t, created.GetEndpoint().GetId(), list.GetEndpoints()[0].GetId())
 	})
 
+	t.Run("KeyPairScheme", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		out, err := endpoints(t, b, "create", "--url", "https://hooks.example.com/in", "--event-types", "*", "--signature-scheme", "v1a")
+		require.NoError(t, err, out)
+		require.Contains(t, out, "signature scheme:")
+		require.Contains(t, out, "public key:")
+		require.Contains(t, out, "whpk_")
+		require.NotContains(t, out, "signing secret:", "no shared secret to show")
+		id := strings.Fields(strings.SplitN(out, "\n", 2)[0])[1]
+
+		out, err = endpoints(t, b, "rotate-secret", id)
+		require.NoError(t, err, out)
+		require.Contains(t, out, "new public key: whpk_")
+		require.Contains(t, out, "keeps signing until")
+
+		_, err = endpoints(t, b, "create", "--url", "https://hooks.example.com/in", "--event-types", "*", "--signature-scheme", "v2")
+		require.ErrorContains(t, err, "--signature-scheme")
+	})
+
 	t.Run("CustomHeadersFromFile", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -78,6 +78,8 @@ type target struct {
 	failingSince      *time.Time
 	// headers is the endpoint's sealed custom headers (nil: none).
 	headers []byte
+	// scheme is the endpoint's signing scheme ("v1", "v1a").
+	scheme string
 
 	eventFound      bool
 	eventOwnerID    string
@@ -125,7 +127,7 @@ SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
        CASE WHEN r.mode = 0 THEN ep.lease_token IS NOT DISTINCT FROM r.token AND ep.busy_until > now()
             ELSE EXISTS (SELECT FROM leased l WHERE l.id = r.endpoint_id) END,
        extract(epoch FROM coalesce(ep.busy_until - now(), interval '0'))::float8,
-       ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.headers_enc,
+       ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.headers_enc, ep.signing_scheme,
        e.id IS NOT NULL, e.owner_id, e.type, e.subject, e.occurred_at, e.data, e.created_at,
        (SELECT count(*) FROM wanted)
   FROM req r
@@ -141,7 +143,7 @@ const confirmSQL = `
 SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
        ep.lease_token IS NOT DISTINCT FROM r.token AND ep.busy_until > now(),
        0::float8,
-       ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.headers_enc,
+       ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.headers_enc, ep.signing_scheme,
        e.id IS NOT NULL, e.owner_id, e.type, e.subject, e.occurred_at, e.data, e.created_at,
        0::bigint
   FROM unnest($1::uuid[], $2::text[], $3::int[], $4::uuid[]) WITH ORDINALITY AS r(endpoint_id, event_id, mode, token, n)
@@ -182,6 +184,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 			owner, url                 *string
 			secret, prevSecret         []byte
 			headers                    []byte
+			scheme                     *string
 			prevExpires, failingSince  *time.Time
 			evFound                    bool
 			evOwner, evType, evSubject *string
@@ -189,7 +192,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 			evData                     []byte
 			notified                   int64
 		)
-		if err := rows.Scan(&n, &found, &enabled, &held, &heldFor, &owner, &url, &secret, &prevSecret, &prevExpires, &failingSince, &headers,
+		if err := rows.Scan(&n, &found, &enabled, &held, &heldFor, &owner, &url, &secret, &prevSecret, &prevExpires, &failingSince, &headers, &scheme,
 			&evFound, &evOwner, &evType, &evSubject, &evOccurred, &evData, &evCreated, &notified); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("load delivery targets: %w", err)
@@ -210,7 +213,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 			}
 			t := &target{
 				ownerID: *owner, url: *url, secret: secret, previousSecret: prevSecret,
-				previousExpiresAt: prevExpires, failingSince: failingSince, headers: headers,
+				previousExpiresAt: prevExpires, failingSince: failingSince, headers: headers, scheme: *scheme,
 				eventFound: evFound, eventData: evData,
 			}
 			if evFound {

@@ -131,11 +131,12 @@ type Worker struct {
 	now     func() time.Time
 }
 
-// KeyOpener opens an endpoint's sealed signing secrets as read with the
-// lease: the current key first, then the previous one during a rotation's
-// grace period. endpoint.KeyOpener is the one implementation.
+// KeyOpener opens an endpoint's sealed signing keys as read with the lease,
+// for its scheme (HMAC secrets for v1, Ed25519 keys for v1a): the current key
+// first, then the previous one during a rotation's grace period.
+// endpoint.KeyOpener is the one implementation.
 type KeyOpener interface {
-	OpenKeys(endpointID uuid.UUID, current, previous []byte, previousExpiresAt *time.Time, now time.Time) ([][]byte, error)
+	OpenSigningKeys(endpointID uuid.UUID, scheme string, current, previous []byte, previousExpiresAt *time.Time, now time.Time) (webhook.Keys, error)
 	// OpenHeaders opens the endpoint's sealed custom headers (nil: none).
 	OpenHeaders(endpointID uuid.UUID, sealed []byte) (http.Header, error)
 }
@@ -543,7 +544,7 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 		return result{err: w.cancel(j, ep, errors.New("delivery outlived its retry window"))}
 	}
 
-	keys, err := w.keys.OpenKeys(endpointID, t.secret, t.previousSecret, t.previousExpiresAt, w.now())
+	keys, err := w.keys.OpenSigningKeys(endpointID, t.scheme, t.secret, t.previousSecret, t.previousExpiresAt, w.now())
 	if err != nil {
 		// A secret that cannot be opened is an operator problem (wrong or
 		// missing master key); retry so nothing is lost once it is fixed.
@@ -573,7 +574,7 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 	req.Header.Set("User-Agent", "dispatcher-webhooks/1")
 	// Signed at send time on every attempt: the timestamp changes, the id
 	// (= event id) never does.
-	webhook.SetHeaders(req.Header, keys, ev.ID, w.now(), body)
+	keys.SetHeaders(req.Header, ev.ID, w.now(), body)
 
 	span := startHTTPSpan(ctx, req, ep, j)
 	start := time.Now()

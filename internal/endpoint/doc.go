@@ -3,8 +3,9 @@
 // here and answered with this package's errors. internal/grpcapi serves the
 // operations as webhooks.v1.EndpointService.
 //
-// It is also the one place where signing secrets, and the values of custom
-// headers (headers.go), are sealed and unsealed: Create and RotateSecret seal
+// It is also the one place where signing secrets (or, for v1a endpoints,
+// Ed25519 private keys: keypair.go), and the values of custom headers
+// (headers.go), are sealed and unsealed: Create and RotateSecret seal
 // a fresh key with the master keyring, OpenKeys and OpenHeaders unseal what a
 // delivery needs, and Reseal re-seals everything stored after the master key
 // rotates. A secret leaves this package in plaintext only in the reply to

@@ -167,10 +167,10 @@ func TestReseal(t *testing.T) {
 		b := setup(t)
 		plain := create(t, b)
 		inGrace := create(t, b)
-		_, _, err := b.store.RotateSecret(t.Context(), "owner_a", inGrace, time.Hour)
+		_, err := b.store.RotateSecret(t.Context(), "owner_a", inGrace, time.Hour)
 		require.NoError(t, err)
 		expired := create(t, b)
-		_, _, err = b.store.RotateSecret(t.Context(), "owner_a", expired, time.Hour)
+		_, err = b.store.RotateSecret(t.Context(), "owner_a", expired, time.Hour)
 		require.NoError(t, err)
 		_, err = b.db.Pool.Exec(t.Context(),
 			`UPDATE webhook_endpoints SET previous_secret_expires_at = now() - interval '1 minute' WHERE id = $1`, expired)

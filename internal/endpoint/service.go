@@ -214,6 +214,11 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (*Endpoint, string
 	s.val.eventTypes(&v, p.EventTypes)
 	s.val.embedID(&v, p.EmbedID)
 	s.val.headers(&v, p.Headers)
+	switch p.SigningScheme {
+	case "", SchemeV1, SchemeV1a:
+	default:
+		v.add(FieldSignatureScheme, "must be v1 (a shared secret) or v1a (an Ed25519 key pair)")
+	}
 	if err := v.err(); err != nil {
 		return nil, "", err
 	}
@@ -324,9 +329,10 @@ type GracePeriod struct {
 	Malformed bool
 }
 
-// RotateSecret gives an endpoint a new secret, returned this once; the
-// previous one keeps signing until the returned time (nil: not at all).
-func (s *Service) RotateSecret(ctx context.Context, owner, id string, grace GracePeriod) (string, *time.Time, error) {
+// RotateSecret gives an endpoint a new secret, returned this once (or a v1a
+// endpoint a new key pair, whose public key is returned); the previous one
+// keeps signing until the returned time (nil: not at all).
+func (s *Service) RotateSecret(ctx context.Context, owner, id string, grace GracePeriod) (*Rotation, error) {
 	var v violations
 	s.val.ownerID(&v, owner)
 	epID := parseID(&v, id)
@@ -343,14 +349,14 @@ func (s *Service) RotateSecret(ctx context.Context, owner, id string, grace Grac
 		d = *grace.Value
 	}
 	if err := v.err(); err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	secret, expires, err := s.store.RotateSecret(ctx, owner, epID, d)
+	r, err := s.store.RotateSecret(ctx, owner, epID, d)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	s.logOp(ctx, "endpoint secret rotated", owner, epID, slog.Duration("grace_period", d))
-	return secret, expires, nil
+	return r, nil
 }
 
 // SendTest publishes one webhook.test event to this endpoint only and

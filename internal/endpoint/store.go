@@ -42,6 +42,13 @@ type Endpoint struct {
 	DisabledReason          string
 	FailingSince            *time.Time
 	PreviousSecretExpiresAt *time.Time
+	// SigningScheme is SchemeV1 (shared secret) or SchemeV1a (key pair).
+	SigningScheme string
+	// PublicKey is a v1a endpoint's public key ("whpk_…"), and
+	// PreviousPublicKey the previous one while PreviousSecretExpiresAt is
+	// ahead; both "" for v1.
+	PublicKey         string
+	PreviousPublicKey string
 	// HeaderNames are the names of the custom headers sent on every
 	// delivery, in a stable order; their values are sealed and never read
 	// back here.
@@ -63,12 +70,16 @@ func NewStore(pool *pgxpool.Pool, kr *seal.Keyring) *Store {
 }
 
 const endpointColumns = `id, owner_id, url, description, event_types, coalesce(embed_id, ''), enabled,
-       coalesce(disabled_reason, ''), failing_since, previous_secret_expires_at, header_names, created_at, updated_at`
+       coalesce(disabled_reason, ''), failing_since, previous_secret_expires_at, header_names,
+       signing_scheme, coalesce(public_key, ''),
+       CASE WHEN previous_secret_expires_at > now() THEN coalesce(previous_public_key, '') ELSE '' END,
+       created_at, updated_at`
 
 func scanEndpoint(row pgx.Row) (*Endpoint, error) {
 	var e Endpoint
 	err := row.Scan(&e.ID, &e.OwnerID, &e.URL, &e.Description, &e.EventTypes, &e.EmbedID, &e.Enabled,
-		&e.DisabledReason, &e.FailingSince, &e.PreviousSecretExpiresAt, &e.HeaderNames, &e.CreatedAt, &e.UpdatedAt)
+		&e.DisabledReason, &e.FailingSince, &e.PreviousSecretExpiresAt, &e.HeaderNames,
+		&e.SigningScheme, &e.PublicKey, &e.PreviousPublicKey, &e.CreatedAt, &e.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -131,17 +142,28 @@ type CreateParams struct {
 	// Headers are the custom headers as given (name → value); Service.Create
 	// validates them, and the store keeps them in a stable order.
 	Headers map[string]string
+	// SigningScheme is SchemeV1 ("" too) or SchemeV1a.
+	SigningScheme string
 }
 
 // Create stores a new enabled endpoint with a fresh secret and returns it with
 // the secret's text, which is shown to the owner this once and never again.
-// maxPerOwner > 0 caps the owner's endpoints (ErrTooManyEndpoints).
+// A v1a endpoint gets a fresh key pair instead: its secret text is "" and
+// its public key is on the endpoint. maxPerOwner > 0 caps the owner's
+// endpoints (ErrTooManyEndpoints).
 func (s *Store) Create(ctx context.Context, p CreateParams, maxPerOwner int) (*Endpoint, string, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, "", fmt.Errorf("create endpoint: new id: %w", err)
 	}
-	secret, sealed, err := newSecret(s.keyring, id)
+	scheme, secret, publicKey := SchemeV1, "", ""
+	var sealed []byte
+	if p.SigningScheme == SchemeV1a {
+		scheme = SchemeV1a
+		publicKey, sealed, err = newKeyPair(s.keyring, id)
+	} else {
+		secret, sealed, err = newSecret(s.keyring, id)
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("create endpoint: %w", err)
 	}
@@ -169,10 +191,11 @@ func (s *Store) Create(ctx context.Context, p CreateParams, maxPerOwner int) (*E
 		}
 		var err error
 		e, err = scanEndpoint(tx.QueryRow(ctx, `
-INSERT INTO webhook_endpoints (id, owner_id, url, description, event_types, secret_enc, embed_id, header_names, headers_enc)
-VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9)
+INSERT INTO webhook_endpoints (id, owner_id, url, description, event_types, secret_enc, embed_id, header_names, headers_enc,
+                               signing_scheme, public_key)
+VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9, $10, nullif($11, ''))
 RETURNING `+endpointColumns, id, p.OwnerID, p.URL, p.Description, p.EventTypes, sealed, p.EmbedID,
-			headerNames(hs), sealedHeaders))
+			headerNames(hs), sealedHeaders, scheme, publicKey))
 		return err
 	})
 	if err != nil {
@@ -255,36 +278,65 @@ func (s *Store) Delete(ctx context.Context, owner string, id uuid.UUID) error {
 	return nil
 }
 
-// RotateSecret gives owner's endpoint id a new secret and returns its text
-// (shown this once). The current secret becomes the previous one and keeps
-// signing beside the new one until grace has passed; grace 0 drops it at once.
-// Only one previous secret is kept: rotating again during a grace period ends
-// the older one's grace. It returns when the previous secret stops signing
-// (nil for grace 0).
-func (s *Store) RotateSecret(ctx context.Context, owner string, id uuid.UUID, grace time.Duration) (string, *time.Time, error) {
-	secret, sealed, err := newSecret(s.keyring, id)
-	if err != nil {
-		return "", nil, fmt.Errorf("rotate secret: %w", err)
-	}
-	// The right-hand sides read the row as it was, so previous_secret_enc
-	// receives the old secret_enc. The sealed value moves as is: its
-	// associated data is the endpoint id, which has not changed.
-	var expires *time.Time
-	err = s.pool.QueryRow(ctx, `
+// Rotation is what RotateSecret made.
+type Rotation struct {
+	// Secret is a v1 endpoint's new secret (shown this once); "" for v1a.
+	Secret string
+	// PublicKey is a v1a endpoint's new public key; "" for v1.
+	PublicKey string
+	// PreviousExpiresAt is when the previous secret or key stops signing
+	// (nil: it already has).
+	PreviousExpiresAt *time.Time
+}
+
+// RotateSecret gives owner's endpoint id a new secret, or for a v1a endpoint
+// a new key pair. The current one becomes the previous one and keeps signing
+// beside the new one until grace has passed; grace 0 drops it at once. Only
+// one previous secret is kept: rotating again during a grace period ends the
+// older one's grace.
+func (s *Store) RotateSecret(ctx context.Context, owner string, id uuid.UUID, grace time.Duration) (*Rotation, error) {
+	var r Rotation
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var scheme string
+		err := tx.QueryRow(ctx, `SELECT signing_scheme FROM webhook_endpoints WHERE id = $1 AND owner_id = $2 FOR NO KEY UPDATE`,
+			id, owner).Scan(&scheme)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		var sealed []byte
+		if scheme == SchemeV1a {
+			r.PublicKey, sealed, err = newKeyPair(s.keyring, id)
+		} else {
+			r.Secret, sealed, err = newSecret(s.keyring, id)
+		}
+		if err != nil {
+			return err
+		}
+		// The right-hand sides read the row as it was, so previous_secret_enc
+		// receives the old secret_enc (and previous_public_key the old public
+		// key). The sealed value moves as is: its associated data is the
+		// endpoint id, which has not changed.
+		return tx.QueryRow(ctx, `
 UPDATE webhook_endpoints
    SET previous_secret_enc        = CASE WHEN $4::bigint > 0 THEN secret_enc END,
        previous_secret_expires_at = CASE WHEN $4::bigint > 0 THEN now() + $4::bigint * interval '1 microsecond' END,
+       previous_public_key        = CASE WHEN $4::bigint > 0 THEN public_key END,
        secret_enc                 = $3,
+       public_key                 = nullif($5, ''),
        updated_at                 = now()
  WHERE id = $1 AND owner_id = $2
-RETURNING previous_secret_expires_at`, id, owner, sealed, grace.Microseconds()).Scan(&expires)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil, ErrNotFound
+RETURNING previous_secret_expires_at`, id, owner, sealed, grace.Microseconds(), r.PublicKey).Scan(&r.PreviousExpiresAt)
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil, ErrNotFound
 	}
 	if err != nil {
-		return "", nil, fmt.Errorf("rotate secret: %w", err)
+		return nil, fmt.Errorf("rotate secret: %w", err)
 	}
-	return secret, expires, nil
+	return &r, nil
 }
 
 // ListDeliveries returns up to limit of owner's endpoint's deliveries, newest

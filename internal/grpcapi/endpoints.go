@@ -94,6 +94,9 @@ func (s *endpointServer) CreateEndpoint(ctx context.Context, req *webhooksv1.Cre
 		EventTypes:  req.GetEventTypes(),
 		EmbedID:     req.GetEmbedId(),
 		Headers:     req.GetHeaders(),
+		// An unknown enum number reaches the service as a scheme it refuses,
+		// naming the field.
+		SigningScheme: schemeFromProto(req.GetSignatureScheme()),
 	})
 	if err != nil {
 		return nil, s.fail(ctx, "create", req.GetOwnerId(), err)
@@ -138,13 +141,13 @@ func (s *endpointServer) RotateSecret(ctx context.Context, req *webhooksv1.Rotat
 			grace.Value = new(gp.AsDuration())
 		}
 	}
-	secret, expires, err := s.svc.RotateSecret(ctx, req.GetOwnerId(), req.GetEndpointId(), grace)
+	r, err := s.svc.RotateSecret(ctx, req.GetOwnerId(), req.GetEndpointId(), grace)
 	if err != nil {
 		return nil, s.fail(ctx, "rotate_secret", req.GetOwnerId(), err)
 	}
-	resp := &webhooksv1.RotateSecretResponse{Secret: secret}
-	if expires != nil {
-		resp.PreviousSecretExpiresAt = timestamppb.New(*expires)
+	resp := &webhooksv1.RotateSecretResponse{Secret: r.Secret, PublicKey: r.PublicKey}
+	if r.PreviousExpiresAt != nil {
+		resp.PreviousSecretExpiresAt = timestamppb.New(*r.PreviousExpiresAt)
 	}
 	return resp, nil
 }
@@ -209,6 +212,21 @@ var eventTypes = sync.OnceValues(func() (*webhooksv1.ListEventTypesResponse, err
 	return resp, nil
 })
 
+// schemeFromProto is the endpoint package's name of a scheme; an unknown
+// number maps to a name the service refuses.
+func schemeFromProto(s webhooksv1.SignatureScheme) string {
+	switch s {
+	case webhooksv1.SignatureScheme_SIGNATURE_SCHEME_UNSPECIFIED:
+		return ""
+	case webhooksv1.SignatureScheme_SIGNATURE_SCHEME_V1:
+		return endpoint.SchemeV1
+	case webhooksv1.SignatureScheme_SIGNATURE_SCHEME_V1A:
+		return endpoint.SchemeV1a
+	default:
+		return "unknown"
+	}
+}
+
 func toProto(e *endpoint.Endpoint) *webhooksv1.Endpoint {
 	out := &webhooksv1.Endpoint{
 		Id:             e.ID.String(),
@@ -222,6 +240,12 @@ func toProto(e *endpoint.Endpoint) *webhooksv1.Endpoint {
 		CreatedAt:      timestamppb.New(e.CreatedAt),
 		UpdatedAt:      timestamppb.New(e.UpdatedAt),
 		HeaderNames:    e.HeaderNames,
+		PublicKey:      e.PublicKey,
+	}
+	if e.SigningScheme == endpoint.SchemeV1a {
+		out.SignatureScheme = webhooksv1.SignatureScheme_SIGNATURE_SCHEME_V1A
+	} else {
+		out.SignatureScheme = webhooksv1.SignatureScheme_SIGNATURE_SCHEME_V1
 	}
 	if e.FailingSince != nil {
 		out.FailingSince = timestamppb.New(*e.FailingSince)
@@ -230,6 +254,7 @@ func toProto(e *endpoint.Endpoint) *webhooksv1.Endpoint {
 	// longer signs, whatever is still stored.
 	if e.PreviousSecretExpiresAt != nil && e.PreviousSecretExpiresAt.After(time.Now()) {
 		out.PreviousSecretExpiresAt = timestamppb.New(*e.PreviousSecretExpiresAt)
+		out.PreviousPublicKey = e.PreviousPublicKey
 	}
 	return out
 }

@@ -25,6 +25,61 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// SignatureScheme is a Standard Webhooks signature scheme.
+type SignatureScheme int32
+
+const (
+	// Unset: SIGNATURE_SCHEME_V1 on create.
+	SignatureScheme_SIGNATURE_SCHEME_UNSPECIFIED SignatureScheme = 0
+	// "v1": HMAC-SHA256 with a shared secret ("whsec_…") both sides hold.
+	SignatureScheme_SIGNATURE_SCHEME_V1 SignatureScheme = 1
+	// "v1a": Ed25519. The dispatcher signs with a private key sealed at rest;
+	// receivers verify with the endpoint's public_key and hold nothing that
+	// could forge a delivery.
+	SignatureScheme_SIGNATURE_SCHEME_V1A SignatureScheme = 2
+)
+
+// Enum value maps for SignatureScheme.
+var (
+	SignatureScheme_name = map[int32]string{
+		0: "SIGNATURE_SCHEME_UNSPECIFIED",
+		1: "SIGNATURE_SCHEME_V1",
+		2: "SIGNATURE_SCHEME_V1A",
+	}
+	SignatureScheme_value = map[string]int32{
+		"SIGNATURE_SCHEME_UNSPECIFIED": 0,
+		"SIGNATURE_SCHEME_V1":          1,
+		"SIGNATURE_SCHEME_V1A":         2,
+	}
+)
+
+func (x SignatureScheme) Enum() *SignatureScheme {
+	p := new(SignatureScheme)
+	*p = x
+	return p
+}
+
+func (x SignatureScheme) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SignatureScheme) Descriptor() protoreflect.EnumDescriptor {
+	return file_webhooks_v1_endpoints_proto_enumTypes[0].Descriptor()
+}
+
+func (SignatureScheme) Type() protoreflect.EnumType {
+	return &file_webhooks_v1_endpoints_proto_enumTypes[0]
+}
+
+func (x SignatureScheme) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SignatureScheme.Descriptor instead.
+func (SignatureScheme) EnumDescriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{0}
+}
+
 // DeliveryState is a delivery's state in the product's words.
 type DeliveryState int32
 
@@ -81,11 +136,11 @@ func (x DeliveryState) String() string {
 }
 
 func (DeliveryState) Descriptor() protoreflect.EnumDescriptor {
-	return file_webhooks_v1_endpoints_proto_enumTypes[0].Descriptor()
+	return file_webhooks_v1_endpoints_proto_enumTypes[1].Descriptor()
 }
 
 func (DeliveryState) Type() protoreflect.EnumType {
-	return &file_webhooks_v1_endpoints_proto_enumTypes[0]
+	return &file_webhooks_v1_endpoints_proto_enumTypes[1]
 }
 
 func (x DeliveryState) Number() protoreflect.EnumNumber {
@@ -94,7 +149,7 @@ func (x DeliveryState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DeliveryState.Descriptor instead.
 func (DeliveryState) EnumDescriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{0}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{1}
 }
 
 // DeliveryWaitReason says why a SCHEDULED delivery waits.
@@ -143,11 +198,11 @@ func (x DeliveryWaitReason) String() string {
 }
 
 func (DeliveryWaitReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_webhooks_v1_endpoints_proto_enumTypes[1].Descriptor()
+	return file_webhooks_v1_endpoints_proto_enumTypes[2].Descriptor()
 }
 
 func (DeliveryWaitReason) Type() protoreflect.EnumType {
-	return &file_webhooks_v1_endpoints_proto_enumTypes[1]
+	return &file_webhooks_v1_endpoints_proto_enumTypes[2]
 }
 
 func (x DeliveryWaitReason) Number() protoreflect.EnumNumber {
@@ -156,7 +211,7 @@ func (x DeliveryWaitReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DeliveryWaitReason.Descriptor instead.
 func (DeliveryWaitReason) EnumDescriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{1}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{2}
 }
 
 type Endpoint struct {
@@ -179,9 +234,18 @@ type Endpoint struct {
 	PreviousSecretExpiresAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=previous_secret_expires_at,json=previousSecretExpiresAt,proto3" json:"previous_secret_expires_at,omitempty"`
 	// Names of the custom headers sent on every delivery. Their values are
 	// write-only: sealed at rest like the secret, never returned.
-	HeaderNames   []string `protobuf:"bytes,20,rep,name=header_names,json=headerNames,proto3" json:"header_names,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HeaderNames []string `protobuf:"bytes,20,rep,name=header_names,json=headerNames,proto3" json:"header_names,omitempty"`
+	// How deliveries are signed; chosen at creation.
+	SignatureScheme SignatureScheme `protobuf:"varint,21,opt,name=signature_scheme,json=signatureScheme,proto3,enum=webhooks.v1.SignatureScheme" json:"signature_scheme,omitempty"`
+	// SIGNATURE_SCHEME_V1A: the public key receivers verify with ("whpk_" +
+	// base64 of 32 bytes). Readable at any time; the private key never leaves
+	// the dispatcher.
+	PublicKey string `protobuf:"bytes,22,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	// SIGNATURE_SCHEME_V1A, while previous_secret_expires_at is set: the
+	// previous public key, which keeps signing until then.
+	PreviousPublicKey string `protobuf:"bytes,23,opt,name=previous_public_key,json=previousPublicKey,proto3" json:"previous_public_key,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Endpoint) Reset() {
@@ -303,6 +367,27 @@ func (x *Endpoint) GetHeaderNames() []string {
 		return x.HeaderNames
 	}
 	return nil
+}
+
+func (x *Endpoint) GetSignatureScheme() SignatureScheme {
+	if x != nil {
+		return x.SignatureScheme
+	}
+	return SignatureScheme_SIGNATURE_SCHEME_UNSPECIFIED
+}
+
+func (x *Endpoint) GetPublicKey() string {
+	if x != nil {
+		return x.PublicKey
+	}
+	return ""
+}
+
+func (x *Endpoint) GetPreviousPublicKey() string {
+	if x != nil {
+		return x.PreviousPublicKey
+	}
+	return ""
 }
 
 type ListEndpointsRequest struct {
@@ -526,9 +611,11 @@ type CreateEndpointRequest struct {
 	// values printable ASCII of at most 1024 bytes, 4096 bytes in all.
 	// webhook-*, content-*, proxy-*, host, user-agent, authorization, cookie
 	// and hop-by-hop names are refused.
-	Headers       map[string]string `protobuf:"bytes,20,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Headers map[string]string `protobuf:"bytes,20,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// How deliveries are signed; unset means SIGNATURE_SCHEME_V1.
+	SignatureScheme SignatureScheme `protobuf:"varint,21,opt,name=signature_scheme,json=signatureScheme,proto3,enum=webhooks.v1.SignatureScheme" json:"signature_scheme,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CreateEndpointRequest) Reset() {
@@ -603,10 +690,19 @@ func (x *CreateEndpointRequest) GetHeaders() map[string]string {
 	return nil
 }
 
+func (x *CreateEndpointRequest) GetSignatureScheme() SignatureScheme {
+	if x != nil {
+		return x.SignatureScheme
+	}
+	return SignatureScheme_SIGNATURE_SCHEME_UNSPECIFIED
+}
+
 type CreateEndpointResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Endpoint *Endpoint              `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	// "whsec_" + base64 of 32 random bytes. Shown only here.
+	// SIGNATURE_SCHEME_V1: "whsec_" + base64 of 32 random bytes. Shown only
+	// here. Empty for SIGNATURE_SCHEME_V1A, whose receivers verify with
+	// endpoint.public_key.
 	Secret        string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -899,6 +995,8 @@ func (*DeleteEndpointResponse) Descriptor() ([]byte, []int) {
 	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{10}
 }
 
+// RotateSecret gives a v1 endpoint a new secret and a v1a endpoint a new key
+// pair; the previous one keeps signing for the grace period either way.
 type RotateSecretRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	OwnerId    string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
@@ -962,11 +1060,13 @@ func (x *RotateSecretRequest) GetGracePeriod() *durationpb.Duration {
 
 type RotateSecretResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The new secret. Shown only here.
+	// The new secret (SIGNATURE_SCHEME_V1). Shown only here.
 	Secret                  string                 `protobuf:"bytes,1,opt,name=secret,proto3" json:"secret,omitempty"`
 	PreviousSecretExpiresAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=previous_secret_expires_at,json=previousSecretExpiresAt,proto3" json:"previous_secret_expires_at,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// The new public key (SIGNATURE_SCHEME_V1A); also on the endpoint.
+	PublicKey     string `protobuf:"bytes,20,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RotateSecretResponse) Reset() {
@@ -1011,6 +1111,13 @@ func (x *RotateSecretResponse) GetPreviousSecretExpiresAt() *timestamppb.Timesta
 		return x.PreviousSecretExpiresAt
 	}
 	return nil
+}
+
+func (x *RotateSecretResponse) GetPublicKey() string {
+	if x != nil {
+		return x.PublicKey
+	}
+	return ""
 }
 
 type SendTestRequest struct {
@@ -1638,7 +1745,7 @@ var File_webhooks_v1_endpoints_proto protoreflect.FileDescriptor
 
 const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\n" +
-	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9b\x04\n" +
+	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb3\x05\n" +
 	"\bEndpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bowner_id\x18\x02 \x01(\tR\aownerId\x12\x10\n" +
@@ -1656,7 +1763,11 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12W\n" +
 	"\x1aprevious_secret_expires_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x17previousSecretExpiresAt\x12!\n" +
-	"\fheader_names\x18\x14 \x03(\tR\vheaderNames\"m\n" +
+	"\fheader_names\x18\x14 \x03(\tR\vheaderNames\x12G\n" +
+	"\x10signature_scheme\x18\x15 \x01(\x0e2\x1c.webhooks.v1.SignatureSchemeR\x0fsignatureScheme\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x16 \x01(\tR\tpublicKey\x12.\n" +
+	"\x13previous_public_key\x18\x17 \x01(\tR\x11previousPublicKey\"m\n" +
 	"\x14ListEndpointsRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -1670,7 +1781,7 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
 	"endpointId\"H\n" +
 	"\x13GetEndpointResponse\x121\n" +
-	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"\xa9\x02\n" +
+	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"\xf2\x02\n" +
 	"\x15CreateEndpointRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12 \n" +
@@ -1678,7 +1789,8 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\vevent_types\x18\x04 \x03(\tR\n" +
 	"eventTypes\x12\x19\n" +
 	"\bembed_id\x18\x05 \x01(\tR\aembedId\x12I\n" +
-	"\aheaders\x18\x14 \x03(\v2/.webhooks.v1.CreateEndpointRequest.HeadersEntryR\aheaders\x1a:\n" +
+	"\aheaders\x18\x14 \x03(\v2/.webhooks.v1.CreateEndpointRequest.HeadersEntryR\aheaders\x12G\n" +
+	"\x10signature_scheme\x18\x15 \x01(\x0e2\x1c.webhooks.v1.SignatureSchemeR\x0fsignatureScheme\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"c\n" +
@@ -1712,10 +1824,12 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
 	"endpointId\x12<\n" +
-	"\fgrace_period\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\vgracePeriod\"\x87\x01\n" +
+	"\fgrace_period\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\vgracePeriod\"\xa6\x01\n" +
 	"\x14RotateSecretResponse\x12\x16\n" +
 	"\x06secret\x18\x01 \x01(\tR\x06secret\x12W\n" +
-	"\x1aprevious_secret_expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x17previousSecretExpiresAt\"M\n" +
+	"\x1aprevious_secret_expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x17previousSecretExpiresAt\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x14 \x01(\tR\tpublicKey\"M\n" +
 	"\x0fSendTestRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
@@ -1769,7 +1883,11 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\fdata_example\x18\x04 \x01(\v2\x17.google.protobuf.StructR\vdataExample\"Q\n" +
 	"\x16ListEventTypesResponse\x127\n" +
 	"\vevent_types\x18\x01 \x03(\v2\x16.webhooks.v1.EventTypeR\n" +
-	"eventTypes*\xdf\x01\n" +
+	"eventTypes*f\n" +
+	"\x0fSignatureScheme\x12 \n" +
+	"\x1cSIGNATURE_SCHEME_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13SIGNATURE_SCHEME_V1\x10\x01\x12\x18\n" +
+	"\x14SIGNATURE_SCHEME_V1A\x10\x02*\xdf\x01\n" +
 	"\rDeliveryState\x12\x1e\n" +
 	"\x1aDELIVERY_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16DELIVERY_STATE_PENDING\x10\x01\x12\x1c\n" +
@@ -1808,90 +1926,93 @@ func file_webhooks_v1_endpoints_proto_rawDescGZIP() []byte {
 	return file_webhooks_v1_endpoints_proto_rawDescData
 }
 
-var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_webhooks_v1_endpoints_proto_goTypes = []any{
-	(DeliveryState)(0),             // 0: webhooks.v1.DeliveryState
-	(DeliveryWaitReason)(0),        // 1: webhooks.v1.DeliveryWaitReason
-	(*Endpoint)(nil),               // 2: webhooks.v1.Endpoint
-	(*ListEndpointsRequest)(nil),   // 3: webhooks.v1.ListEndpointsRequest
-	(*ListEndpointsResponse)(nil),  // 4: webhooks.v1.ListEndpointsResponse
-	(*GetEndpointRequest)(nil),     // 5: webhooks.v1.GetEndpointRequest
-	(*GetEndpointResponse)(nil),    // 6: webhooks.v1.GetEndpointResponse
-	(*CreateEndpointRequest)(nil),  // 7: webhooks.v1.CreateEndpointRequest
-	(*CreateEndpointResponse)(nil), // 8: webhooks.v1.CreateEndpointResponse
-	(*UpdateEndpointRequest)(nil),  // 9: webhooks.v1.UpdateEndpointRequest
-	(*UpdateEndpointResponse)(nil), // 10: webhooks.v1.UpdateEndpointResponse
-	(*DeleteEndpointRequest)(nil),  // 11: webhooks.v1.DeleteEndpointRequest
-	(*DeleteEndpointResponse)(nil), // 12: webhooks.v1.DeleteEndpointResponse
-	(*RotateSecretRequest)(nil),    // 13: webhooks.v1.RotateSecretRequest
-	(*RotateSecretResponse)(nil),   // 14: webhooks.v1.RotateSecretResponse
-	(*SendTestRequest)(nil),        // 15: webhooks.v1.SendTestRequest
-	(*SendTestResponse)(nil),       // 16: webhooks.v1.SendTestResponse
-	(*ListDeliveriesRequest)(nil),  // 17: webhooks.v1.ListDeliveriesRequest
-	(*Delivery)(nil),               // 18: webhooks.v1.Delivery
-	(*ListDeliveriesResponse)(nil), // 19: webhooks.v1.ListDeliveriesResponse
-	(*RedeliverRequest)(nil),       // 20: webhooks.v1.RedeliverRequest
-	(*RedeliverResponse)(nil),      // 21: webhooks.v1.RedeliverResponse
-	(*ListEventTypesRequest)(nil),  // 22: webhooks.v1.ListEventTypesRequest
-	(*EventType)(nil),              // 23: webhooks.v1.EventType
-	(*ListEventTypesResponse)(nil), // 24: webhooks.v1.ListEventTypesResponse
-	nil,                            // 25: webhooks.v1.CreateEndpointRequest.HeadersEntry
-	nil,                            // 26: webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),  // 28: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),    // 29: google.protobuf.Duration
-	(*structpb.Struct)(nil),        // 30: google.protobuf.Struct
+	(SignatureScheme)(0),           // 0: webhooks.v1.SignatureScheme
+	(DeliveryState)(0),             // 1: webhooks.v1.DeliveryState
+	(DeliveryWaitReason)(0),        // 2: webhooks.v1.DeliveryWaitReason
+	(*Endpoint)(nil),               // 3: webhooks.v1.Endpoint
+	(*ListEndpointsRequest)(nil),   // 4: webhooks.v1.ListEndpointsRequest
+	(*ListEndpointsResponse)(nil),  // 5: webhooks.v1.ListEndpointsResponse
+	(*GetEndpointRequest)(nil),     // 6: webhooks.v1.GetEndpointRequest
+	(*GetEndpointResponse)(nil),    // 7: webhooks.v1.GetEndpointResponse
+	(*CreateEndpointRequest)(nil),  // 8: webhooks.v1.CreateEndpointRequest
+	(*CreateEndpointResponse)(nil), // 9: webhooks.v1.CreateEndpointResponse
+	(*UpdateEndpointRequest)(nil),  // 10: webhooks.v1.UpdateEndpointRequest
+	(*UpdateEndpointResponse)(nil), // 11: webhooks.v1.UpdateEndpointResponse
+	(*DeleteEndpointRequest)(nil),  // 12: webhooks.v1.DeleteEndpointRequest
+	(*DeleteEndpointResponse)(nil), // 13: webhooks.v1.DeleteEndpointResponse
+	(*RotateSecretRequest)(nil),    // 14: webhooks.v1.RotateSecretRequest
+	(*RotateSecretResponse)(nil),   // 15: webhooks.v1.RotateSecretResponse
+	(*SendTestRequest)(nil),        // 16: webhooks.v1.SendTestRequest
+	(*SendTestResponse)(nil),       // 17: webhooks.v1.SendTestResponse
+	(*ListDeliveriesRequest)(nil),  // 18: webhooks.v1.ListDeliveriesRequest
+	(*Delivery)(nil),               // 19: webhooks.v1.Delivery
+	(*ListDeliveriesResponse)(nil), // 20: webhooks.v1.ListDeliveriesResponse
+	(*RedeliverRequest)(nil),       // 21: webhooks.v1.RedeliverRequest
+	(*RedeliverResponse)(nil),      // 22: webhooks.v1.RedeliverResponse
+	(*ListEventTypesRequest)(nil),  // 23: webhooks.v1.ListEventTypesRequest
+	(*EventType)(nil),              // 24: webhooks.v1.EventType
+	(*ListEventTypesResponse)(nil), // 25: webhooks.v1.ListEventTypesResponse
+	nil,                            // 26: webhooks.v1.CreateEndpointRequest.HeadersEntry
+	nil,                            // 27: webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),  // 29: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),    // 30: google.protobuf.Duration
+	(*structpb.Struct)(nil),        // 31: google.protobuf.Struct
 }
 var file_webhooks_v1_endpoints_proto_depIdxs = []int32{
-	27, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
-	27, // 1: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
-	27, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
-	27, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
-	2,  // 4: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
-	2,  // 5: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	25, // 6: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
-	2,  // 7: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	28, // 8: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
-	26, // 9: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	2,  // 10: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	29, // 11: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	27, // 12: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 13: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
-	27, // 14: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	27, // 15: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
-	27, // 16: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
-	27, // 17: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
-	1,  // 18: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	18, // 19: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
-	30, // 20: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
-	30, // 21: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
-	23, // 22: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
-	3,  // 23: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
-	5,  // 24: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
-	7,  // 25: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
-	9,  // 26: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
-	11, // 27: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
-	13, // 28: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
-	15, // 29: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
-	17, // 30: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
-	20, // 31: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
-	22, // 32: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
-	4,  // 33: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
-	6,  // 34: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
-	8,  // 35: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
-	10, // 36: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
-	12, // 37: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
-	14, // 38: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
-	16, // 39: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
-	19, // 40: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
-	21, // 41: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
-	24, // 42: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
-	33, // [33:43] is the sub-list for method output_type
-	23, // [23:33] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	28, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
+	28, // 1: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
+	28, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
+	28, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 4: webhooks.v1.Endpoint.signature_scheme:type_name -> webhooks.v1.SignatureScheme
+	3,  // 5: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
+	3,  // 6: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	26, // 7: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
+	0,  // 8: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
+	3,  // 9: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	29, // 10: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
+	27, // 11: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	3,  // 12: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	30, // 13: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	28, // 14: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 15: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
+	28, // 16: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	28, // 17: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
+	28, // 18: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
+	28, // 19: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
+	2,  // 20: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
+	19, // 21: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
+	31, // 22: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
+	31, // 23: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
+	24, // 24: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
+	4,  // 25: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
+	6,  // 26: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
+	8,  // 27: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
+	10, // 28: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
+	12, // 29: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
+	14, // 30: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
+	16, // 31: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
+	18, // 32: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
+	21, // 33: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
+	23, // 34: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
+	5,  // 35: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
+	7,  // 36: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
+	9,  // 37: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
+	11, // 38: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
+	13, // 39: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
+	15, // 40: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
+	17, // 41: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
+	20, // 42: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
+	22, // 43: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
+	25, // 44: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
+	35, // [35:45] is the sub-list for method output_type
+	25, // [25:35] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_endpoints_proto_init() }
@@ -1904,7 +2025,7 @@ func file_webhooks_v1_endpoints_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_webhooks_v1_endpoints_proto_rawDesc), len(file_webhooks_v1_endpoints_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
