@@ -121,6 +121,11 @@ if [ ! -f .data/dev.env ]; then
   } > .data/dev.env
   chmod 600 .data/dev.env
 fi
+# River UI takes its own operator token (roles are disjoint); a dev.env made
+# before that gets one.
+if ! grep -q '^DISPATCHER_OPERATOR_TOKENS=' .data/dev.env; then
+  echo "DISPATCHER_OPERATOR_TOKENS=dev-operator-$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')" >> .data/dev.env
+fi
 set -a
 # shellcheck disable=SC1091
 . .data/dev.env
