@@ -8,6 +8,12 @@
 //	...
 //	res, err := c.Publish(ctx, ev) // res.GetOutcome(): STORED, or DUPLICATE if it was already
 //
+// A main app that traces with OpenTelemetry passes its gRPC instrumentation,
+// and the dispatcher's spans (ingest, fanout, every delivery attempt) join
+// the app's trace:
+//
+//	client.WithDialOptions(grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+//
 // Publish and PublishBatch retry while the dispatcher is Unavailable, with a
 // bounded, jittered exponential backoff (Retry); publishing is idempotent by
 // event id, so a retry never delivers twice.
