@@ -50,7 +50,7 @@ func (c *cliConn) bind(fs *flag.FlagSet, withOwner bool) {
 	env := c.env
 	fs.StringVar(&c.addr, "addr", env.str("DISPATCHER_ADDR", cliDefaultAddr), "gRPC API address (env DISPATCHER_ADDR)")
 	fs.StringVar(&c.tokenFile, "token-file", os.Getenv("DISPATCHER_TOKEN_FILE"),
-		"file holding the admin token (default: env DISPATCHER_TOKEN; env DISPATCHER_TOKEN_FILE)")
+		"file holding the API token: admin for endpoints, listen and event-types, publisher for events (default: env DISPATCHER_TOKEN; env DISPATCHER_TOKEN_FILE)")
 	fs.BoolVar(&c.json, "json", false, "print the API response as JSON")
 	fs.BoolVar(&c.tls, "tls", env.boolean("DISPATCHER_TLS", false), "connect with TLS (env DISPATCHER_TLS)")
 	fs.StringVar(&c.caFile, "ca-file", os.Getenv("DISPATCHER_CA_FILE"), "PEM CA bundle to verify the server with --tls (default: system roots; env DISPATCHER_CA_FILE)")
@@ -58,11 +58,11 @@ func (c *cliConn) bind(fs *flag.FlagSet, withOwner bool) {
 	fs.StringVar(&c.keyFile, "key-file", os.Getenv("DISPATCHER_KEY_FILE"), "PEM key of --cert-file (env DISPATCHER_KEY_FILE)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "deadline of the call")
 	if withOwner {
-		fs.StringVar(&c.owner, "owner", os.Getenv("DISPATCHER_OWNER"), "owner id the endpoints belong to (env DISPATCHER_OWNER)")
+		fs.StringVar(&c.owner, "owner", os.Getenv("DISPATCHER_OWNER"), "owner id the endpoints and events belong to (env DISPATCHER_OWNER)")
 	}
 }
 
-// token reads the admin token: from --token-file when given, else from
+// token reads the API token: from --token-file when given, else from
 // DISPATCHER_TOKEN. Never from a flag value, which would sit in shell history
 // and process listings.
 func (c *cliConn) token() (string, error) {

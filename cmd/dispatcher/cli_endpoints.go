@@ -130,6 +130,7 @@ func runEndpointsCLI(ctx context.Context, args []string, stdout, stderr io.Write
 func listFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
 	pageSize := fs.Int("page-size", 0, "endpoints per page (0: server default of 50, at most 200)")
 	pageToken := fs.String("page-token", "", "page to fetch, from a previous list's next page token")
+	quiet := fs.Bool("q", false, "print only the ids, one per line (for scripts: endpoint=$(dispatcher endpoints list -q …))")
 	return func(ctx context.Context, c *endpointsCmd, _ string) error {
 		resp, err := c.client.ListEndpoints(ctx, &webhooksv1.ListEndpointsRequest{
 			OwnerId: c.conn.owner, PageSize: int32(min(max(*pageSize, -1), 1<<20)), PageToken: *pageToken,
@@ -139,6 +140,12 @@ func listFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) er
 		}
 		if c.conn.json {
 			return printJSON(c.stdout, resp)
+		}
+		if *quiet {
+			for _, ep := range resp.GetEndpoints() {
+				fmt.Fprintln(c.stdout, ep.GetId())
+			}
+			return nil
 		}
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tURL\tEVENT TYPES\tSTATUS\tCREATED")

@@ -4,6 +4,8 @@
 //	dispatcher serve              run the gRPC API, outbox relay, River workers and metrics
 //	dispatcher migrate            apply River's and the dispatcher's migrations (idempotent)
 //	dispatcher endpoints …        manage endpoints over the gRPC API
+//	dispatcher events publish     publish an event over the gRPC API
+//	dispatcher listen             a local receiver that verifies and prints each delivery
 //	dispatcher event-types        list the event types that may leave
 //	dispatcher reseal-secrets     re-seal endpoint secrets under the primary master key
 //	dispatcher gen-master-key     print a new master key entry
@@ -73,6 +75,8 @@ commands:
   serve            run the dispatcher (gRPC API, outbox relay, workers, metrics)
   migrate          apply database migrations (idempotent)
   endpoints        manage webhook endpoints (list|get|create|update|delete|rotate-secret|send-test|deliveries|redeliver)
+  events publish   publish an event (what the main app does over gRPC)
+  listen           run a local receiver: an endpoint pointing here, each delivery verified and printed
   event-types      list the event types that may leave
   reseal-secrets   re-seal every endpoint secret under the primary master key
   gen-master-key   print a new master key entry for DISPATCHER_MASTER_KEYS
@@ -95,6 +99,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runMigrate(ctx, rest, stdout, stderr)
 	case "endpoints":
 		return runEndpointsCLI(ctx, rest, stdout, stderr)
+	case "events":
+		return runEventsCLI(ctx, rest, stdout, stderr)
+	case "listen":
+		return runListenCLI(ctx, rest, stdout, stderr)
 	case "event-types":
 		return runEventTypesCLI(ctx, rest, stdout, stderr)
 	case "reseal-secrets":

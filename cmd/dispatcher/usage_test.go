@@ -24,7 +24,7 @@ func TestUsage(t *testing.T) {
 		{"serve"}, {"migrate"}, {"event-types"}, {"reseal-secrets"}, {"dev-access"},
 		{"endpoints", "list"}, {"endpoints", "get"}, {"endpoints", "create"}, {"endpoints", "update"},
 		{"endpoints", "delete"}, {"endpoints", "rotate-secret"}, {"endpoints", "send-test"},
-		{"endpoints", "deliveries"}, {"endpoints", "redeliver"},
+		{"endpoints", "deliveries"}, {"endpoints", "redeliver"}, {"events", "publish"}, {"listen"},
 	}
 	flagList := regexp.MustCompile(`(?m)^  -\w`)
 	exit := func(t *testing.T, b *testBundle, args ...string) int {
@@ -42,7 +42,7 @@ func TestUsage(t *testing.T) {
 				require.NotContains(t, b.stderr.String(), "dispatcher:", "help is no error")
 			}
 		}
-		for _, line := range [][]string{{"-h"}, {"help"}, {"endpoints", "-h"}} {
+		for _, line := range [][]string{{"-h"}, {"help"}, {"endpoints", "-h"}, {"events", "-h"}} {
 			b := setup(t)
 			require.Zero(t, exit(t, b, line...), "%v", line)
 			require.Contains(t, b.stdout.String(), "usage: dispatcher")

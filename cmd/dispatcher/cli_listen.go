@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
+)
+
+const listenUsage = `usage: dispatcher listen --owner <owner> [flags]
+
+Runs a webhook receiver here, for trying the dispatcher out: it creates an
+endpoint for the owner pointing at itself (or reuses the one it made before
+for the same URL, enabling it and taking a new secret), verifies every
+delivery's Standard Webhooks signature with pkg/webhook, prints it, and
+answers --status. Verification failures are answered 401. Ctrl-C stops it;
+the endpoint stays, for the next run.
+
+The dispatcher must be allowed to reach it: make run allows loopback
+(DISPATCHER_EGRESS_ALLOW_CIDRS).
+`
+
+// listenSeen bounds how many event ids the attempt counter remembers.
+const listenSeen = 10000
+
+func runListenCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("listen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), listenUsage+"\n")
+		fs.PrintDefaults()
+	}
+	var conn cliConn
+	conn.bind(fs, true)
+	listen := fs.String("listen", "127.0.0.1:8000", "address to receive deliveries on (port 0: any free port)")
+	url := fs.String("url", "", "URL the endpoint gets (default: http://<listen address>/hooks); for a listener behind a proxy or tunnel")
+	var types stringList
+	fs.Var(&types, "event-types", `event type globs the endpoint hears, comma-separated or repeated (default "*")`)
+	status := fs.Int("status", http.StatusNoContent, "HTTP status to answer verified deliveries with: a 2xx, or e.g. 500 or 429 to watch the retries")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("listen: unexpected argument %q", fs.Arg(0))
+	}
+	if conn.owner == "" {
+		return errors.New("listen: --owner (or DISPATCHER_OWNER) is required")
+	}
+	if *status < 200 || *status > 599 {
+		return fmt.Errorf("invalid --status %d: want 200..599", *status)
+	}
+	if len(types) == 0 {
+		types = stringList{"*"}
+	}
+
+	lis, err := new(net.ListenConfig).Listen(ctx, "tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer lis.Close()
+	if *url == "" {
+		*url = "http://" + lis.Addr().String() + "/hooks"
+	}
+
+	cc, err := conn.dial(stderr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer cc.Close()
+	client := webhooksv1.NewEndpointServiceClient(cc)
+	callCtx, cancel := context.WithTimeout(ctx, conn.timeout)
+	ep, secret, reused, err := listenEndpoint(callCtx, client, conn.owner, *url, types)
+	cancel()
+	if err != nil {
+		return callError("listen", err)
+	}
+	verifier, err := webhook.NewVerifier(secret)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	how := "created"
+	if reused {
+		how = "reusing"
+	}
+	fmt.Fprintf(stdout, "listen: %s endpoint %s for owner %s → %s (event types %s)\n", how, ep.GetId(), conn.owner, *url, strings.Join(types, ","))
+	fmt.Fprintf(stdout, "listen: answering %d to verified deliveries on %s; Ctrl-C stops\n", *status, lis.Addr())
+
+	r := &receiver{verifier: verifier, status: *status, out: stdout, attempts: map[string]int{}}
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(lis) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("listen: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdownCtx)
+	fmt.Fprintf(stdout, "listen: stopped; endpoint %s stays (dispatcher endpoints delete %s removes it)\n", ep.GetId(), ep.GetId())
+	return nil
+}
+
+// listenEndpoint finds the owner's endpoint for url, or creates it, and
+// returns a secret this process can verify with: a created endpoint's, or a
+// new one for a reused endpoint (the API never shows a secret twice; the old
+// one keeps signing for a minute beside it, so nothing in flight fails).
+func listenEndpoint(ctx context.Context, client webhooksv1.EndpointServiceClient, owner, url string, types []string) (*webhooksv1.Endpoint, string, bool, error) {
+	var found *webhooksv1.Endpoint
+	for page := ""; found == nil; {
+		resp, err := client.ListEndpoints(ctx, &webhooksv1.ListEndpointsRequest{OwnerId: owner, PageSize: 200, PageToken: page})
+		if err != nil {
+			return nil, "", false, err
+		}
+		for _, ep := range resp.GetEndpoints() {
+			if ep.GetUrl() == url {
+				found = ep
+				break
+			}
+		}
+		if page = resp.GetNextPageToken(); page == "" {
+			break
+		}
+	}
+	if found == nil {
+		resp, err := client.CreateEndpoint(ctx, &webhooksv1.CreateEndpointRequest{
+			OwnerId: owner, Url: url, EventTypes: types, Description: "dispatcher listen",
+		})
+		if err != nil {
+			return nil, "", false, err
+		}
+		return resp.GetEndpoint(), resp.GetSecret(), false, nil
+	}
+	upd, err := client.UpdateEndpoint(ctx, &webhooksv1.UpdateEndpointRequest{
+		OwnerId: owner, EndpointId: found.GetId(), EventTypes: types, Enabled: true,
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"event_types", "enabled"}},
+	})
+	if err != nil {
+		return nil, "", false, err
+	}
+	rot, err := client.RotateSecret(ctx, &webhooksv1.RotateSecretRequest{
+		OwnerId: owner, EndpointId: found.GetId(), GracePeriod: durationpb.New(time.Minute),
+	})
+	if err != nil {
+		return nil, "", false, err
+	}
+	return upd.GetEndpoint(), rot.GetSecret(), true, nil
+}
+
+// receiver verifies and prints each delivery.
+type receiver struct {
+	verifier *webhook.Verifier
+	status   int
+	out      io.Writer
+
+	mu sync.Mutex
+	// attempts counts the deliveries seen per event id: a retry carries the
+	// same webhook-id, so the count is the attempt number as seen here.
+	attempts map[string]int
+}
+
+func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	at := time.Now()
+	ev, body, err := rc.verifier.VerifyRequest(r, 0)
+	id := r.Header.Get("webhook-id")
+	if ev != nil {
+		id = ev.ID
+	}
+
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.attempts) >= listenSeen {
+		clear(rc.attempts)
+	}
+	rc.attempts[id]++
+	attempt := rc.attempts[id]
+
+	if err != nil {
+		fmt.Fprintf(rc.out, "%s  %s %s  %s  attempt %d  verified ✗ (%v)  → 401\n",
+			at.UTC().Format(time.RFC3339), r.Method, r.URL.Path, orDash(id), attempt, err)
+		http.Error(w, "signature verification failed", http.StatusUnauthorized)
+		return
+	}
+	var data bytes.Buffer
+	if json.Compact(&data, ev.Data) != nil {
+		data.Reset()
+		data.Write(ev.Data)
+	}
+	fmt.Fprintf(rc.out, "%s  %s  %s  %s  attempt %d  verified ✓  latency %s  → %d\n  data %s (%d bytes)\n",
+		at.UTC().Format(time.RFC3339), ev.ID, ev.Type, ev.Subject, attempt,
+		at.Sub(ev.OccurredAt).Round(time.Millisecond), rc.status, data.String(), len(body))
+	w.WriteHeader(rc.status)
+}
