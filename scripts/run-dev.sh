@@ -9,7 +9,7 @@
 # generated once into ./.data/dev.env.
 #
 # `make stop` stops what this started (scripts/stop-dev.sh); `make clean`
-# removes it all.
+# removes it all, the dispatcher_dev database included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .data
@@ -101,6 +101,9 @@ if [ -z "${DATABASE_URL:-}" ]; then
     "$psql_bin" "$server/postgres?sslmode=disable" -qc "CREATE DATABASE $dbname" >/dev/null
     echo "run-dev: created the $dbname database on ${server#postgres://postgres@}"
   fi
+  # make clean drops it with .data/: its endpoints' secrets are sealed with
+  # the master key in .data/dev.env, useless once that is gone.
+  printf '%s\n%s\n' "$server/postgres?sslmode=disable" "$psql_bin" > .data/database
   export DATABASE_URL="$server/$dbname?sslmode=disable"
 fi
 

@@ -2,7 +2,8 @@
 # `make stop`: stops what `make run` (scripts/run-dev.sh) started: its
 # dispatcher, if it still runs, and its private Postgres cluster, if it made
 # one. A server it found running (127.0.0.1:5432, DATABASE_URL) is left alone.
-# With --clean (`make clean`) it then removes .data/, bin/ and a cluster kept
+# With --clean (`make clean`) it then drops the dispatcher_dev database it
+# created on a local server, and removes .data/, bin/ and a cluster kept
 # outside the clone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,16 @@ if [ -f .data/pg.dir ] && [ -f .data/pg.bindir ]; then
 fi
 
 if [ "${1:-}" = --clean ]; then
+  # The database make run created (never one DATABASE_URL named): its
+  # secrets are sealed with the master key about to be removed.
+  if [ -f .data/database ] && [ ! -f .data/pg.dir ]; then
+    { read -r server; read -r psql_bin; } < .data/database
+    if "$psql_bin" "$server" -qc "DROP DATABASE IF EXISTS dispatcher_dev WITH (FORCE)" >/dev/null; then
+      echo "stop-dev: dropped the dispatcher_dev database on ${server#postgres://postgres@}"
+    else
+      echo "stop-dev: could not drop the dispatcher_dev database on ${server#postgres://postgres@}; drop it yourself" >&2
+    fi
+  fi
   if [ -f .data/pg.dir ]; then
     data=$(cat .data/pg.dir)
     case "$data" in
