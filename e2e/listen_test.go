@@ -125,7 +125,7 @@ func TestListenAndPublish(t *testing.T) {
 		require.Equal(t, l.endpointID+"\n", out)
 
 		// A forged delivery is refused and shown as such.
-		resp, err := http.Post(l.url, "application/json", strings.NewReader(`{"id":"forged"}`)) //nolint:noctx // a one-off request in a test
+		resp, err := http.Post(l.url, "application/json", strings.NewReader(`{"id":"forged"}`))
 		require.NoError(t, err)
 		_ = resp.Body.Close()
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)

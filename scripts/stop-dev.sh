@@ -39,9 +39,9 @@ if [ "${1:-}" = --clean ]; then
   if [ -f .data/database ] && [ ! -f .data/pg.dir ]; then
     { read -r server; read -r psql_bin; } < .data/database
     if "$psql_bin" "$server" -qc "DROP DATABASE IF EXISTS dispatcher_dev WITH (FORCE)" >/dev/null; then
-      echo "stop-dev: dropped the dispatcher_dev database on ${server#postgres://postgres@}"
+      echo "stop-dev: dropped the dispatcher_dev database on $(echo "${server#postgres://postgres@}" | cut -d/ -f1)"
     else
-      echo "stop-dev: could not drop the dispatcher_dev database on ${server#postgres://postgres@}; drop it yourself" >&2
+      echo "stop-dev: could not drop the dispatcher_dev database on $(echo "${server#postgres://postgres@}" | cut -d/ -f1); drop it yourself" >&2
     fi
   fi
   if [ -f .data/pg.dir ]; then

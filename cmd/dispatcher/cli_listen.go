@@ -111,7 +111,7 @@ func runListenCLI(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)
-	fmt.Fprintf(stdout, "listen: stopped; endpoint %s stays (dispatcher endpoints delete %s removes it)\n", ep.GetId(), ep.GetId())
+	fmt.Fprintf(stdout, "listen: stopped; endpoint %s stays (dispatcher endpoints delete --owner %s %s removes it)\n", ep.GetId(), conn.owner, ep.GetId())
 	return nil
 }
 

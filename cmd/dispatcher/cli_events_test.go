@@ -1,0 +1,54 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPublishEvent(t *testing.T) {
+	t.Parallel()
+
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+	t.Run("Defaults", func(t *testing.T) {
+		t.Parallel()
+		ev, err := publishEvent("acme", "booking.created", "booking://1", "", "", "", now)
+		require.NoError(t, err)
+		_, err = uuid.Parse(ev.GetId())
+		require.NoError(t, err, "a new UUID")
+		require.Equal(t, now, ev.GetOccurredAt().AsTime())
+		require.Empty(t, ev.GetData().GetFields())
+		require.NotNil(t, ev.GetData(), "an empty object, not none")
+		require.Equal(t, "acme", ev.GetOwnerId())
+	})
+
+	t.Run("Given", func(t *testing.T) {
+		t.Parallel()
+		ev, err := publishEvent("acme", "corpus.note.changed", "wiki://x", `{"op":"updated","published":true,"n":3}`, "evt_1", "2026-11-30T10:00:00Z", now)
+		require.NoError(t, err)
+		require.Equal(t, "evt_1", ev.GetId())
+		require.Equal(t, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC), ev.GetOccurredAt().AsTime())
+		require.True(t, ev.GetData().GetFields()["published"].GetBoolValue())
+		require.InDelta(t, 3, ev.GetData().GetFields()["n"].GetNumberValue(), 0)
+	})
+
+	t.Run("BadFlagsNamed", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			owner, typ, subject, data, occurred, want string
+		}{
+			{"", "a.b", "s://x", "{}", "", "--owner"},
+			{"acme", "", "s://x", "{}", "", "--type"},
+			{"acme", "a.b", "", "{}", "", "--subject"},
+			{"acme", "a.b", "s://x", "[1]", "", "invalid --data"},
+			{"acme", "a.b", "s://x", `{"a":`, "", "invalid --data"},
+			{"acme", "a.b", "s://x", "{}", "yesterday", "invalid --occurred-at"},
+		} {
+			_, err := publishEvent(tc.owner, tc.typ, tc.subject, tc.data, "", tc.occurred, now)
+			require.ErrorContains(t, err, tc.want)
+		}
+	})
+}
