@@ -35,8 +35,8 @@ const sessionLabel = "dispatcher operator session v1"
 // Basic is refused: browsers attach it to cross-site requests on their own.
 //
 // Against cross-site request forgery, every request other than GET and HEAD
-// must be same-origin (Sec-Fetch-Site, else Origin against Host: the checks of
-// net/http.CrossOriginProtection) and, except the login and logout forms,
+// must be same-origin (Sec-Fetch-Site same-origin, else Origin against Host as
+// net/http.CrossOriginProtection checks it) and, except the login and logout forms,
 // carry Content-Type application/json, which a cross-site page cannot send
 // without a CORS preflight that is never granted.
 type Pages struct {
@@ -69,6 +69,14 @@ func (p *Pages) Handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		form := r.URL.Path == p.prefix+"/login" || r.URL.Path == p.prefix+"/logout"
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			// Stricter than CrossOriginProtection, which also lets "none"
+			// (a user-initiated navigation) through: a write comes from a
+			// page of this origin or from a non-browser client sending no
+			// Sec-Fetch-Site at all.
+			if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
+				p.deny(w, r, "cross-origin request (Sec-Fetch-Site "+site+")", http.StatusForbidden)
+				return
+			}
 			if err := p.cop.Check(r); err != nil {
 				p.deny(w, r, "cross-origin request", http.StatusForbidden)
 				return

@@ -133,6 +133,7 @@ func TestPages(t *testing.T) {
 			}, http.StatusForbidden},
 			"SecFetchSiteCrossSite": {func(r *http.Request) { r.Header.Set("Sec-Fetch-Site", "cross-site") }, http.StatusForbidden},
 			"SecFetchSiteSameSite":  {func(r *http.Request) { r.Header.Set("Sec-Fetch-Site", "same-site") }, http.StatusForbidden},
+			"SecFetchSiteNone":      {func(r *http.Request) { r.Header.Set("Sec-Fetch-Site", "none") }, http.StatusForbidden},
 			"TextPlain":             {func(r *http.Request) { r.Header.Set("Content-Type", "text/plain;charset=UTF-8") }, http.StatusUnsupportedMediaType},
 			"FormEncoded": {func(r *http.Request) {
 				r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
