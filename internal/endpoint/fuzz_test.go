@@ -150,3 +150,46 @@ func FuzzPageToken(f *testing.F) {
 		require.False(t, ok)
 	})
 }
+
+// FuzzValidateHeaders feeds arbitrary custom headers to the validator. It
+// must never panic; what it accepts must be a header the deliver worker can
+// send as is (a token name, none of the refused names, a value without
+// control characters that survives the wire), and no description may hold
+// the value.
+func FuzzValidateHeaders(f *testing.F) {
+	for _, s := range [][2]string{
+		{"X-Api-Key", "k3y"}, {"Host", "x"}, {"webhook-id", "x"}, {"X-K", "a\r\nb: c"}, {"X K", "v"},
+		{"Content-Length", "0"}, {"Proxy-Authorization", "x"}, {"x", " lead"}, {"X-É", "v"}, {"X-K", "é"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, name, value string) {
+		t.Parallel()
+		var v violations
+		hs := (&validator{}).headers(&v, map[string]string{name: value})
+		if len(v) > 0 {
+			for _, x := range v {
+				require.True(t, utf8.ValidString(x.Description))
+				if len(value) >= 8 {
+					require.NotContains(t, x.Description, value)
+				}
+			}
+			return
+		}
+		require.Len(t, hs, 1)
+		require.Empty(t, headerNameProblem(name))
+		lower := strings.ToLower(name)
+		require.False(t, refusedHeaders[lower], name)
+		for _, p := range refusedPrefixes {
+			require.False(t, strings.HasPrefix(lower, p), name)
+		}
+		require.NotContains(t, value, "\r")
+		require.NotContains(t, value, "\n")
+		req, err := http.NewRequest(http.MethodPost, "http://example.com/", nil)
+		require.NoError(t, err)
+		req.Header.Set(name, value)
+		var b strings.Builder
+		require.NoError(t, req.Header.Write(&b))
+		require.Equal(t, 1, strings.Count(b.String(), "\r\n"), "one header line")
+	})
+}
