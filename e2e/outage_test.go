@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -250,6 +251,9 @@ func TestOutageOutboxDatabase(t *testing.T) {
 	for i := range txs * perTx {
 		ids = append(ids, fmt.Sprintf("relay-%s-%04d", name, i))
 	}
+	// The rows' data passes its type's schema, as every event of the suite
+	// must (newEvent checks the gRPC ones).
+	require.NoError(t, event.ValidateData("writing.published", json.RawMessage(`{"writing_id":"`+ids[0]+`"}`)))
 	written := make(chan error, 1)
 	go func() {
 		start := time.Now()
