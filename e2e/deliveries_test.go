@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -132,5 +134,85 @@ func TestDeliveryStates(t *testing.T) {
 		require.Equal(t, int32(2), del.GetAttempt())
 		require.Empty(t, del.GetLastError(), "an old failure is not a delivered delivery's last error")
 		require.True(t, strings.HasPrefix(del.GetStateReason(), "Delivered"))
+	})
+}
+
+// TestRetryNowAndSendTest: an admin cuts a delivery's backoff short, and a
+// test event reaches a failing endpoint at once, through the real binary,
+// River and receivers.
+func TestRetryNowAndSendTest(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
+
+	t.Run("RetryDeliveryCutsTheBackoffShort", func(t *testing.T) {
+		t.Parallel()
+		var up atomic.Bool
+		rc := newReceiver(t)
+		rc.setHandler(func(w http.ResponseWriter, _ *http.Request) {
+			if up.Load() {
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
+		})
+		id := createEndpoint(t, d, deliveriesOwner, rc.URL, "booking.*").GetEndpoint().GetId()
+		publish(t, d, newEvent(deliveriesOwner, "booking.created", "booking://1", `{}`))
+
+		// Two failures (the second 5 s after the first) leave it waiting 5 min.
+		del := waitForDelivery(t, d, id, "the second failure", func(x *webhooksv1.Delivery) bool {
+			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_SCHEDULED && x.GetAttempt() == 2
+		})
+		require.Equal(t, webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_RETRY, del.GetWaitReason())
+		require.Greater(t, time.Until(del.GetScheduledAt().AsTime()), 4*time.Minute)
+
+		up.Store(true)
+		resp, err := d.endpoints().RetryDelivery(adminCtx(t), &webhooksv1.RetryDeliveryRequest{OwnerId: deliveriesOwner, DeliveryId: del.GetId()})
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_PENDING, resp.GetDelivery().GetState())
+		asked := time.Now()
+		del = waitForDelivery(t, d, id, "the retried delivery", func(x *webhooksv1.Delivery) bool {
+			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERED
+		})
+		require.Less(t, time.Since(asked), 20*time.Second, "now, not in 5 minutes")
+		require.Equal(t, int32(3), del.GetAttempt())
+		require.Len(t, rc.requests(), 3)
+
+		// Delivered is not waiting: refused, and said so.
+		_, err = d.endpoints().RetryDelivery(adminCtx(t), &webhooksv1.RetryDeliveryRequest{OwnerId: deliveriesOwner, DeliveryId: del.GetId()})
+		require.Equal(t, codes.FailedPrecondition, status.Code(err))
+		require.Contains(t, status.Convert(err).Message(), "delivery is delivered, not waiting")
+		// Another owner's delivery is not found, like a missing one.
+		_, err = d.endpoints().RetryDelivery(adminCtx(t), &webhooksv1.RetryDeliveryRequest{OwnerId: "owner-other", DeliveryId: del.GetId()})
+		require.Equal(t, codes.NotFound, status.Code(err))
+	})
+
+	t.Run("SendTestGoesNowToAFailingEndpoint", func(t *testing.T) {
+		t.Parallel()
+		rc := newReceiver(t)
+		// Fails every event except the test event. Deliveries to one
+		// endpoint go one at a time, so the last request recorded is this one.
+		var tests atomic.Int32
+		rc.setHandler(func(w http.ResponseWriter, _ *http.Request) {
+			reqs := rc.requests()
+			if strings.Contains(string(reqs[len(reqs)-1].body), `"type":"webhook.test"`) {
+				tests.Add(1)
+				w.WriteHeader(http.StatusOK)
+				return
+			}
+			w.WriteHeader(http.StatusInternalServerError)
+		})
+		id := createEndpoint(t, d, deliveriesOwner, rc.URL, "code.*").GetEndpoint().GetId()
+		publish(t, d, newEvent(deliveriesOwner, "code.issued", "code://1", `{}`))
+		waitFor(t, 30*time.Second, "the endpoint to be failing", func() bool {
+			ep, err := d.endpoints().GetEndpoint(adminCtx(t), &webhooksv1.GetEndpointRequest{OwnerId: deliveriesOwner, EndpointId: id})
+			require.NoError(t, err)
+			return ep.GetEndpoint().GetFailingSince() != nil
+		})
+
+		sent := time.Now()
+		_, err := d.endpoints().SendTest(adminCtx(t), &webhooksv1.SendTestRequest{OwnerId: deliveriesOwner, EndpointId: id})
+		require.NoError(t, err)
+		waitFor(t, 20*time.Second, "the test event", func() bool { return tests.Load() == 1 })
+		require.Less(t, time.Since(sent), 20*time.Second, "no 5-minute cool-down for a test")
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -31,7 +32,8 @@ commands:
   rotate-secret <id>        issue a new secret; the old one keeps signing for --grace
   send-test <id>            send one webhook.test event to this endpoint
   deliveries <id>           list the endpoint's deliveries, newest first
-  redeliver <id>            re-queue the endpoint's discarded and cancelled deliveries
+  redeliver <id>            re-queue the endpoint's failed and cancelled deliveries
+  retry-delivery <delivery id>  run one scheduled delivery now (its backoff or Retry-After cut short)
 
 Every command takes --addr, --owner, --json, --token-file, --tls, --ca-file;
 the token comes from DISPATCHER_TOKEN or --token-file.
@@ -71,15 +73,16 @@ func runEndpointsCLI(ctx context.Context, args []string, stdout, stderr io.Write
 		flags      func(fs *flag.FlagSet) func(ctx context.Context, c *endpointsCmd, id string) error
 	}
 	commands := map[string]command{
-		"list":          {flags: listFlags},
-		"get":           {positional: true, flags: getFlags},
-		"create":        {flags: createFlags},
-		"update":        {positional: true, flags: updateFlags},
-		"delete":        {positional: true, flags: deleteFlags},
-		"rotate-secret": {positional: true, flags: rotateFlags},
-		"send-test":     {positional: true, flags: sendTestFlags},
-		"deliveries":    {positional: true, flags: deliveriesFlags},
-		"redeliver":     {positional: true, flags: redeliverFlags},
+		"list":           {flags: listFlags},
+		"get":            {positional: true, flags: getFlags},
+		"create":         {flags: createFlags},
+		"update":         {positional: true, flags: updateFlags},
+		"delete":         {positional: true, flags: deleteFlags},
+		"rotate-secret":  {positional: true, flags: rotateFlags},
+		"send-test":      {positional: true, flags: sendTestFlags},
+		"deliveries":     {positional: true, flags: deliveriesFlags},
+		"redeliver":      {positional: true, flags: redeliverFlags},
+		"retry-delivery": {positional: true, flags: retryDeliveryFlags},
 	}
 	if sub == "help" || sub == "-h" || sub == "--help" {
 		fmt.Fprint(stdout, endpointsUsage)
@@ -103,7 +106,7 @@ func runEndpointsCLI(ctx context.Context, args []string, stdout, stderr io.Write
 	var id string
 	switch {
 	case cmd.positional && len(positional) != 1:
-		return fmt.Errorf("endpoints %s: want exactly one endpoint id, got %d arguments", sub, len(positional))
+		return fmt.Errorf("endpoints %s: want exactly one id, got %d arguments", sub, len(positional))
 	case cmd.positional:
 		id = positional[0]
 	case len(positional) > 0:
@@ -384,6 +387,24 @@ func redeliverFlags(*flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 			return printJSON(c.stdout, resp)
 		}
 		fmt.Fprintf(c.stdout, "re-queued %d deliveries of endpoint %s\n", resp.GetCount(), id)
+		return nil
+	}
+}
+
+func retryDeliveryFlags(*flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
+	return func(ctx context.Context, c *endpointsCmd, arg string) error {
+		id, err := strconv.ParseInt(arg, 10, 64)
+		if err != nil || id <= 0 {
+			return fmt.Errorf("endpoints retry-delivery: %q is not a delivery id (the DELIVERY column of 'endpoints deliveries')", arg)
+		}
+		resp, err := c.client.RetryDelivery(ctx, &webhooksv1.RetryDeliveryRequest{OwnerId: c.conn.owner, DeliveryId: id})
+		if err != nil {
+			return err
+		}
+		if c.conn.json {
+			return printJSON(c.stdout, resp)
+		}
+		fmt.Fprintf(c.stdout, "delivery %d is %s: it runs now\n", id, deliveryState(resp.GetDelivery()))
 		return nil
 	}
 }

@@ -23,6 +23,43 @@ const (
 	DeliveryCancelled                           // ended undelivered, not retried
 )
 
+// String is the state's name in the API, lower case: "pending", ….
+func (s DeliveryState) String() string {
+	switch s {
+	case DeliveryPending:
+		return "pending"
+	case DeliveryScheduled:
+		return "scheduled"
+	case DeliveryDelivering:
+		return "delivering"
+	case DeliveryDelivered:
+		return "delivered"
+	case DeliveryFailed:
+		return "failed"
+	case DeliveryCancelled:
+		return "cancelled"
+	default:
+		return "unknown"
+	}
+}
+
+// NotWaitingError: RetryDelivery was asked to run a delivery that is not
+// waiting (DeliveryScheduled).
+type NotWaitingError struct {
+	State DeliveryState
+}
+
+func (e *NotWaitingError) Error() string {
+	msg := "delivery is " + e.State.String() + ", not waiting: only a scheduled delivery can be retried now"
+	switch e.State {
+	case DeliveryFailed, DeliveryCancelled:
+		msg += " (Redeliver re-queues failed and cancelled deliveries)"
+	case DeliveryPending, DeliveryDelivering:
+		msg += " (it is already on its way)"
+	}
+	return msg
+}
+
 // WaitReason says why a DeliveryScheduled delivery waits.
 type WaitReason int
 

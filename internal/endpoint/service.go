@@ -431,6 +431,29 @@ func (s *Service) ListDeliveries(ctx context.Context, owner, endpointID string, 
 	return page, nil
 }
 
+// RetryDelivery runs one waiting delivery of owner's now: a retry's backoff
+// (up to 10 h), a Retry-After or a failing endpoint's cool-down is cut
+// short. See Store.RetryDelivery for what is refused.
+func (s *Service) RetryDelivery(ctx context.Context, owner string, deliveryID int64) (*Delivery, error) {
+	var v violations
+	s.val.ownerID(&v, owner)
+	if deliveryID <= 0 {
+		v.add(FieldDeliveryID, "must be a delivery id (a positive number, as ListDeliveries returns)")
+	}
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	if s.river == nil {
+		return nil, fmt.Errorf("retry_delivery: %w", ErrUnavailable)
+	}
+	d, err := s.store.RetryDelivery(ctx, s.river, owner, deliveryID)
+	if err != nil {
+		return nil, err
+	}
+	s.logger.InfoContext(ctx, "delivery retried now", slog.String("owner_id", owner), slog.Int64("delivery_id", deliveryID))
+	return d, nil
+}
+
 // JobLink is the link to a delivery's job (ServiceConfig.JobLinkTemplate),
 // or "".
 func (s *Service) JobLink(jobID int64) string {

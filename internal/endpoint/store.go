@@ -20,6 +20,9 @@ var (
 	// ErrNotFound: no endpoint with that id for that owner. It is also what
 	// another owner's endpoint looks like.
 	ErrNotFound = errors.New("endpoint not found")
+	// ErrDeliveryNotFound: no delivery with that id to an endpoint of that
+	// owner, which is also what another owner's delivery looks like.
+	ErrDeliveryNotFound = errors.New("delivery not found")
 	// ErrDisabled: the operation needs an enabled endpoint.
 	ErrDisabled = errors.New("endpoint is disabled")
 	// ErrTooManyEndpoints: the owner is at the per-owner cap.
@@ -350,9 +353,7 @@ func (s *Store) ListDeliveries(ctx context.Context, owner string, endpointID uui
 	// so that even a generic plan can prove the partial index applies. The events join is owner-scoped too, so
 	// an event id that collides with another owner's never lends its type.
 	rows, err := s.pool.Query(ctx, `
-SELECT j.id, j.args->>'event_id', coalesce(e.type, ''), j.state::text, j.attempt, j.max_attempts,
-       coalesce(j.errors[cardinality(j.errors)]->>'error', ''),
-       j.created_at, j.attempted_at, j.scheduled_at, j.finalized_at, j.metadata->'output' 
+SELECT `+deliveryColumns+`
   FROM river_job j
   LEFT JOIN events e ON e.id = j.args->>'event_id' AND e.owner_id = $2
  WHERE j.kind = '`+job.KindDeliver+`'
@@ -365,14 +366,9 @@ SELECT j.id, j.args->>'event_id', coalesce(e.type, ''), j.state::text, j.attempt
 	}
 	now := time.Now()
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Delivery, error) {
-		var jr jobRow
-		var eventID *string
-		if err := r.Scan(&jr.ID, &eventID, &jr.EventType, &jr.State, &jr.Attempt, &jr.MaxAttempts, &jr.LastError,
-			&jr.CreatedAt, &jr.AttemptedAt, &jr.ScheduledAt, &jr.FinalizedAt, &jr.Output); err != nil {
+		jr, err := scanJobRow(r)
+		if err != nil {
 			return nil, err
-		}
-		if eventID != nil {
-			jr.EventID = *eventID
 		}
 		return jr.delivery(now), nil
 	})
@@ -380,6 +376,84 @@ SELECT j.id, j.args->>'event_id', coalesce(e.type, ''), j.state::text, j.attempt
 		return nil, fmt.Errorf("list deliveries: %w", err)
 	}
 	return out, nil
+}
+
+// deliveryColumns are what a jobRow is scanned from (scanJobRow), over
+// river_job j and events e.
+const deliveryColumns = `j.id, j.args->>'event_id', coalesce(e.type, ''), j.state::text, j.attempt, j.max_attempts,
+       coalesce(j.errors[cardinality(j.errors)]->>'error', ''),
+       j.created_at, j.attempted_at, j.scheduled_at, j.finalized_at, j.metadata->'output'`
+
+func scanJobRow(r pgx.Row) (jobRow, error) {
+	var jr jobRow
+	var eventID *string
+	err := r.Scan(&jr.ID, &eventID, &jr.EventType, &jr.State, &jr.Attempt, &jr.MaxAttempts, &jr.LastError,
+		&jr.CreatedAt, &jr.AttemptedAt, &jr.ScheduledAt, &jr.FinalizedAt, &jr.Output)
+	if eventID != nil {
+		jr.EventID = *eventID
+	}
+	return jr, err
+}
+
+// RetryDelivery makes owner's delivery jobID, which waits (DeliveryScheduled),
+// available now, and returns it as it is then. A delivery in another state
+// is a *NotWaitingError: a finished one is Redeliver's business, a pending
+// or running one is already on its way. The endpoint must be enabled
+// (ErrDisabled).
+func (s *Store) RetryDelivery(ctx context.Context, client *river.Client[pgx.Tx], owner string, jobID int64) (*Delivery, error) {
+	const q = `
+SELECT ` + deliveryColumns + `, w.enabled
+  FROM river_job j
+  JOIN webhook_endpoints w ON w.id::text = j.args->>'endpoint_id' AND w.owner_id = $2
+  LEFT JOIN events e ON e.id = j.args->>'event_id' AND e.owner_id = $2
+ WHERE j.id = $1 AND j.kind = '` + job.KindDeliver + `'`
+	var d *Delivery
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var (
+			jr      jobRow
+			eventID *string
+			enabled bool
+		)
+		// The row lock keeps a worker from fetching the job (River fetches
+		// with SKIP LOCKED) between the check and the retry.
+		err := tx.QueryRow(ctx, q+` FOR UPDATE OF j`, jobID, owner).Scan(&jr.ID, &eventID, &jr.EventType, &jr.State, &jr.Attempt,
+			&jr.MaxAttempts, &jr.LastError, &jr.CreatedAt, &jr.AttemptedAt, &jr.ScheduledAt, &jr.FinalizedAt, &jr.Output, &enabled)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrDeliveryNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if before := jr.delivery(time.Now()); before.State != DeliveryScheduled {
+			return &NotWaitingError{State: before.State}
+		}
+		if !enabled {
+			return ErrDisabled
+		}
+		if _, err := client.JobRetryTx(ctx, tx, jobID); err != nil {
+			return err
+		}
+		jr, err = scanJobRow(tx.QueryRow(ctx, `SELECT `+deliveryColumns+`
+  FROM river_job j LEFT JOIN events e ON e.id = j.args->>'event_id' AND e.owner_id = $2 WHERE j.id = $1`, jobID, owner))
+		if err != nil {
+			return err
+		}
+		// River set scheduled_at to the database's now, which may run a
+		// moment ahead of this clock: it is due, not waiting.
+		now := time.Now()
+		if jr.ScheduledAt.After(now) {
+			now = jr.ScheduledAt
+		}
+		d = jr.delivery(now)
+		return nil
+	})
+	if err != nil {
+		if _, ok := errors.AsType[*NotWaitingError](err); ok || errors.Is(err, ErrDeliveryNotFound) || errors.Is(err, ErrDisabled) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("retry delivery: %w", err)
+	}
+	return d, nil
 }
 
 // exists returns ErrNotFound unless owner has endpoint id.

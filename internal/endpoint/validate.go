@@ -29,6 +29,7 @@ const (
 const (
 	FieldOwnerID     = "owner_id"
 	FieldEndpointID  = "endpoint_id"
+	FieldDeliveryID  = "delivery_id"
 	FieldURL         = "url"
 	FieldDescription = "description"
 	FieldEventTypes  = "event_types"

@@ -38,6 +38,7 @@ import (
 const (
 	// FailingCooldown delays a delivery to an endpoint that is failing, so a
 	// broken receiver is not hammered by every new event (docs/spec.md#the-pipeline).
+	// A webhook.test event is not delayed.
 	FailingCooldown = 5 * time.Minute
 
 	// decideConcurrency bounds concurrent scope decisions per fanout. Most are
@@ -350,7 +351,9 @@ func deliverJobs(e *webhook.Event, admitted []candidate, partitions int, now tim
 		// Only the queue (and the schedule) are set, so attempts and
 		// uniqueness still come from DeliverArgs.InsertOpts.
 		opts := &river.InsertOpts{Queue: job.DeliverQueue(c.ep.ID, partitions), Metadata: md}
-		if c.failingSince != nil {
+		// A test event is what an admin sends after fixing the receiver:
+		// it goes now, failing endpoint or not.
+		if c.failingSince != nil && e.Type != event.TypeWebhookTest {
 			opts.ScheduledAt = now.Add(FailingCooldown)
 		}
 		params = append(params, river.InsertManyParams{Args: job.DeliverArgs{EndpointID: c.ep.ID, EventID: e.ID}, InsertOpts: opts})

@@ -488,6 +488,21 @@ func TestWorker(t *testing.T) {
 		require.Equal(t, job.DeliverMaxAttempts, byEndpoint[failing].MaxAttempts)
 	})
 
+	t.Run("TestEventSkipsTheCooldown", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		failing := bundle.insertEndpoint(t, []string{"*"}, endpointOpts{failing: true})
+		eventID := bundle.insertEvent(t, ownerID, event.TypeWebhookTest, "webhook://test", fmt.Sprintf(`{"endpoint_id":%q}`, failing))
+
+		before := time.Now()
+		bundle.work(t, eventID)
+
+		ds := deliveries(t, bundle.db.Pool)
+		require.Len(t, ds, 1)
+		require.Equal(t, string(rivertype.JobStateAvailable), ds[0].State, "an admin's test goes now")
+		require.WithinDuration(t, before, ds[0].ScheduledAt, 30*time.Second)
+	})
+
 	t.Run("WebhookTestOnlyToNamedEndpoint", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)

@@ -25,6 +25,10 @@ import (
 // malformed id is InvalidArgument: it cannot exist for anyone.)
 const NotFoundMessage = "endpoint not found"
 
+// DeliveryNotFoundMessage is the one message for a missing or foreign
+// delivery id.
+const DeliveryNotFoundMessage = "delivery not found"
+
 type endpointServer struct {
 	webhooksv1.UnimplementedEndpointServiceServer
 
@@ -53,6 +57,10 @@ func (s *endpointServer) fail(ctx context.Context, method, owner string, err err
 	switch {
 	case errors.Is(err, endpoint.ErrNotFound):
 		return status.Error(codes.NotFound, NotFoundMessage)
+	case errors.Is(err, endpoint.ErrDeliveryNotFound):
+		return status.Error(codes.NotFound, DeliveryNotFoundMessage)
+	case errors.As(err, new(*endpoint.NotWaitingError)):
+		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, endpoint.ErrDisabled):
 		return status.Error(codes.FailedPrecondition, "endpoint is disabled: enable it (update with enabled=true) first")
 	case errors.Is(err, endpoint.ErrTooManyEndpoints):
@@ -172,6 +180,15 @@ func (s *endpointServer) ListDeliveries(ctx context.Context, req *webhooksv1.Lis
 		resp.Deliveries = append(resp.Deliveries, s.deliveryProto(d))
 	}
 	return resp, nil
+}
+
+// RetryDelivery implements webhooksv1.EndpointServiceServer.
+func (s *endpointServer) RetryDelivery(ctx context.Context, req *webhooksv1.RetryDeliveryRequest) (*webhooksv1.RetryDeliveryResponse, error) {
+	d, err := s.svc.RetryDelivery(ctx, req.GetOwnerId(), req.GetDeliveryId())
+	if err != nil {
+		return nil, s.fail(ctx, "retry_delivery", req.GetOwnerId(), err)
+	}
+	return &webhooksv1.RetryDeliveryResponse{Delivery: s.deliveryProto(d)}, nil
 }
 
 // Redeliver implements webhooksv1.EndpointServiceServer.

@@ -1113,3 +1113,101 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 		require.NotContains(t, line, "receiver.example.com")
 	}
 }
+
+func TestRetryDelivery(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		env *testEnv
+		id  string
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		env := newTestEnv(t, endpoint.ServiceConfig{})
+		return &testBundle{env: env, id: env.create(t, ownerA).GetEndpoint().GetId()}
+	}
+
+	// backoff puts a delivery in a retry's backoff: one failed attempt, the
+	// next hours away.
+	backoff := func(t *testing.T, b *testBundle, jobID int64, wait time.Duration) {
+		t.Helper()
+		b.env.finalize(t, jobID, "retryable", "HTTP 500: upstream down")
+		_, err := b.env.db.Pool.Exec(t.Context(), `UPDATE river_job SET scheduled_at = now() + $2::interval WHERE id = $1`, jobID, wait.String())
+		require.NoError(t, err)
+	}
+
+	t.Run("RunsABackoffNow", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		jobID := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
+		backoff(t, b, jobID, 10*time.Hour)
+
+		resp, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID})
+		require.NoError(t, err)
+		d := resp.GetDelivery()
+		require.Equal(t, jobID, d.GetId())
+		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_PENDING, d.GetState())
+		require.Equal(t, int32(1), d.GetAttempt(), "the attempts so far still count")
+		require.Equal(t, "available", b.env.jobState(t, jobID))
+		var due bool
+		require.NoError(t, b.env.db.Pool.QueryRow(t.Context(), `SELECT scheduled_at <= now() FROM river_job WHERE id = $1`, jobID).Scan(&due))
+		require.True(t, due)
+	})
+
+	t.Run("RefusesWhatIsNotWaiting", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, state := range []struct{ river, want string }{
+			{"completed", "delivered"}, {"discarded", "failed"}, {"cancelled", "cancelled"}, {"running", "delivering"}, {"available", "pending"},
+		} {
+			jobID := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
+			b.env.finalize(t, jobID, state.river, "HTTP 500")
+			_, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID})
+			st := requireCode(t, err, codes.FailedPrecondition)
+			require.Contains(t, st.Message(), "delivery is "+state.want+", not waiting", state.river)
+			require.Equal(t, state.river, b.env.jobState(t, jobID), "untouched")
+		}
+	})
+
+	t.Run("DisabledEndpointRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		jobID := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
+		backoff(t, b, jobID, time.Hour)
+		_, err := b.env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
+			OwnerId: ownerA, EndpointId: b.id, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"enabled"}},
+		})
+		require.NoError(t, err)
+		_, err = b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID})
+		requireCode(t, err, codes.FailedPrecondition)
+		require.Equal(t, "retryable", b.env.jobState(t, jobID))
+	})
+
+	t.Run("ForeignAndMissingLookAlike", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		jobID := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
+		backoff(t, b, jobID, time.Hour)
+		_, foreign := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerB, DeliveryId: jobID})
+		_, missing := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID + 1000})
+		for _, err := range []error{foreign, missing} {
+			st := requireCode(t, err, codes.NotFound)
+			require.Equal(t, DeliveryNotFoundMessage, st.Message())
+			require.Empty(t, st.Details())
+		}
+		require.True(t, proto.Equal(status.Convert(foreign).Proto(), status.Convert(missing).Proto()))
+		require.Equal(t, "retryable", b.env.jobState(t, jobID), "another owner cannot touch it")
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, id := range []int64{0, -1} {
+			_, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: id})
+			requireField(t, err, "delivery_id")
+		}
+		_, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: "a b", DeliveryId: 1})
+		requireField(t, err, "owner_id")
+	})
+}

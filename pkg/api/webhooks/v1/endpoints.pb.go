@@ -1493,6 +1493,104 @@ func (x *ListDeliveriesResponse) GetNextPageToken() string {
 	return ""
 }
 
+type RetryDeliveryRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	OwnerId string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	// Delivery.id, as ListDeliveries returns it.
+	DeliveryId    int64 `protobuf:"varint,2,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryDeliveryRequest) Reset() {
+	*x = RetryDeliveryRequest{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryDeliveryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryDeliveryRequest) ProtoMessage() {}
+
+func (x *RetryDeliveryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryDeliveryRequest.ProtoReflect.Descriptor instead.
+func (*RetryDeliveryRequest) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RetryDeliveryRequest) GetOwnerId() string {
+	if x != nil {
+		return x.OwnerId
+	}
+	return ""
+}
+
+func (x *RetryDeliveryRequest) GetDeliveryId() int64 {
+	if x != nil {
+		return x.DeliveryId
+	}
+	return 0
+}
+
+type RetryDeliveryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The delivery as it is now (PENDING).
+	Delivery      *Delivery `protobuf:"bytes,1,opt,name=delivery,proto3" json:"delivery,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryDeliveryResponse) Reset() {
+	*x = RetryDeliveryResponse{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryDeliveryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryDeliveryResponse) ProtoMessage() {}
+
+func (x *RetryDeliveryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryDeliveryResponse.ProtoReflect.Descriptor instead.
+func (*RetryDeliveryResponse) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RetryDeliveryResponse) GetDelivery() *Delivery {
+	if x != nil {
+		return x.Delivery
+	}
+	return nil
+}
+
 type RedeliverRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	OwnerId       string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
@@ -1503,7 +1601,7 @@ type RedeliverRequest struct {
 
 func (x *RedeliverRequest) Reset() {
 	*x = RedeliverRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[18]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1613,7 @@ func (x *RedeliverRequest) String() string {
 func (*RedeliverRequest) ProtoMessage() {}
 
 func (x *RedeliverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[18]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1626,7 @@ func (x *RedeliverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedeliverRequest.ProtoReflect.Descriptor instead.
 func (*RedeliverRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{18}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RedeliverRequest) GetOwnerId() string {
@@ -1555,7 +1653,7 @@ type RedeliverResponse struct {
 
 func (x *RedeliverResponse) Reset() {
 	*x = RedeliverResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[19]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1665,7 @@ func (x *RedeliverResponse) String() string {
 func (*RedeliverResponse) ProtoMessage() {}
 
 func (x *RedeliverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[19]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1678,7 @@ func (x *RedeliverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedeliverResponse.ProtoReflect.Descriptor instead.
 func (*RedeliverResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{19}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RedeliverResponse) GetCount() int32 {
@@ -1598,7 +1696,7 @@ type ListEventTypesRequest struct {
 
 func (x *ListEventTypesRequest) Reset() {
 	*x = ListEventTypesRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[20]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1708,7 @@ func (x *ListEventTypesRequest) String() string {
 func (*ListEventTypesRequest) ProtoMessage() {}
 
 func (x *ListEventTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[20]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1721,7 @@ func (x *ListEventTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListEventTypesRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{20}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{22}
 }
 
 type EventType struct {
@@ -1641,7 +1739,7 @@ type EventType struct {
 
 func (x *EventType) Reset() {
 	*x = EventType{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[21]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +1751,7 @@ func (x *EventType) String() string {
 func (*EventType) ProtoMessage() {}
 
 func (x *EventType) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[21]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +1764,7 @@ func (x *EventType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventType.ProtoReflect.Descriptor instead.
 func (*EventType) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{21}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *EventType) GetName() string {
@@ -1706,7 +1804,7 @@ type ListEventTypesResponse struct {
 
 func (x *ListEventTypesResponse) Reset() {
 	*x = ListEventTypesResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[22]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1816,7 @@ func (x *ListEventTypesResponse) String() string {
 func (*ListEventTypesResponse) ProtoMessage() {}
 
 func (x *ListEventTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[22]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1829,7 @@ func (x *ListEventTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListEventTypesResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{22}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListEventTypesResponse) GetEventTypes() []*EventType {
@@ -1867,7 +1965,13 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2\x15.webhooks.v1.DeliveryR\n" +
 	"deliveries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"N\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"R\n" +
+	"\x14RetryDeliveryRequest\x12\x19\n" +
+	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
+	"\vdelivery_id\x18\x02 \x01(\x03R\n" +
+	"deliveryId\"J\n" +
+	"\x15RetryDeliveryResponse\x121\n" +
+	"\bdelivery\x18\x01 \x01(\v2\x15.webhooks.v1.DeliveryR\bdelivery\"N\n" +
 	"\x10RedeliverRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
@@ -1901,7 +2005,7 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\x1aDELIVERY_WAIT_REASON_RETRY\x10\x01\x12$\n" +
 	" DELIVERY_WAIT_REASON_RETRY_AFTER\x10\x02\x12#\n" +
 	"\x1fDELIVERY_WAIT_REASON_LEASE_BUSY\x10\x03\x12)\n" +
-	"%DELIVERY_WAIT_REASON_ENDPOINT_FAILING\x10\x042\xec\x06\n" +
+	"%DELIVERY_WAIT_REASON_ENDPOINT_FAILING\x10\x042\xc4\a\n" +
 	"\x0fEndpointService\x12V\n" +
 	"\rListEndpoints\x12!.webhooks.v1.ListEndpointsRequest\x1a\".webhooks.v1.ListEndpointsResponse\x12P\n" +
 	"\vGetEndpoint\x12\x1f.webhooks.v1.GetEndpointRequest\x1a .webhooks.v1.GetEndpointResponse\x12Y\n" +
@@ -1910,7 +2014,8 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\x0eDeleteEndpoint\x12\".webhooks.v1.DeleteEndpointRequest\x1a#.webhooks.v1.DeleteEndpointResponse\x12S\n" +
 	"\fRotateSecret\x12 .webhooks.v1.RotateSecretRequest\x1a!.webhooks.v1.RotateSecretResponse\x12G\n" +
 	"\bSendTest\x12\x1c.webhooks.v1.SendTestRequest\x1a\x1d.webhooks.v1.SendTestResponse\x12Y\n" +
-	"\x0eListDeliveries\x12\".webhooks.v1.ListDeliveriesRequest\x1a#.webhooks.v1.ListDeliveriesResponse\x12J\n" +
+	"\x0eListDeliveries\x12\".webhooks.v1.ListDeliveriesRequest\x1a#.webhooks.v1.ListDeliveriesResponse\x12V\n" +
+	"\rRetryDelivery\x12!.webhooks.v1.RetryDeliveryRequest\x1a\".webhooks.v1.RetryDeliveryResponse\x12J\n" +
 	"\tRedeliver\x12\x1d.webhooks.v1.RedeliverRequest\x1a\x1e.webhooks.v1.RedeliverResponse\x12Y\n" +
 	"\x0eListEventTypes\x12\".webhooks.v1.ListEventTypesRequest\x1a#.webhooks.v1.ListEventTypesResponseBHZFgithub.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1;webhooksv1b\x06proto3"
 
@@ -1927,7 +2032,7 @@ func file_webhooks_v1_endpoints_proto_rawDescGZIP() []byte {
 }
 
 var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(SignatureScheme)(0),           // 0: webhooks.v1.SignatureScheme
 	(DeliveryState)(0),             // 1: webhooks.v1.DeliveryState
@@ -1950,69 +2055,74 @@ var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(*ListDeliveriesRequest)(nil),  // 18: webhooks.v1.ListDeliveriesRequest
 	(*Delivery)(nil),               // 19: webhooks.v1.Delivery
 	(*ListDeliveriesResponse)(nil), // 20: webhooks.v1.ListDeliveriesResponse
-	(*RedeliverRequest)(nil),       // 21: webhooks.v1.RedeliverRequest
-	(*RedeliverResponse)(nil),      // 22: webhooks.v1.RedeliverResponse
-	(*ListEventTypesRequest)(nil),  // 23: webhooks.v1.ListEventTypesRequest
-	(*EventType)(nil),              // 24: webhooks.v1.EventType
-	(*ListEventTypesResponse)(nil), // 25: webhooks.v1.ListEventTypesResponse
-	nil,                            // 26: webhooks.v1.CreateEndpointRequest.HeadersEntry
-	nil,                            // 27: webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),  // 29: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),    // 30: google.protobuf.Duration
-	(*structpb.Struct)(nil),        // 31: google.protobuf.Struct
+	(*RetryDeliveryRequest)(nil),   // 21: webhooks.v1.RetryDeliveryRequest
+	(*RetryDeliveryResponse)(nil),  // 22: webhooks.v1.RetryDeliveryResponse
+	(*RedeliverRequest)(nil),       // 23: webhooks.v1.RedeliverRequest
+	(*RedeliverResponse)(nil),      // 24: webhooks.v1.RedeliverResponse
+	(*ListEventTypesRequest)(nil),  // 25: webhooks.v1.ListEventTypesRequest
+	(*EventType)(nil),              // 26: webhooks.v1.EventType
+	(*ListEventTypesResponse)(nil), // 27: webhooks.v1.ListEventTypesResponse
+	nil,                            // 28: webhooks.v1.CreateEndpointRequest.HeadersEntry
+	nil,                            // 29: webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	(*timestamppb.Timestamp)(nil),  // 30: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),  // 31: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),    // 32: google.protobuf.Duration
+	(*structpb.Struct)(nil),        // 33: google.protobuf.Struct
 }
 var file_webhooks_v1_endpoints_proto_depIdxs = []int32{
-	28, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
-	28, // 1: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
-	28, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
-	28, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	30, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
+	30, // 1: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
+	30, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
+	30, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 4: webhooks.v1.Endpoint.signature_scheme:type_name -> webhooks.v1.SignatureScheme
 	3,  // 5: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
 	3,  // 6: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	26, // 7: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
+	28, // 7: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
 	0,  // 8: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
 	3,  // 9: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	29, // 10: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
-	27, // 11: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	31, // 10: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
+	29, // 11: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
 	3,  // 12: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	30, // 13: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	28, // 14: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	32, // 13: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	30, // 14: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 15: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
-	28, // 16: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	28, // 17: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
-	28, // 18: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
-	28, // 19: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
+	30, // 16: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	30, // 17: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
+	30, // 18: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
+	30, // 19: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
 	2,  // 20: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
 	19, // 21: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
-	31, // 22: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
-	31, // 23: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
-	24, // 24: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
-	4,  // 25: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
-	6,  // 26: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
-	8,  // 27: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
-	10, // 28: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
-	12, // 29: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
-	14, // 30: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
-	16, // 31: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
-	18, // 32: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
-	21, // 33: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
-	23, // 34: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
-	5,  // 35: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
-	7,  // 36: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
-	9,  // 37: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
-	11, // 38: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
-	13, // 39: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
-	15, // 40: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
-	17, // 41: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
-	20, // 42: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
-	22, // 43: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
-	25, // 44: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
-	35, // [35:45] is the sub-list for method output_type
-	25, // [25:35] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	19, // 22: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	33, // 23: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
+	33, // 24: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
+	26, // 25: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
+	4,  // 26: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
+	6,  // 27: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
+	8,  // 28: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
+	10, // 29: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
+	12, // 30: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
+	14, // 31: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
+	16, // 32: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
+	18, // 33: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
+	21, // 34: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
+	23, // 35: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
+	25, // 36: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
+	5,  // 37: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
+	7,  // 38: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
+	9,  // 39: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
+	11, // 40: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
+	13, // 41: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
+	15, // 42: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
+	17, // 43: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
+	20, // 44: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
+	22, // 45: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
+	24, // 46: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
+	27, // 47: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
+	37, // [37:48] is the sub-list for method output_type
+	26, // [26:37] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_endpoints_proto_init() }
@@ -2026,7 +2136,7 @@ func file_webhooks_v1_endpoints_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_webhooks_v1_endpoints_proto_rawDesc), len(file_webhooks_v1_endpoints_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	EndpointService_RotateSecret_FullMethodName   = "/webhooks.v1.EndpointService/RotateSecret"
 	EndpointService_SendTest_FullMethodName       = "/webhooks.v1.EndpointService/SendTest"
 	EndpointService_ListDeliveries_FullMethodName = "/webhooks.v1.EndpointService/ListDeliveries"
+	EndpointService_RetryDelivery_FullMethodName  = "/webhooks.v1.EndpointService/RetryDelivery"
 	EndpointService_Redeliver_FullMethodName      = "/webhooks.v1.EndpointService/Redeliver"
 	EndpointService_ListEventTypes_FullMethodName = "/webhooks.v1.EndpointService/ListEventTypes"
 )
@@ -54,10 +55,18 @@ type EndpointServiceClient interface {
 	// RotateSecret issues a new secret, shown this once. The previous secret keeps
 	// signing (beside the new one) for the grace period.
 	RotateSecret(ctx context.Context, in *RotateSecretRequest, opts ...grpc.CallOption) (*RotateSecretResponse, error)
-	// SendTest publishes one webhook.test event delivered to this endpoint only.
+	// SendTest publishes one webhook.test event delivered to this endpoint only,
+	// now: a failing endpoint's cool-down does not hold it.
 	SendTest(ctx context.Context, in *SendTestRequest, opts ...grpc.CallOption) (*SendTestResponse, error)
 	// ListDeliveries lists this endpoint's webhook.deliver jobs, newest first.
 	ListDeliveries(ctx context.Context, in *ListDeliveriesRequest, opts ...grpc.CallOption) (*ListDeliveriesResponse, error)
+	// RetryDelivery runs one SCHEDULED delivery now instead of at scheduled_at,
+	// whatever it waits for (a retry's backoff of up to 10 h, a Retry-After, a
+	// failing endpoint's cool-down). Its attempts so far still count. A delivery
+	// in another state is FAILED_PRECONDITION (Redeliver re-queues failed and
+	// cancelled ones); so is one of a disabled endpoint. Another owner's
+	// delivery is NOT_FOUND, like a missing one.
+	RetryDelivery(ctx context.Context, in *RetryDeliveryRequest, opts ...grpc.CallOption) (*RetryDeliveryResponse, error)
 	// Redeliver re-queues every delivery of this endpoint that ended discarded or
 	// cancelled and whose event still exists.
 	Redeliver(ctx context.Context, in *RedeliverRequest, opts ...grpc.CallOption) (*RedeliverResponse, error)
@@ -154,6 +163,16 @@ func (c *endpointServiceClient) ListDeliveries(ctx context.Context, in *ListDeli
 	return out, nil
 }
 
+func (c *endpointServiceClient) RetryDelivery(ctx context.Context, in *RetryDeliveryRequest, opts ...grpc.CallOption) (*RetryDeliveryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RetryDeliveryResponse)
+	err := c.cc.Invoke(ctx, EndpointService_RetryDelivery_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *endpointServiceClient) Redeliver(ctx context.Context, in *RedeliverRequest, opts ...grpc.CallOption) (*RedeliverResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RedeliverResponse)
@@ -197,10 +216,18 @@ type EndpointServiceServer interface {
 	// RotateSecret issues a new secret, shown this once. The previous secret keeps
 	// signing (beside the new one) for the grace period.
 	RotateSecret(context.Context, *RotateSecretRequest) (*RotateSecretResponse, error)
-	// SendTest publishes one webhook.test event delivered to this endpoint only.
+	// SendTest publishes one webhook.test event delivered to this endpoint only,
+	// now: a failing endpoint's cool-down does not hold it.
 	SendTest(context.Context, *SendTestRequest) (*SendTestResponse, error)
 	// ListDeliveries lists this endpoint's webhook.deliver jobs, newest first.
 	ListDeliveries(context.Context, *ListDeliveriesRequest) (*ListDeliveriesResponse, error)
+	// RetryDelivery runs one SCHEDULED delivery now instead of at scheduled_at,
+	// whatever it waits for (a retry's backoff of up to 10 h, a Retry-After, a
+	// failing endpoint's cool-down). Its attempts so far still count. A delivery
+	// in another state is FAILED_PRECONDITION (Redeliver re-queues failed and
+	// cancelled ones); so is one of a disabled endpoint. Another owner's
+	// delivery is NOT_FOUND, like a missing one.
+	RetryDelivery(context.Context, *RetryDeliveryRequest) (*RetryDeliveryResponse, error)
 	// Redeliver re-queues every delivery of this endpoint that ended discarded or
 	// cancelled and whose event still exists.
 	Redeliver(context.Context, *RedeliverRequest) (*RedeliverResponse, error)
@@ -240,6 +267,9 @@ func (UnimplementedEndpointServiceServer) SendTest(context.Context, *SendTestReq
 }
 func (UnimplementedEndpointServiceServer) ListDeliveries(context.Context, *ListDeliveriesRequest) (*ListDeliveriesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListDeliveries not implemented")
+}
+func (UnimplementedEndpointServiceServer) RetryDelivery(context.Context, *RetryDeliveryRequest) (*RetryDeliveryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RetryDelivery not implemented")
 }
 func (UnimplementedEndpointServiceServer) Redeliver(context.Context, *RedeliverRequest) (*RedeliverResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Redeliver not implemented")
@@ -412,6 +442,24 @@ func _EndpointService_ListDeliveries_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EndpointService_RetryDelivery_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RetryDeliveryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EndpointServiceServer).RetryDelivery(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EndpointService_RetryDelivery_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EndpointServiceServer).RetryDelivery(ctx, req.(*RetryDeliveryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _EndpointService_Redeliver_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RedeliverRequest)
 	if err := dec(in); err != nil {
@@ -486,6 +534,10 @@ var EndpointService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListDeliveries",
 			Handler:    _EndpointService_ListDeliveries_Handler,
+		},
+		{
+			MethodName: "RetryDelivery",
+			Handler:    _EndpointService_RetryDelivery_Handler,
 		},
 		{
 			MethodName: "Redeliver",
