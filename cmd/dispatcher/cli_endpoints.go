@@ -106,7 +106,11 @@ func runEndpointsCLI(ctx context.Context, args []string, stdout, stderr io.Write
 	var id string
 	switch {
 	case cmd.positional && len(positional) != 1:
-		return fmt.Errorf("endpoints %s: want exactly one id, got %d arguments", sub, len(positional))
+		what := "endpoint id"
+		if sub == "retry-delivery" {
+			what = "delivery id"
+		}
+		return fmt.Errorf("endpoints %s: want exactly one %s, got %d arguments", sub, what, len(positional))
 	case cmd.positional:
 		id = positional[0]
 	case len(positional) > 0:

@@ -277,6 +277,12 @@ func TestEndpointsCLI(t *testing.T) {
 		_, err = endpoints(t, b, "get")
 		require.ErrorContains(t, err, "exactly one endpoint id")
 
+		_, err = endpoints(t, b, "retry-delivery", "not-a-number")
+		require.ErrorContains(t, err, "is not a delivery id")
+		_, err = endpoints(t, b, "retry-delivery", "987654")
+		require.ErrorContains(t, err, "NotFound")
+		require.ErrorContains(t, err, "delivery not found")
+
 		_, err = run(t, runEndpointsCLI, "frobnicate")
 		require.ErrorContains(t, err, "unknown command")
 
