@@ -91,7 +91,9 @@ func TestDeliveryStates(t *testing.T) {
 		del := waitForDelivery(t, d, ids["slow"], "slow delivering", func(x *webhooksv1.Delivery) bool {
 			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERING
 		})
-		require.Equal(t, "Attempt 1 of 18 is in flight.", del.GetStateReason())
+		// The slow receiver holds each attempt until the 20 s attempt timeout, so a
+		// subtest that starts late (parallel slots busy) may see a later attempt.
+		require.Regexp(t, `^Attempt [0-9]+ of 18 is in flight\.$`, del.GetStateReason())
 	})
 
 	t.Run("ScheduledForRetry", func(t *testing.T) {
