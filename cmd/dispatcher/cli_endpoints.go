@@ -194,6 +194,8 @@ func createFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 	embedID := fs.String("embed-id", "", "bind the endpoint to an embed: events are scoped by its access code")
 	headersFile := fs.String("headers-file", "", `custom headers sent on every delivery, one "Name: value" per line (values are kept sealed)`)
 	scheme := fs.String("signature-scheme", "v1", `how deliveries are signed: "v1" (a shared secret, shown once) or "v1a" (an Ed25519 key pair; receivers verify with its public key)`)
+	maxPerSecond := fs.Int("max-per-second", 0, "at most this many requests per second to the receiver (0: no limit)")
+	ordered := fs.Bool("ordered", false, "deliver in publish order, a failed delivery holding the ones behind it")
 	return func(ctx context.Context, c *endpointsCmd, _ string) error {
 		var protoScheme webhooksv1.SignatureScheme
 		switch *scheme {
@@ -213,7 +215,7 @@ func createFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 		}
 		resp, err := c.client.CreateEndpoint(ctx, &webhooksv1.CreateEndpointRequest{
 			OwnerId: c.conn.owner, Url: *url, Description: *description, EventTypes: types, EmbedId: *embedID,
-			Headers: headers, SignatureScheme: protoScheme,
+			Headers: headers, SignatureScheme: protoScheme, MaxPerSecond: clampInt32(*maxPerSecond), Ordered: *ordered,
 		})
 		if err != nil {
 			return err
@@ -240,6 +242,8 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 	enable := fs.Bool("enable", false, "enable the endpoint and clear its failure state")
 	disable := fs.Bool("disable", false, "disable the endpoint")
 	headersFile := fs.String("headers-file", "", `replace the custom headers with this file's ("Name: value" per line; an empty file removes them)`)
+	maxPerSecond := fs.Int("max-per-second", 0, "new rate limit in requests per second (0 removes it)")
+	ordered := fs.Bool("ordered", false, "deliver in publish order (--ordered=false: in any order)")
 	return func(ctx context.Context, c *endpointsCmd, id string) error {
 		req := &webhooksv1.UpdateEndpointRequest{OwnerId: c.conn.owner, EndpointId: id, UpdateMask: &fieldmaskpb.FieldMask{}}
 		var err error
@@ -265,6 +269,12 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 					err = herr
 				}
 				req.UpdateMask.Paths = append(req.UpdateMask.Paths, "headers")
+			case "max-per-second":
+				req.MaxPerSecond = clampInt32(*maxPerSecond)
+				req.UpdateMask.Paths = append(req.UpdateMask.Paths, "max_per_second")
+			case "ordered":
+				req.Ordered = *ordered
+				req.UpdateMask.Paths = append(req.UpdateMask.Paths, "ordered")
 			case "enable", "disable":
 				if *enable && *disable {
 					err = errors.New("--enable and --disable exclude each other")
@@ -281,7 +291,7 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 			return err
 		}
 		if len(req.UpdateMask.Paths) == 0 {
-			return errors.New("nothing to update: give at least one of --url, --description, --event-types, --embed-id, --enable, --disable, --headers-file")
+			return errors.New("nothing to update: give at least one of --url, --description, --event-types, --embed-id, --max-per-second, --ordered, --enable, --disable, --headers-file")
 		}
 		resp, err := c.client.UpdateEndpoint(ctx, req)
 		if err != nil {
@@ -466,12 +476,32 @@ func printEndpoint(w io.Writer, ep *webhooksv1.Endpoint) error {
 		fmt.Fprintf(tw, "custom headers:\t%s (values sealed, never shown)\n", strings.Join(names, ", "))
 	}
 	fmt.Fprintf(tw, "status:\t%s\n", endpointStatus(ep))
+	printControls(tw, ep)
 	if exp := ep.GetPreviousSecretExpiresAt(); exp != nil {
 		fmt.Fprintf(tw, "previous secret signs until:\t%s\n", fmtTime(exp))
 	}
 	fmt.Fprintf(tw, "created:\t%s\n", fmtTime(ep.GetCreatedAt()))
 	fmt.Fprintf(tw, "updated:\t%s\n", fmtTime(ep.GetUpdatedAt()))
 	return tw.Flush()
+}
+
+// printControls prints what the receiver asked of its traffic.
+func printControls(w io.Writer, ep *webhooksv1.Endpoint) {
+	if until := ep.GetPausedUntil(); until != nil {
+		fmt.Fprintf(w, "paused until:\t%s (%s)\n", fmtTime(until), ep.GetPauseReason())
+	}
+	if n := ep.GetMaxPerSecond(); n > 0 {
+		fmt.Fprintf(w, "rate limit:\t%d/s\n", n)
+	}
+	if ep.GetOrdered() {
+		fmt.Fprintf(w, "order:\tpublish order (ordered)\n")
+	}
+}
+
+// clampInt32 keeps an out-of-range flag value out of range (the server
+// names the field) instead of wrapping it into range.
+func clampInt32(n int) int32 {
+	return int32(min(max(n, -1), 1<<31-1))
 }
 
 func endpointStatus(ep *webhooksv1.Endpoint) string {

@@ -31,6 +31,9 @@ const (
 type verdict struct {
 	kind  verdictKind
 	delay time.Duration // for verdictSnooze
+	// throttled > 0: a snooze because this was the n-th 429 in a row
+	// without Retry-After (control.go), not because of a Retry-After.
+	throttled int
 }
 
 // classify maps an attempt's response (or transport error) to a verdict.

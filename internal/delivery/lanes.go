@@ -33,7 +33,9 @@ type lane struct {
 	// running: a local delivery has the lane (it may still be waiting for
 	// the database lease).
 	running bool
-	waiters []chan struct{}
+	// waiters queue for the lane in turn order: by seq for deliveries to
+	// ordered endpoints (a lower seq goes first), else in arrival order.
+	waiters []*waiter
 
 	// The database lease this process holds on the endpoint, if any.
 	token   uuid.UUID
@@ -49,6 +51,19 @@ type lane struct {
 	// remote wakes a runner waiting for another process's lease when a
 	// release of that lease is announced.
 	remote chan struct{}
+
+	// ctl is what this process remembers of the receiver's wishes
+	// (control.go): the rate limit's clock, a run of 429s, ordered holds.
+	ctl laneControl
+}
+
+// waiter is one delivery queued for a lane; its turn is signalled on ch.
+type waiter struct {
+	ch  chan struct{}
+	seq int64 // the order key of a delivery to an ordered endpoint; else 0
+	// slot > 0: sent away by the rate limit (ratelimit.go), to come back
+	// after this long.
+	slot time.Duration
 }
 
 func newLanes(maxWaiters int) *lanes {
@@ -62,9 +77,12 @@ type lease struct {
 }
 
 // enter makes the caller the lane's runner, queuing behind the current one
-// for at most maxWait. It returns false when the caller should not wait (the
-// queue is full, or the wait ran out): the delivery then snoozes.
-func (ls *lanes) enter(ctx context.Context, ep uuid.UUID, maxWait time.Duration) bool {
+// for at most maxWait. seq is the delivery's order key on an ordered
+// endpoint (0 otherwise): a lower seq is served first. It returns false when
+// the caller should not wait (the queue is full, or the wait ran out): the
+// delivery then snoozes, for slot if that is positive (the rate limit sent
+// it away with a later slot).
+func (ls *lanes) enter(ctx context.Context, ep uuid.UUID, seq int64, maxWait time.Duration) (bool, time.Duration) {
 	ls.mu.Lock()
 	ln := ls.byEndpoint[ep]
 	if ln == nil {
@@ -75,21 +93,42 @@ func (ls *lanes) enter(ctx context.Context, ep uuid.UUID, maxWait time.Duration)
 		ln.running = true
 		ln.idleSince = time.Time{}
 		ls.mu.Unlock()
-		return true
+		return true, 0
 	}
 	if (ls.maxWaiters > 0 && len(ln.waiters) >= ls.maxWaiters) || maxWait <= 0 {
 		ls.mu.Unlock()
-		return false
+		return false, 0
 	}
-	ch := make(chan struct{}, 1)
-	ln.waiters = append(ln.waiters, ch)
+	w := ln.queue(seq)
 	ls.mu.Unlock()
+	if ls.await(ctx, ln, w, maxWait) {
+		return true, 0
+	}
+	return false, w.slot
+}
 
+// queue adds a waiter in turn order. Called with ls.mu held.
+func (ln *lane) queue(seq int64) *waiter {
+	w := &waiter{ch: make(chan struct{}, 1), seq: seq}
+	i := len(ln.waiters)
+	if seq > 0 {
+		for i > 0 && ln.waiters[i-1].seq > seq {
+			i--
+		}
+	}
+	ln.waiters = append(ln.waiters, nil)
+	copy(ln.waiters[i+1:], ln.waiters[i:])
+	ln.waiters[i] = w
+	return w
+}
+
+// await waits for w's turn for at most maxWait.
+func (ls *lanes) await(ctx context.Context, ln *lane, w *waiter, maxWait time.Duration) bool {
 	timer := time.NewTimer(maxWait)
 	defer timer.Stop()
 	select {
-	case <-ch:
-		return true
+	case <-w.ch:
+		return w.slot == 0
 	case <-timer.C:
 	case <-ctx.Done():
 	}
@@ -97,17 +136,37 @@ func (ls *lanes) enter(ctx context.Context, ep uuid.UUID, maxWait time.Duration)
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	select {
-	case <-ch:
-		return true
+	case <-w.ch:
+		return w.slot == 0
 	default:
 	}
-	for i, w := range ln.waiters {
-		if w == ch {
+	for i, other := range ln.waiters {
+		if other == w {
 			ln.waiters = append(ln.waiters[:i], ln.waiters[i+1:]...)
 			break
 		}
 	}
 	return false
+}
+
+// requeue lets the runner, a delivery to an ordered endpoint that is not the
+// endpoint's head, hand its turn (and the lease) to a queued delivery with a
+// lower seq and queue behind it. It reports whether there was one; if so,
+// ok says whether the caller's turn came again within maxWait (if not, the
+// caller is neither runner nor waiter any more and must snooze).
+func (ls *lanes) requeue(ctx context.Context, ep uuid.UUID, seq int64, maxWait time.Duration) (handed, ok bool) {
+	ls.mu.Lock()
+	ln := ls.byEndpoint[ep]
+	if len(ln.waiters) == 0 || ln.waiters[0].seq <= 0 || ln.waiters[0].seq >= seq {
+		ls.mu.Unlock()
+		return false, false
+	}
+	next := ln.waiters[0]
+	ln.waiters = ln.waiters[1:]
+	w := ln.queue(seq)
+	next.ch <- struct{}{}
+	ls.mu.Unlock()
+	return true, ls.await(ctx, ln, w, maxWait)
 }
 
 // current returns the lane's lease, for the runner.
@@ -177,7 +236,7 @@ func (ls *lanes) leave(ep uuid.UUID) uuid.UUID {
 		if ln.wanted {
 			ln.burst--
 		}
-		next <- struct{}{}
+		next.ch <- struct{}{}
 		return uuid.Nil
 	}
 	ln.running = false

@@ -80,6 +80,10 @@ type target struct {
 	headers []byte
 	// scheme is the endpoint's signing scheme ("v1", "v1a").
 	scheme string
+	// control is what the receiver asked of its traffic (control.go).
+	control control
+	// leaseTaken: this load took the lease (it was not this process's).
+	leaseTaken bool
 
 	eventFound      bool
 	eventOwnerID    string
@@ -128,6 +132,7 @@ SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
             ELSE EXISTS (SELECT FROM leased l WHERE l.id = r.endpoint_id) END,
        extract(epoch FROM coalesce(ep.busy_until - now(), interval '0'))::float8,
        ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.headers_enc, ep.signing_scheme,
+       extract(epoch FROM coalesce(ep.paused_until - now(), interval '0'))::float8, ep.max_per_second, coalesce(ep.ordered, false),
        e.id IS NOT NULL, e.owner_id, e.type, e.subject, e.occurred_at, e.data, e.created_at,
        (SELECT count(*) FROM wanted)
   FROM req r
@@ -144,6 +149,7 @@ SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
        ep.lease_token IS NOT DISTINCT FROM r.token AND ep.busy_until > now(),
        0::float8,
        ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.headers_enc, ep.signing_scheme,
+       extract(epoch FROM coalesce(ep.paused_until - now(), interval '0'))::float8, ep.max_per_second, coalesce(ep.ordered, false),
        e.id IS NOT NULL, e.owner_id, e.type, e.subject, e.occurred_at, e.data, e.created_at,
        0::bigint
   FROM unnest($1::uuid[], $2::text[], $3::int[], $4::uuid[]) WITH ORDINALITY AS r(endpoint_id, event_id, mode, token, n)
@@ -186,6 +192,9 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 			headers                    []byte
 			scheme                     *string
 			prevExpires, failingSince  *time.Time
+			pausedFor                  float64
+			maxPerSecond               *int32
+			ordered                    bool
 			evFound                    bool
 			evOwner, evType, evSubject *string
 			evOccurred, evCreated      *time.Time
@@ -193,6 +202,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 			notified                   int64
 		)
 		if err := rows.Scan(&n, &found, &enabled, &held, &heldFor, &owner, &url, &secret, &prevSecret, &prevExpires, &failingSince, &headers, &scheme,
+			&pausedFor, &maxPerSecond, &ordered,
 			&evFound, &evOwner, &evType, &evSubject, &evOccurred, &evData, &evCreated, &notified); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("load delivery targets: %w", err)
@@ -214,6 +224,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 			t := &target{
 				ownerID: *owner, url: *url, secret: secret, previousSecret: prevSecret,
 				previousExpiresAt: prevExpires, failingSince: failingSince, headers: headers, scheme: *scheme,
+				control:    newControl(pausedFor, maxPerSecond, ordered),
 				eventFound: evFound, eventData: evData,
 			}
 			if evFound {

@@ -64,6 +64,10 @@ type Config struct {
 	// worker count, since a smaller bound makes the overflow of a hot
 	// endpoint snooze, get fetched again at once and snooze again.
 	LocalWaiters int
+	// RescueAfter is River's RescueStuckJobsAfter: how long a job whose
+	// worker died stays running. Deliveries behind such a job on an ordered
+	// endpoint wait about that long. Default 1 min.
+	RescueAfter time.Duration
 	// MaxRetryAfter caps one Retry-After snooze. Default 1 h.
 	MaxRetryAfter time.Duration
 	// DisableAfter is how long an endpoint may fail continuously before it
@@ -90,6 +94,7 @@ func (c *Config) setDefaults(pool *pgxpool.Pool) {
 	setDefault(&c.BusySnooze, 2*time.Second)
 	setDefault(&c.LocalWait, 5*time.Second)
 	setDefault(&c.MaxRetryAfter, time.Hour)
+	setDefault(&c.RescueAfter, time.Minute)
 	setDefault(&c.DisableAfter, 5*24*time.Hour)
 	if c.ErrorBodyBytes <= 0 {
 		c.ErrorBodyBytes = 256
@@ -129,6 +134,9 @@ type Worker struct {
 	loads   *batch.Batcher[loadReq, loadRes]
 	settles *batch.Batcher[settleReq, settleRes]
 	now     func() time.Time
+	// planned holds retry times decided during an attempt (job id →
+	// time.Time), for NextRetry.
+	planned sync.Map
 }
 
 // KeyOpener opens an endpoint's sealed signing keys as read with the lease,
@@ -171,8 +179,15 @@ func (w *Worker) Timeout(*river.Job[job.DeliverArgs]) time.Duration {
 	return w.cfg.LocalWait + w.cfg.AttemptTimeout
 }
 
-// NextRetry is the delivery retry schedule (see Schedule).
+// NextRetry is the delivery retry schedule (see Schedule). A retry the
+// attempt already planned (an ordered endpoint's head, whose followers are
+// held until then) is the one returned.
 func (w *Worker) NextRetry(j *river.Job[job.DeliverArgs]) time.Time {
+	if at, ok := w.planned.LoadAndDelete(j.ID); ok {
+		if t, ok := at.(time.Time); ok {
+			return t
+		}
+	}
 	return nextRetry(j, w.now())
 }
 
@@ -189,32 +204,59 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.DeliverArgs]) error 
 		return w.cancel(j, "", fmt.Errorf("malformed endpoint id in job args: %w", err))
 	}
 	waitUntil := time.Now().Add(w.cfg.LocalWait)
-	if !w.lanes.enter(ctx, endpointID, w.cfg.LocalWait) {
+	if err := w.rateOverflow(ctx, j, endpointID); err != nil {
+		return err
+	}
+	if ok, slot := w.lanes.enter(ctx, endpointID, j.Args.Seq, w.cfg.LocalWait); !ok {
+		if slot > 0 {
+			return w.snooze(ctx, slot, job.SnoozeRateLimit)
+		}
 		return w.snoozeBusy(ctx, w.cfg.BusySnooze)
 	}
 
-	t, token, err := w.acquire(ctx, endpointID, j.Args.EventID, waitUntil)
-	if err != nil {
-		// No health change to record, so nothing can fail that matters:
-		// a lease that cannot be released expires by itself.
-		_ = w.endTurn(ctx, endpointID, settleReq{endpointID: endpointID, token: token})
-		var busy *busyError
-		switch {
-		case errors.As(err, &busy):
-			// Until the holder's lease would expire if it died, but not for
-			// long if it is alive: it may hand over any moment.
-			return w.snoozeBusy(ctx, min(max(busy.heldFor, w.cfg.BusySnooze), w.cfg.LeaseTTL/3))
-		case errors.Is(err, errEndpointGone), errors.Is(err, errEndpointDisabled):
-			return w.cancel(j, "", err)
+	var (
+		t     *target
+		token uuid.UUID
+	)
+	for {
+		t, token, err = w.acquire(ctx, endpointID, j.Args.EventID, waitUntil)
+		if err != nil {
+			// No health change to record, so nothing can fail that matters:
+			// a lease that cannot be released expires by itself.
+			_ = w.endTurn(ctx, endpointID, settleReq{endpointID: endpointID, token: token})
+			var busy *busyError
+			switch {
+			case errors.As(err, &busy):
+				// Until the holder's lease would expire if it died, but not for
+				// long if it is alive: it may hand over any moment.
+				return w.snoozeBusy(ctx, min(max(busy.heldFor, w.cfg.BusySnooze), w.cfg.LeaseTTL/3))
+			case errors.Is(err, errEndpointGone), errors.Is(err, errEndpointDisabled):
+				return w.cancel(j, "", err)
+			default:
+				// A database error: River retries.
+				return err
+			}
+		}
+		// What the receiver asked of its traffic: a pause, its place in
+		// an ordered endpoint's queue, a rate limit (control.go).
+		g, err := w.gate(ctx, j, endpointID, t, waitUntil)
+		switch g {
+		case gateSend:
+		case gateAgain:
+			continue
+		case gateLeft:
+			return err
 		default:
-			// A database error: River retries.
+			_ = w.endTurn(ctx, endpointID, settleReq{endpointID: endpointID, token: token})
 			return err
 		}
+		break
 	}
 
 	attemptCtx, cancel := context.WithTimeout(ctx, w.cfg.AttemptTimeout)
 	defer cancel()
 	res := w.attempt(attemptCtx, ctx, j, endpointID, t)
+	w.afterAttempt(ctx, j, endpointID, t, res)
 	s := settleReq{endpointID: endpointID, token: token}
 	if res.settle != nil {
 		s.health, s.summary = res.settle.health(t.failingSince, w.now(), w.cfg.DisableAfter), res.settle.summary
@@ -276,6 +318,7 @@ func (w *Worker) acquire(ctx context.Context, ep uuid.UUID, eventID string, wait
 			if req.mode != leaseConfirm {
 				w.lanes.hold(ep, lease{token: req.token, expires: res.expires})
 			}
+			res.target.leaseTaken = req.mode == leaseTake
 			return res.target, req.token, nil
 		case loadGone:
 			w.lanes.drop(ep)
@@ -487,6 +530,8 @@ func (o outcome) String() string {
 type result struct {
 	err    error
 	settle *settlement
+	// pause, if set, pauses the whole endpoint (control.go).
+	pause *pause
 }
 
 // settlement is how an attempt ended for the endpoint's health.
@@ -591,6 +636,7 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 	class := metrics.StatusClass(status)
 	w.metrics.AttemptDuration.WithLabelValues(class).Observe(elapsed.Seconds())
 	v := classify(jobCtx, resp, err, w.now(), w.cfg.MaxRetryAfter)
+	v = w.throttle(endpointID, status, v)
 
 	outcome, res := w.conclude(jobCtx, j, v, status, summary, err, ev)
 	w.metrics.DeliveriesTotal.WithLabelValues(outcome.String(), class).Inc()
@@ -674,9 +720,14 @@ func (w *Worker) conclude(ctx context.Context, j *river.Job[job.DeliverArgs], v 
 		return outcomeCompleted, result{settle: &settlement{success: true}}
 	case verdictSnooze:
 		e := fmt.Errorf("HTTP %d with Retry-After: %s", status, summary)
-		w.metrics.SnoozesTotal.WithLabelValues(job.SnoozeRetryAfter).Inc()
-		note := job.DeliverSnooze{Reason: job.SnoozeRetryAfter, Status: status}
-		return outcomeSnoozed, result{err: snooze(ctx, note, max(v.delay, minSnooze)), settle: failure(e)}
+		reason := job.SnoozeRetryAfter
+		if v.throttled > 0 {
+			e, reason = fmt.Errorf("HTTP %d, %d in a row without Retry-After: %s", status, v.throttled, summary), job.SnoozeThrottled
+		}
+		w.metrics.SnoozesTotal.WithLabelValues(reason).Inc()
+		d := max(v.delay, minSnooze)
+		note := job.DeliverSnooze{Reason: reason, Status: status}
+		return outcomeSnoozed, result{err: snooze(ctx, note, d), settle: failure(e), pause: newPause(status, v, d)}
 	case verdictCancel:
 		var e error
 		if err != nil {

@@ -219,6 +219,7 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (*Endpoint, string
 	default:
 		v.add(FieldSignatureScheme, "must be v1 (a shared secret) or v1a (an Ed25519 key pair)")
 	}
+	s.val.maxPerSecond(&v, p.MaxPerSecond)
 	if err := v.err(); err != nil {
 		return nil, "", err
 	}
@@ -238,7 +239,13 @@ const (
 	PathEmbedID     = "embed_id"
 	PathEnabled     = "enabled"
 	// PathHeaders (headers.go) replaces the custom headers as a whole.
+	// PathMaxPerSecond and PathOrdered are the receiver controls.
+	PathMaxPerSecond = FieldMaxPerSecond
+	PathOrdered      = FieldOrdered
 )
+
+// updatePaths lists the paths, for messages.
+const updatePaths = "url, description, event_types, embed_id, enabled, headers, max_per_second, ordered"
 
 // UpdateRequest changes the fields its Paths name (PathURL, …) to the values
 // given; the others are ignored.
@@ -254,6 +261,10 @@ type UpdateRequest struct {
 	// Headers replace the custom headers with PathHeaders; empty removes
 	// them all.
 	Headers map[string]string
+	// MaxPerSecond (0: no limit) and Ordered, for PathMaxPerSecond and
+	// PathOrdered.
+	MaxPerSecond int32
+	Ordered      bool
 }
 
 // Update changes an endpoint. Re-enabling a disabled endpoint clears its
@@ -265,7 +276,7 @@ func (s *Service) Update(ctx context.Context, r UpdateRequest) (*Endpoint, error
 
 	var p UpdateParams
 	if len(r.Paths) == 0 {
-		v.add(FieldUpdateMask, "must name at least one of: url, description, event_types, embed_id, enabled, headers")
+		v.add(FieldUpdateMask, "must name at least one of: "+updatePaths)
 	}
 	for i, path := range r.Paths {
 		switch path {
@@ -288,9 +299,14 @@ func (s *Service) Update(ctx context.Context, r UpdateRequest) (*Endpoint, error
 			p.Enabled = new(r.Enabled)
 		case PathHeaders:
 			p.Headers = s.val.headers(&v, r.Headers)
+		case PathMaxPerSecond:
+			s.val.maxPerSecond(&v, r.MaxPerSecond)
+			p.MaxPerSecond = new(r.MaxPerSecond)
+		case PathOrdered:
+			p.Ordered = new(r.Ordered)
 		default:
 			v.add(FieldUpdateMask+".paths["+strconv.Itoa(i)+"]",
-				"unknown path: must be one of url, description, event_types, embed_id, enabled, headers")
+				"unknown path: must be one of "+updatePaths)
 		}
 	}
 	if err := v.err(); err != nil {

@@ -58,6 +58,15 @@ type Endpoint struct {
 	HeaderNames []string
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+	// PausedUntil is set while the receiver has paused deliveries (it
+	// answered Retry-After, or 429 several times in a row); PauseReason
+	// says which. Both are empty once the pause is over.
+	PausedUntil *time.Time
+	PauseReason string
+	// MaxPerSecond > 0 limits the endpoint to that many requests a second.
+	MaxPerSecond int32
+	// Ordered endpoints get their deliveries in ingest order.
+	Ordered bool
 }
 
 // Store reads and writes webhook_endpoints. Every method is scoped to an
@@ -76,13 +85,17 @@ const endpointColumns = `id, owner_id, url, description, event_types, coalesce(e
        coalesce(disabled_reason, ''), failing_since, previous_secret_expires_at, header_names,
        signing_scheme, coalesce(public_key, ''),
        CASE WHEN previous_secret_expires_at > now() THEN coalesce(previous_public_key, '') ELSE '' END,
-       created_at, updated_at`
+       created_at, updated_at,
+       CASE WHEN paused_until > now() THEN paused_until END,
+       CASE WHEN paused_until > now() THEN coalesce(pause_reason, '') ELSE '' END,
+       coalesce(max_per_second, 0), ordered`
 
 func scanEndpoint(row pgx.Row) (*Endpoint, error) {
 	var e Endpoint
 	err := row.Scan(&e.ID, &e.OwnerID, &e.URL, &e.Description, &e.EventTypes, &e.EmbedID, &e.Enabled,
 		&e.DisabledReason, &e.FailingSince, &e.PreviousSecretExpiresAt, &e.HeaderNames,
-		&e.SigningScheme, &e.PublicKey, &e.PreviousPublicKey, &e.CreatedAt, &e.UpdatedAt)
+		&e.SigningScheme, &e.PublicKey, &e.PreviousPublicKey, &e.CreatedAt, &e.UpdatedAt,
+		&e.PausedUntil, &e.PauseReason, &e.MaxPerSecond, &e.Ordered)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -147,6 +160,9 @@ type CreateParams struct {
 	Headers map[string]string
 	// SigningScheme is SchemeV1 ("" too) or SchemeV1a.
 	SigningScheme string
+	// MaxPerSecond: 0 for no limit.
+	MaxPerSecond int32
+	Ordered      bool
 }
 
 // Create stores a new enabled endpoint with a fresh secret and returns it with
@@ -195,10 +211,10 @@ func (s *Store) Create(ctx context.Context, p CreateParams, maxPerOwner int) (*E
 		var err error
 		e, err = scanEndpoint(tx.QueryRow(ctx, `
 INSERT INTO webhook_endpoints (id, owner_id, url, description, event_types, secret_enc, embed_id, header_names, headers_enc,
-                               signing_scheme, public_key)
-VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9, $10, nullif($11, ''))
+                               signing_scheme, public_key, max_per_second, ordered)
+VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9, $10, nullif($11, ''), nullif($12, 0), $13)
 RETURNING `+endpointColumns, id, p.OwnerID, p.URL, p.Description, p.EventTypes, sealed, p.EmbedID,
-			headerNames(hs), sealedHeaders, scheme, publicKey))
+			headerNames(hs), sealedHeaders, scheme, publicKey, p.MaxPerSecond, p.Ordered))
 		return err
 	})
 	if err != nil {
@@ -215,6 +231,9 @@ type UpdateParams struct {
 	EmbedID     *string  // "" clears it
 	Enabled     *bool
 	Headers     []Header // nil: unchanged; empty: none
+	// MaxPerSecond: 0 removes the limit.
+	MaxPerSecond *int32
+	Ordered      *bool
 }
 
 // Update changes the given fields of owner's endpoint id. Enabling clears the
@@ -245,6 +264,8 @@ UPDATE webhook_endpoints
                               ELSE disabled_reason END,
        header_names    = CASE WHEN $14::boolean THEN $15::text[] ELSE header_names END,
        headers_enc     = CASE WHEN $14::boolean THEN $16::bytea ELSE headers_enc END,
+       max_per_second  = CASE WHEN $17::boolean THEN nullif($18::integer, 0) ELSE max_per_second END,
+       ordered         = CASE WHEN $19::boolean THEN $20::boolean ELSE ordered END,
        updated_at      = now()
  WHERE id = $1 AND owner_id = $2
 RETURNING `+endpointColumns,
@@ -254,11 +275,20 @@ RETURNING `+endpointColumns,
 		p.EventTypes != nil, p.EventTypes,
 		p.EmbedID != nil, deref(p.EmbedID),
 		enable, disable, DisabledByOwner,
-		p.Headers != nil, headerNames(p.Headers), sealedHeaders))
+		p.Headers != nil, headerNames(p.Headers), sealedHeaders,
+		p.MaxPerSecond != nil, derefOr(p.MaxPerSecond, 0),
+		p.Ordered != nil, derefOr(p.Ordered, false)))
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("update endpoint: %w", err)
 	}
 	return e, err
+}
+
+func derefOr[T any](p *T, zero T) T {
+	if p == nil {
+		return zero
+	}
+	return *p
 }
 
 func deref(s *string) string {

@@ -89,6 +89,10 @@ func NewWorker(pool *pgxpool.Pool, decide scope.Func, partitions Partitions, m *
 type candidate struct {
 	ep           scope.Endpoint
 	failingSince *time.Time
+	// pausedUntil: the receiver asked for nothing before then.
+	pausedUntil *time.Time
+	// ordered: the endpoint takes its deliveries in ingest order.
+	ordered bool
 }
 
 // Work fans one event out. It returns an error, and River retries the whole
@@ -101,7 +105,7 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 	}
 	eventID := j.Args.EventID
 
-	e, err := w.loadEvent(ctx, eventID)
+	e, seq, err := w.loadEvent(ctx, eventID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Pruned before it was fanned out, or never stored: nothing to send,
 		// and retrying will not bring it back.
@@ -133,7 +137,7 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 		return fmt.Errorf("fanout: %w", err)
 	}
 	// Metadata nil: the jobs take this run's trace (tracing.JobContext).
-	params := deliverJobs(e, admitted, w.partitions.active(), time.Now(), nil)
+	params := deliverJobs(e, seq, admitted, w.partitions.active(), time.Now(), nil)
 	var enqueued, duplicates int
 	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		enqueued, duplicates, err = insert(ctx, tx, client, params)
@@ -156,17 +160,21 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 	return nil
 }
 
-func (w *Worker) loadEvent(ctx context.Context, id string) (*webhook.Event, error) {
+// loadEvent reads the event and its ingest sequence.
+func (w *Worker) loadEvent(ctx context.Context, id string) (*webhook.Event, int64, error) {
 	e := &webhook.Event{ID: id}
-	var data []byte
+	var (
+		data []byte
+		seq  int64
+	)
 	err := w.pool.QueryRow(ctx,
-		`SELECT owner_id, type, subject, occurred_at, data FROM events WHERE id = $1`, id,
-	).Scan(&e.OwnerID, &e.Type, &e.Subject, &e.OccurredAt, &data)
+		`SELECT owner_id, type, subject, occurred_at, data, seq FROM events WHERE id = $1`, id,
+	).Scan(&e.OwnerID, &e.Type, &e.Subject, &e.OccurredAt, &data, &seq)
 	if err != nil {
-		return nil, fmt.Errorf("fanout: load event %s: %w", id, err)
+		return nil, 0, fmt.Errorf("fanout: load event %s: %w", id, err)
 	}
 	e.Data = json.RawMessage(data)
-	return e, nil
+	return e, seq, nil
 }
 
 // Inline fans events out inside the transaction that stores them (the ingest
@@ -210,6 +218,10 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 	if err != nil {
 		return 0, err
 	}
+	seqs, err := orderedSeqs(ctx, tx, events, byOwner)
+	if err != nil {
+		return 0, err
+	}
 	local := scope.WithoutAccess(ctx)
 	now, active := time.Now(), f.partitions.active()
 	var (
@@ -234,7 +246,7 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 		if err != nil {
 			return 0, err
 		}
-		params = append(params, deliverJobs(e, admitted, active, now, md)...)
+		params = append(params, deliverJobs(e, seqs[e.ID], admitted, active, now, md)...)
 	}
 	enqueued, _, err := insert(ctx, tx, client, params)
 	if err != nil {
@@ -257,7 +269,8 @@ type querier interface {
 // behind each other instead of deadlocking.
 func readEndpoints(ctx context.Context, q querier, owners []string) (map[string][]endpointRow, error) {
 	rows, err := q.Query(ctx,
-		`SELECT id::text, owner_id, event_types, embed_id, failing_since
+		`SELECT id::text, owner_id, event_types, embed_id, failing_since,
+		        CASE WHEN paused_until > now() THEN paused_until END, ordered
 		   FROM webhook_endpoints
 		  WHERE owner_id = ANY($1) AND enabled
 		  ORDER BY owner_id, id`, owners)
@@ -268,7 +281,7 @@ func readEndpoints(ctx context.Context, q querier, owners []string) (map[string]
 	out := make(map[string][]endpointRow, len(owners))
 	for rows.Next() {
 		var r endpointRow
-		if err := rows.Scan(&r.id, &r.ownerID, &r.globs, &r.embedID, &r.failingSince); err != nil {
+		if err := rows.Scan(&r.id, &r.ownerID, &r.globs, &r.embedID, &r.failingSince, &r.pausedUntil, &r.ordered); err != nil {
 			return nil, fmt.Errorf("read endpoints: %w", err)
 		}
 		out[r.ownerID] = append(out[r.ownerID], r)
@@ -284,6 +297,43 @@ type endpointRow struct {
 	globs        []string
 	embedID      *string
 	failingSince *time.Time
+	pausedUntil  *time.Time
+	ordered      bool
+}
+
+// orderedSeqs returns the ingest sequence of each event that may go to an
+// ordered endpoint (the order key its deliveries carry), read in tx where the
+// events were just stored; nothing is read when no endpoint is ordered.
+func orderedSeqs(ctx context.Context, tx pgx.Tx, events []*webhook.Event, byOwner map[string][]endpointRow) (map[string]int64, error) {
+	var ids []string
+	for _, e := range events {
+		if slices.ContainsFunc(byOwner[e.OwnerID], func(r endpointRow) bool { return r.ordered }) {
+			ids = append(ids, e.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, `SELECT id, seq FROM events WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read event sequence: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]int64, len(ids))
+	for rows.Next() {
+		var (
+			id  string
+			seq int64
+		)
+		if err := rows.Scan(&id, &seq); err != nil {
+			return nil, fmt.Errorf("read event sequence: %w", err)
+		}
+		out[id] = seq
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read event sequence: %w", err)
+	}
+	return out, nil
 }
 
 // matching keeps the endpoints subscribed to e's type (all of them for
@@ -297,7 +347,8 @@ func matching(e *webhook.Event, endpoints []endpointRow) []candidate {
 		if e.Type != event.TypeWebhookTest && !event.MatchAny(r.globs, e.Type) {
 			continue
 		}
-		c := candidate{ep: scope.Endpoint{ID: r.id, OwnerID: e.OwnerID}, failingSince: r.failingSince}
+		c := candidate{ep: scope.Endpoint{ID: r.id, OwnerID: e.OwnerID}, failingSince: r.failingSince,
+			pausedUntil: r.pausedUntil, ordered: r.ordered}
 		if r.embedID != nil {
 			c.ep.EmbedID = *r.embedID
 		}
@@ -339,8 +390,10 @@ func decideAll(ctx context.Context, decide scope.Func, e *webhook.Event, candida
 // deliverJobs returns one webhook.deliver job per admitted endpoint, in the
 // endpoint's partition queue, with metadata md (the event's trace, or nil).
 // River fails a whole insert when one unique key appears twice in it, so an
-// endpoint gets at most one whatever the input.
-func deliverJobs(e *webhook.Event, admitted []candidate, partitions int, now time.Time, md []byte) []river.InsertManyParams {
+// endpoint gets at most one whatever the input. seq is the event's ingest
+// sequence, the order key of ordered endpoints; a paused endpoint's delivery
+// is scheduled for the end of the pause.
+func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions int, now time.Time, md []byte) []river.InsertManyParams {
 	seen := make(map[string]struct{}, len(admitted))
 	params := make([]river.InsertManyParams, 0, len(admitted))
 	for _, c := range admitted {
@@ -356,7 +409,14 @@ func deliverJobs(e *webhook.Event, admitted []candidate, partitions int, now tim
 		if c.failingSince != nil && e.Type != event.TypeWebhookTest {
 			opts.ScheduledAt = now.Add(FailingCooldown)
 		}
-		params = append(params, river.InsertManyParams{Args: job.DeliverArgs{EndpointID: c.ep.ID, EventID: e.ID}, InsertOpts: opts})
+		if c.pausedUntil != nil && c.pausedUntil.After(opts.ScheduledAt) {
+			opts.ScheduledAt = *c.pausedUntil
+		}
+		args := job.DeliverArgs{EndpointID: c.ep.ID, EventID: e.ID}
+		if c.ordered {
+			args.Seq = seq
+		}
+		params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
 	}
 	return params
 }

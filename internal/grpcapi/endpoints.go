@@ -105,6 +105,9 @@ func (s *endpointServer) CreateEndpoint(ctx context.Context, req *webhooksv1.Cre
 		// An unknown enum number reaches the service as a scheme it refuses,
 		// naming the field.
 		SigningScheme: schemeFromProto(req.GetSignatureScheme()),
+
+		MaxPerSecond: req.GetMaxPerSecond(),
+		Ordered:      req.GetOrdered(),
 	})
 	if err != nil {
 		return nil, s.fail(ctx, "create", req.GetOwnerId(), err)
@@ -124,6 +127,9 @@ func (s *endpointServer) UpdateEndpoint(ctx context.Context, req *webhooksv1.Upd
 		EmbedID:     req.GetEmbedId(),
 		Enabled:     req.GetEnabled(),
 		Headers:     req.GetHeaders(),
+
+		MaxPerSecond: req.GetMaxPerSecond(),
+		Ordered:      req.GetOrdered(),
 	})
 	if err != nil {
 		return nil, s.fail(ctx, "update", req.GetOwnerId(), err)
@@ -258,11 +264,18 @@ func toProto(e *endpoint.Endpoint) *webhooksv1.Endpoint {
 		UpdatedAt:      timestamppb.New(e.UpdatedAt),
 		HeaderNames:    e.HeaderNames,
 		PublicKey:      e.PublicKey,
+
+		PauseReason:  e.PauseReason,
+		MaxPerSecond: e.MaxPerSecond,
+		Ordered:      e.Ordered,
 	}
 	if e.SigningScheme == endpoint.SchemeV1a {
 		out.SignatureScheme = webhooksv1.SignatureScheme_SIGNATURE_SCHEME_V1A
 	} else {
 		out.SignatureScheme = webhooksv1.SignatureScheme_SIGNATURE_SCHEME_V1
+	}
+	if e.PausedUntil != nil {
+		out.PausedUntil = timestamppb.New(*e.PausedUntil)
 	}
 	if e.FailingSince != nil {
 		out.FailingSince = timestamppb.New(*e.FailingSince)

@@ -92,6 +92,10 @@ func (FanoutArgs) InsertOpts() river.InsertOpts {
 type DeliverArgs struct {
 	EndpointID string `json:"endpoint_id" river:"unique"`
 	EventID    string `json:"event_id"    river:"unique"`
+	// Seq is the event's ingest sequence (events.seq), set only for
+	// deliveries to ordered endpoints: their order key. It is not part of
+	// the unique key.
+	Seq int64 `json:"seq,omitempty"`
 }
 
 // Kind implements river.JobArgs.
@@ -113,6 +117,14 @@ func (DeliverArgs) InsertOpts() river.InsertOpts {
 const (
 	SnoozeLeaseBusy  = "lease_busy"
 	SnoozeRetryAfter = "retry_after"
+	// SnoozeThrottled: a run of 429s without Retry-After paused the endpoint.
+	SnoozeThrottled = "throttled"
+	// SnoozePaused: the endpoint is paused (its receiver asked for it).
+	SnoozePaused = "endpoint_paused"
+	// SnoozeRateLimit: the endpoint's max_per_second leaves no earlier slot.
+	SnoozeRateLimit = "rate_limit"
+	// SnoozeOrdered: an earlier delivery to the ordered endpoint is pending.
+	SnoozeOrdered = "ordered"
 )
 
 // DeliverSnooze is what the deliver worker records when it snoozes a

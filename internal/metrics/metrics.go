@@ -40,6 +40,7 @@ type Metrics struct {
 	DeliveryLag            prometheus.Histogram
 	FirstAttemptDelay      prometheus.Histogram
 	SnoozesTotal           *prometheus.CounterVec
+	EndpointPausesTotal    *prometheus.CounterVec
 	EgressBlockedTotal     prometheus.Counter
 	EndpointsDisabledTotal prometheus.Counter
 	FanoutEnqueuedTotal    prometheus.Counter
@@ -79,7 +80,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		SnoozesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dispatcher_delivery_snoozes_total",
-			Help: "Deliveries put back without spending an attempt, by reason (lease_busy, retry_after).",
+			Help: "Deliveries put back without spending an attempt, by reason (lease_busy, retry_after, throttled, endpoint_paused, rate_limit, ordered).",
+		}, []string{"reason"}),
+		EndpointPausesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatcher_endpoint_pauses_total",
+			Help: "Endpoint-wide pauses set because the receiver asked: retry_after (429/503 with Retry-After) or throttled (429s in a row without it).",
 		}, []string{"reason"}),
 		EgressBlockedTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatcher_egress_blocked_total",
@@ -127,7 +132,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(
 		m.DeliveriesTotal, m.AttemptDuration, m.DeliveryLag, m.FirstAttemptDelay,
-		m.SnoozesTotal, m.EgressBlockedTotal, m.EndpointsDisabledTotal,
+		m.SnoozesTotal, m.EndpointPausesTotal, m.EgressBlockedTotal, m.EndpointsDisabledTotal,
 		m.FanoutEnqueuedTotal, m.FanoutDuration, m.ScopeDecisionsTotal,
 		m.IngestEventsTotal, m.RelayBatchRows, m.RelayLag, m.RelayPoisonedTotal, m.RelayErrorsTotal,
 	)

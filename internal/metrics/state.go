@@ -24,6 +24,7 @@ type StateCollector struct {
 	jobs      *prometheus.Desc
 	oldest    *prometheus.Desc
 	endpoints *prometheus.Desc
+	paused    *prometheus.Desc
 	leader    *prometheus.Desc
 	up        *prometheus.Desc
 }
@@ -42,6 +43,8 @@ func NewStateCollector(pool *pgxpool.Pool, logger *slog.Logger) *StateCollector 
 			"Age of the oldest job that is ready to run but not running, by kind (0 when none).", []string{"kind"}, nil),
 		endpoints: prometheus.NewDesc("dispatcher_endpoints",
 			"Endpoints by health state: enabled (healthy), failing, disabled.", []string{"state"}, nil),
+		paused: prometheus.NewDesc("dispatcher_endpoints_paused",
+			"Endpoints paused now because their receiver asked (paused_until in the future).", nil, nil),
 		leader: prometheus.NewDesc("dispatcher_river_leader_elected",
 			"1 when a River leader (which runs maintenance and periodic jobs) holds an unexpired lease.", nil, nil),
 		up: prometheus.NewDesc("dispatcher_state_scrape_success",
@@ -54,6 +57,7 @@ func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.jobs
 	ch <- c.oldest
 	ch <- c.endpoints
+	ch <- c.paused
 	ch <- c.leader
 	ch <- c.up
 }
@@ -122,18 +126,20 @@ SELECT kind, extract(epoch FROM now() - min(scheduled_at))::float8
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age, kind)
 	}
 
-	var enabled, failing, disabled int64
+	var enabled, failing, disabled, paused int64
 	err = c.pool.QueryRow(ctx, `
 SELECT count(*) FILTER (WHERE enabled AND failing_since IS NULL),
        count(*) FILTER (WHERE enabled AND failing_since IS NOT NULL),
-       count(*) FILTER (WHERE NOT enabled)
-  FROM webhook_endpoints`).Scan(&enabled, &failing, &disabled)
+       count(*) FILTER (WHERE NOT enabled),
+       count(*) FILTER (WHERE enabled AND paused_until > now())
+  FROM webhook_endpoints`).Scan(&enabled, &failing, &disabled, &paused)
 	if err != nil {
 		return err
 	}
 	ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, float64(enabled), "enabled")
 	ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, float64(failing), "failing")
 	ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, float64(disabled), "disabled")
+	ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, float64(paused))
 
 	var leaders int64
 	if err := c.pool.QueryRow(ctx, `SELECT count(*) FROM river_leader WHERE expires_at > now()`).Scan(&leaders); err != nil {

@@ -244,8 +244,24 @@ type Endpoint struct {
 	// SIGNATURE_SCHEME_V1A, while previous_secret_expires_at is set: the
 	// previous public key, which keeps signing until then.
 	PreviousPublicKey string `protobuf:"bytes,23,opt,name=previous_public_key,json=previousPublicKey,proto3" json:"previous_public_key,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Receiver controls (fields 30-39).
+	//
+	// Set while the receiver has paused deliveries to this endpoint: it
+	// answered 429 or 503 with Retry-After, or 429 several times in a row.
+	// Nothing is sent before then, and waiting spends no attempts. Unset when
+	// not paused.
+	PausedUntil *timestamppb.Timestamp `protobuf:"bytes,30,opt,name=paused_until,json=pausedUntil,proto3" json:"paused_until,omitempty"`
+	// Why the endpoint is paused, e.g. "HTTP 429 Too Many Requests with
+	// Retry-After"; empty when not paused.
+	PauseReason string `protobuf:"bytes,31,opt,name=pause_reason,json=pauseReason,proto3" json:"pause_reason,omitempty"`
+	// At most this many requests per second, evenly spaced; 0: no limit.
+	MaxPerSecond int32 `protobuf:"varint,32,opt,name=max_per_second,json=maxPerSecond,proto3" json:"max_per_second,omitempty"`
+	// Deliveries go in publish order (the events' ingest sequence), one after
+	// the other: one that fails holds those behind it until it succeeds or is
+	// given up.
+	Ordered       bool `protobuf:"varint,33,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Endpoint) Reset() {
@@ -388,6 +404,34 @@ func (x *Endpoint) GetPreviousPublicKey() string {
 		return x.PreviousPublicKey
 	}
 	return ""
+}
+
+func (x *Endpoint) GetPausedUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedUntil
+	}
+	return nil
+}
+
+func (x *Endpoint) GetPauseReason() string {
+	if x != nil {
+		return x.PauseReason
+	}
+	return ""
+}
+
+func (x *Endpoint) GetMaxPerSecond() int32 {
+	if x != nil {
+		return x.MaxPerSecond
+	}
+	return 0
+}
+
+func (x *Endpoint) GetOrdered() bool {
+	if x != nil {
+		return x.Ordered
+	}
+	return false
 }
 
 type ListEndpointsRequest struct {
@@ -614,8 +658,12 @@ type CreateEndpointRequest struct {
 	Headers map[string]string `protobuf:"bytes,20,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// How deliveries are signed; unset means SIGNATURE_SCHEME_V1.
 	SignatureScheme SignatureScheme `protobuf:"varint,21,opt,name=signature_scheme,json=signatureScheme,proto3,enum=webhooks.v1.SignatureScheme" json:"signature_scheme,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// 1 to 1000 requests per second; 0 (unset): no limit. See Endpoint.
+	MaxPerSecond int32 `protobuf:"varint,30,opt,name=max_per_second,json=maxPerSecond,proto3" json:"max_per_second,omitempty"`
+	// Deliver in publish order. See Endpoint.
+	Ordered       bool `protobuf:"varint,31,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateEndpointRequest) Reset() {
@@ -697,6 +745,20 @@ func (x *CreateEndpointRequest) GetSignatureScheme() SignatureScheme {
 	return SignatureScheme_SIGNATURE_SCHEME_UNSPECIFIED
 }
 
+func (x *CreateEndpointRequest) GetMaxPerSecond() int32 {
+	if x != nil {
+		return x.MaxPerSecond
+	}
+	return 0
+}
+
+func (x *CreateEndpointRequest) GetOrdered() bool {
+	if x != nil {
+		return x.Ordered
+	}
+	return false
+}
+
 type CreateEndpointResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Endpoint *Endpoint              `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
@@ -756,7 +818,8 @@ type UpdateEndpointRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	OwnerId    string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
 	EndpointId string                 `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
-	// Paths among: url, description, event_types, embed_id, enabled, headers.
+	// Paths among: url, description, event_types, embed_id, enabled, headers,
+	// max_per_second (0 removes the limit), ordered.
 	UpdateMask  *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	Url         string                 `protobuf:"bytes,4,opt,name=url,proto3" json:"url,omitempty"`
 	Description string                 `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
@@ -766,6 +829,8 @@ type UpdateEndpointRequest struct {
 	// With the "headers" path: replaces every custom header (empty removes
 	// them all). Rules as in CreateEndpointRequest.headers.
 	Headers       map[string]string `protobuf:"bytes,20,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	MaxPerSecond  int32             `protobuf:"varint,30,opt,name=max_per_second,json=maxPerSecond,proto3" json:"max_per_second,omitempty"`
+	Ordered       bool              `protobuf:"varint,31,opt,name=ordered,proto3" json:"ordered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -861,6 +926,20 @@ func (x *UpdateEndpointRequest) GetHeaders() map[string]string {
 		return x.Headers
 	}
 	return nil
+}
+
+func (x *UpdateEndpointRequest) GetMaxPerSecond() int32 {
+	if x != nil {
+		return x.MaxPerSecond
+	}
+	return 0
+}
+
+func (x *UpdateEndpointRequest) GetOrdered() bool {
+	if x != nil {
+		return x.Ordered
+	}
+	return false
 }
 
 type UpdateEndpointResponse struct {
@@ -1843,7 +1922,7 @@ var File_webhooks_v1_endpoints_proto protoreflect.FileDescriptor
 
 const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\n" +
-	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb3\x05\n" +
+	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd5\x06\n" +
 	"\bEndpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bowner_id\x18\x02 \x01(\tR\aownerId\x12\x10\n" +
@@ -1865,7 +1944,11 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\x10signature_scheme\x18\x15 \x01(\x0e2\x1c.webhooks.v1.SignatureSchemeR\x0fsignatureScheme\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x16 \x01(\tR\tpublicKey\x12.\n" +
-	"\x13previous_public_key\x18\x17 \x01(\tR\x11previousPublicKey\"m\n" +
+	"\x13previous_public_key\x18\x17 \x01(\tR\x11previousPublicKey\x12=\n" +
+	"\fpaused_until\x18\x1e \x01(\v2\x1a.google.protobuf.TimestampR\vpausedUntil\x12!\n" +
+	"\fpause_reason\x18\x1f \x01(\tR\vpauseReason\x12$\n" +
+	"\x0emax_per_second\x18  \x01(\x05R\fmaxPerSecond\x12\x18\n" +
+	"\aordered\x18! \x01(\bR\aordered\"m\n" +
 	"\x14ListEndpointsRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -1879,7 +1962,7 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
 	"endpointId\"H\n" +
 	"\x13GetEndpointResponse\x121\n" +
-	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"\xf2\x02\n" +
+	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"\xb2\x03\n" +
 	"\x15CreateEndpointRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12 \n" +
@@ -1888,13 +1971,15 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"eventTypes\x12\x19\n" +
 	"\bembed_id\x18\x05 \x01(\tR\aembedId\x12I\n" +
 	"\aheaders\x18\x14 \x03(\v2/.webhooks.v1.CreateEndpointRequest.HeadersEntryR\aheaders\x12G\n" +
-	"\x10signature_scheme\x18\x15 \x01(\x0e2\x1c.webhooks.v1.SignatureSchemeR\x0fsignatureScheme\x1a:\n" +
+	"\x10signature_scheme\x18\x15 \x01(\x0e2\x1c.webhooks.v1.SignatureSchemeR\x0fsignatureScheme\x12$\n" +
+	"\x0emax_per_second\x18\x1e \x01(\x05R\fmaxPerSecond\x12\x18\n" +
+	"\aordered\x18\x1f \x01(\bR\aordered\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"c\n" +
 	"\x16CreateEndpointResponse\x121\n" +
 	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\x12\x16\n" +
-	"\x06secret\x18\x02 \x01(\tR\x06secret\"\xa1\x03\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"\xe1\x03\n" +
 	"\x15UpdateEndpointRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
@@ -1907,7 +1992,9 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"eventTypes\x12\x19\n" +
 	"\bembed_id\x18\a \x01(\tR\aembedId\x12\x18\n" +
 	"\aenabled\x18\b \x01(\bR\aenabled\x12I\n" +
-	"\aheaders\x18\x14 \x03(\v2/.webhooks.v1.UpdateEndpointRequest.HeadersEntryR\aheaders\x1a:\n" +
+	"\aheaders\x18\x14 \x03(\v2/.webhooks.v1.UpdateEndpointRequest.HeadersEntryR\aheaders\x12$\n" +
+	"\x0emax_per_second\x18\x1e \x01(\x05R\fmaxPerSecond\x12\x18\n" +
+	"\aordered\x18\x1f \x01(\bR\aordered\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +
@@ -2075,54 +2162,55 @@ var file_webhooks_v1_endpoints_proto_depIdxs = []int32{
 	30, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
 	30, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 4: webhooks.v1.Endpoint.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	3,  // 5: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
-	3,  // 6: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	28, // 7: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
-	0,  // 8: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	3,  // 9: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	31, // 10: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
-	29, // 11: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	3,  // 12: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	32, // 13: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	30, // 14: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 15: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
-	30, // 16: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	30, // 17: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
-	30, // 18: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
-	30, // 19: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
-	2,  // 20: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	19, // 21: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
-	19, // 22: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	33, // 23: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
-	33, // 24: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
-	26, // 25: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
-	4,  // 26: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
-	6,  // 27: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
-	8,  // 28: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
-	10, // 29: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
-	12, // 30: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
-	14, // 31: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
-	16, // 32: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
-	18, // 33: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
-	21, // 34: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
-	23, // 35: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
-	25, // 36: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
-	5,  // 37: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
-	7,  // 38: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
-	9,  // 39: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
-	11, // 40: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
-	13, // 41: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
-	15, // 42: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
-	17, // 43: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
-	20, // 44: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
-	22, // 45: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
-	24, // 46: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
-	27, // 47: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
-	37, // [37:48] is the sub-list for method output_type
-	26, // [26:37] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	30, // 5: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
+	3,  // 6: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
+	3,  // 7: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	28, // 8: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
+	0,  // 9: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
+	3,  // 10: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	31, // 11: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
+	29, // 12: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	3,  // 13: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	32, // 14: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	30, // 15: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 16: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
+	30, // 17: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	30, // 18: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
+	30, // 19: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
+	30, // 20: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
+	2,  // 21: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
+	19, // 22: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
+	19, // 23: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	33, // 24: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
+	33, // 25: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
+	26, // 26: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
+	4,  // 27: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
+	6,  // 28: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
+	8,  // 29: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
+	10, // 30: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
+	12, // 31: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
+	14, // 32: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
+	16, // 33: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
+	18, // 34: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
+	21, // 35: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
+	23, // 36: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
+	25, // 37: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
+	5,  // 38: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
+	7,  // 39: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
+	9,  // 40: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
+	11, // 41: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
+	13, // 42: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
+	15, // 43: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
+	17, // 44: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
+	20, // 45: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
+	22, // 46: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
+	24, // 47: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
+	27, // 48: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
+	38, // [38:49] is the sub-list for method output_type
+	27, // [27:38] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_endpoints_proto_init() }

@@ -1,0 +1,115 @@
+package delivery
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/riverqueue/river"
+
+	"github.com/standmeet/webhook-dispatcher/internal/job"
+)
+
+// Receivers control their traffic in three ways, each kept here and in the
+// file named for it:
+//
+//   - pause.go: a 429/503 with Retry-After, or a run of 429s without one,
+//     pauses the whole endpoint (paused_until), across processes;
+//   - ratelimit.go: max_per_second spaces an endpoint's requests evenly;
+//   - ordered.go: an ordered endpoint gets its deliveries one after the
+//     other, in ingest order, a failed one holding those behind it.
+//
+// None of them spends an attempt for waiting, and none makes every queued
+// delivery snooze again and again: waits that are long are moved onto the
+// queued jobs' scheduled_at in one statement, so River does not fetch them
+// before their time; only the deliveries already fetched snooze, once.
+
+// control is what a receiver asked of its traffic, as read with the lease.
+type control struct {
+	// pausedFor > 0: the endpoint is paused for that much longer.
+	pausedFor time.Duration
+	// maxPerSecond > 0: at most that many requests start per second.
+	maxPerSecond int
+	ordered      bool
+}
+
+func newControl(pausedFor float64, maxPerSecond *int32, ordered bool) control {
+	c := control{pausedFor: time.Duration(pausedFor * float64(time.Second)), ordered: ordered}
+	if maxPerSecond != nil && *maxPerSecond > 0 {
+		c.maxPerSecond = int(*maxPerSecond)
+	}
+	return c
+}
+
+// interval is the least time between two request starts (0: no limit).
+func (c control) interval() time.Duration {
+	if c.maxPerSecond <= 0 {
+		return 0
+	}
+	return time.Second / time.Duration(c.maxPerSecond)
+}
+
+// laneControl is what a lane remembers of its endpoint's wishes. It lives as
+// long as the lane (lanes.go), which is enough: the lease holder is the only
+// process sending to the endpoint, and whatever must survive a hand-over is
+// in the database (paused_until, the jobs' scheduled_at).
+type laneControl struct {
+	rate rateClock
+	// throttled counts consecutive 429s without Retry-After.
+	throttled int
+	order     orderMemory
+}
+
+// gateResult says how a delivery goes on after the gate.
+type gateResult int
+
+const (
+	gateSend  gateResult = iota // send now
+	gateDefer                   // the runner snoozes (err): end its turn
+	gateAgain                   // the runner's turn came back: acquire again
+	gateLeft                    // no longer the runner: just return err
+)
+
+// gate applies the endpoint's pause, order and rate limit to a delivery that
+// holds the lane and the lease, before anything is sent.
+func (w *Worker) gate(ctx context.Context, j *river.Job[job.DeliverArgs], ep uuid.UUID, t *target, waitUntil time.Time) (gateResult, error) {
+	c := t.control
+	if t.leaseTaken {
+		w.lanes.tookLease(ep, c.interval())
+	}
+	if c.pausedFor > 0 {
+		return gateDefer, w.snooze(ctx, c.pausedFor, job.SnoozePaused)
+	}
+	if c.ordered && j.Args.Seq > 0 {
+		if g, err := w.orderGate(ctx, ep, j.Args.Seq, waitUntil); g != gateSend {
+			return g, err
+		}
+	}
+	if iv := c.interval(); iv > 0 {
+		return w.rateGate(ctx, ep, iv, waitUntil)
+	}
+	return gateSend, nil
+}
+
+// afterAttempt records what an attempt means for the endpoint's controls:
+// a pause to set, a run of 429s, an ordered endpoint's head moving on.
+func (w *Worker) afterAttempt(ctx context.Context, j *river.Job[job.DeliverArgs], ep uuid.UUID, t *target, res result) {
+	if res.pause != nil {
+		w.pauseEndpoint(ctx, ep, *res.pause)
+	}
+	if t.control.ordered && j.Args.Seq > 0 {
+		w.orderAfter(ctx, j, ep, res)
+	}
+}
+
+// snooze puts the delivery back for d without spending its attempt, and
+// records why for ListDeliveries.
+func (w *Worker) snooze(ctx context.Context, d time.Duration, reason string) error {
+	w.metrics.SnoozesTotal.WithLabelValues(reason).Inc()
+	w.metrics.DeliveriesTotal.WithLabelValues(outcomeSnoozed.String(), "none").Inc()
+	return snooze(ctx, job.DeliverSnooze{Reason: reason}, max(d, minSnooze))
+}
+
+// secs is d in seconds, for make_interval: durations go to Postgres relative
+// to its own now(), so the clocks of the processes need not agree with it.
+func secs(d time.Duration) float64 { return d.Seconds() }

@@ -1,0 +1,122 @@
+package delivery
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/standmeet/webhook-dispatcher/internal/job"
+)
+
+// Back-pressure is endpoint-wide. A 429 or 503 with Retry-After, or a run
+// of throttleRun 429s without one, pauses the whole endpoint: paused_until
+// on its row (so every process sees it; the API shows it) and, in the same
+// statement, every queued delivery of the endpoint rescheduled to that time,
+// so River fetches none of them meanwhile. Deliveries already fetched see
+// the pause when they load the endpoint and snooze until it ends; fanout
+// schedules new ones at its end. Nothing spends an attempt while paused.
+
+// throttleRun is how many 429s without Retry-After in a row pause the
+// endpoint. The first ones are ordinary failed attempts: one 429 may be a
+// blip; several in a row are the receiver asking for less.
+const throttleRun = 3
+
+// pause is one pause to record.
+type pause struct {
+	d      time.Duration
+	reason string
+	kind   string // the "reason" label of dispatcher_endpoint_pauses_total
+}
+
+// newPause describes the pause a snoozing verdict asks for.
+func newPause(status int, v verdict, d time.Duration) *pause {
+	code := strconv.Itoa(status) + " " + http.StatusText(status)
+	if v.throttled > 0 {
+		return &pause{d: d, kind: job.SnoozeThrottled,
+			reason: fmt.Sprintf("%d consecutive HTTP %s responses without Retry-After", v.throttled, code)}
+	}
+	return &pause{d: d, kind: job.SnoozeRetryAfter, reason: "HTTP " + code + " with Retry-After"}
+}
+
+// throttle counts 429s without Retry-After in a row (any other response ends
+// the run; no response says nothing) and, from the throttleRun-th on, turns
+// the failed attempt into a pause: 5 s, doubling with each further 429 up to
+// the Retry-After cap.
+func (w *Worker) throttle(ep uuid.UUID, status int, v verdict) verdict {
+	if status == 0 {
+		return v
+	}
+	n := w.lanes.throttled(ep, status == http.StatusTooManyRequests && v.kind == verdictRetry)
+	if n < throttleRun {
+		return v
+	}
+	d := min(5*time.Second<<min(n-throttleRun, 20), w.cfg.MaxRetryAfter)
+	return verdict{kind: verdictSnooze, delay: d, throttled: n}
+}
+
+// throttled records one response in ep's run of 429s and returns its length.
+func (ls *lanes) throttled(ep uuid.UUID, is429 bool) int {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.byEndpoint[ep]
+	if !is429 {
+		ln.ctl.throttled = 0
+		return 0
+	}
+	ln.ctl.throttled++
+	return ln.ctl.throttled
+}
+
+// pauseSQL pauses an endpoint (a longer pause already set stands, with its
+// reason) and moves its queued deliveries to the pause's end, in one
+// statement. Jobs locked by a fetch at that moment are skipped: they are
+// running now and will see the pause when they load the endpoint. As River
+// does for snoozes, a job due within 5 s stays available, a later one is
+// scheduled (River's scheduler makes it available when due).
+const pauseSQL = `
+WITH ep AS (
+    UPDATE webhook_endpoints
+       SET pause_reason = CASE WHEN paused_until IS NULL OR paused_until < now() + make_interval(secs => $3)
+                               THEN $4 ELSE pause_reason END,
+           paused_until = greatest(paused_until, now() + make_interval(secs => $3))
+     WHERE id = $1
+ RETURNING paused_until
+),
+queued AS (
+    SELECT j.id
+      FROM river_job j, ep
+     WHERE j.kind = 'webhook.deliver' AND j.args->>'endpoint_id' = $2
+       AND j.state IN ('available', 'retryable', 'scheduled') AND j.scheduled_at < ep.paused_until
+     ORDER BY j.id
+       FOR UPDATE OF j SKIP LOCKED
+),
+moved AS (
+    UPDATE river_job j
+       SET scheduled_at = ep.paused_until,
+           state = CASE WHEN j.state = 'available' AND ep.paused_until > now() + interval '5 seconds'
+                        THEN 'scheduled'::river_job_state ELSE j.state END
+      FROM queued q, ep
+     WHERE j.id = q.id
+ RETURNING j.id
+)
+SELECT (SELECT count(*) FROM moved)`
+
+// pauseEndpoint records a pause. A failure is logged, not returned: the
+// delivery that asked for it snoozes all the same, and the next delivery's
+// answer will ask again.
+func (w *Worker) pauseEndpoint(ctx context.Context, ep uuid.UUID, p pause) {
+	ctx = context.WithoutCancel(ctx)
+	var moved int64
+	if err := w.pool.QueryRow(ctx, pauseSQL, ep, ep.String(), secs(p.d), p.reason).Scan(&moved); err != nil {
+		w.logger.WarnContext(ctx, "pause endpoint", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
+		return
+	}
+	w.metrics.EndpointPausesTotal.WithLabelValues(p.kind).Inc()
+	w.logger.InfoContext(ctx, "endpoint paused", slog.String("endpoint_id", ep.String()),
+		slog.Duration("for", p.d), slog.String("reason", p.reason), slog.Int64("deliveries_rescheduled", moved))
+}

@@ -1,0 +1,248 @@
+package delivery
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/riverqueue/river"
+
+	"github.com/standmeet/webhook-dispatcher/internal/job"
+)
+
+// An endpoint's max_per_second is kept by the process holding its lease,
+// the only one sending to it (the lease, not the partitions, makes that
+// true cluster-wide; partitions only make the holder rarely change). The
+// lane's clock spaces request starts by 1/max_per_second, so there is never
+// a burst at a second boundary. A process that takes the lease from another
+// waits one interval before its first request, since it cannot know when
+// the other sent its last one: a hand-over (a partition moving, a restart)
+// can only make the rate lower, never higher.
+//
+// Waiting costs no attempt. Short waits happen in the lane. A backlog that
+// would wait longer is paced instead: its queued jobs get scheduled_at
+// spaced by the interval, in one statement, so River fetches them at the
+// rate they can be sent; only the deliveries River had already fetched
+// snooze, once each, until the slot they were given.
+
+// rateClock is a lane's view of its endpoint's rate limit.
+type rateClock struct {
+	interval time.Duration // as last read with the lease; 0: no limit
+	// next is the earliest start of the next request.
+	next time.Time
+	// slotted is the last slot handed out beyond the lane's queue: to
+	// deliveries sent away to come back later, and by pacing.
+	slotted time.Time
+	pacedAt time.Time
+}
+
+// paceHorizon bounds one pacing statement to this much of the endpoint's
+// traffic (at least paceMin jobs): a longer backlog is paced in turns, as
+// River fetches what is left of it.
+const (
+	paceHorizon = 10 * time.Minute
+	paceMin     = 100
+	paceMax     = 50_000
+	// paceEvery spaces pacing statements of one endpoint.
+	paceEvery = time.Second
+)
+
+// rateBudget is the longest a delivery waits in its lane for its slot;
+// beyond it, it is given a later slot and snoozes until then. A queued
+// delivery's own wait is bounded by LocalWait; this leaves it a margin.
+func (w *Worker) rateBudget() time.Duration { return w.cfg.LocalWait * 3 / 4 }
+
+// tookLease starts the clock of an endpoint whose lease this process just
+// took: the previous holder may have sent a moment ago.
+func (ls *lanes) tookLease(ep uuid.UUID, interval time.Duration) {
+	if interval <= 0 {
+		return
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	rc := &ls.byEndpoint[ep].ctl.rate
+	rc.next = later(rc.next, time.Now().Add(interval))
+}
+
+// rateGate makes the runner wait for its slot, or snooze when the slot is
+// beyond what it may wait for. Deliveries queued behind it beyond the
+// budget are sent away with later slots, and the backlog River still holds
+// is paced.
+func (w *Worker) rateGate(ctx context.Context, ep uuid.UUID, interval time.Duration, waitUntil time.Time) (gateResult, error) {
+	wait, ok := w.lanes.reserveSend(ep, interval, min(w.rateBudget(), time.Until(waitUntil)))
+	if !ok {
+		return gateDefer, w.snooze(ctx, wait, job.SnoozeRateLimit)
+	}
+	if paceFrom := w.lanes.trim(ep, w.rateBudget()); paceFrom > 0 {
+		w.pace(ctx, ep, paceFrom, interval)
+	}
+	if wait <= 0 {
+		return gateSend, nil
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return gateSend, nil
+	case <-ctx.Done():
+		// Shutdown (or the job's timeout): River puts it back.
+		return gateDefer, ctx.Err()
+	}
+}
+
+// reserveSend takes the next send slot if it is at most budget away and
+// returns how long until it starts; otherwise it reports false and how long
+// until the slot, without taking it.
+func (ls *lanes) reserveSend(ep uuid.UUID, interval, budget time.Duration) (time.Duration, bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	rc := &ls.byEndpoint[ep].ctl.rate
+	rc.interval = interval
+	now := time.Now()
+	slot := later(rc.next, now)
+	wait := slot.Sub(now)
+	if wait > budget {
+		return wait, false
+	}
+	rc.next = slot.Add(interval)
+	return wait, true
+}
+
+// rateOverflow sends a delivery away before it queues in its lane when the
+// lane already holds more than rateBudget of its rate-limited endpoint's
+// traffic: it snoozes until a slot after everything queued (slots are
+// handed out one interval apart, so those sent away come back at the rate),
+// and the endpoint's backlog still in River is paced. Deliveries to ordered
+// endpoints queue in order instead.
+func (w *Worker) rateOverflow(ctx context.Context, j *river.Job[job.DeliverArgs], ep uuid.UUID) error {
+	if j.Args.Seq > 0 {
+		return nil
+	}
+	wait, paceFrom, interval, ok := w.lanes.overflow(ep, w.rateBudget())
+	if !ok {
+		return nil
+	}
+	if paceFrom > 0 {
+		w.pace(ctx, ep, paceFrom, interval)
+	}
+	return w.snooze(ctx, wait, job.SnoozeRateLimit)
+}
+
+// overflow decides whether a delivery arriving at ep's lane is sent away
+// (ok), for how long, and whether (paceFrom > 0: the first paced slot, from
+// now) the backlog is to be paced now.
+func (ls *lanes) overflow(ep uuid.UUID, budget time.Duration) (wait, paceFrom, interval time.Duration, ok bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.byEndpoint[ep]
+	if ln == nil || !ln.running || ln.ctl.rate.interval <= 0 {
+		return 0, 0, 0, false
+	}
+	rc := &ln.ctl.rate
+	now := time.Now()
+	queued := max(rc.next.Sub(now), 0) + time.Duration(len(ln.waiters))*rc.interval
+	if queued <= budget {
+		return 0, 0, 0, false
+	}
+	slot := later(now.Add(queued), rc.slotted.Add(rc.interval))
+	rc.slotted = slot
+	if now.Sub(rc.pacedAt) >= paceEvery {
+		rc.pacedAt = now
+		paceFrom = slot.Add(rc.interval).Sub(now)
+		// Provisionally: pace() moves it to the last slot it gave.
+		rc.slotted = now.Add(paceFrom)
+	}
+	return slot.Sub(now), paceFrom, rc.interval, true
+}
+
+// trim sends away the deliveries queued in ep's lane whose turn would come
+// later than budget from now, each with its own slot, one interval apart
+// after the ones that stay. If it sent any away and the backlog was not
+// paced a moment ago, it returns when the first paced slot should be (from
+// now), for the caller to pace.
+func (ls *lanes) trim(ep uuid.UUID, budget time.Duration) (paceFrom time.Duration) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.byEndpoint[ep]
+	rc := &ln.ctl.rate
+	now := time.Now()
+	keep := 0
+	for i, w := range ln.waiters {
+		if w.seq > 0 {
+			return 0 // ordered: served in order, never sent away
+		}
+		if max(rc.next.Sub(now), 0)+time.Duration(i)*rc.interval <= budget {
+			keep = i + 1
+		}
+	}
+	if keep == len(ln.waiters) {
+		return 0
+	}
+	for i, w := range ln.waiters[keep:] {
+		slot := later(now.Add(max(rc.next.Sub(now), 0)+time.Duration(keep+i)*rc.interval), rc.slotted.Add(rc.interval))
+		rc.slotted = slot
+		w.slot = slot.Sub(now)
+		w.ch <- struct{}{}
+	}
+	ln.waiters = ln.waiters[:keep]
+	if now.Sub(rc.pacedAt) < paceEvery {
+		return 0
+	}
+	rc.pacedAt = now
+	return rc.slotted.Add(rc.interval).Sub(now)
+}
+
+// paceSQL spaces an endpoint's queued, due deliveries by an interval from a
+// first slot (both relative to the database's clock), oldest first, at most
+// $4 of them. Jobs being fetched at that moment are skipped.
+const paceSQL = `
+WITH queued AS (
+    SELECT j.id
+      FROM river_job j
+     WHERE j.kind = 'webhook.deliver' AND j.args->>'endpoint_id' = $1
+       AND j.state = 'available' AND j.scheduled_at <= now()
+     ORDER BY j.id
+     LIMIT $4
+       FOR UPDATE SKIP LOCKED
+),
+slots AS (
+    SELECT id, row_number() OVER (ORDER BY id) - 1 AS k FROM queued
+),
+moved AS (
+    UPDATE river_job j
+       SET scheduled_at = now() + make_interval(secs => $2 + s.k * $3)
+      FROM slots s
+     WHERE j.id = s.id
+ RETURNING j.id
+)
+SELECT count(*) FROM moved`
+
+// pace runs paceSQL for ep and records the slots it gave. A failure is
+// logged: River then fetches the backlog as usual, and it is paced again.
+func (w *Worker) pace(ctx context.Context, ep uuid.UUID, from, interval time.Duration) {
+	limit := min(max(int(paceHorizon/interval), paceMin), paceMax)
+	var n int
+	if err := w.pool.QueryRow(context.WithoutCancel(ctx), paceSQL, ep.String(), secs(from), secs(interval), limit).Scan(&n); err != nil {
+		w.logger.WarnContext(ctx, "pace rate-limited endpoint", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
+		return
+	}
+	w.lanes.paced(ep, time.Now().Add(from+time.Duration(n)*interval))
+	w.logger.DebugContext(ctx, "paced rate-limited endpoint", slog.String("endpoint_id", ep.String()), slog.Int("deliveries", n))
+}
+
+// paced records the last slot pacing gave.
+func (ls *lanes) paced(ep uuid.UUID, until time.Time) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ln := ls.byEndpoint[ep]; ln != nil {
+		ln.ctl.rate.slotted = later(ln.ctl.rate.slotted, until)
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
