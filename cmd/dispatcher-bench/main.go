@@ -17,7 +17,9 @@
 // fanout, S4 outbox relay (and S4d, relay with deliveries), S5 latency at a
 // fixed offered rate of 200/s (and S5b, at 1,000/s), S6 scale-out (S1 with
 // 1, 2 and 3 processes), S7 the peer table's scenario A (100 owners with one
-// endpoint each, one Publish per event from 32 concurrent callers).
+// endpoint each, one Publish per event from 32 concurrent callers), S8 a
+// rate-limited endpoint (10/s, 5,000 deliveries queued at once: 500 s at
+// -scale 1; -scale 0.1 is a 50 s run).
 //
 // Receivers listen on one loopback port per endpoint, or, with -one-host, all
 // on one port as distinct paths; every scenario reports how many TCP
@@ -48,7 +50,7 @@ import (
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // allScenarios in run order.
-var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7"}
+var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8"}
 
 type config struct {
 	Binary        string

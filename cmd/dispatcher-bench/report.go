@@ -86,6 +86,8 @@ func targets(res *result) []targetCheck {
 		out = append(out, atMost("snoozes per delivery", 0.1, res.SnoozesPerUnit))
 	case res.Scenario == "S7":
 		out = append(out, atLeast("deliveries per baseline commit", 0.15, res.PerBaselineCommit))
+	case res.Scenario == "S8":
+		out = append(out, rateTargets(res)...)
 	}
 	return append(out, atMost("RSS MB", rssTargetMB, res.RSSPeakMB))
 }

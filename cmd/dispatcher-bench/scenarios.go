@@ -54,6 +54,9 @@ type result struct {
 	WALBytesPerUnit   float64 `json:"wal_bytes_per_unit"`
 	Snoozes           float64 `json:"snoozes"`
 	SnoozesPerUnit    float64 `json:"snoozes_per_unit"`
+	// S8: the rate the receiver saw and its busiest one-second window.
+	RateLimitRate    float64 `json:"rate_limit_rate_per_s,omitempty"`
+	RateLimitBusiest int     `json:"rate_limit_busiest_second,omitempty"`
 
 	CPUSeconds          float64       `json:"dispatcher_cpu_s"`
 	CPUCores            float64       `json:"dispatcher_cpu_cores"`
@@ -148,6 +151,8 @@ func (b *bench) runScenario(ctx context.Context, name string) []result {
 		return out
 	case "S7":
 		return []result{run(b.peerTableA)}
+	case "S8":
+		return []result{run(b.rateLimited)}
 	}
 	return nil
 }

@@ -118,6 +118,8 @@ func (s *session) table(name string) string {
 type endpointSpec struct {
 	owner string
 	types []string
+	// maxPerSecond > 0 sets the endpoint's rate limit.
+	maxPerSecond int32
 }
 
 // createEndpoints creates the endpoints over gRPC (8 at a time); endpoint i
@@ -134,6 +136,7 @@ func (s *session) createEndpoints(ctx context.Context, specs []endpointSpec) err
 			for i := range jobs {
 				_, err := p.endpoints().CreateEndpoint(s.creds.adminCtx(ctx), &webhooksv1.CreateEndpointRequest{
 					OwnerId: specs[i].owner, Url: s.recv.url(i), Description: "bench " + strconv.Itoa(i), EventTypes: specs[i].types,
+					MaxPerSecond: specs[i].maxPerSecond,
 				})
 				if err != nil {
 					select {

@@ -139,7 +139,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 
 	workers := river.NewWorkers()
 	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), member.Active, m, logger))
-	deliverWorker := delivery.NewWorker(delivery.Config{Channel: delivery.LeaseChannel(cfg.DB.Schema)},
+	deliverWorker := delivery.NewWorker(delivery.Config{Channel: delivery.LeaseChannel(cfg.DB.Schema), RescueAfter: cfg.RescueStuckAfter},
 		pool, httpClient, endpoint.NewKeyOpener(keyring), m, logger)
 	if limit := deliverWorker.Timeout(nil); cfg.RescueStuckAfter <= limit {
 		return fmt.Errorf("invalid -rescue-stuck-after %s: must exceed the deliver job timeout (%s), or live deliveries would be rescued", cfg.RescueStuckAfter, limit)

@@ -193,10 +193,21 @@ func CheckMigrated(ctx context.Context, pool *pgxpool.Pool, schema string) error
 	if err != nil {
 		return err
 	}
-	var latest int
-	err = pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM dispatcher_migration`).Scan(&latest)
-	if err != nil || latest < all[len(all)-1].version {
-		return fmt.Errorf("%w (schema %q is at dispatcher version %d, binary needs %d)", ErrNotMigrated, schema, latest, all[len(all)-1].version)
+	// Every version, not only the latest: migrations are numbered by
+	// whoever wrote them and may land out of order, so a schema can hold a
+	// later one without an earlier one.
+	versions := make([]int32, len(all))
+	for i, m := range all {
+		versions[i] = int32(m.version)
+	}
+	var missing []int32
+	err = pool.QueryRow(ctx, `SELECT coalesce(array_agg(v ORDER BY v), '{}') FROM unnest($1::int[]) v
+	   WHERE NOT EXISTS (SELECT 1 FROM dispatcher_migration WHERE version = v)`, versions).Scan(&missing)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w (schema %q has no dispatcher migrations)", ErrNotMigrated, schema)
+	case len(missing) > 0:
+		return fmt.Errorf("%w (schema %q lacks dispatcher migrations %v)", ErrNotMigrated, schema, missing)
 	}
 	return nil
 }

@@ -152,7 +152,7 @@ func TestBackPressure(t *testing.T) {
 		require.EqualValues(t, n+2, rc.hits.Load())
 		attempts, _ = b.attemptsSpent(t)
 		require.Equal(t, n, attempts, "each delivery spent exactly its successful attempt")
-		require.EqualValues(t, 2, testutil.ToFloat64(b.metrics.EndpointPausesTotal.WithLabelValues(job.SnoozeRetryAfter)))
+		require.InDelta(t, 2, testutil.ToFloat64(b.metrics.EndpointPausesTotal.WithLabelValues(job.SnoozeRetryAfter)), 0)
 		t.Logf("snoozes: paused %.0f, retry_after %.0f, lease_busy %.0f for %d deliveries",
 			b.snoozes(job.SnoozePaused), b.snoozes(job.SnoozeRetryAfter), b.snoozes(job.SnoozeLeaseBusy), n)
 	})
@@ -178,7 +178,7 @@ func TestBackPressure(t *testing.T) {
 		d = requireSnooze(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
 		require.InDelta(t, 5*time.Second, d, float64(time.Second))
 		require.EqualValues(t, throttleRun, rc.hits.Load())
-		require.EqualValues(t, 1, testutil.ToFloat64(b.metrics.EndpointPausesTotal.WithLabelValues(job.SnoozeThrottled)))
+		require.InDelta(t, 1, testutil.ToFloat64(b.metrics.EndpointPausesTotal.WithLabelValues(job.SnoozeThrottled)), 0)
 	})
 
 	t.Run("PauseReschedulesQueuedDeliveriesAndIsCapped", func(t *testing.T) {
@@ -264,6 +264,40 @@ func TestRateLimit(t *testing.T) {
 		require.InDelta(t, rate, got, 0.05*rate, "rate within 5 %% of the limit")
 		attempts, _ := b.attemptsSpent(t)
 		require.Equal(t, n, attempts, "waiting for a slot spends no attempts")
+	})
+
+	t.Run("PacesTheQueuedBacklogInOneStatement", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		epID, _ := b.createEndpoint(t, "http://127.0.0.1:1/", endpointOpts{enabled: true})
+		events := make([]string, 50)
+		for i := range events {
+			events[i] = b.insertEvent(t, "owner-1", "code.issued", "code://x")
+		}
+		ids := b.queue(t, epID, events, false)
+		b.worker.lanes.enter(context.Background(), epID, 0, time.Second) // the lane pace() records into
+		b.worker.pace(context.Background(), epID, 3*time.Second, 100*time.Millisecond)
+
+		rows, err := b.db.Pool.Query(context.Background(),
+			`SELECT state::text, extract(epoch FROM scheduled_at - now())::float8 FROM river_job WHERE id = ANY($1) ORDER BY id`, ids)
+		require.NoError(t, err)
+		defer rows.Close()
+		var prev float64
+		for i := 0; rows.Next(); i++ {
+			var (
+				state string
+				in    float64
+			)
+			require.NoError(t, rows.Scan(&state, &in))
+			require.Equal(t, "available", state)
+			if i == 0 {
+				require.InDelta(t, (3*time.Second - paceLead).Seconds(), in, 0.75, "due paceLead before the first slot")
+			} else {
+				require.InDelta(t, 0.1, in-prev, 0.001, "one interval apart, oldest first")
+			}
+			prev = in
+		}
+		require.NoError(t, rows.Err())
 	})
 
 	t.Run("LeaseTakenFromAnotherProcessWaitsOneInterval", func(t *testing.T) {

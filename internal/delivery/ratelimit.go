@@ -46,6 +46,11 @@ const (
 	paceMax     = 50_000
 	// paceEvery spaces pacing statements of one endpoint.
 	paceEvery = time.Second
+	// paceLead: deliveries given a slot are due this much before it. A
+	// job that becomes due by time waits for its queue's fallback poll
+	// (internal/partition: 1 s) to be fetched, so it must be due early
+	// to be in its lane when its slot comes.
+	paceLead = 1500 * time.Millisecond
 )
 
 // rateBudget is the longest a delivery waits in its lane for its slot;
@@ -150,10 +155,8 @@ func (ls *lanes) overflow(ep uuid.UUID, budget time.Duration) (wait, paceFrom, i
 	if now.Sub(rc.pacedAt) >= paceEvery {
 		rc.pacedAt = now
 		paceFrom = slot.Add(rc.interval).Sub(now)
-		// Provisionally: pace() moves it to the last slot it gave.
-		rc.slotted = now.Add(paceFrom)
 	}
-	return slot.Sub(now), paceFrom, rc.interval, true
+	return slot.Sub(now) - paceLead, paceFrom, rc.interval, true
 }
 
 // trim sends away the deliveries queued in ep's lane whose turn would come
@@ -182,7 +185,7 @@ func (ls *lanes) trim(ep uuid.UUID, budget time.Duration) (paceFrom time.Duratio
 	for i, w := range ln.waiters[keep:] {
 		slot := later(now.Add(max(rc.next.Sub(now), 0)+time.Duration(keep+i)*rc.interval), rc.slotted.Add(rc.interval))
 		rc.slotted = slot
-		w.slot = slot.Sub(now)
+		w.slot = max(slot.Sub(now)-paceLead, minSnooze)
 		w.ch <- struct{}{}
 	}
 	ln.waiters = ln.waiters[:keep]
@@ -194,8 +197,9 @@ func (ls *lanes) trim(ep uuid.UUID, budget time.Duration) (paceFrom time.Duratio
 }
 
 // paceSQL spaces an endpoint's queued, due deliveries by an interval from a
-// first slot (both relative to the database's clock), oldest first, at most
-// $4 of them. Jobs being fetched at that moment are skipped.
+// first slot (both relative to the database's clock, and paceLead early),
+// oldest first, at most $4 of them. Jobs being fetched at that moment are
+// skipped.
 const paceSQL = `
 WITH queued AS (
     SELECT j.id
@@ -211,7 +215,7 @@ slots AS (
 ),
 moved AS (
     UPDATE river_job j
-       SET scheduled_at = now() + make_interval(secs => $2 + s.k * $3)
+       SET scheduled_at = now() + make_interval(secs => $2::float8 + s.k * $3::float8)
       FROM slots s
      WHERE j.id = s.id
  RETURNING j.id
@@ -223,7 +227,7 @@ SELECT count(*) FROM moved`
 func (w *Worker) pace(ctx context.Context, ep uuid.UUID, from, interval time.Duration) {
 	limit := min(max(int(paceHorizon/interval), paceMin), paceMax)
 	var n int
-	if err := w.pool.QueryRow(context.WithoutCancel(ctx), paceSQL, ep.String(), secs(from), secs(interval), limit).Scan(&n); err != nil {
+	if err := w.pool.QueryRow(context.WithoutCancel(ctx), paceSQL, ep.String(), secs(max(from-paceLead, 0)), secs(interval), limit).Scan(&n); err != nil {
 		w.logger.WarnContext(ctx, "pace rate-limited endpoint", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
 		return
 	}

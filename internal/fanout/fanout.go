@@ -311,15 +311,15 @@ func orderedSeqs(ctx context.Context, tx pgx.Tx, events []*webhook.Event, byOwne
 			ids = append(ids, e.ID)
 		}
 	}
+	out := make(map[string]int64, len(ids))
 	if len(ids) == 0 {
-		return nil, nil
+		return out, nil
 	}
 	rows, err := tx.Query(ctx, `SELECT id, seq FROM events WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read event sequence: %w", err)
 	}
 	defer rows.Close()
-	out := make(map[string]int64, len(ids))
 	for rows.Next() {
 		var (
 			id  string
