@@ -72,7 +72,7 @@ func TestBackPressure(t *testing.T) {
 
 	waitFor(t, 30*time.Second, "the first request", func() bool { return len(rc.requests()) >= 1 })
 	first := rc.requests()[0].at
-	got, err := d.endpoints().GetEndpoint(adminCtx(t), &webhooksv1.GetEndpointRequest{OwnerId: "owner-a", Id: ep.GetId()})
+	got, err := d.endpoints().GetEndpoint(adminCtx(t), &webhooksv1.GetEndpointRequest{OwnerId: "owner-a", EndpointId: ep.GetId()})
 	require.NoError(t, err)
 	require.NotNil(t, got.GetEndpoint().GetPausedUntil(), "paused_until is visible through the API")
 	require.WithinDuration(t, first.Add(4*time.Second), got.GetEndpoint().GetPausedUntil().AsTime(), 2*time.Second)
@@ -189,7 +189,7 @@ func TestOrdered(t *testing.T) {
 		for _, r := range rc.requests() {
 			seen[r.header.Get("webhook-id")] = true
 		}
-		return len(seen) == n && countRows(t, db, `SELECT count(*)::int FROM river_job WHERE state <> 'completed'`) == 0
+		return len(seen) == n && countRows(t, db, `SELECT count(*)::int FROM river_job WHERE kind = 'webhook.deliver' AND state <> 'completed'`) == 0
 	})
 	var order []string
 	for _, r := range rc.requests() {
@@ -205,10 +205,19 @@ func TestOrdered(t *testing.T) {
 	// The attempts spent: each delivery's own, the head's failed one, and
 	// one for each job the killed process held (River rescued them as
 	// stuck). Waiting behind the head spent none.
-	httpErrors := countRows(t, db, `SELECT count(*)::int FROM river_job j, unnest(j.errors) e WHERE e->>'error' NOT LIKE 'Stuck job rescued%'`)
-	rescued := countRows(t, db, `SELECT count(*)::int FROM river_job j, unnest(j.errors) e WHERE e->>'error' LIKE 'Stuck job rescued%'`)
-	attempts := countRows(t, db, `SELECT coalesce(sum(attempt), 0)::int FROM river_job`)
+	httpErrors := countRows(t, db, `SELECT count(*)::int FROM river_job j, unnest(j.errors) e WHERE j.kind = 'webhook.deliver' AND e->>'error' NOT LIKE 'Stuck job rescued%'`)
+	rescued := countRows(t, db, `SELECT count(*)::int FROM river_job j, unnest(j.errors) e WHERE j.kind = 'webhook.deliver' AND e->>'error' LIKE 'Stuck job rescued%'`)
+	attempts := countRows(t, db, `SELECT coalesce(sum(attempt), 0)::int FROM river_job WHERE kind = 'webhook.deliver'`)
 	t.Logf("%d attempts for %d deliveries: 1 failed, %d rescued after the kill", attempts, n, rescued)
+	rows, err := db.Pool.Query(t.Context(), `SELECT args->>'seq', attempt, coalesce(metadata->>'snoozes', '0'), coalesce(errors::text, '') FROM river_job WHERE kind = 'webhook.deliver' ORDER BY (args->>'seq')::bigint`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var seq, sn, errs string
+		var at int
+		require.NoError(t, rows.Scan(&seq, &at, &sn, &errs))
+		t.Logf("seq %s: attempt %d, snoozes %s, errors %s", seq, at, sn, errs)
+	}
+	require.NoError(t, rows.Err())
 	require.Equal(t, 1, httpErrors, "only the first delivery's 500")
 	require.Positive(t, rescued, "the kill left the delivery in flight running, for River to rescue")
 	require.Equal(t, n+1+rescued, attempts)

@@ -239,6 +239,7 @@ const (
 	PathEmbedID     = "embed_id"
 	PathEnabled     = "enabled"
 	// PathHeaders (headers.go) replaces the custom headers as a whole.
+
 	// PathMaxPerSecond and PathOrdered are the receiver controls.
 	PathMaxPerSecond = FieldMaxPerSecond
 	PathOrdered      = FieldOrdered

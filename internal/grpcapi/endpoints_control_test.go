@@ -31,7 +31,7 @@ func TestEndpointControls(t *testing.T) {
 		require.Nil(t, ep.GetPausedUntil())
 
 		upd, err := env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
-			OwnerId: ownerA, Id: ep.GetId(), UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"max_per_second", "ordered"}},
+			OwnerId: ownerA, EndpointId: ep.GetId(), UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"max_per_second", "ordered"}},
 			MaxPerSecond: 0, Ordered: false,
 		})
 		require.NoError(t, err)
@@ -39,7 +39,7 @@ func TestEndpointControls(t *testing.T) {
 		require.False(t, upd.GetEndpoint().GetOrdered())
 
 		upd, err = env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
-			OwnerId: ownerA, Id: ep.GetId(), UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"max_per_second"}},
+			OwnerId: ownerA, EndpointId: ep.GetId(), UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"max_per_second"}},
 			MaxPerSecond: endpoint.MaxRatePerSecond, Ordered: true,
 		})
 		require.NoError(t, err)
@@ -57,12 +57,12 @@ func TestEndpointControls(t *testing.T) {
 			})
 			requireField(t, err, "max_per_second")
 			_, err = env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
-				OwnerId: ownerA, Id: id, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"max_per_second"}}, MaxPerSecond: n,
+				OwnerId: ownerA, EndpointId: id, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"max_per_second"}}, MaxPerSecond: n,
 			})
 			requireField(t, err, "max_per_second")
 		}
 		require.Equal(t, 1, env.countEndpoints(t), "nothing half-written")
-		got, err := env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, Id: id})
+		got, err := env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: id})
 		require.NoError(t, err)
 		require.Zero(t, got.GetEndpoint().GetMaxPerSecond())
 	})
@@ -75,14 +75,14 @@ func TestEndpointControls(t *testing.T) {
 		_, err := env.db.Pool.Exec(t.Context(),
 			`UPDATE webhook_endpoints SET paused_until = $2, pause_reason = 'HTTP 429 Too Many Requests with Retry-After' WHERE id = $1`, id, until)
 		require.NoError(t, err)
-		got, err := env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, Id: id})
+		got, err := env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: id})
 		require.NoError(t, err)
 		require.True(t, got.GetEndpoint().GetPausedUntil().AsTime().Equal(until))
 		require.Equal(t, "HTTP 429 Too Many Requests with Retry-After", got.GetEndpoint().GetPauseReason())
 
 		_, err = env.db.Pool.Exec(t.Context(), `UPDATE webhook_endpoints SET paused_until = now() - interval '1 second' WHERE id = $1`, id)
 		require.NoError(t, err)
-		got, err = env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, Id: id})
+		got, err = env.client.GetEndpoint(t.Context(), &webhooksv1.GetEndpointRequest{OwnerId: ownerA, EndpointId: id})
 		require.NoError(t, err)
 		require.Nil(t, got.GetEndpoint().GetPausedUntil(), "a pause that ended is not shown")
 		require.Empty(t, got.GetEndpoint().GetPauseReason())
