@@ -87,6 +87,11 @@ func TestBackPressure(t *testing.T) {
 	require.Len(t, list.GetDeliveries(), n)
 	for _, dl := range list.GetDeliveries() {
 		require.Zero(t, dl.GetAttempt(), "waiting out a pause spends no attempt")
+		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_SCHEDULED, dl.GetState())
+		require.Contains(t, []webhooksv1.DeliveryWaitReason{
+			webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_ENDPOINT_PAUSED,
+			webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_RETRY_AFTER, // the one that asked
+		}, dl.GetWaitReason(), "ListDeliveries says why it waits: %s (attempt %d, last error %q)", dl.GetStateReason(), dl.GetAttempt(), dl.GetLastError())
 	}
 
 	rc.setHandler(nil) // the receiver recovers

@@ -118,7 +118,9 @@ WITH queued AS (
 moved AS (
     UPDATE river_job j
        SET scheduled_at = now() + make_interval(secs => $3),
-           state = CASE WHEN j.state = 'available' THEN 'scheduled'::river_job_state ELSE j.state END
+           state = CASE WHEN j.state = 'available' THEN 'scheduled'::river_job_state ELSE j.state END,
+           metadata = j.metadata || jsonb_build_object('output', jsonb_build_object('snooze_reason', 'ordered',
+                          'snooze_until', now() + make_interval(secs => $3)))
       FROM queued q
      WHERE j.id = q.id
  RETURNING j.id

@@ -77,7 +77,9 @@ func (ls *lanes) throttled(ep uuid.UUID, is429 bool) int {
 // statement. Jobs locked by a fetch at that moment are skipped: they are
 // running now and will see the pause when they load the endpoint. As River
 // does for snoozes, a job due within 5 s stays available, a later one is
-// scheduled (River's scheduler makes it available when due).
+// scheduled (River's scheduler makes it available when due). Each moved job
+// records why it waits, as a snooze would (job.DeliverSnooze), for
+// ListDeliveries.
 const pauseSQL = `
 WITH ep AS (
     UPDATE webhook_endpoints
@@ -99,7 +101,9 @@ moved AS (
     UPDATE river_job j
        SET scheduled_at = ep.paused_until,
            state = CASE WHEN j.state = 'available' AND ep.paused_until > now() + interval '5 seconds'
-                        THEN 'scheduled'::river_job_state ELSE j.state END
+                        THEN 'scheduled'::river_job_state ELSE j.state END,
+           metadata = j.metadata || jsonb_build_object('output',
+                          jsonb_build_object('snooze_reason', 'endpoint_paused', 'snooze_until', ep.paused_until))
       FROM queued q, ep
      WHERE j.id = q.id
  RETURNING j.id

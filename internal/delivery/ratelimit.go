@@ -198,8 +198,8 @@ func (ls *lanes) trim(ep uuid.UUID, budget time.Duration) (paceFrom time.Duratio
 
 // paceSQL spaces an endpoint's queued, due deliveries by an interval from a
 // first slot (both relative to the database's clock, and paceLead early),
-// oldest first, at most $4 of them. Jobs being fetched at that moment are
-// skipped.
+// oldest first, at most $4 of them, each recording why it waits (as a
+// snooze would). Jobs being fetched at that moment are skipped.
 const paceSQL = `
 WITH queued AS (
     SELECT j.id
@@ -215,7 +215,9 @@ slots AS (
 ),
 moved AS (
     UPDATE river_job j
-       SET scheduled_at = now() + make_interval(secs => $2::float8 + s.k * $3::float8)
+       SET scheduled_at = now() + make_interval(secs => $2::float8 + s.k * $3::float8),
+           metadata = j.metadata || jsonb_build_object('output', jsonb_build_object('snooze_reason', 'rate_limit',
+                          'snooze_until', now() + make_interval(secs => $2::float8 + s.k * $3::float8)))
       FROM slots s
      WHERE j.id = s.id
  RETURNING j.id

@@ -70,6 +70,9 @@ const (
 	WaitRetryAfter                 // the receiver's Retry-After (no attempt spent)
 	WaitLeaseBusy                  // another delivery to the endpoint was in flight
 	WaitEndpointFailing            // a failing endpoint's cool-down before a new delivery
+	WaitEndpointPaused             // the receiver paused the endpoint (no attempt spent)
+	WaitRateLimit                  // the endpoint's max_per_second slot (no attempt spent)
+	WaitOrdered                    // behind an earlier delivery to an ordered endpoint
 )
 
 // Delivery is one webhook.deliver job of an endpoint.
@@ -166,6 +169,12 @@ func (r jobRow) wait() (WaitReason, string) {
 				return WaitRetryAfter, fmt.Sprintf("The receiver asked to wait (HTTP %d, Retry-After) until %s.", note.Status, at)
 			case job.SnoozeLeaseBusy:
 				return WaitLeaseBusy, "Waiting for its turn: another delivery to this endpoint was in flight; next try at " + at + "."
+			case job.SnoozePaused, job.SnoozeThrottled:
+				return WaitEndpointPaused, "The receiver paused the endpoint (Retry-After, or 429s in a row) until " + at + "."
+			case job.SnoozeRateLimit:
+				return WaitRateLimit, "Waiting for a slot under the endpoint's max_per_second, at " + at + "."
+			case job.SnoozeOrdered:
+				return WaitOrdered, "The endpoint is ordered: waiting for an earlier delivery; next look at " + at + "."
 			}
 		}
 		if r.Attempt == 0 && r.LastError == "" {

@@ -56,7 +56,9 @@ func TestReceiverControls(t *testing.T) {
 		t.Run(name+"PausedEndpointGetsItsDeliveryAtThePauseEnd", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			paused := b.insertEndpoint(t, []string{"*"}, endpointOpts{})
+			// Failing too (the 429 that paused it counts as a failure): the
+			// pause's end replaces the failing cool-down.
+			paused := b.insertEndpoint(t, []string{"*"}, endpointOpts{failing: true})
 			over := b.insertEndpoint(t, []string{"*"}, endpointOpts{})
 			until := time.Now().Add(10 * time.Minute)
 			b.setControl(t, paused, &until, false)

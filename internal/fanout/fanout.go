@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
@@ -392,7 +393,8 @@ func decideAll(ctx context.Context, decide scope.Func, e *webhook.Event, candida
 // River fails a whole insert when one unique key appears twice in it, so an
 // endpoint gets at most one whatever the input. seq is the event's ingest
 // sequence, the order key of ordered endpoints; a paused endpoint's delivery
-// is scheduled for the end of the pause.
+// is scheduled for the end of the pause (instead of the failing cool-down:
+// the receiver said when).
 func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions int, now time.Time, md []byte) []river.InsertManyParams {
 	seen := make(map[string]struct{}, len(admitted))
 	params := make([]river.InsertManyParams, 0, len(admitted))
@@ -404,13 +406,16 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 		// Only the queue (and the schedule) are set, so attempts and
 		// uniqueness still come from DeliverArgs.InsertOpts.
 		opts := &river.InsertOpts{Queue: job.DeliverQueue(c.ep.ID, partitions), Metadata: md}
-		// A test event is what an admin sends after fixing the receiver:
-		// it goes now, failing endpoint or not.
-		if c.failingSince != nil && e.Type != event.TypeWebhookTest {
-			opts.ScheduledAt = now.Add(FailingCooldown)
-		}
-		if c.pausedUntil != nil && c.pausedUntil.After(opts.ScheduledAt) {
+		switch {
+		case c.pausedUntil != nil:
+			// The receiver said when: that replaces the failing cool-down
+			// (and holds a test event too: the receiver asked for nothing).
 			opts.ScheduledAt = *c.pausedUntil
+			opts.Metadata = pausedNote(md, *c.pausedUntil)
+		case c.failingSince != nil && e.Type != event.TypeWebhookTest:
+			// A test event is what an admin sends after fixing the receiver:
+			// it goes now, failing endpoint or not.
+			opts.ScheduledAt = now.Add(FailingCooldown)
 		}
 		args := job.DeliverArgs{EndpointID: c.ep.ID, EventID: e.ID}
 		if c.ordered {
@@ -419,6 +424,22 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 		params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
 	}
 	return params
+}
+
+// pausedNote adds to md (a job's metadata, or nil) the note that says, in
+// ListDeliveries, why the delivery waits: its endpoint is paused, as the
+// deliver worker records for the deliveries it reschedules.
+func pausedNote(md []byte, until time.Time) []byte {
+	m := map[string]any{}
+	if len(md) > 0 {
+		_ = json.Unmarshal(md, &m)
+	}
+	m[rivertype.MetadataKeyOutput] = job.DeliverSnooze{Reason: job.SnoozePaused, Until: until.UTC()}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return md
+	}
+	return out
 }
 
 // insert inserts jobs in tx, in chunks, and returns how many were new and

@@ -303,6 +303,9 @@ var waitReasons = map[endpoint.WaitReason]webhooksv1.DeliveryWaitReason{
 	endpoint.WaitRetryAfter:      webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_RETRY_AFTER,
 	endpoint.WaitLeaseBusy:       webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_LEASE_BUSY,
 	endpoint.WaitEndpointFailing: webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_ENDPOINT_FAILING,
+	endpoint.WaitEndpointPaused:  webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_ENDPOINT_PAUSED,
+	endpoint.WaitRateLimit:       webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_RATE_LIMIT,
+	endpoint.WaitOrdered:         webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_ORDERED,
 }
 
 func (s *endpointServer) deliveryProto(d *endpoint.Delivery) *webhooksv1.Delivery {

@@ -167,6 +167,15 @@ const (
 	DeliveryWaitReason_DELIVERY_WAIT_REASON_LEASE_BUSY DeliveryWaitReason = 3
 	// The endpoint is failing, so new deliveries wait a cool-down first.
 	DeliveryWaitReason_DELIVERY_WAIT_REASON_ENDPOINT_FAILING DeliveryWaitReason = 4
+	// The receiver paused the whole endpoint (Endpoint.paused_until); no
+	// attempt is spent.
+	DeliveryWaitReason_DELIVERY_WAIT_REASON_ENDPOINT_PAUSED DeliveryWaitReason = 5
+	// The endpoint's max_per_second gave it this later slot; no attempt is
+	// spent.
+	DeliveryWaitReason_DELIVERY_WAIT_REASON_RATE_LIMIT DeliveryWaitReason = 6
+	// The endpoint is ordered and an earlier delivery is not done yet; no
+	// attempt is spent.
+	DeliveryWaitReason_DELIVERY_WAIT_REASON_ORDERED DeliveryWaitReason = 7
 )
 
 // Enum value maps for DeliveryWaitReason.
@@ -177,6 +186,9 @@ var (
 		2: "DELIVERY_WAIT_REASON_RETRY_AFTER",
 		3: "DELIVERY_WAIT_REASON_LEASE_BUSY",
 		4: "DELIVERY_WAIT_REASON_ENDPOINT_FAILING",
+		5: "DELIVERY_WAIT_REASON_ENDPOINT_PAUSED",
+		6: "DELIVERY_WAIT_REASON_RATE_LIMIT",
+		7: "DELIVERY_WAIT_REASON_ORDERED",
 	}
 	DeliveryWaitReason_value = map[string]int32{
 		"DELIVERY_WAIT_REASON_UNSPECIFIED":      0,
@@ -184,6 +196,9 @@ var (
 		"DELIVERY_WAIT_REASON_RETRY_AFTER":      2,
 		"DELIVERY_WAIT_REASON_LEASE_BUSY":       3,
 		"DELIVERY_WAIT_REASON_ENDPOINT_FAILING": 4,
+		"DELIVERY_WAIT_REASON_ENDPOINT_PAUSED":  5,
+		"DELIVERY_WAIT_REASON_RATE_LIMIT":       6,
+		"DELIVERY_WAIT_REASON_ORDERED":          7,
 	}
 )
 
@@ -2086,13 +2101,16 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\x19DELIVERY_STATE_DELIVERING\x10\x03\x12\x1c\n" +
 	"\x18DELIVERY_STATE_DELIVERED\x10\x04\x12\x19\n" +
 	"\x15DELIVERY_STATE_FAILED\x10\x05\x12\x1c\n" +
-	"\x18DELIVERY_STATE_CANCELLED\x10\x06*\xd0\x01\n" +
+	"\x18DELIVERY_STATE_CANCELLED\x10\x06*\xc1\x02\n" +
 	"\x12DeliveryWaitReason\x12$\n" +
 	" DELIVERY_WAIT_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aDELIVERY_WAIT_REASON_RETRY\x10\x01\x12$\n" +
 	" DELIVERY_WAIT_REASON_RETRY_AFTER\x10\x02\x12#\n" +
 	"\x1fDELIVERY_WAIT_REASON_LEASE_BUSY\x10\x03\x12)\n" +
-	"%DELIVERY_WAIT_REASON_ENDPOINT_FAILING\x10\x042\xc4\a\n" +
+	"%DELIVERY_WAIT_REASON_ENDPOINT_FAILING\x10\x04\x12(\n" +
+	"$DELIVERY_WAIT_REASON_ENDPOINT_PAUSED\x10\x05\x12#\n" +
+	"\x1fDELIVERY_WAIT_REASON_RATE_LIMIT\x10\x06\x12 \n" +
+	"\x1cDELIVERY_WAIT_REASON_ORDERED\x10\a2\xc4\a\n" +
 	"\x0fEndpointService\x12V\n" +
 	"\rListEndpoints\x12!.webhooks.v1.ListEndpointsRequest\x1a\".webhooks.v1.ListEndpointsResponse\x12P\n" +
 	"\vGetEndpoint\x12\x1f.webhooks.v1.GetEndpointRequest\x1a .webhooks.v1.GetEndpointResponse\x12Y\n" +
