@@ -196,6 +196,7 @@ func createFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 	scheme := fs.String("signature-scheme", "v1", `how deliveries are signed: "v1" (a shared secret, shown once) or "v1a" (an Ed25519 key pair; receivers verify with its public key)`)
 	maxPerSecond := fs.Int("max-per-second", 0, "at most this many requests per second to the receiver (0: no limit)")
 	ordered := fs.Bool("ordered", false, "deliver in publish order, a failed delivery holding the ones behind it")
+	requestID := fs.String("request-id", "", "idempotency key: running the same create again with it (within 24h) returns the endpoint made the first time")
 	return func(ctx context.Context, c *endpointsCmd, _ string) error {
 		var protoScheme webhooksv1.SignatureScheme
 		switch *scheme {
@@ -216,6 +217,7 @@ func createFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 		resp, err := c.client.CreateEndpoint(ctx, &webhooksv1.CreateEndpointRequest{
 			OwnerId: c.conn.owner, Url: *url, Description: *description, EventTypes: types, EmbedId: *embedID,
 			Headers: headers, SignatureScheme: protoScheme, MaxPerSecond: clampInt32(*maxPerSecond), Ordered: *ordered,
+			RequestId: *requestID,
 		})
 		if err != nil {
 			return err
@@ -226,8 +228,13 @@ func createFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 		if err := printEndpoint(c.stdout, resp.GetEndpoint()); err != nil {
 			return err
 		}
+		if resp.GetReplayed() {
+			fmt.Fprintln(c.stdout, "\n(already created by this --request-id: nothing new was made)")
+		}
 		if resp.GetSecret() != "" {
 			fmt.Fprintf(c.stdout, "\nsigning secret: %s\n(shown only this once: store it in the receiver now)\n", resp.GetSecret())
+		} else if resp.GetReplayed() && resp.GetEndpoint().GetPublicKey() == "" {
+			fmt.Fprintln(c.stdout, "the secret was rotated since: rotate-secret issues a new one")
 		}
 		return nil
 	}

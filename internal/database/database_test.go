@@ -40,6 +40,20 @@ func TestMigrate(t *testing.T) {
 		require.Len(t, files, n, "each migration recorded once")
 	})
 
+	t.Run("AMissingLowerVersionIsRefusedAndApplied", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.NewEmpty(t)
+		require.NoError(t, database.Migrate(ctx, db.Pool, db.Schema, logger))
+		// As if 003 landed after 005 had been applied: undo 003 alone.
+		_, err := db.Pool.Exec(ctx, `DROP TABLE webhook_endpoint_requests; DELETE FROM dispatcher_migration WHERE version = 3`)
+		require.NoError(t, err)
+		err = database.CheckMigrated(ctx, db.Pool, db.Schema)
+		require.ErrorIs(t, err, database.ErrNotMigrated)
+		require.ErrorContains(t, err, "[3]")
+		require.NoError(t, database.Migrate(ctx, db.Pool, db.Schema, logger))
+		require.NoError(t, database.CheckMigrated(ctx, db.Pool, db.Schema))
+	})
+
 	t.Run("ConcurrentMigrationsDoNotRace", func(t *testing.T) {
 		t.Parallel()
 		db := dbtest.NewEmpty(t)

@@ -205,8 +205,9 @@ func (s *Service) Get(ctx context.Context, owner, id string) (*Endpoint, error) 
 }
 
 // Create creates an endpoint and returns it with its secret, which is shown
-// this once.
-func (s *Service) Create(ctx context.Context, p CreateParams) (*Endpoint, string, error) {
+// this once. With p.RequestID set it is idempotent: a retry returns the
+// endpoint the first call made (Created.Replayed; see Store.CreateOnce).
+func (s *Service) Create(ctx context.Context, p CreateParams) (Created, error) {
 	var v violations
 	s.val.ownerID(&v, p.OwnerID)
 	s.val.url(&v, p.URL)
@@ -220,15 +221,20 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (*Endpoint, string
 		v.add(FieldSignatureScheme, "must be v1 (a shared secret) or v1a (an Ed25519 key pair)")
 	}
 	s.val.maxPerSecond(&v, p.MaxPerSecond)
+	s.val.requestID(&v, p.RequestID)
 	if err := v.err(); err != nil {
-		return nil, "", err
+		return Created{}, err
 	}
-	e, secret, err := s.store.Create(ctx, p, s.cfg.MaxEndpointsPerOwner)
+	c, err := s.store.CreateOnce(ctx, p, s.cfg.MaxEndpointsPerOwner)
 	if err != nil {
-		return nil, "", err
+		return Created{}, err
 	}
-	s.logOp(ctx, "endpoint created", e.OwnerID, e.ID)
-	return e, secret, nil
+	if c.Replayed {
+		s.logOp(ctx, "endpoint create replayed", c.Endpoint.OwnerID, c.Endpoint.ID, slog.Bool("secret_shown", c.Secret != ""))
+	} else {
+		s.logOp(ctx, "endpoint created", c.Endpoint.OwnerID, c.Endpoint.ID)
+	}
+	return c, nil
 }
 
 // Update mask paths.

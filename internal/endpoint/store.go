@@ -163,6 +163,8 @@ type CreateParams struct {
 	// MaxPerSecond: 0 for no limit.
 	MaxPerSecond int32
 	Ordered      bool
+	// RequestID, when set, makes the create idempotent (CreateOnce).
+	RequestID string
 }
 
 // Create stores a new enabled endpoint with a fresh secret and returns it with
@@ -171,9 +173,45 @@ type CreateParams struct {
 // its public key is on the endpoint. maxPerOwner > 0 caps the owner's
 // endpoints (ErrTooManyEndpoints).
 func (s *Store) Create(ctx context.Context, p CreateParams, maxPerOwner int) (*Endpoint, string, error) {
+	c, err := s.CreateOnce(ctx, p, maxPerOwner)
+	return c.Endpoint, c.Secret, err
+}
+
+// Created is what a create returns. Replayed: the create's request id had
+// already created Endpoint (within RequestRetention), so nothing new was
+// made; Secret is then the secret that create showed if it is still the
+// endpoint's current one, and "" otherwise (rotated since, or a v1a
+// endpoint).
+type Created struct {
+	Endpoint *Endpoint
+	Secret   string
+	Replayed bool
+}
+
+// CreateOnce is Create, idempotent on p.RequestID when it is set: the first
+// create with a request id makes the endpoint; a retry with the same owner,
+// request id and parameters, concurrent or later (up to RequestRetention),
+// returns that endpoint (Replayed) instead of a twin. The same request id
+// with other parameters is ErrRequestIDReused.
+func (s *Store) CreateOnce(ctx context.Context, p CreateParams, maxPerOwner int) (Created, error) {
+	// A claimed request id whose endpoint vanished before it could be read
+	// (deleted a moment later, or expired) is claimed afresh: bounded.
+	for range 3 {
+		c, err := s.createOnce(ctx, p, maxPerOwner)
+		if errors.Is(err, errClaimed) {
+			c, err = s.replay(ctx, p)
+		}
+		if !errors.Is(err, errClaimGone) {
+			return c, err
+		}
+	}
+	return Created{}, fmt.Errorf("create endpoint: request id keeps changing hands: %w", errClaimGone)
+}
+
+func (s *Store) createOnce(ctx context.Context, p CreateParams, maxPerOwner int) (Created, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
-		return nil, "", fmt.Errorf("create endpoint: new id: %w", err)
+		return Created{}, fmt.Errorf("create endpoint: new id: %w", err)
 	}
 	scheme, secret, publicKey := SchemeV1, "", ""
 	var sealed []byte
@@ -184,15 +222,22 @@ func (s *Store) Create(ctx context.Context, p CreateParams, maxPerOwner int) (*E
 		secret, sealed, err = newSecret(s.keyring, id)
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("create endpoint: %w", err)
+		return Created{}, fmt.Errorf("create endpoint: %w", err)
 	}
 	hs := sortedHeaders(p.Headers)
 	sealedHeaders, err := sealHeaders(s.keyring, id, hs)
 	if err != nil {
-		return nil, "", fmt.Errorf("create endpoint: %w", err)
+		return Created{}, fmt.Errorf("create endpoint: %w", err)
 	}
 	var e *Endpoint
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if p.RequestID != "" {
+			// Before the owner's lock: a concurrent create with the same
+			// request id waits here for this one to commit, then replays.
+			if err := claimRequest(ctx, tx, p); err != nil {
+				return err
+			}
+		}
 		if maxPerOwner > 0 {
 			// Serialise creates per owner so that two concurrent creates
 			// cannot both see room under the cap. The lock is transaction-
@@ -215,12 +260,18 @@ INSERT INTO webhook_endpoints (id, owner_id, url, description, event_types, secr
 VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9, $10, nullif($11, ''), nullif($12, 0), $13)
 RETURNING `+endpointColumns, id, p.OwnerID, p.URL, p.Description, p.EventTypes, sealed, p.EmbedID,
 			headerNames(hs), sealedHeaders, scheme, publicKey, p.MaxPerSecond, p.Ordered))
-		return err
+		if err != nil || p.RequestID == "" {
+			return err
+		}
+		return recordRequest(ctx, tx, p, id, secret)
 	})
-	if err != nil {
-		return nil, "", fmt.Errorf("create endpoint: %w", err)
+	if errors.Is(err, errClaimed) || errors.Is(err, ErrTooManyEndpoints) {
+		return Created{}, err
 	}
-	return e, secret, nil
+	if err != nil {
+		return Created{}, fmt.Errorf("create endpoint: %w", err)
+	}
+	return Created{Endpoint: e, Secret: secret}, nil
 }
 
 // UpdateParams names the fields to change: a nil field is left alone.

@@ -30,6 +30,7 @@ const (
 	FieldOwnerID     = "owner_id"
 	FieldEndpointID  = "endpoint_id"
 	FieldDeliveryID  = "delivery_id"
+	FieldRequestID   = "request_id"
 	FieldURL         = "url"
 	FieldDescription = "description"
 	FieldEventTypes  = "event_types"
@@ -265,6 +266,25 @@ func (val *validator) description(v *violations, d string) {
 				v.add(FieldDescription, "must not contain control characters")
 				return
 			}
+		}
+	}
+}
+
+// requestID checks CreateEndpoint's optional idempotency key: a UUID or an
+// opaque token, like an event id.
+func (val *validator) requestID(v *violations, id string) {
+	if id == "" {
+		return
+	}
+	if len(id) > MaxRequestIDLen {
+		v.add(FieldRequestID, "must be at most "+strconv.Itoa(MaxRequestIDLen)+" characters")
+		return
+	}
+	for i := range len(id) {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			v.add(FieldRequestID, "must be a UUID or an opaque id of characters [A-Za-z0-9_-]")
+			return
 		}
 	}
 }

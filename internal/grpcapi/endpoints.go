@@ -59,6 +59,9 @@ func (s *endpointServer) fail(ctx context.Context, method, owner string, err err
 		return status.Error(codes.NotFound, NotFoundMessage)
 	case errors.Is(err, endpoint.ErrDeliveryNotFound):
 		return status.Error(codes.NotFound, DeliveryNotFoundMessage)
+	case errors.Is(err, endpoint.ErrRequestIDReused):
+		return status.Error(codes.AlreadyExists, "request_id was already used with different parameters: "+
+			"a retry must repeat the request exactly, a new endpoint needs a new request_id")
 	case errors.As(err, new(*endpoint.NotWaitingError)):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, endpoint.ErrDisabled):
@@ -95,7 +98,7 @@ func (s *endpointServer) GetEndpoint(ctx context.Context, req *webhooksv1.GetEnd
 
 // CreateEndpoint implements webhooksv1.EndpointServiceServer.
 func (s *endpointServer) CreateEndpoint(ctx context.Context, req *webhooksv1.CreateEndpointRequest) (*webhooksv1.CreateEndpointResponse, error) {
-	e, secret, err := s.svc.Create(ctx, endpoint.CreateParams{
+	c, err := s.svc.Create(ctx, endpoint.CreateParams{
 		OwnerID:     req.GetOwnerId(),
 		URL:         req.GetUrl(),
 		Description: req.GetDescription(),
@@ -108,11 +111,12 @@ func (s *endpointServer) CreateEndpoint(ctx context.Context, req *webhooksv1.Cre
 
 		MaxPerSecond: req.GetMaxPerSecond(),
 		Ordered:      req.GetOrdered(),
+		RequestID:    req.GetRequestId(),
 	})
 	if err != nil {
 		return nil, s.fail(ctx, "create", req.GetOwnerId(), err)
 	}
-	return &webhooksv1.CreateEndpointResponse{Endpoint: toProto(e), Secret: secret}, nil
+	return &webhooksv1.CreateEndpointResponse{Endpoint: toProto(c.Endpoint), Secret: c.Secret, Replayed: c.Replayed}, nil
 }
 
 // UpdateEndpoint implements webhooksv1.EndpointServiceServer.

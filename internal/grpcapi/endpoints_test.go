@@ -1211,3 +1211,178 @@ func TestRetryDelivery(t *testing.T) {
 		requireField(t, err, "owner_id")
 	})
 }
+
+func TestCreateEndpointIdempotent(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		env *testEnv
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		return &testBundle{env: newTestEnv(t, endpoint.ServiceConfig{})}
+	}
+
+	req := func(requestID string) *webhooksv1.CreateEndpointRequest {
+		return &webhooksv1.CreateEndpointRequest{
+			OwnerId: ownerA, Url: "https://receiver.example.com/hooks", EventTypes: []string{"corpus.*"},
+			Headers: map[string]string{"X-Api-Key": "k1"}, RequestId: requestID,
+		}
+	}
+
+	count := func(t *testing.T, b *testBundle) int {
+		t.Helper()
+		var n int
+		require.NoError(t, b.env.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM webhook_endpoints`).Scan(&n))
+		return n
+	}
+
+	t.Run("RetryReturnsTheSameEndpointAndSecret", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		first, err := b.env.client.CreateEndpoint(t.Context(), req("req-1"))
+		require.NoError(t, err)
+		require.False(t, first.GetReplayed())
+		again, err := b.env.client.CreateEndpoint(t.Context(), req("req-1"))
+		require.NoError(t, err)
+		require.True(t, again.GetReplayed())
+		require.Equal(t, first.GetEndpoint().GetId(), again.GetEndpoint().GetId())
+		require.Equal(t, first.GetSecret(), again.GetSecret(), "the first reply's secret, for a client that lost it")
+		require.Equal(t, 1, count(t, b))
+	})
+
+	t.Run("ConcurrentCreatesMakeOne", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		const n = 8
+		type reply struct {
+			resp *webhooksv1.CreateEndpointResponse
+			err  error
+		}
+		replies := make(chan reply, n)
+		startGun := make(chan struct{})
+		for range n {
+			go func() {
+				<-startGun
+				resp, err := b.env.client.CreateEndpoint(t.Context(), req("req-race"))
+				replies <- reply{resp, err}
+			}()
+		}
+		close(startGun)
+		ids, secrets, fresh := map[string]bool{}, map[string]bool{}, 0
+		for range n {
+			r := <-replies
+			require.NoError(t, r.err)
+			ids[r.resp.GetEndpoint().GetId()] = true
+			secrets[r.resp.GetSecret()] = true
+			if !r.resp.GetReplayed() {
+				fresh++
+			}
+		}
+		require.Len(t, ids, 1, "one endpoint")
+		require.Len(t, secrets, 1, "one secret")
+		require.Equal(t, 1, fresh, "exactly one call created it")
+		require.Equal(t, 1, count(t, b))
+	})
+
+	t.Run("OtherParametersAreAlreadyExists", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.env.client.CreateEndpoint(t.Context(), req("req-1"))
+		require.NoError(t, err)
+		for name, change := range map[string]func(*webhooksv1.CreateEndpointRequest){
+			"URL":    func(r *webhooksv1.CreateEndpointRequest) { r.Url = "https://other.example.com/" },
+			"Types":  func(r *webhooksv1.CreateEndpointRequest) { r.EventTypes = []string{"*"} },
+			"Header": func(r *webhooksv1.CreateEndpointRequest) { r.Headers = map[string]string{"X-Api-Key": "k2"} },
+			"Scheme": func(r *webhooksv1.CreateEndpointRequest) {
+				r.SignatureScheme = webhooksv1.SignatureScheme_SIGNATURE_SCHEME_V1A
+			},
+			"Embed":   func(r *webhooksv1.CreateEndpointRequest) { r.EmbedId = "emb_1" },
+			"Comment": func(r *webhooksv1.CreateEndpointRequest) { r.Description = "x" },
+			"Rate":    func(r *webhooksv1.CreateEndpointRequest) { r.MaxPerSecond = 5 },
+			"Ordered": func(r *webhooksv1.CreateEndpointRequest) { r.Ordered = true },
+		} {
+			r := req("req-1")
+			change(r)
+			_, err := b.env.client.CreateEndpoint(t.Context(), r)
+			st := requireCode(t, err, codes.AlreadyExists)
+			require.Contains(t, st.Message(), "request_id", name)
+			require.NotContains(t, st.Message(), "k2", "no header value echoed")
+		}
+		require.Equal(t, 1, count(t, b))
+	})
+
+	t.Run("ScopedToTheOwner", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		a, err := b.env.client.CreateEndpoint(t.Context(), req("req-1"))
+		require.NoError(t, err)
+		other := req("req-1")
+		other.OwnerId = ownerB
+		o, err := b.env.client.CreateEndpoint(t.Context(), other)
+		require.NoError(t, err)
+		require.False(t, o.GetReplayed())
+		require.NotEqual(t, a.GetEndpoint().GetId(), o.GetEndpoint().GetId())
+	})
+
+	t.Run("RotatedSecretIsNotShownAgain", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		first, err := b.env.client.CreateEndpoint(t.Context(), req("req-1"))
+		require.NoError(t, err)
+		_, err = b.env.client.RotateSecret(t.Context(), &webhooksv1.RotateSecretRequest{OwnerId: ownerA, EndpointId: first.GetEndpoint().GetId()})
+		require.NoError(t, err)
+		again, err := b.env.client.CreateEndpoint(t.Context(), req("req-1"))
+		require.NoError(t, err)
+		require.True(t, again.GetReplayed())
+		require.Equal(t, first.GetEndpoint().GetId(), again.GetEndpoint().GetId())
+		require.Empty(t, again.GetSecret(), "the first secret is no longer current; nor is the new one this call's to show")
+	})
+
+	t.Run("ExpiredOrDeletedCreatesAnew", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		first, err := b.env.client.CreateEndpoint(t.Context(), req("req-old"))
+		require.NoError(t, err)
+		_, err = b.env.db.Pool.Exec(t.Context(), `UPDATE webhook_endpoint_requests SET created_at = now() - interval '25 hours'`)
+		require.NoError(t, err)
+		second, err := b.env.client.CreateEndpoint(t.Context(), req("req-old"))
+		require.NoError(t, err)
+		require.False(t, second.GetReplayed(), "after 24 h the request id is forgotten")
+		require.NotEqual(t, first.GetEndpoint().GetId(), second.GetEndpoint().GetId())
+		var rows int
+		require.NoError(t, b.env.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM webhook_endpoint_requests`).Scan(&rows))
+		require.Equal(t, 1, rows, "the expired one was pruned")
+
+		_, err = b.env.client.DeleteEndpoint(t.Context(), &webhooksv1.DeleteEndpointRequest{OwnerId: ownerA, EndpointId: second.GetEndpoint().GetId()})
+		require.NoError(t, err)
+		third, err := b.env.client.CreateEndpoint(t.Context(), req("req-old"))
+		require.NoError(t, err)
+		require.False(t, third.GetReplayed(), "a deleted endpoint is not resurrected by a replay")
+	})
+
+	t.Run("KeyPairReplayHasNoSecret", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		r := req("req-v1a")
+		r.SignatureScheme = webhooksv1.SignatureScheme_SIGNATURE_SCHEME_V1A
+		first, err := b.env.client.CreateEndpoint(t.Context(), r)
+		require.NoError(t, err)
+		again, err := b.env.client.CreateEndpoint(t.Context(), r)
+		require.NoError(t, err)
+		require.True(t, again.GetReplayed())
+		require.Empty(t, again.GetSecret())
+		require.Equal(t, first.GetEndpoint().GetPublicKey(), again.GetEndpoint().GetPublicKey())
+	})
+
+	t.Run("BadRequestID", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, id := range []string{strings.Repeat("r", endpoint.MaxRequestIDLen+1), "req 1", "req/1", "req\x00", injectionValues[0]} {
+			_, err := b.env.client.CreateEndpoint(t.Context(), req(id))
+			requireField(t, err, "request_id")
+		}
+		require.Zero(t, count(t, b))
+	})
+}

@@ -676,7 +676,14 @@ type CreateEndpointRequest struct {
 	// 1 to 1000 requests per second; 0 (unset): no limit. See Endpoint.
 	MaxPerSecond int32 `protobuf:"varint,30,opt,name=max_per_second,json=maxPerSecond,proto3" json:"max_per_second,omitempty"`
 	// Deliver in publish order. See Endpoint.
-	Ordered       bool `protobuf:"varint,31,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	Ordered bool `protobuf:"varint,31,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	// Optional idempotency key chosen by the client (a UUID, or up to 128 of
+	// [A-Za-z0-9_-]), remembered per owner for 24 hours. A retry with the same
+	// owner_id, request_id and parameters returns the endpoint the first call
+	// created, with replayed set, instead of a second endpoint; two concurrent
+	// calls create one. The same request_id with other parameters is
+	// ALREADY_EXISTS.
+	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -774,13 +781,25 @@ func (x *CreateEndpointRequest) GetOrdered() bool {
 	return false
 }
 
+func (x *CreateEndpointRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type CreateEndpointResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Endpoint *Endpoint              `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
 	// SIGNATURE_SCHEME_V1: "whsec_" + base64 of 32 random bytes. Shown only
-	// here. Empty for SIGNATURE_SCHEME_V1A, whose receivers verify with
-	// endpoint.public_key.
-	Secret        string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	// here (and to a replay, see replayed). Empty for SIGNATURE_SCHEME_V1A,
+	// whose receivers verify with endpoint.public_key.
+	Secret string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	// The request_id had already created this endpoint: nothing new was made.
+	// secret is then the same secret the first reply showed (it is stored
+	// sealed), so a client whose first reply was lost still gets it; it is
+	// empty if the secret was rotated since, and RotateSecret issues a new one.
+	Replayed      bool `protobuf:"varint,3,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -827,6 +846,13 @@ func (x *CreateEndpointResponse) GetSecret() string {
 		return x.Secret
 	}
 	return ""
+}
+
+func (x *CreateEndpointResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
 }
 
 type UpdateEndpointRequest struct {
@@ -1977,7 +2003,7 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
 	"endpointId\"H\n" +
 	"\x13GetEndpointResponse\x121\n" +
-	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"\xb2\x03\n" +
+	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"\xd1\x03\n" +
 	"\x15CreateEndpointRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12 \n" +
@@ -1988,13 +2014,16 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\aheaders\x18\x14 \x03(\v2/.webhooks.v1.CreateEndpointRequest.HeadersEntryR\aheaders\x12G\n" +
 	"\x10signature_scheme\x18\x15 \x01(\x0e2\x1c.webhooks.v1.SignatureSchemeR\x0fsignatureScheme\x12$\n" +
 	"\x0emax_per_second\x18\x1e \x01(\x05R\fmaxPerSecond\x12\x18\n" +
-	"\aordered\x18\x1f \x01(\bR\aordered\x1a:\n" +
+	"\aordered\x18\x1f \x01(\bR\aordered\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"c\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x7f\n" +
 	"\x16CreateEndpointResponse\x121\n" +
 	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\x12\x16\n" +
-	"\x06secret\x18\x02 \x01(\tR\x06secret\"\xe1\x03\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\x12\x1a\n" +
+	"\breplayed\x18\x03 \x01(\bR\breplayed\"\xe1\x03\n" +
 	"\x15UpdateEndpointRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +

@@ -46,7 +46,8 @@ const (
 type EndpointServiceClient interface {
 	ListEndpoints(ctx context.Context, in *ListEndpointsRequest, opts ...grpc.CallOption) (*ListEndpointsResponse, error)
 	GetEndpoint(ctx context.Context, in *GetEndpointRequest, opts ...grpc.CallOption) (*GetEndpointResponse, error)
-	// CreateEndpoint returns the signing secret; this is the only time it is shown.
+	// CreateEndpoint returns the signing secret; this is the only time it is
+	// shown (a retry with the same request_id shows the same one again).
 	CreateEndpoint(ctx context.Context, in *CreateEndpointRequest, opts ...grpc.CallOption) (*CreateEndpointResponse, error)
 	// UpdateEndpoint changes the fields named in update_mask. Setting enabled to
 	// true clears failing_since and disabled_reason.
@@ -207,7 +208,8 @@ func (c *endpointServiceClient) ListEventTypes(ctx context.Context, in *ListEven
 type EndpointServiceServer interface {
 	ListEndpoints(context.Context, *ListEndpointsRequest) (*ListEndpointsResponse, error)
 	GetEndpoint(context.Context, *GetEndpointRequest) (*GetEndpointResponse, error)
-	// CreateEndpoint returns the signing secret; this is the only time it is shown.
+	// CreateEndpoint returns the signing secret; this is the only time it is
+	// shown (a retry with the same request_id shows the same one again).
 	CreateEndpoint(context.Context, *CreateEndpointRequest) (*CreateEndpointResponse, error)
 	// UpdateEndpoint changes the fields named in update_mask. Setting enabled to
 	// true clears failing_since and disabled_reason.
