@@ -67,7 +67,7 @@ test: ## Run every test (needs Postgres with 20 free connections: DATABASE_URL o
 
 .PHONY: test/chaos
 test/chaos: ## The long reliability run: 10,000 events through 3 dispatchers killed with SIGKILL, plus the outage tests (needs Postgres).
-	CHAOS_EVENTS=$${CHAOS_EVENTS:-10000} CHAOS_KILLS=$${CHAOS_KILLS:-6} $(GO) test $(TEST_FLAGS) -v -run '^(TestChaos|TestOutage)' ./e2e
+	CHAOS_EVENTS=$${CHAOS_EVENTS:-10000} CHAOS_KILLS=$${CHAOS_KILLS:-6} CHAOS_DB_MAX_CONNS=$${CHAOS_DB_MAX_CONNS:-8} $(GO) test $(TEST_FLAGS) -v -run '^(TestChaos|TestOutage)' ./e2e
 
 .PHONY: test/race
 test/race: ## Run every test with the race detector.

@@ -382,7 +382,8 @@ func envDuration(t *testing.T, key string, def time.Duration) time.Duration {
 // job is left unfinished.
 //
 // CHAOS_EVENTS (default 2000; make test/chaos: 10000), CHAOS_KILLS (4; 6),
-// CHAOS_KILL_EVERY (3s) and CHAOS_SETTLE_TIMEOUT scale it.
+// CHAOS_KILL_EVERY (3s), CHAOS_SETTLE_TIMEOUT and CHAOS_DB_MAX_CONNS (each
+// process's pool: 3; make test/chaos: 8) scale it.
 //
 // It is deliberately not parallel: three dispatchers under load are as much
 // CPU and as many Postgres connections as a shared 2-core machine should give
@@ -405,7 +406,9 @@ func TestChaosKill(t *testing.T) {
 	c := startCluster(t, 3, options{db: db, env: []string{
 		"DISPATCHER_RESCUE_STUCK_AFTER=" + rescueStuckAfter,
 		"DISPATCHER_LOG_LEVEL=info",
-		"DISPATCHER_DB_MAX_CONNS=3",
+		// Three processes of 3 (plus their LISTEN sessions) keep make test
+		// near its 20 connections; make test/chaos gives them more.
+		"DISPATCHER_DB_MAX_CONNS=" + strconv.Itoa(envInt(t, "CHAOS_DB_MAX_CONNS", 3)),
 	}})
 
 	// 50 endpoints: 10 owners with 5 each. Endpoint j of an owner hears one
