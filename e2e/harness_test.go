@@ -104,12 +104,36 @@ func masterKey(t *testing.T) string {
 	return k
 }
 
+// running bounds the dispatcher processes this binary runs at once, three
+// (TestChaosKill's cluster): each holds up to DISPATCHER_DB_MAX_CONNS=3 pool
+// connections plus two LISTEN sessions, so make test stays near its 20
+// Postgres connections however the parallel tests overlap. A test that has
+// waited runningWait starts its process anyway, so two tests that each need
+// a second process while holding one cannot wait on each other for ever.
+var running = make(chan struct{}, 3)
+
+const runningWait = 45 * time.Second
+
+// takeSlot waits for a free slot and returns its release.
+func takeSlot(t *testing.T) func() {
+	t.Helper()
+	select {
+	case running <- struct{}{}:
+		var once sync.Once
+		return func() { once.Do(func() { <-running }) }
+	case <-time.After(runningWait):
+		t.Logf("e2e: started a dispatcher beyond the %d at once, after waiting %s", cap(running), runningWait)
+		return func() {}
+	}
+}
+
 // start runs `dispatcher serve` and waits until it prints its addresses.
 func start(t *testing.T, opts options) *dispatcher {
 	t.Helper()
 	if opts.masterKey == "" {
 		opts.masterKey = masterKey(t)
 	}
+	release := takeSlot(t)
 	args := append([]string{"serve", "--grpc-addr", "127.0.0.1:0", "--ops-addr", "127.0.0.1:0"}, opts.args...)
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(),
@@ -121,7 +145,7 @@ func start(t *testing.T, opts options) *dispatcher {
 		"DISPATCHER_OPERATOR_TOKENS="+operatorToken,
 		"DISPATCHER_EGRESS_ALLOW_CIDRS=127.0.0.1/32",
 		"DISPATCHER_LOG_LEVEL=debug",
-		"DISPATCHER_DB_MAX_CONNS=4", // plus three LISTEN sessions: see dbtest.PoolConns
+		"DISPATCHER_DB_MAX_CONNS=3", // plus its LISTEN sessions: see running
 		"DISPATCHER_DELIVER_WORKERS=20",
 	)
 	cmd.Env = append(cmd.Env, opts.env...)
@@ -129,7 +153,10 @@ func start(t *testing.T, opts options) *dispatcher {
 	cmd.Stderr = logs
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
+	if err := cmd.Start(); err != nil {
+		release()
+		require.NoError(t, err)
+	}
 
 	d := &dispatcher{cmd: cmd, logs: logs, done: make(chan error, 1)}
 	addrs := make(chan []string, 1)
@@ -141,7 +168,11 @@ func start(t *testing.T, opts options) *dispatcher {
 			}
 		}
 	}()
-	go func() { d.done <- cmd.Wait() }()
+	go func() {
+		err := cmd.Wait()
+		release() // its connections are closed with it
+		d.done <- err
+	}()
 	t.Cleanup(func() { d.stop(t) })
 
 	select {

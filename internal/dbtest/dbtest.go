@@ -101,6 +101,7 @@ func admin(tb testing.TB) *pgxpool.Pool {
 			return
 		}
 		cfg.MaxConns = adminConns
+		idleBriefly(cfg)
 		adminPool, errAdmin = pgxpool.NewWithConfig(context.Background(), cfg)
 	})
 	if errAdmin != nil {
@@ -121,6 +122,14 @@ const (
 	// workers and the test's own queries, which wait their turn otherwise.
 	PoolConns = 4
 )
+
+// idleBriefly makes a pool close connections idle for a second: a test that
+// waits (on a dispatcher process, on a receiver) then holds none, which is
+// most of the suite's time, rather than keeping what it once needed.
+func idleBriefly(cfg *pgxpool.Config) {
+	cfg.MaxConnIdleTime = time.Second
+	cfg.HealthCheckPeriod = time.Second
+}
 
 // schemaPrefix starts every schema this package creates; the creation time
 // follows, so a later run can sweep what a crashed one left behind.
@@ -225,6 +234,7 @@ func newDB(tb testing.TB, migrate bool) *DB {
 		tb.Fatalf("dbtest: %v", err)
 	}
 	cfg.MaxConns = PoolConns
+	idleBriefly(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		tb.Fatalf("dbtest: pool: %v", err)
