@@ -113,9 +113,10 @@ func admin(tb testing.TB) *pgxpool.Pool {
 // The suite shares one server with whatever else runs on it, so every test's
 // pool is small: a test binary holds adminConns plus, per running test,
 // PoolConns and the sessions its River clients and listeners take out of the
-// pool for LISTEN (pgx hijacks those, so they are on top of MaxConns). The
-// Makefile runs test binaries two at a time with two tests each, which keeps
-// `make test` at about 20 connections (README, "Tests").
+// pool for LISTEN (pgx hijacks those, so they are on top of MaxConns), and
+// connections idle for a second are closed. The Makefile runs one test binary
+// at a time with two tests each, which keeps `make test` at about 20
+// connections (README).
 const (
 	adminConns = 2
 	// PoolConns is the size of DB.Pool: enough for a River client, its
