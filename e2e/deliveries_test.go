@@ -84,6 +84,7 @@ func TestDeliveryStates(t *testing.T) {
 	for name, rc := range map[string]*receiver{"flaky": flaky, "failing": failing, "gone": gone, "limited": limited, "slow": slow} {
 		ids[name] = createEndpoint(t, d, deliveriesOwner, rc.URL, "code.*").GetEndpoint().GetId()
 	}
+	publishedAt := time.Now()
 	publish(t, d, newEvent(deliveriesOwner, "code.issued", "code://1", `{}`))
 
 	// Not parallel: it must look while the first attempt is in flight. A
@@ -113,7 +114,11 @@ func TestDeliveryStates(t *testing.T) {
 		})
 		require.Equal(t, webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_RETRY_AFTER, del.GetWaitReason())
 		require.Contains(t, del.GetStateReason(), "The receiver asked to wait (HTTP 429, Retry-After) until ")
-		require.WithinDuration(t, time.Now().Add(time.Hour), del.GetScheduledAt().AsTime(), time.Minute)
+		// Retry-After: 3600 counts from the attempt, which came after the publish
+		// and before now; a parallel subtest may start long after either.
+		scheduledAt := del.GetScheduledAt().AsTime()
+		require.False(t, scheduledAt.Before(publishedAt.Add(time.Hour-time.Second)), "scheduled at %s, published at %s", scheduledAt, publishedAt)
+		require.False(t, scheduledAt.After(time.Now().Add(time.Hour+time.Second)), "scheduled at %s", scheduledAt)
 		require.Zero(t, del.GetAttempt(), "a snooze spends no attempt")
 	})
 
