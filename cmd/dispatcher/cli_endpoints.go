@@ -31,8 +31,9 @@ commands:
   delete <id>               delete an endpoint
   rotate-secret <id>        issue a new secret; the old one keeps signing for --grace
   send-test <id>            send one webhook.test event to this endpoint
-  deliveries <id>           list the endpoint's deliveries, newest first
-  redeliver <id>            re-queue the endpoint's failed and cancelled deliveries
+  deliveries <id>           list the endpoint's deliveries, newest first (--state, --event-type, --since, --until)
+  delivery <delivery-id>    show one delivery (of any of the owner's endpoints)
+  redeliver <id>            re-queue the endpoint's failed and cancelled deliveries (--since: those of an outage)
   retry-delivery <delivery id>  run one scheduled delivery now (its backoff or Retry-After cut short)
 
 Every command takes --addr, --owner, --json, --token-file, --tls, --ca-file;
@@ -69,7 +70,7 @@ func runEndpointsCLI(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	sub, rest := args[0], args[1:]
 	type command struct {
-		positional bool // takes an endpoint id
+		positional bool // takes an id (an endpoint's, or for delivery a delivery's)
 		flags      func(fs *flag.FlagSet) func(ctx context.Context, c *endpointsCmd, id string) error
 	}
 	commands := map[string]command{
@@ -83,6 +84,7 @@ func runEndpointsCLI(ctx context.Context, args []string, stdout, stderr io.Write
 		"deliveries":     {positional: true, flags: deliveriesFlags},
 		"redeliver":      {positional: true, flags: redeliverFlags},
 		"retry-delivery": {positional: true, flags: retryDeliveryFlags},
+		"delivery":       {positional: true, flags: deliveryFlags},
 	}
 	if sub == "help" || sub == "-h" || sub == "--help" {
 		fmt.Fprint(stdout, endpointsUsage)
@@ -107,7 +109,7 @@ func runEndpointsCLI(ctx context.Context, args []string, stdout, stderr io.Write
 	switch {
 	case cmd.positional && len(positional) != 1:
 		what := "endpoint id"
-		if sub == "retry-delivery" {
+		if sub == "retry-delivery" || sub == "delivery" {
 			what = "delivery id"
 		}
 		return fmt.Errorf("endpoints %s: want exactly one %s, got %d arguments", sub, what, len(positional))
@@ -361,53 +363,6 @@ func sendTestFlags(*flag.FlagSet) func(context.Context, *endpointsCmd, string) e
 			return printJSON(c.stdout, resp)
 		}
 		fmt.Fprintf(c.stdout, "sent webhook.test event %s to endpoint %s\n", resp.GetEventId(), id)
-		return nil
-	}
-}
-
-func deliveriesFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
-	pageSize := fs.Int("page-size", 0, "deliveries per page (0: server default of 50, at most 200)")
-	pageToken := fs.String("page-token", "", "page to fetch, from a previous call's next page token")
-	return func(ctx context.Context, c *endpointsCmd, id string) error {
-		resp, err := c.client.ListDeliveries(ctx, &webhooksv1.ListDeliveriesRequest{
-			OwnerId: c.conn.owner, EndpointId: id, PageSize: int32(min(max(*pageSize, -1), 1<<20)), PageToken: *pageToken,
-		})
-		if err != nil {
-			return err
-		}
-		if c.conn.json {
-			return printJSON(c.stdout, resp)
-		}
-		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "DELIVERY\tEVENT\tTYPE\tSTATE\tATTEMPT\tLAST ERROR\tCREATED\tLINK")
-		for _, d := range resp.GetDeliveries() {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", d.GetId(), d.GetEventId(), orDash(d.GetEventType()),
-				deliveryState(d), d.GetAttempt(), d.GetMaxAttempts(), orDash(oneLine(d.GetLastError(), 60)),
-				fmtTime(d.GetCreatedAt()), orDash(d.GetLink()))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		if len(resp.GetDeliveries()) == 0 {
-			fmt.Fprintln(c.stdout, "(no deliveries)")
-		}
-		if t := resp.GetNextPageToken(); t != "" {
-			fmt.Fprintf(c.stdout, "\nmore: --page-token %s\n", t)
-		}
-		return nil
-	}
-}
-
-func redeliverFlags(*flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
-	return func(ctx context.Context, c *endpointsCmd, id string) error {
-		resp, err := c.client.Redeliver(ctx, &webhooksv1.RedeliverRequest{OwnerId: c.conn.owner, EndpointId: id})
-		if err != nil {
-			return err
-		}
-		if c.conn.json {
-			return printJSON(c.stdout, resp)
-		}
-		fmt.Fprintf(c.stdout, "re-queued %d deliveries of endpoint %s\n", resp.GetCount(), id)
 		return nil
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +26,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
+	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -234,6 +236,52 @@ func TestEndpointsCLI(t *testing.T) {
 
 		_, err = endpoints(t, b, "get", id)
 		require.ErrorContains(t, err, "NotFound")
+	})
+
+	t.Run("DeliveriesFilterGetAndRecover", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		out, err := endpoints(t, b, "create", "--url", "https://hooks.example.com/in", "--event-types", "*")
+		require.NoError(t, err, out)
+		id := strings.Fields(strings.SplitN(out, "\n", 2)[0])[1]
+		// Two deliveries that failed an hour ago, one delivered.
+		var jobs []int64
+		for i, state := range []string{"discarded", "cancelled", "completed"} {
+			ev := testfactory.Event(t.Context(), t, b.db.Pool, &testfactory.EventOpts{OwnerID: "owner_cli", Type: "booking.created", Subject: "booking://" + strconv.Itoa(i)})
+			var jobID int64
+			require.NoError(t, b.db.Pool.QueryRow(t.Context(), `
+INSERT INTO river_job (kind, args, state, attempt, max_attempts, finalized_at, errors)
+VALUES ('webhook.deliver', jsonb_build_object('endpoint_id', $1::text, 'event_id', $2::text), $3::river_job_state, 1, 18,
+        now() - interval '1 hour', ARRAY[jsonb_build_object('at', now(), 'attempt', 1, 'error', 'HTTP 503', 'trace', '')])
+RETURNING id`, id, ev, state).Scan(&jobID))
+			jobs = append(jobs, jobID)
+		}
+
+		out, err = endpoints(t, b, "deliveries", id, "--state", "failed,cancelled", "--event-type", "booking.*", "--since", "48h")
+		require.NoError(t, err, out)
+		require.Contains(t, out, "failed")
+		require.Contains(t, out, "cancelled")
+		require.NotContains(t, out, "delivered")
+		_, err = endpoints(t, b, "deliveries", id, "--state", "lost")
+		require.ErrorContains(t, err, `unknown state "lost"`)
+		_, err = endpoints(t, b, "deliveries", id, "--since", "yesterday")
+		require.ErrorContains(t, err, "RFC 3339")
+
+		out, err = endpoints(t, b, "delivery", strconv.FormatInt(jobs[0], 10))
+		require.NoError(t, err, out)
+		require.Contains(t, out, "endpoint:")
+		require.Contains(t, out, id)
+		require.Contains(t, out, "HTTP 503")
+		_, err = endpoints(t, b, "delivery", "abc")
+		require.ErrorContains(t, err, "want a delivery id")
+
+		// Pages of one, followed to the end; a second run queues nothing.
+		out, err = endpoints(t, b, "redeliver", id, "--since", "2h", "--limit", "1")
+		require.NoError(t, err, out)
+		require.Contains(t, out, "re-queued 2 deliveries")
+		out, err = endpoints(t, b, "redeliver", id, "--since", "2h")
+		require.NoError(t, err, out)
+		require.Contains(t, out, "re-queued 0 deliveries")
 	})
 
 	t.Run("EventTypes", func(t *testing.T) {

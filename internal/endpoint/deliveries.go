@@ -3,6 +3,7 @@ package endpoint
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,6 +79,7 @@ const (
 // Delivery is one webhook.deliver job of an endpoint.
 type Delivery struct {
 	JobID       int64
+	EndpointID  string
 	EventID     string
 	EventType   string // "" when the event was pruned
 	State       DeliveryState
@@ -95,6 +97,7 @@ type Delivery struct {
 // jobRow is what ListDeliveries reads of a webhook.deliver job.
 type jobRow struct {
 	ID          int64
+	EndpointID  string
 	EventID     string
 	EventType   string
 	State       string // River's job state
@@ -113,44 +116,118 @@ type jobRow struct {
 // own clock, a moment apart.
 const snoozeSlack = 2 * time.Second
 
+// stateRules is the one translation of River's job states into delivery
+// states: a row is in the first rule's state whose River state matches and,
+// for the waiting states, whose scheduled_at is past (due) or ahead. Both the
+// mapping of a row (jobRow.delivery) and the SQL filter of ListDeliveries
+// (stateCondition) are read from it.
+var stateRules = []struct {
+	state DeliveryState
+	river string
+	when  ruleTime
+}{
+	{DeliveryDelivered, "completed", anyTime},
+	{DeliveryFailed, "discarded", anyTime},
+	{DeliveryCancelled, "cancelled", anyTime},
+	{DeliveryDelivering, "running", anyTime},
+	{DeliveryPending, "pending", anyTime},
+	{DeliveryPending, "available", due},
+	{DeliveryPending, "scheduled", due},
+	{DeliveryPending, "retryable", due},
+	{DeliveryScheduled, "available", ahead},
+	{DeliveryScheduled, "scheduled", ahead},
+	{DeliveryScheduled, "retryable", ahead},
+}
+
+// ruleTime is how a state rule reads scheduled_at.
+type ruleTime int
+
+const (
+	anyTime ruleTime = iota
+	due              // scheduled_at <= now
+	ahead            // scheduled_at > now
+)
+
+// productState is the delivery state of a job in River state riverState,
+// scheduled at scheduledAt, as of now; 0 for a River state no rule knows.
+func productState(riverState string, scheduledAt, now time.Time) DeliveryState {
+	for _, r := range stateRules {
+		if r.river != riverState {
+			continue
+		}
+		switch r.when {
+		case anyTime:
+			return r.state
+		case due:
+			if !scheduledAt.After(now) {
+				return r.state
+			}
+		case ahead:
+			if scheduledAt.After(now) {
+				return r.state
+			}
+		}
+	}
+	return 0
+}
+
+// stateCondition is the SQL condition, over river_job j and the named
+// argument @now, that holds for exactly the rows productState maps into one
+// of states. It is built from the fixed rules only, never from input.
+func stateCondition(states []DeliveryState) string {
+	var terms []string
+	for _, r := range stateRules {
+		if !slices.Contains(states, r.state) {
+			continue
+		}
+		term := "j.state = '" + r.river + "'"
+		switch r.when {
+		case anyTime:
+		case due:
+			term = "(" + term + " AND j.scheduled_at <= @now)"
+		case ahead:
+			term = "(" + term + " AND j.scheduled_at > @now)"
+		}
+		terms = append(terms, term)
+	}
+	if len(terms) == 0 {
+		return "false"
+	}
+	return "(" + strings.Join(terms, " OR ") + ")"
+}
+
 // delivery maps a River job row to a Delivery, as of now. This is the one
 // place River's states and error texts are translated.
 func (r jobRow) delivery(now time.Time) *Delivery {
 	d := &Delivery{
-		JobID: r.ID, EventID: r.EventID, EventType: r.EventType,
+		JobID: r.ID, EndpointID: r.EndpointID, EventID: r.EventID, EventType: r.EventType,
 		Attempt: r.Attempt, MaxAttempts: r.MaxAttempts, LastError: humanError(r.LastError),
 		CreatedAt: r.CreatedAt, AttemptedAt: r.AttemptedAt, ScheduledAt: r.ScheduledAt, FinalizedAt: r.FinalizedAt,
+		State: productState(r.State, r.ScheduledAt, now),
 	}
-	switch r.State {
-	case "completed":
+	switch d.State {
+	case DeliveryDelivered:
 		// An earlier failure is history, not this delivery's error.
-		d.State, d.LastError = DeliveryDelivered, ""
+		d.LastError = ""
 		d.StateReason = "Delivered."
 		if r.FinalizedAt != nil {
 			d.StateReason = "Delivered at " + stamp(*r.FinalizedAt) + "."
 		}
-	case "discarded":
-		d.State = DeliveryFailed
+	case DeliveryFailed:
 		d.StateReason = fmt.Sprintf("Failed: all %d attempts failed, so it is no longer retried.", r.Attempt)
-	case "cancelled":
-		d.State = DeliveryCancelled
+	case DeliveryCancelled:
 		d.StateReason = "Cancelled, not retried."
 		if d.LastError != "" {
 			d.StateReason = "Cancelled, not retried: " + d.LastError
 		}
-	case "running":
-		d.State = DeliveryDelivering
+	case DeliveryDelivering:
 		d.StateReason = fmt.Sprintf("Attempt %d of %d is in flight.", r.Attempt, r.MaxAttempts)
-	case "pending":
-		d.State = DeliveryPending
-		d.StateReason = "Held, not yet queued."
-	case "available", "scheduled", "retryable":
-		if !r.ScheduledAt.After(now) {
-			d.State = DeliveryPending
-			d.StateReason = "Queued: it goes out as soon as a worker takes it."
-			break
+	case DeliveryPending:
+		d.StateReason = "Queued: it goes out as soon as a worker takes it."
+		if r.State == "pending" {
+			d.StateReason = "Held, not yet queued."
 		}
-		d.State = DeliveryScheduled
+	case DeliveryScheduled:
 		d.Wait, d.StateReason = r.wait()
 	default:
 		d.StateReason = "In River state " + r.State + "."

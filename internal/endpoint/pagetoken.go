@@ -17,6 +17,7 @@ import (
 const (
 	endpointsTokenTag  = "e1"
 	deliveriesTokenTag = "d1"
+	redeliverTokenTag  = "r1"
 )
 
 func encodeToken(parts ...string) string {
@@ -69,4 +70,34 @@ func decodeDeliveriesToken(tok string) (int64, bool) {
 		return 0, false
 	}
 	return id, true
+}
+
+// encodeRedeliverToken carries Redeliver's since (so a continuation cannot
+// silently widen or narrow the window) and the last job it examined.
+func encodeRedeliverToken(since *time.Time, lastJobID int64) string {
+	sinceText := ""
+	if since != nil {
+		sinceText = strconv.FormatInt(since.UnixMicro(), 10)
+	}
+	return encodeToken(redeliverTokenTag, sinceText, strconv.FormatInt(lastJobID, 10))
+}
+
+func decodeRedeliverToken(tok string) (*time.Time, int64, bool) {
+	parts, ok := decodeToken(tok, redeliverTokenTag, 2)
+	if !ok {
+		return nil, 0, false
+	}
+	var since *time.Time
+	if parts[0] != "" {
+		micros, err := strconv.ParseInt(parts[0], 10, 64)
+		if err != nil {
+			return nil, 0, false
+		}
+		since = new(time.UnixMicro(micros))
+	}
+	id, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil || id <= 0 {
+		return nil, 0, false
+	}
+	return since, id, true
 }

@@ -425,35 +425,6 @@ func (s *Service) SendTest(ctx context.Context, owner, id string) (string, error
 	return ev.ID, nil
 }
 
-// ListDeliveries returns a page of an endpoint's deliveries, newest first.
-func (s *Service) ListDeliveries(ctx context.Context, owner, endpointID string, pageSize32 int32, pageToken string) (Page[*Delivery], error) {
-	var v violations
-	s.val.ownerID(&v, owner)
-	id := parseID(&v, endpointID)
-	limit := pageSize(&v, pageSize32)
-	var before int64
-	if pageToken != "" {
-		var ok bool
-		if before, ok = decodeDeliveriesToken(pageToken); !ok {
-			v.add(FieldPageToken, "is not a token returned by ListDeliveries")
-		}
-	}
-	if err := v.err(); err != nil {
-		return Page[*Delivery]{}, err
-	}
-	ds, err := s.store.ListDeliveries(ctx, owner, id, before, limit+1)
-	if err != nil {
-		return Page[*Delivery]{}, err
-	}
-	var page Page[*Delivery]
-	if len(ds) > limit {
-		ds = ds[:limit]
-		page.NextPageToken = encodeDeliveriesToken(ds[len(ds)-1].JobID)
-	}
-	page.Items = ds
-	return page, nil
-}
-
 // RetryDelivery runs one waiting delivery of owner's now: a retry's backoff
 // (up to 10 h), a Retry-After or a failing endpoint's cool-down is cut
 // short. See Store.RetryDelivery for what is refused.
@@ -484,22 +455,4 @@ func (s *Service) JobLink(jobID int64) string {
 		return ""
 	}
 	return strings.ReplaceAll(s.cfg.JobLinkTemplate, "{job_id}", strconv.FormatInt(jobID, 10))
-}
-
-// Redeliver re-queues every discarded or cancelled delivery of an endpoint
-// whose event still exists, and returns how many.
-func (s *Service) Redeliver(ctx context.Context, owner, endpointID string) (int, error) {
-	id, err := s.ownerAndID(owner, endpointID)
-	if err != nil {
-		return 0, err
-	}
-	if s.river == nil {
-		return 0, fmt.Errorf("redeliver: %w", ErrUnavailable)
-	}
-	n, err := s.store.Redeliver(ctx, s.river, owner, id)
-	if err != nil {
-		return 0, err
-	}
-	s.logOp(ctx, "deliveries re-queued", owner, id, slog.Int("count", n))
-	return n, nil
 }

@@ -423,56 +423,17 @@ RETURNING previous_secret_expires_at`, id, owner, sealed, grace.Microseconds(), 
 	return &r, nil
 }
 
-// ListDeliveries returns up to limit of owner's endpoint's deliveries, newest
-// first, with job ids below beforeJobID (0 for the first page).
-func (s *Store) ListDeliveries(ctx context.Context, owner string, endpointID uuid.UUID, beforeJobID int64, limit int) ([]*Delivery, error) {
-	if err := s.exists(ctx, s.pool, owner, endpointID); err != nil {
-		return nil, err
-	}
-	// Served by river_job_webhook_deliver_endpoint_idx ((args->>'endpoint_id'), id)
-	// WHERE kind = 'webhook.deliver'; the kind is a literal, not a parameter,
-	// so that even a generic plan can prove the partial index applies. The events join is owner-scoped too, so
-	// an event id that collides with another owner's never lends its type.
-	rows, err := s.pool.Query(ctx, `
-SELECT `+deliveryColumns+`
-  FROM river_job j
-  LEFT JOIN events e ON e.id = j.args->>'event_id' AND e.owner_id = $2
- WHERE j.kind = '`+job.KindDeliver+`'
-   AND j.args->>'endpoint_id' = $1::text
-   AND ($3::bigint = 0 OR j.id < $3::bigint)
- ORDER BY j.id DESC
- LIMIT $4`, endpointID.String(), owner, beforeJobID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list deliveries: %w", err)
-	}
-	now := time.Now()
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Delivery, error) {
-		jr, err := scanJobRow(r)
-		if err != nil {
-			return nil, err
-		}
-		return jr.delivery(now), nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list deliveries: %w", err)
-	}
-	return out, nil
-}
-
 // deliveryColumns are what a jobRow is scanned from (scanJobRow), over
 // river_job j and events e.
-const deliveryColumns = `j.id, j.args->>'event_id', coalesce(e.type, ''), j.state::text, j.attempt, j.max_attempts,
+const deliveryColumns = `j.id, coalesce(j.args->>'endpoint_id', ''), coalesce(j.args->>'event_id', ''), coalesce(e.type, ''),
+       j.state::text, j.attempt, j.max_attempts,
        coalesce(j.errors[cardinality(j.errors)]->>'error', ''),
        j.created_at, j.attempted_at, j.scheduled_at, j.finalized_at, j.metadata->'output'`
 
-func scanJobRow(r pgx.Row) (jobRow, error) {
+func scanJobRow(r pgx.Row, extra ...any) (jobRow, error) {
 	var jr jobRow
-	var eventID *string
-	err := r.Scan(&jr.ID, &eventID, &jr.EventType, &jr.State, &jr.Attempt, &jr.MaxAttempts, &jr.LastError,
-		&jr.CreatedAt, &jr.AttemptedAt, &jr.ScheduledAt, &jr.FinalizedAt, &jr.Output)
-	if eventID != nil {
-		jr.EventID = *eventID
-	}
+	err := r.Scan(append([]any{&jr.ID, &jr.EndpointID, &jr.EventID, &jr.EventType, &jr.State, &jr.Attempt, &jr.MaxAttempts, &jr.LastError,
+		&jr.CreatedAt, &jr.AttemptedAt, &jr.ScheduledAt, &jr.FinalizedAt, &jr.Output}, extra...)...)
 	return jr, err
 }
 
@@ -490,15 +451,10 @@ SELECT ` + deliveryColumns + `, w.enabled
  WHERE j.id = $1 AND j.kind = '` + job.KindDeliver + `'`
 	var d *Delivery
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var (
-			jr      jobRow
-			eventID *string
-			enabled bool
-		)
+		var enabled bool
 		// The row lock keeps a worker from fetching the job (River fetches
 		// with SKIP LOCKED) between the check and the retry.
-		err := tx.QueryRow(ctx, q+` FOR UPDATE OF j`, jobID, owner).Scan(&jr.ID, &eventID, &jr.EventType, &jr.State, &jr.Attempt,
-			&jr.MaxAttempts, &jr.LastError, &jr.CreatedAt, &jr.AttemptedAt, &jr.ScheduledAt, &jr.FinalizedAt, &jr.Output, &enabled)
+		jr, err := scanJobRow(tx.QueryRow(ctx, q+` FOR UPDATE OF j`, jobID, owner), &enabled)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrDeliveryNotFound
 		}
@@ -555,70 +511,9 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Redeliver re-queues every delivery of owner's endpoint id that ended
-// discarded or cancelled and whose event still exists, in one transaction,
-// and returns how many it re-queued. The endpoint must be enabled
-// (ErrDisabled): a disabled endpoint's deliveries would only be cancelled
-// again.
-//
-// River's JobRetryTx keeps the job's attempt count and errors, and gives an
-// exhausted job one more attempt. A delivery whose (endpoint, event) twin is
-// live again (a later fanout of the same event) is skipped: retrying it would
-// hit River's unique index, so each retry runs in a savepoint and a unique
-// violation only rolls that one back.
-func (s *Store) Redeliver(ctx context.Context, client *river.Client[pgx.Tx], owner string, id uuid.UUID) (int, error) {
-	var n int
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var enabled bool
-		// FOR SHARE keeps the endpoint from being deleted or disabled under
-		// the transaction.
-		err := tx.QueryRow(ctx, `SELECT enabled FROM webhook_endpoints WHERE id = $1 AND owner_id = $2 FOR SHARE`, id, owner).Scan(&enabled)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotFound
-		}
-		if err != nil {
-			return err
-		}
-		if !enabled {
-			return ErrDisabled
-		}
-		rows, err := tx.Query(ctx, `
-SELECT j.id
-  FROM river_job j
- WHERE j.kind = '`+job.KindDeliver+`'
-   AND j.args->>'endpoint_id' = $1::text
-   AND j.state IN ('discarded', 'cancelled')
-   AND EXISTS (SELECT 1 FROM events e WHERE e.id = j.args->>'event_id' AND e.owner_id = $2)
- ORDER BY j.id`, id.String(), owner)
-		if err != nil {
-			return err
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return err
-		}
-		for _, jobID := range ids {
-			ok, err := retryInSavepoint(ctx, client, tx, jobID)
-			if err != nil {
-				return fmt.Errorf("retry job %d: %w", jobID, err)
-			}
-			if ok {
-				n++
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrDisabled) {
-			return 0, err
-		}
-		return 0, fmt.Errorf("redeliver: %w", err)
-	}
-	return n, nil
-}
-
-// retryInSavepoint retries one job inside a savepoint of tx. It reports false
-// (and rolls back only the savepoint) when the job has a live unique twin.
+// retryInSavepoint retries one job inside a savepoint of tx and stamps it
+// redeliveredAtKey. It reports false (and rolls back only the savepoint)
+// when the job has a live unique twin.
 func retryInSavepoint(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, jobID int64) (bool, error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
@@ -630,6 +525,10 @@ func retryInSavepoint(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 			return false, nil
 		}
+		return false, err
+	}
+	if _, err := sp.Exec(ctx, `UPDATE river_job SET metadata = metadata || jsonb_build_object('`+redeliveredAtKey+`', now()) WHERE id = $1`, jobID); err != nil {
+		_ = sp.Rollback(ctx)
 		return false, err
 	}
 	return true, sp.Commit(ctx)

@@ -126,3 +126,24 @@ func MatchAny(globs []string, typ string) bool {
 	}
 	return false
 }
+
+// GlobLikePattern is a SQL LIKE pattern (backslash escapes, Postgres'
+// default) that matches exactly the type names g matches, for filtering
+// stored rows the way MatchGlob filters in memory. ok is false for a
+// syntactically invalid glob.
+func GlobLikePattern(g string) (pattern string, ok bool) {
+	kind, arg := classify(g)
+	// Type names and prefixes hold only [a-z0-9_.]: '_' is LIKE's one
+	// metacharacter among them.
+	escaped := strings.ReplaceAll(arg, "_", `\_`)
+	switch kind {
+	case globAll:
+		return "%", true
+	case globPrefix:
+		return escaped + "%", true
+	case globExact:
+		return escaped, true
+	default:
+		return "", false
+	}
+}

@@ -179,19 +179,6 @@ func (s *endpointServer) SendTest(ctx context.Context, req *webhooksv1.SendTestR
 	return &webhooksv1.SendTestResponse{EventId: id}, nil
 }
 
-// ListDeliveries implements webhooksv1.EndpointServiceServer.
-func (s *endpointServer) ListDeliveries(ctx context.Context, req *webhooksv1.ListDeliveriesRequest) (*webhooksv1.ListDeliveriesResponse, error) {
-	page, err := s.svc.ListDeliveries(ctx, req.GetOwnerId(), req.GetEndpointId(), req.GetPageSize(), req.GetPageToken())
-	if err != nil {
-		return nil, s.fail(ctx, "list_deliveries", req.GetOwnerId(), err)
-	}
-	resp := &webhooksv1.ListDeliveriesResponse{NextPageToken: page.NextPageToken}
-	for _, d := range page.Items {
-		resp.Deliveries = append(resp.Deliveries, s.deliveryProto(d))
-	}
-	return resp, nil
-}
-
 // RetryDelivery implements webhooksv1.EndpointServiceServer.
 func (s *endpointServer) RetryDelivery(ctx context.Context, req *webhooksv1.RetryDeliveryRequest) (*webhooksv1.RetryDeliveryResponse, error) {
 	d, err := s.svc.RetryDelivery(ctx, req.GetOwnerId(), req.GetDeliveryId())
@@ -199,15 +186,6 @@ func (s *endpointServer) RetryDelivery(ctx context.Context, req *webhooksv1.Retr
 		return nil, s.fail(ctx, "retry_delivery", req.GetOwnerId(), err)
 	}
 	return &webhooksv1.RetryDeliveryResponse{Delivery: s.deliveryProto(d)}, nil
-}
-
-// Redeliver implements webhooksv1.EndpointServiceServer.
-func (s *endpointServer) Redeliver(ctx context.Context, req *webhooksv1.RedeliverRequest) (*webhooksv1.RedeliverResponse, error) {
-	n, err := s.svc.Redeliver(ctx, req.GetOwnerId(), req.GetEndpointId())
-	if err != nil {
-		return nil, s.fail(ctx, "redeliver", req.GetOwnerId(), err)
-	}
-	return &webhooksv1.RedeliverResponse{Count: int32(min(n, 1<<31-1))}, nil
 }
 
 // ListEventTypes implements webhooksv1.EndpointServiceServer.
@@ -315,6 +293,7 @@ var waitReasons = map[endpoint.WaitReason]webhooksv1.DeliveryWaitReason{
 func (s *endpointServer) deliveryProto(d *endpoint.Delivery) *webhooksv1.Delivery {
 	out := &webhooksv1.Delivery{
 		Id:          d.JobID,
+		EndpointId:  d.EndpointID,
 		EventId:     d.EventID,
 		EventType:   d.EventType,
 		State:       deliveryStates[d.State],

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -51,6 +52,8 @@ type badFixture struct {
 	svc webhooksv1.EndpointServiceServer
 	raw webhooksv1.EndpointServiceClient // no token of its own
 	id  string
+	// jobID is the endpoint's one (discarded) delivery.
+	jobID int64
 }
 
 func newBadFixture(t *testing.T) *badFixture {
@@ -62,8 +65,9 @@ func newBadFixture(t *testing.T) *badFixture {
 	return &badFixture{
 		env: env,
 		svc: NewEndpointServer(endpoint.NewService(endpoint.ServiceConfig{}, env.db.Pool, env.river, env.keyring, env.publisher, nil), nil),
-		raw: webhooksv1.NewEndpointServiceClient(env.raw),
-		id:  id,
+		raw:   webhooksv1.NewEndpointServiceClient(env.raw),
+		id:    id,
+		jobID: jobID,
 	}
 }
 
@@ -138,6 +142,12 @@ func (f *badFixture) call(ctx context.Context, inProcess bool, req proto.Message
 			_, err = s.Redeliver(ctx, r)
 		} else {
 			_, err = c.Redeliver(ctx, r)
+		}
+	case *webhooksv1.GetDeliveryRequest:
+		if inProcess {
+			_, err = s.GetDelivery(ctx, r)
+		} else {
+			_, err = c.GetDelivery(ctx, r)
 		}
 	case *webhooksv1.ListEventTypesRequest:
 		if inProcess {
@@ -246,6 +256,13 @@ var endpointOps = []endpointOp{
 		setOwn:  func(m proto.Message, v string) { m.(*webhooksv1.RedeliverRequest).OwnerId = v },
 		setID:   func(m proto.Message, v string) { m.(*webhooksv1.RedeliverRequest).EndpointId = v },
 		idField: endpoint.FieldEndpointID,
+	},
+	{
+		name: "GetDelivery",
+		valid: func(f *badFixture) proto.Message {
+			return &webhooksv1.GetDeliveryRequest{OwnerId: ownerA, DeliveryId: f.jobID}
+		},
+		setOwn: func(m proto.Message, v string) { m.(*webhooksv1.GetDeliveryRequest).OwnerId = v },
 	},
 }
 
@@ -522,6 +539,70 @@ func badEndpointCases() []badCase {
 	invalid("ListDeliveriesPageTokenZeroID", endpoint.FieldPageToken, edit(opNamed("ListDeliveries"), func(r *webhooksv1.ListDeliveriesRequest) {
 		r.PageToken = encodeToken("d1", "0")
 	}))
+
+	// GetDelivery: a delivery id is a positive job id; another owner's (or
+	// a job that is no delivery) is NotFound like a missing one.
+	get := opNamed("GetDelivery")
+	getWith := func(fn func(*webhooksv1.GetDeliveryRequest)) func(*badFixture) proto.Message { return edit(get, fn) }
+	invalid("GetDeliveryIDZero", endpoint.FieldDeliveryID, getWith(func(r *webhooksv1.GetDeliveryRequest) { r.DeliveryId = 0 }))
+	invalid("GetDeliveryIDNegative", endpoint.FieldDeliveryID, getWith(func(r *webhooksv1.GetDeliveryRequest) { r.DeliveryId = -1 }))
+	invalid("GetDeliveryIDMinInt", endpoint.FieldDeliveryID, getWith(func(r *webhooksv1.GetDeliveryRequest) { r.DeliveryId = math.MinInt64 }))
+	notFound("GetDeliveryForeignOwner", false, getWith(func(r *webhooksv1.GetDeliveryRequest) { r.OwnerId = ownerB }))
+	notFound("GetDeliveryIDUnknown", false, getWith(func(r *webhooksv1.GetDeliveryRequest) { r.DeliveryId = math.MaxInt64 }))
+
+	// ListDeliveries' filters.
+	listWith := func(fn func(*webhooksv1.ListDeliveriesRequest)) func(*badFixture) proto.Message {
+		return edit(opNamed("ListDeliveries"), fn)
+	}
+	invalid("ListDeliveriesStateUnspecified", "states[0]", listWith(func(r *webhooksv1.ListDeliveriesRequest) {
+		r.States = []webhooksv1.DeliveryState{webhooksv1.DeliveryState_DELIVERY_STATE_UNSPECIFIED}
+	}))
+	invalid("ListDeliveriesStateUnknown", "states[1]", listWith(func(r *webhooksv1.ListDeliveriesRequest) {
+		r.States = []webhooksv1.DeliveryState{webhooksv1.DeliveryState_DELIVERY_STATE_FAILED, 99}
+	}))
+	invalid("ListDeliveriesStatesTooMany", endpoint.FieldStates, listWith(func(r *webhooksv1.ListDeliveriesRequest) {
+		for range endpoint.MaxStatesFilter + 1 {
+			r.States = append(r.States, webhooksv1.DeliveryState_DELIVERY_STATE_FAILED)
+		}
+	}))
+	for name, g := range map[string]string{"InnerStar": "corpus.*.changed", "Unknown": "corpus.note.deleted", "UpperCase": "Corpus.*", "SQLInjection": injectionValues[0], "Like": "corpus.%"} {
+		invalid("ListDeliveriesEventType"+name, endpoint.FieldEventType, listWith(func(r *webhooksv1.ListDeliveriesRequest) { r.EventType = g }))
+	}
+	invalidUTF8("ListDeliveriesEventTypeInvalidUTF8", endpoint.FieldEventType, listWith(func(r *webhooksv1.ListDeliveriesRequest) { r.EventType = "corpus.\xff" }))
+	invalid("ListDeliveriesCreatedAfterOutOfRange", endpoint.FieldCreatedAfter, listWith(func(r *webhooksv1.ListDeliveriesRequest) {
+		r.CreatedAfter = &timestamppb.Timestamp{Seconds: math.MaxInt64}
+	}))
+	invalid("ListDeliveriesCreatedBeforeBadNanos", endpoint.FieldCreatedBefore, listWith(func(r *webhooksv1.ListDeliveriesRequest) {
+		r.CreatedBefore = &timestamppb.Timestamp{Seconds: 1, Nanos: -1}
+	}))
+	invalid("ListDeliveriesEmptyRange", endpoint.FieldCreatedBefore, listWith(func(r *webhooksv1.ListDeliveriesRequest) {
+		at := timestamppb.Now()
+		r.CreatedAfter, r.CreatedBefore = at, at
+	}))
+
+	// Redeliver's bounds.
+	redeliverWith := func(fn func(*webhooksv1.RedeliverRequest)) func(*badFixture) proto.Message {
+		return edit(opNamed("Redeliver"), fn)
+	}
+	since := time.Now().Add(-time.Hour)
+	invalid("RedeliverLimitNegative", endpoint.FieldLimit, redeliverWith(func(r *webhooksv1.RedeliverRequest) { r.Limit = -1 }))
+	invalid("RedeliverLimitAboveMax", endpoint.FieldLimit, redeliverWith(func(r *webhooksv1.RedeliverRequest) { r.Limit = endpoint.MaxRedeliverLimit + 1 }))
+	invalid("RedeliverSinceOutOfRange", endpoint.FieldSince, redeliverWith(func(r *webhooksv1.RedeliverRequest) {
+		r.Since = &timestamppb.Timestamp{Seconds: math.MinInt64}
+	}))
+	invalid("RedeliverPageTokenGarbage", endpoint.FieldPageToken, redeliverWith(func(r *webhooksv1.RedeliverRequest) { r.PageToken = "not a token" }))
+	invalid("RedeliverPageTokenOtherOp", endpoint.FieldPageToken, redeliverWith(func(r *webhooksv1.RedeliverRequest) { r.PageToken = encodeDeliveriesToken(7) }))
+	invalid("RedeliverPageTokenOtherSince", endpoint.FieldPageToken, redeliverWith(func(r *webhooksv1.RedeliverRequest) {
+		r.Since = timestamppb.New(since)
+		r.PageToken = encodeToken("r1", strconv.FormatInt(since.Add(-time.Second).UnixMicro(), 10), "7")
+	}))
+	invalid("RedeliverPageTokenSinceDropped", endpoint.FieldPageToken, redeliverWith(func(r *webhooksv1.RedeliverRequest) {
+		r.PageToken = encodeToken("r1", strconv.FormatInt(since.UnixMicro(), 10), "7")
+	}))
+	invalid("RedeliverPageTokenZeroID", endpoint.FieldPageToken, redeliverWith(func(r *webhooksv1.RedeliverRequest) { r.PageToken = encodeToken("r1", "", "0") }))
+	invalid("RedeliverPageTokenSQLInjection", endpoint.FieldPageToken, redeliverWith(func(r *webhooksv1.RedeliverRequest) {
+		r.PageToken = encodeToken("r1", "", injectionValues[0])
+	}))
 	return cases
 }
 
@@ -660,6 +741,8 @@ func invokeRaw(ctx context.Context, c webhooksv1.EndpointServiceClient, req prot
 		_, err = c.ListDeliveries(ctx, r)
 	case *webhooksv1.RedeliverRequest:
 		_, err = c.Redeliver(ctx, r)
+	case *webhooksv1.GetDeliveryRequest:
+		_, err = c.GetDelivery(ctx, r)
 	case *webhooksv1.ListEventTypesRequest:
 		_, err = c.ListEventTypes(ctx, r)
 	default:

@@ -1341,8 +1341,17 @@ type ListDeliveriesRequest struct {
 	OwnerId    string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
 	EndpointId string                 `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
 	// 0 means 50; at most 200.
-	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize  int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only deliveries in one of these states (empty: every state).
+	States []DeliveryState `protobuf:"varint,5,rep,packed,name=states,proto3,enum=webhooks.v1.DeliveryState" json:"states,omitempty"`
+	// Only deliveries of events whose type matches this glob: "*",
+	// "corpus.*" or a type name. Empty: every type.
+	EventType string `protobuf:"bytes,6,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	// Only deliveries created at or after this time.
+	CreatedAfter *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
+	// Only deliveries created before this time.
+	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1405,6 +1414,34 @@ func (x *ListDeliveriesRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListDeliveriesRequest) GetStates() []DeliveryState {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *ListDeliveriesRequest) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *ListDeliveriesRequest) GetCreatedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAfter
+	}
+	return nil
+}
+
+func (x *ListDeliveriesRequest) GetCreatedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedBefore
+	}
+	return nil
+}
+
 type Delivery struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The delivery's id, which is also its River job id (see link).
@@ -1428,7 +1465,9 @@ type Delivery struct {
 	WaitReason DeliveryWaitReason `protobuf:"varint,13,opt,name=wait_reason,json=waitReason,proto3,enum=webhooks.v1.DeliveryWaitReason" json:"wait_reason,omitempty"`
 	// The state in one sentence for people, e.g. "The receiver asked to wait
 	// (HTTP 429, Retry-After) until 2026-12-01T10:00:00Z."
-	StateReason   string `protobuf:"bytes,14,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
+	StateReason string `protobuf:"bytes,14,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
+	// The endpoint it goes to.
+	EndpointId    string `protobuf:"bytes,30,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1557,6 +1596,13 @@ func (x *Delivery) GetWaitReason() DeliveryWaitReason {
 func (x *Delivery) GetStateReason() string {
 	if x != nil {
 		return x.StateReason
+	}
+	return ""
+}
+
+func (x *Delivery) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
 	}
 	return ""
 }
@@ -1711,17 +1757,125 @@ func (x *RetryDeliveryResponse) GetDelivery() *Delivery {
 	return nil
 }
 
-type RedeliverRequest struct {
+type GetDeliveryRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	OwnerId string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	// A Delivery.id. Another owner's delivery is NOT_FOUND, like a missing one.
+	DeliveryId    int64 `protobuf:"varint,2,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDeliveryRequest) Reset() {
+	*x = GetDeliveryRequest{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDeliveryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDeliveryRequest) ProtoMessage() {}
+
+func (x *GetDeliveryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDeliveryRequest.ProtoReflect.Descriptor instead.
+func (*GetDeliveryRequest) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *GetDeliveryRequest) GetOwnerId() string {
+	if x != nil {
+		return x.OwnerId
+	}
+	return ""
+}
+
+func (x *GetDeliveryRequest) GetDeliveryId() int64 {
+	if x != nil {
+		return x.DeliveryId
+	}
+	return 0
+}
+
+type GetDeliveryResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	OwnerId       string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
-	EndpointId    string                 `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	Delivery      *Delivery              `protobuf:"bytes,1,opt,name=delivery,proto3" json:"delivery,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDeliveryResponse) Reset() {
+	*x = GetDeliveryResponse{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDeliveryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDeliveryResponse) ProtoMessage() {}
+
+func (x *GetDeliveryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDeliveryResponse.ProtoReflect.Descriptor instead.
+func (*GetDeliveryResponse) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GetDeliveryResponse) GetDelivery() *Delivery {
+	if x != nil {
+		return x.Delivery
+	}
+	return nil
+}
+
+type RedeliverRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	OwnerId    string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	EndpointId string                 `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// Only deliveries that ended (FAILED or CANCELLED) at or after this time.
+	// Unset: whenever they ended. With since set, a delivery a Redeliver with
+	// the same or an earlier since already re-queued is not queued again,
+	// even if it has failed again since; pass a later since for that.
+	Since *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	// How many deliveries one call examines at most: 0 means 1000, at most
+	// 1000. Oldest first.
+	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// From a previous call's next_page_token, with the same since: continues
+	// after the deliveries that call examined.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RedeliverRequest) Reset() {
 	*x = RedeliverRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[20]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1887,7 @@ func (x *RedeliverRequest) String() string {
 func (*RedeliverRequest) ProtoMessage() {}
 
 func (x *RedeliverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[20]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1900,7 @@ func (x *RedeliverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedeliverRequest.ProtoReflect.Descriptor instead.
 func (*RedeliverRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{20}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RedeliverRequest) GetOwnerId() string {
@@ -1763,17 +1917,40 @@ func (x *RedeliverRequest) GetEndpointId() string {
 	return ""
 }
 
+func (x *RedeliverRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *RedeliverRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *RedeliverRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type RedeliverResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How many deliveries were re-queued.
-	Count         int32 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	Count int32 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	// Set when the call stopped at limit: pass it as page_token to continue.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RedeliverResponse) Reset() {
 	*x = RedeliverResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[21]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +1962,7 @@ func (x *RedeliverResponse) String() string {
 func (*RedeliverResponse) ProtoMessage() {}
 
 func (x *RedeliverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[21]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +1975,7 @@ func (x *RedeliverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedeliverResponse.ProtoReflect.Descriptor instead.
 func (*RedeliverResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{21}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RedeliverResponse) GetCount() int32 {
@@ -1806,6 +1983,13 @@ func (x *RedeliverResponse) GetCount() int32 {
 		return x.Count
 	}
 	return 0
+}
+
+func (x *RedeliverResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type ListEventTypesRequest struct {
@@ -1816,7 +2000,7 @@ type ListEventTypesRequest struct {
 
 func (x *ListEventTypesRequest) Reset() {
 	*x = ListEventTypesRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[22]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +2012,7 @@ func (x *ListEventTypesRequest) String() string {
 func (*ListEventTypesRequest) ProtoMessage() {}
 
 func (x *ListEventTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[22]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +2025,7 @@ func (x *ListEventTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListEventTypesRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{22}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{24}
 }
 
 type EventType struct {
@@ -1859,7 +2043,7 @@ type EventType struct {
 
 func (x *EventType) Reset() {
 	*x = EventType{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[23]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2055,7 @@ func (x *EventType) String() string {
 func (*EventType) ProtoMessage() {}
 
 func (x *EventType) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[23]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2068,7 @@ func (x *EventType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventType.ProtoReflect.Descriptor instead.
 func (*EventType) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{23}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EventType) GetName() string {
@@ -1924,7 +2108,7 @@ type ListEventTypesResponse struct {
 
 func (x *ListEventTypesResponse) Reset() {
 	*x = ListEventTypesResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[24]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2120,7 @@ func (x *ListEventTypesResponse) String() string {
 func (*ListEventTypesResponse) ProtoMessage() {}
 
 func (x *ListEventTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[24]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2133,7 @@ func (x *ListEventTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListEventTypesResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{24}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListEventTypesResponse) GetEventTypes() []*EventType {
@@ -2064,14 +2248,19 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
 	"endpointId\"-\n" +
 	"\x10SendTestResponse\x12\x19\n" +
-	"\bevent_id\x18\x01 \x01(\tR\aeventId\"\x8f\x01\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\"\xe6\x02\n" +
 	"\x15ListDeliveriesRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
 	"endpointId\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"\xd3\x04\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x122\n" +
+	"\x06states\x18\x05 \x03(\x0e2\x1a.webhooks.v1.DeliveryStateR\x06states\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x06 \x01(\tR\teventType\x12?\n" +
+	"\rcreated_after\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
+	"\x0ecreated_before\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\"\xf4\x04\n" +
 	"\bDelivery\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12\x1d\n" +
@@ -2091,7 +2280,9 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\x04link\x18\f \x01(\tR\x04link\x12@\n" +
 	"\vwait_reason\x18\r \x01(\x0e2\x1f.webhooks.v1.DeliveryWaitReasonR\n" +
 	"waitReason\x12!\n" +
-	"\fstate_reason\x18\x0e \x01(\tR\vstateReason\"w\n" +
+	"\fstate_reason\x18\x0e \x01(\tR\vstateReason\x12\x1f\n" +
+	"\vendpoint_id\x18\x1e \x01(\tR\n" +
+	"endpointId\"w\n" +
 	"\x16ListDeliveriesResponse\x125\n" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2\x15.webhooks.v1.DeliveryR\n" +
@@ -2102,13 +2293,24 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\vdelivery_id\x18\x02 \x01(\x03R\n" +
 	"deliveryId\"J\n" +
 	"\x15RetryDeliveryResponse\x121\n" +
-	"\bdelivery\x18\x01 \x01(\v2\x15.webhooks.v1.DeliveryR\bdelivery\"N\n" +
+	"\bdelivery\x18\x01 \x01(\v2\x15.webhooks.v1.DeliveryR\bdelivery\"P\n" +
+	"\x12GetDeliveryRequest\x12\x19\n" +
+	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
+	"\vdelivery_id\x18\x02 \x01(\x03R\n" +
+	"deliveryId\"H\n" +
+	"\x13GetDeliveryResponse\x121\n" +
+	"\bdelivery\x18\x01 \x01(\v2\x15.webhooks.v1.DeliveryR\bdelivery\"\xb5\x01\n" +
 	"\x10RedeliverRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
-	"endpointId\")\n" +
+	"endpointId\x120\n" +
+	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"Q\n" +
 	"\x11RedeliverResponse\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\x05R\x05count\"\x17\n" +
+	"\x05count\x18\x01 \x01(\x05R\x05count\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x17\n" +
 	"\x15ListEventTypesRequest\"\xb7\x01\n" +
 	"\tEventType\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
@@ -2139,7 +2341,7 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"%DELIVERY_WAIT_REASON_ENDPOINT_FAILING\x10\x04\x12(\n" +
 	"$DELIVERY_WAIT_REASON_ENDPOINT_PAUSED\x10\x05\x12#\n" +
 	"\x1fDELIVERY_WAIT_REASON_RATE_LIMIT\x10\x06\x12 \n" +
-	"\x1cDELIVERY_WAIT_REASON_ORDERED\x10\a2\xc4\a\n" +
+	"\x1cDELIVERY_WAIT_REASON_ORDERED\x10\a2\x96\b\n" +
 	"\x0fEndpointService\x12V\n" +
 	"\rListEndpoints\x12!.webhooks.v1.ListEndpointsRequest\x1a\".webhooks.v1.ListEndpointsResponse\x12P\n" +
 	"\vGetEndpoint\x12\x1f.webhooks.v1.GetEndpointRequest\x1a .webhooks.v1.GetEndpointResponse\x12Y\n" +
@@ -2149,7 +2351,8 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\fRotateSecret\x12 .webhooks.v1.RotateSecretRequest\x1a!.webhooks.v1.RotateSecretResponse\x12G\n" +
 	"\bSendTest\x12\x1c.webhooks.v1.SendTestRequest\x1a\x1d.webhooks.v1.SendTestResponse\x12Y\n" +
 	"\x0eListDeliveries\x12\".webhooks.v1.ListDeliveriesRequest\x1a#.webhooks.v1.ListDeliveriesResponse\x12V\n" +
-	"\rRetryDelivery\x12!.webhooks.v1.RetryDeliveryRequest\x1a\".webhooks.v1.RetryDeliveryResponse\x12J\n" +
+	"\rRetryDelivery\x12!.webhooks.v1.RetryDeliveryRequest\x1a\".webhooks.v1.RetryDeliveryResponse\x12P\n" +
+	"\vGetDelivery\x12\x1f.webhooks.v1.GetDeliveryRequest\x1a .webhooks.v1.GetDeliveryResponse\x12J\n" +
 	"\tRedeliver\x12\x1d.webhooks.v1.RedeliverRequest\x1a\x1e.webhooks.v1.RedeliverResponse\x12Y\n" +
 	"\x0eListEventTypes\x12\".webhooks.v1.ListEventTypesRequest\x1a#.webhooks.v1.ListEventTypesResponseBHZFgithub.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1;webhooksv1b\x06proto3"
 
@@ -2166,7 +2369,7 @@ func file_webhooks_v1_endpoints_proto_rawDescGZIP() []byte {
 }
 
 var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(SignatureScheme)(0),           // 0: webhooks.v1.SignatureScheme
 	(DeliveryState)(0),             // 1: webhooks.v1.DeliveryState
@@ -2191,73 +2394,82 @@ var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(*ListDeliveriesResponse)(nil), // 20: webhooks.v1.ListDeliveriesResponse
 	(*RetryDeliveryRequest)(nil),   // 21: webhooks.v1.RetryDeliveryRequest
 	(*RetryDeliveryResponse)(nil),  // 22: webhooks.v1.RetryDeliveryResponse
-	(*RedeliverRequest)(nil),       // 23: webhooks.v1.RedeliverRequest
-	(*RedeliverResponse)(nil),      // 24: webhooks.v1.RedeliverResponse
-	(*ListEventTypesRequest)(nil),  // 25: webhooks.v1.ListEventTypesRequest
-	(*EventType)(nil),              // 26: webhooks.v1.EventType
-	(*ListEventTypesResponse)(nil), // 27: webhooks.v1.ListEventTypesResponse
-	nil,                            // 28: webhooks.v1.CreateEndpointRequest.HeadersEntry
-	nil,                            // 29: webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	(*timestamppb.Timestamp)(nil),  // 30: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),  // 31: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),    // 32: google.protobuf.Duration
-	(*structpb.Struct)(nil),        // 33: google.protobuf.Struct
+	(*GetDeliveryRequest)(nil),     // 23: webhooks.v1.GetDeliveryRequest
+	(*GetDeliveryResponse)(nil),    // 24: webhooks.v1.GetDeliveryResponse
+	(*RedeliverRequest)(nil),       // 25: webhooks.v1.RedeliverRequest
+	(*RedeliverResponse)(nil),      // 26: webhooks.v1.RedeliverResponse
+	(*ListEventTypesRequest)(nil),  // 27: webhooks.v1.ListEventTypesRequest
+	(*EventType)(nil),              // 28: webhooks.v1.EventType
+	(*ListEventTypesResponse)(nil), // 29: webhooks.v1.ListEventTypesResponse
+	nil,                            // 30: webhooks.v1.CreateEndpointRequest.HeadersEntry
+	nil,                            // 31: webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	(*timestamppb.Timestamp)(nil),  // 32: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),  // 33: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),    // 34: google.protobuf.Duration
+	(*structpb.Struct)(nil),        // 35: google.protobuf.Struct
 }
 var file_webhooks_v1_endpoints_proto_depIdxs = []int32{
-	30, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
-	30, // 1: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
-	30, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
-	30, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	32, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
+	32, // 1: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
+	32, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
+	32, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 4: webhooks.v1.Endpoint.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	30, // 5: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
+	32, // 5: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
 	3,  // 6: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
 	3,  // 7: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	28, // 8: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
+	30, // 8: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
 	0,  // 9: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
 	3,  // 10: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	31, // 11: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
-	29, // 12: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	33, // 11: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
+	31, // 12: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
 	3,  // 13: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	32, // 14: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	30, // 15: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 16: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
-	30, // 17: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	30, // 18: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
-	30, // 19: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
-	30, // 20: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
-	2,  // 21: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	19, // 22: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
-	19, // 23: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	33, // 24: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
-	33, // 25: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
-	26, // 26: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
-	4,  // 27: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
-	6,  // 28: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
-	8,  // 29: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
-	10, // 30: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
-	12, // 31: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
-	14, // 32: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
-	16, // 33: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
-	18, // 34: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
-	21, // 35: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
-	23, // 36: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
-	25, // 37: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
-	5,  // 38: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
-	7,  // 39: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
-	9,  // 40: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
-	11, // 41: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
-	13, // 42: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
-	15, // 43: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
-	17, // 44: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
-	20, // 45: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
-	22, // 46: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
-	24, // 47: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
-	27, // 48: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
-	38, // [38:49] is the sub-list for method output_type
-	27, // [27:38] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	34, // 14: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	32, // 15: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 16: webhooks.v1.ListDeliveriesRequest.states:type_name -> webhooks.v1.DeliveryState
+	32, // 17: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
+	32, // 18: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,  // 19: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
+	32, // 20: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	32, // 21: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
+	32, // 22: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
+	32, // 23: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
+	2,  // 24: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
+	19, // 25: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
+	19, // 26: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	19, // 27: webhooks.v1.GetDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	32, // 28: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
+	35, // 29: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
+	35, // 30: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
+	28, // 31: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
+	4,  // 32: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
+	6,  // 33: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
+	8,  // 34: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
+	10, // 35: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
+	12, // 36: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
+	14, // 37: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
+	16, // 38: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
+	18, // 39: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
+	21, // 40: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
+	23, // 41: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
+	25, // 42: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
+	27, // 43: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
+	5,  // 44: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
+	7,  // 45: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
+	9,  // 46: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
+	11, // 47: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
+	13, // 48: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
+	15, // 49: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
+	17, // 50: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
+	20, // 51: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
+	22, // 52: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
+	24, // 53: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
+	26, // 54: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
+	29, // 55: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
+	44, // [44:56] is the sub-list for method output_type
+	32, // [32:44] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_endpoints_proto_init() }
@@ -2271,7 +2483,7 @@ func file_webhooks_v1_endpoints_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_webhooks_v1_endpoints_proto_rawDesc), len(file_webhooks_v1_endpoints_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

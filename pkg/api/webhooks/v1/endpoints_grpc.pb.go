@@ -28,6 +28,7 @@ const (
 	EndpointService_SendTest_FullMethodName       = "/webhooks.v1.EndpointService/SendTest"
 	EndpointService_ListDeliveries_FullMethodName = "/webhooks.v1.EndpointService/ListDeliveries"
 	EndpointService_RetryDelivery_FullMethodName  = "/webhooks.v1.EndpointService/RetryDelivery"
+	EndpointService_GetDelivery_FullMethodName    = "/webhooks.v1.EndpointService/GetDelivery"
 	EndpointService_Redeliver_FullMethodName      = "/webhooks.v1.EndpointService/Redeliver"
 	EndpointService_ListEventTypes_FullMethodName = "/webhooks.v1.EndpointService/ListEventTypes"
 )
@@ -59,7 +60,8 @@ type EndpointServiceClient interface {
 	// SendTest publishes one webhook.test event delivered to this endpoint only,
 	// now: a failing endpoint's cool-down does not hold it.
 	SendTest(ctx context.Context, in *SendTestRequest, opts ...grpc.CallOption) (*SendTestResponse, error)
-	// ListDeliveries lists this endpoint's webhook.deliver jobs, newest first.
+	// ListDeliveries lists this endpoint's webhook.deliver jobs, newest first,
+	// optionally filtered by state, event type and creation time.
 	ListDeliveries(ctx context.Context, in *ListDeliveriesRequest, opts ...grpc.CallOption) (*ListDeliveriesResponse, error)
 	// RetryDelivery runs one SCHEDULED delivery now instead of at scheduled_at,
 	// whatever it waits for (a retry's backoff of up to 10 h, a Retry-After, a
@@ -68,8 +70,13 @@ type EndpointServiceClient interface {
 	// cancelled ones); so is one of a disabled endpoint. Another owner's
 	// delivery is NOT_FOUND, like a missing one.
 	RetryDelivery(ctx context.Context, in *RetryDeliveryRequest, opts ...grpc.CallOption) (*RetryDeliveryResponse, error)
-	// Redeliver re-queues every delivery of this endpoint that ended discarded or
-	// cancelled and whose event still exists.
+	// GetDelivery returns one delivery of any of the owner's endpoints.
+	GetDelivery(ctx context.Context, in *GetDeliveryRequest, opts ...grpc.CallOption) (*GetDeliveryResponse, error)
+	// Redeliver re-queues this endpoint's deliveries that ended FAILED or
+	// CANCELLED (since a time, when given) and whose event still exists: the
+	// recovery after a receiver was down. It is bounded (limit per call, then
+	// next_page_token continues) and idempotent (a delivery already re-queued
+	// by a call with the same since is not queued again).
 	Redeliver(ctx context.Context, in *RedeliverRequest, opts ...grpc.CallOption) (*RedeliverResponse, error)
 	// ListEventTypes lists the event types whose Exposure is Webhook, each with
 	// its data schema and an example.
@@ -174,6 +181,16 @@ func (c *endpointServiceClient) RetryDelivery(ctx context.Context, in *RetryDeli
 	return out, nil
 }
 
+func (c *endpointServiceClient) GetDelivery(ctx context.Context, in *GetDeliveryRequest, opts ...grpc.CallOption) (*GetDeliveryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetDeliveryResponse)
+	err := c.cc.Invoke(ctx, EndpointService_GetDelivery_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *endpointServiceClient) Redeliver(ctx context.Context, in *RedeliverRequest, opts ...grpc.CallOption) (*RedeliverResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RedeliverResponse)
@@ -221,7 +238,8 @@ type EndpointServiceServer interface {
 	// SendTest publishes one webhook.test event delivered to this endpoint only,
 	// now: a failing endpoint's cool-down does not hold it.
 	SendTest(context.Context, *SendTestRequest) (*SendTestResponse, error)
-	// ListDeliveries lists this endpoint's webhook.deliver jobs, newest first.
+	// ListDeliveries lists this endpoint's webhook.deliver jobs, newest first,
+	// optionally filtered by state, event type and creation time.
 	ListDeliveries(context.Context, *ListDeliveriesRequest) (*ListDeliveriesResponse, error)
 	// RetryDelivery runs one SCHEDULED delivery now instead of at scheduled_at,
 	// whatever it waits for (a retry's backoff of up to 10 h, a Retry-After, a
@@ -230,8 +248,13 @@ type EndpointServiceServer interface {
 	// cancelled ones); so is one of a disabled endpoint. Another owner's
 	// delivery is NOT_FOUND, like a missing one.
 	RetryDelivery(context.Context, *RetryDeliveryRequest) (*RetryDeliveryResponse, error)
-	// Redeliver re-queues every delivery of this endpoint that ended discarded or
-	// cancelled and whose event still exists.
+	// GetDelivery returns one delivery of any of the owner's endpoints.
+	GetDelivery(context.Context, *GetDeliveryRequest) (*GetDeliveryResponse, error)
+	// Redeliver re-queues this endpoint's deliveries that ended FAILED or
+	// CANCELLED (since a time, when given) and whose event still exists: the
+	// recovery after a receiver was down. It is bounded (limit per call, then
+	// next_page_token continues) and idempotent (a delivery already re-queued
+	// by a call with the same since is not queued again).
 	Redeliver(context.Context, *RedeliverRequest) (*RedeliverResponse, error)
 	// ListEventTypes lists the event types whose Exposure is Webhook, each with
 	// its data schema and an example.
@@ -272,6 +295,9 @@ func (UnimplementedEndpointServiceServer) ListDeliveries(context.Context, *ListD
 }
 func (UnimplementedEndpointServiceServer) RetryDelivery(context.Context, *RetryDeliveryRequest) (*RetryDeliveryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RetryDelivery not implemented")
+}
+func (UnimplementedEndpointServiceServer) GetDelivery(context.Context, *GetDeliveryRequest) (*GetDeliveryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetDelivery not implemented")
 }
 func (UnimplementedEndpointServiceServer) Redeliver(context.Context, *RedeliverRequest) (*RedeliverResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Redeliver not implemented")
@@ -462,6 +488,24 @@ func _EndpointService_RetryDelivery_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EndpointService_GetDelivery_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetDeliveryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EndpointServiceServer).GetDelivery(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EndpointService_GetDelivery_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EndpointServiceServer).GetDelivery(ctx, req.(*GetDeliveryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _EndpointService_Redeliver_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RedeliverRequest)
 	if err := dec(in); err != nil {
@@ -540,6 +584,10 @@ var EndpointService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RetryDelivery",
 			Handler:    _EndpointService_RetryDelivery_Handler,
+		},
+		{
+			MethodName: "GetDelivery",
+			Handler:    _EndpointService_GetDelivery_Handler,
 		},
 		{
 			MethodName: "Redeliver",
