@@ -23,6 +23,11 @@ func TestRecoverAfterOutage(t *testing.T) {
 	t.Parallel()
 	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
 
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(d.logs.String())
+		}
+	})
 	var fixed atomic.Bool
 	rc := newReceiver(t)
 	rc.setHandler(func(w http.ResponseWriter, _ *http.Request) {

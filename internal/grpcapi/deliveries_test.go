@@ -64,7 +64,7 @@ func TestGetDelivery(t *testing.T) {
 		b := setup(t)
 		jobID := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
 		_, err := b.env.client.GetDelivery(t.Context(), &webhooksv1.GetDeliveryRequest{OwnerId: ownerB, DeliveryId: jobID})
-		requireNotFound(t, err)
+		requireDeliveryNotFound(t, err)
 	})
 
 	t.Run("DeletedEndpointIsNotFound", func(t *testing.T) {
@@ -74,7 +74,7 @@ func TestGetDelivery(t *testing.T) {
 		_, err := b.env.client.DeleteEndpoint(t.Context(), &webhooksv1.DeleteEndpointRequest{OwnerId: ownerA, EndpointId: b.id})
 		require.NoError(t, err)
 		_, err = b.env.client.GetDelivery(t.Context(), &webhooksv1.GetDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID})
-		requireNotFound(t, err)
+		requireDeliveryNotFound(t, err)
 	})
 
 	t.Run("OtherJobKindIsNotFound", func(t *testing.T) {
@@ -85,7 +85,7 @@ func TestGetDelivery(t *testing.T) {
 INSERT INTO river_job (kind, args, max_attempts) VALUES ('webhook.fanout', jsonb_build_object('endpoint_id', $1::text), 5)
 RETURNING id`, b.id).Scan(&jobID))
 		_, err := b.env.client.GetDelivery(t.Context(), &webhooksv1.GetDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID})
-		requireNotFound(t, err)
+		requireDeliveryNotFound(t, err)
 	})
 }
 
@@ -247,7 +247,9 @@ func TestRedeliverRecovery(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		j := failed(t, b, "discarded", outage.Add(time.Hour))
-		req := func() *webhooksv1.RedeliverRequest { return &webhooksv1.RedeliverRequest{Since: timestamppb.New(outage)} }
+		req := func() *webhooksv1.RedeliverRequest {
+			return &webhooksv1.RedeliverRequest{Since: timestamppb.New(outage)}
+		}
 		require.Equal(t, int32(1), redeliver(t, b, req()).GetCount())
 		// Running it again at once queues nothing: the delivery is queued.
 		require.Zero(t, redeliver(t, b, req()).GetCount())

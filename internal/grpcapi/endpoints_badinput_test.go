@@ -63,8 +63,8 @@ func newBadFixture(t *testing.T) *badFixture {
 	jobID := env.insertDelivery(t, id, env.insertEvent(t, ownerA, "code.issued"))
 	env.finalize(t, jobID, "discarded", "HTTP 500")
 	return &badFixture{
-		env: env,
-		svc: NewEndpointServer(endpoint.NewService(endpoint.ServiceConfig{}, env.db.Pool, env.river, env.keyring, env.publisher, nil), nil),
+		env:   env,
+		svc:   NewEndpointServer(endpoint.NewService(endpoint.ServiceConfig{}, env.db.Pool, env.river, env.keyring, env.publisher, nil), nil),
 		raw:   webhooksv1.NewEndpointServiceClient(env.raw),
 		id:    id,
 		jobID: jobID,
@@ -275,6 +275,8 @@ type badCase struct {
 	// inProcess: the value is invalid UTF-8, which protobuf refuses to
 	// marshal; the case checks that refusal and then calls in process.
 	inProcess bool
+	// deliveryNotFound: NotFound for a delivery id, not an endpoint's.
+	deliveryNotFound bool
 }
 
 // edit returns a request builder: op's valid request changed by fn.
@@ -547,8 +549,11 @@ func badEndpointCases() []badCase {
 	invalid("GetDeliveryIDZero", endpoint.FieldDeliveryID, getWith(func(r *webhooksv1.GetDeliveryRequest) { r.DeliveryId = 0 }))
 	invalid("GetDeliveryIDNegative", endpoint.FieldDeliveryID, getWith(func(r *webhooksv1.GetDeliveryRequest) { r.DeliveryId = -1 }))
 	invalid("GetDeliveryIDMinInt", endpoint.FieldDeliveryID, getWith(func(r *webhooksv1.GetDeliveryRequest) { r.DeliveryId = math.MinInt64 }))
-	notFound("GetDeliveryForeignOwner", false, getWith(func(r *webhooksv1.GetDeliveryRequest) { r.OwnerId = ownerB }))
-	notFound("GetDeliveryIDUnknown", false, getWith(func(r *webhooksv1.GetDeliveryRequest) { r.DeliveryId = math.MaxInt64 }))
+	cases = append(cases,
+		badCase{name: "GetDeliveryForeignOwner", code: codes.NotFound, deliveryNotFound: true,
+			req: getWith(func(r *webhooksv1.GetDeliveryRequest) { r.OwnerId = ownerB })},
+		badCase{name: "GetDeliveryIDUnknown", code: codes.NotFound, deliveryNotFound: true,
+			req: getWith(func(r *webhooksv1.GetDeliveryRequest) { r.DeliveryId = math.MaxInt64 })})
 
 	// ListDeliveries' filters.
 	listWith := func(fn func(*webhooksv1.ListDeliveriesRequest)) func(*badFixture) proto.Message {
@@ -631,7 +636,11 @@ func TestEndpointBadInput(t *testing.T) {
 			case codes.InvalidArgument:
 				requireField(t, err, tc.field)
 			case codes.NotFound:
-				requireNotFound(t, err)
+				if tc.deliveryNotFound {
+					requireDeliveryNotFound(t, err)
+				} else {
+					requireNotFound(t, err)
+				}
 			default:
 				requireCode(t, err, tc.code)
 			}

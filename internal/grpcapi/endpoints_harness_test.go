@@ -261,3 +261,11 @@ func encodeToken(parts ...string) string {
 func encodeDeliveriesToken(lastJobID int64) string {
 	return encodeToken("d1", strconv.FormatInt(lastJobID, 10))
 }
+
+// requireDeliveryNotFound is requireNotFound for a delivery id.
+func requireDeliveryNotFound(t *testing.T, err error) {
+	t.Helper()
+	st := requireCode(t, err, codes.NotFound)
+	require.Equal(t, DeliveryNotFoundMessage, st.Message())
+	require.Empty(t, st.Details(), "a foreign id and a missing one answer exactly alike")
+}
