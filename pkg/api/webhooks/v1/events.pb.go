@@ -101,10 +101,10 @@ type Event struct {
 	// When it happened.
 	OccurredAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=occurred_at,json=occurredAt,proto3" json:"occurred_at,omitempty"`
 	// A small JSON object: at most 4096 bytes once encoded as compact JSON,
-	// nested at most as deep as pkg/webhook allows. Unset means {}. In JSON
-	// (grpcurl, protojson) it is written as an object:
+	// holding what its type's schema allows (docs/events.md). Unset means {}.
+	// In JSON (grpcurl, protojson) it is written as an object:
 	//
-	//	"data": {"op": "updated", "published": true, "plan": "pro"}
+	//	"data": {"op": "updated", "published": true}
 	//
 	// Numbers are JSON numbers, carried as doubles: integers beyond 2^53 (large
 	// ids) lose precision, so send them as strings ("note_id": "9007199254740993").
