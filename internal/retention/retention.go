@@ -1,6 +1,7 @@
 // Package retention prunes events older than the retention period. A
 // delivery whose event is gone is cancelled when it next runs, so pruning is
-// also how stale deliveries end.
+// also how stale deliveries end. It also forgets CreateEndpoint request ids
+// older than endpoint.RequestRetention.
 package retention
 
 import (
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
@@ -57,6 +59,12 @@ DELETE FROM events WHERE id IN (
 	}
 	if total > 0 {
 		w.logger.InfoContext(ctx, "pruned events", slog.Int64("count", total), slog.Duration("retention", retention))
+	}
+	// An owner's own creates prune its expired request ids too; this is for
+	// owners who stopped creating. Few rows: one DELETE.
+	if _, err := w.pool.Exec(ctx, `DELETE FROM webhook_endpoint_requests WHERE created_at < now() - make_interval(secs => $1)`,
+		endpoint.RequestRetention.Seconds()); err != nil {
+		return fmt.Errorf("prune endpoint request ids: %w", err)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
@@ -33,6 +34,24 @@ func TestWorker(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE id = ANY($1)), count(*) FILTER (WHERE id = ANY($2)) FROM events`, old, kept).Scan(&oldLeft, &keptLeft))
 		require.Zero(t, oldLeft, "events older than the retention are pruned")
 		require.Equal(t, len(kept), keptLeft, "younger ones stay")
+	})
+
+	t.Run("ForgetsExpiredEndpointRequestIDs", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		db := dbtest.New(t)
+		_, err := db.Pool.Exec(ctx, `INSERT INTO webhook_endpoint_requests (owner_id, request_id, params_hash, created_at)
+VALUES ('o', 'old', '\x00', now() - interval '25 hours'), ('o', 'new', '\x00', now() - interval '23 hours')`)
+		require.NoError(t, err)
+
+		w := NewWorker(db.Pool, slog.New(slog.DiscardHandler))
+		require.NoError(t, w.Work(ctx, &river.Job[job.PruneArgs]{JobRow: &rivertype.JobRow{}, Args: job.PruneArgs{}}))
+
+		rows, err := db.Pool.Query(ctx, `SELECT request_id FROM webhook_endpoint_requests`)
+		require.NoError(t, err)
+		left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Equal(t, []string{"new"}, left)
 	})
 
 	t.Run("PeriodicJobBuildsArgs", func(t *testing.T) {
