@@ -13,9 +13,11 @@ import (
 const s8Rate = 10
 
 // rateLimited is S8: one endpoint limited to 10 requests a second, and
-// 5,000 deliveries for it queued at once (published as fast as ingest takes
-// them). The figures: the rate the receiver saw (first to last request),
-// the busiest one-second window, and snoozes per delivery.
+// 5,000 deliveries for it queued at once: published while the endpoint is
+// paused (as its receiver would pause it with Retry-After), then released
+// together, the backlog a rate limit exists for. The figures: the rate the
+// receiver saw (first to last request), the busiest one-second window, and
+// snoozes per delivery.
 func (b *bench) rateLimited(ctx context.Context) (res result) {
 	events := b.scaled(5000, 100)
 	res = result{Scenario: "S8", Unit: "delivery", Endpoints: 1, Events: events, Expected: int64(events),
@@ -38,6 +40,11 @@ func (b *bench) rateLimited(ctx context.Context) (res result) {
 	if err := s.createEndpoints(ctx, []endpointSpec{{owner: "bench-s8", types: []string{"*"}, maxPerSecond: s8Rate}}); err != nil {
 		return failed(res, err)
 	}
+	// Paused while the backlog is published: fanout queues every delivery
+	// for the pause's end.
+	if _, err := s.b.admin.Exec(ctx, `UPDATE `+s.table("webhook_endpoints")+` SET paused_until = now() + interval '1 hour', pause_reason = 'bench'`); err != nil {
+		return failed(res, fmt.Errorf("pause the endpoint: %w", err))
+	}
 	prefix := "s8" + randomSuffix()
 	evs := make([]*webhooksv1.Event, events)
 	for i := range evs {
@@ -52,6 +59,13 @@ func (b *bench) rateLimited(ctx context.Context) (res result) {
 		return failed(res, err)
 	}
 	res.PublishSeconds = round(time.Since(d.t0).Seconds(), 3)
+	// Release the backlog: the pause ends now, for every queued delivery.
+	release := `WITH ep AS (UPDATE ` + s.table("webhook_endpoints") + ` SET paused_until = NULL, pause_reason = NULL)
+		UPDATE ` + s.table("river_job") + ` SET state = 'available', scheduled_at = now()
+		 WHERE kind = 'webhook.deliver' AND state IN ('scheduled', 'available')`
+	if _, err := s.b.admin.Exec(ctx, release); err != nil {
+		return failed(res, fmt.Errorf("release the backlog: %w", err))
+	}
 	if err := d.complete(ctx); err != nil {
 		return failed(res, err)
 	}

@@ -34,7 +34,10 @@ type rateClock struct {
 	// slotted is the last slot handed out beyond the lane's queue: to
 	// deliveries sent away to come back later, and by pacing.
 	slotted time.Time
-	pacedAt time.Time
+	// pacing: a pacing statement is in flight; again: deliveries were sent
+	// away meanwhile, so more of the backlog may have been queued since it
+	// read the queue, and it runs once more.
+	pacing, again bool
 }
 
 // paceHorizon bounds one pacing statement to this much of the endpoint's
@@ -44,8 +47,6 @@ const (
 	paceHorizon = 10 * time.Minute
 	paceMin     = 100
 	paceMax     = 50_000
-	// paceEvery spaces pacing statements of one endpoint.
-	paceEvery = time.Second
 	// paceLead: deliveries given a slot are due this much before it. A
 	// job that becomes due by time waits for its queue's fallback poll
 	// (internal/partition: 1 s) to be fetched, so it must be due early
@@ -152,11 +153,22 @@ func (ls *lanes) overflow(ep uuid.UUID, budget time.Duration) (wait, paceFrom, i
 	}
 	slot := later(now.Add(queued), rc.slotted.Add(rc.interval))
 	rc.slotted = slot
-	if now.Sub(rc.pacedAt) >= paceEvery {
-		rc.pacedAt = now
+	if rc.startPacing() {
 		paceFrom = slot.Add(rc.interval).Sub(now)
 	}
 	return slot.Sub(now) - paceLead, paceFrom, rc.interval, true
+}
+
+// startPacing reports whether the caller is to pace the backlog now: one
+// pacing statement per endpoint at a time, and one more after it when
+// deliveries were sent away while it ran. Called with ls.mu held.
+func (rc *rateClock) startPacing() bool {
+	if rc.pacing {
+		rc.again = true
+		return false
+	}
+	rc.pacing = true
+	return true
 }
 
 // trim sends away the deliveries queued in ep's lane whose turn would come
@@ -189,10 +201,9 @@ func (ls *lanes) trim(ep uuid.UUID, budget time.Duration) (paceFrom time.Duratio
 		w.ch <- struct{}{}
 	}
 	ln.waiters = ln.waiters[:keep]
-	if now.Sub(rc.pacedAt) < paceEvery {
+	if !rc.startPacing() {
 		return 0
 	}
-	rc.pacedAt = now
 	return rc.slotted.Add(rc.interval).Sub(now)
 }
 
@@ -224,26 +235,46 @@ moved AS (
 )
 SELECT count(*) FROM moved`
 
-// pace runs paceSQL for ep and records the slots it gave. A failure is
-// logged: River then fetches the backlog as usual, and it is paced again.
+// pace runs paceSQL for ep and records the slots it gave, again while
+// deliveries were sent away meanwhile (the backlog may have grown). A
+// failure is logged: River then fetches the backlog as usual, and it is
+// paced again.
 func (w *Worker) pace(ctx context.Context, ep uuid.UUID, from, interval time.Duration) {
+	ctx = context.WithoutCancel(ctx)
 	limit := min(max(int(paceHorizon/interval), paceMin), paceMax)
-	var n int
-	if err := w.pool.QueryRow(context.WithoutCancel(ctx), paceSQL, ep.String(), secs(max(from-paceLead, 0)), secs(interval), limit).Scan(&n); err != nil {
-		w.logger.WarnContext(ctx, "pace rate-limited endpoint", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
-		return
+	for {
+		var n int
+		err := w.pool.QueryRow(ctx, paceSQL, ep.String(), secs(max(from-paceLead, 0)), secs(interval), limit).Scan(&n)
+		if err != nil {
+			w.logger.WarnContext(ctx, "pace rate-limited endpoint", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
+		} else {
+			w.logger.DebugContext(ctx, "paced rate-limited endpoint", slog.String("endpoint_id", ep.String()), slog.Int("deliveries", n))
+		}
+		var again bool
+		if from, again = w.lanes.paced(ep, time.Now().Add(from+time.Duration(n)*interval), err != nil); !again {
+			return
+		}
 	}
-	w.lanes.paced(ep, time.Now().Add(from+time.Duration(n)*interval))
-	w.logger.DebugContext(ctx, "paced rate-limited endpoint", slog.String("endpoint_id", ep.String()), slog.Int("deliveries", n))
 }
 
-// paced records the last slot pacing gave.
-func (ls *lanes) paced(ep uuid.UUID, until time.Time) {
+// paced records the last slot pacing gave and ends the pacing statement;
+// if another is due (and the last did not fail), it returns true and its
+// first slot (from now).
+func (ls *lanes) paced(ep uuid.UUID, until time.Time, failed bool) (time.Duration, bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if ln := ls.byEndpoint[ep]; ln != nil {
-		ln.ctl.rate.slotted = later(ln.ctl.rate.slotted, until)
+	ln := ls.byEndpoint[ep]
+	if ln == nil {
+		return 0, false
 	}
+	rc := &ln.ctl.rate
+	rc.slotted = later(rc.slotted, until)
+	if rc.again && !failed {
+		rc.again = false
+		return rc.slotted.Add(rc.interval).Sub(time.Now()), true
+	}
+	rc.pacing, rc.again = false, false
+	return 0, false
 }
 
 func later(a, b time.Time) time.Time {
