@@ -67,10 +67,13 @@ type config struct {
 	ConnBudget    int
 	Latency       time.Duration
 	OneHost       bool
-	Top           int
-	KeepLogs      string
-	SchemaSQL     string
-	Verbose       bool
+	// S8Live: S8 publishes while the endpoint delivers instead of queuing
+	// the backlog behind a pause.
+	S8Live    bool
+	Top       int
+	KeepLogs  string
+	SchemaSQL string
+	Verbose   bool
 }
 
 type stringList []string
@@ -96,6 +99,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Var(&env, "env", "extra KEY=VALUE for every dispatcher process (repeatable), e.g. -env DISPATCHER_DELIVER_WORKERS=100")
 	fs.IntVar(&c.ConnBudget, "conn-budget", 60, "total Postgres connections the dispatcher processes of one scenario may open; each process gets min(40, budget/processes) unless -env sets DISPATCHER_DB_MAX_CONNS")
 	fs.DurationVar(&c.Latency, "receiver-latency", 0, "extra latency of every receiver response (S2 always uses 1ms)")
+	fs.BoolVar(&c.S8Live, "s8-live", false, "S8: publish the deliveries while the rate-limited endpoint delivers, instead of queuing them behind a pause and releasing them at once")
 	fs.BoolVar(&c.OneHost, "one-host", false, "put every endpoint on one receiver listener (one host, endpoint i at /e/i) instead of one listener per endpoint, so all deliveries share the dispatcher's per-host connection pool")
 	fs.IntVar(&c.Top, "top", 12, "statements to list per scenario when pg_stat_statements is available (0: none)")
 	fs.StringVar(&c.KeepLogs, "logs", "", "directory to write each dispatcher process's stderr to (default: kept in memory, tail shown on failure)")

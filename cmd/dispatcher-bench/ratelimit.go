@@ -42,7 +42,10 @@ func (b *bench) rateLimited(ctx context.Context) (res result) {
 	}
 	// Paused while the backlog is published: fanout queues every delivery
 	// for the pause's end.
-	if _, err := s.b.admin.Exec(ctx, `UPDATE `+s.table("webhook_endpoints")+` SET paused_until = now() + interval '1 hour', pause_reason = 'bench'`); err != nil {
+	live := b.cfg.S8Live
+	if live {
+		res.Title += " (-s8-live: published while it delivers)"
+	} else if _, err := s.b.admin.Exec(ctx, `UPDATE `+s.table("webhook_endpoints")+` SET paused_until = now() + interval '1 hour', pause_reason = 'bench'`); err != nil {
 		return failed(res, fmt.Errorf("pause the endpoint: %w", err))
 	}
 	prefix := "s8" + randomSuffix()
@@ -63,8 +66,10 @@ func (b *bench) rateLimited(ctx context.Context) (res result) {
 	release := `WITH ep AS (UPDATE ` + s.table("webhook_endpoints") + ` SET paused_until = NULL, pause_reason = NULL)
 		UPDATE ` + s.table("river_job") + ` SET state = 'available', scheduled_at = now()
 		 WHERE kind = 'webhook.deliver' AND state IN ('scheduled', 'available')`
-	if _, err := s.b.admin.Exec(ctx, release); err != nil {
-		return failed(res, fmt.Errorf("release the backlog: %w", err))
+	if !live {
+		if _, err := s.b.admin.Exec(ctx, release); err != nil {
+			return failed(res, fmt.Errorf("release the backlog: %w", err))
+		}
 	}
 	if err := d.complete(ctx); err != nil {
 		return failed(res, err)
