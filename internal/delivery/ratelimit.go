@@ -271,7 +271,7 @@ func (ls *lanes) paced(ep uuid.UUID, until time.Time, failed bool) (time.Duratio
 	rc.slotted = later(rc.slotted, until)
 	if rc.again && !failed {
 		rc.again = false
-		return rc.slotted.Add(rc.interval).Sub(time.Now()), true
+		return time.Until(rc.slotted.Add(rc.interval)), true
 	}
 	rc.pacing, rc.again = false, false
 	return 0, false
