@@ -72,9 +72,15 @@ func TestBackPressure(t *testing.T) {
 
 	waitFor(t, 30*time.Second, "the first request", func() bool { return len(rc.requests()) >= 1 })
 	first := rc.requests()[0].at
-	got, err := d.endpoints().GetEndpoint(adminCtx(t), &webhooksv1.GetEndpointRequest{OwnerId: "owner-a", EndpointId: ep.GetId()})
-	require.NoError(t, err)
-	require.NotNil(t, got.GetEndpoint().GetPausedUntil(), "paused_until is visible through the API")
+	// The pause is written once the dispatcher has read the answer, a moment
+	// after the receiver saw the request.
+	var got *webhooksv1.GetEndpointResponse
+	waitFor(t, 10*time.Second, "paused_until visible through the API", func() bool {
+		var err error
+		got, err = d.endpoints().GetEndpoint(adminCtx(t), &webhooksv1.GetEndpointRequest{OwnerId: "owner-a", EndpointId: ep.GetId()})
+		require.NoError(t, err)
+		return got.GetEndpoint().GetPausedUntil() != nil
+	})
 	require.WithinDuration(t, first.Add(4*time.Second), got.GetEndpoint().GetPausedUntil().AsTime(), 2*time.Second)
 	require.Equal(t, "HTTP 429 Too Many Requests with Retry-After", got.GetEndpoint().GetPauseReason())
 	require.InDelta(t, 1, metric(t, d, "dispatcher_endpoints_paused"), 0)

@@ -106,7 +106,12 @@ func TestBackPressure(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		var ok atomic.Bool
+		var hitAt [2]atomic.Int64 // when the first two requests arrived (UnixNano)
+		var hitN atomic.Int64
 		rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+			if i := hitN.Add(1) - 1; i < int64(len(hitAt)) {
+				hitAt[i].Store(time.Now().UnixNano())
+			}
 			if ok.Load() {
 				w.WriteHeader(http.StatusOK)
 				return
@@ -128,10 +133,18 @@ func TestBackPressure(t *testing.T) {
 		startRiver(t, b, other, 10)
 
 		require.Eventually(t, func() bool { return rc.hits.Load() >= 1 }, 10*time.Second, 10*time.Millisecond)
-		first := time.Now()
-		ep, err := endpoint.NewStore(b.db.Pool, b.keyring).Get(ctx, "owner-1", epID)
-		require.NoError(t, err)
-		require.NotNil(t, ep.PausedUntil, "the pause is on the endpoint, for the API to show")
+		// Times come from the receiver, not from when this goroutine noticed:
+		// on a loaded machine the two can be far apart.
+		first := time.Unix(0, hitAt[0].Load())
+		// The pause is written once the worker has read the answer, a moment
+		// after the receiver saw the request.
+		var ep *endpoint.Endpoint
+		require.Eventually(t, func() bool {
+			var err error
+			ep, err = endpoint.NewStore(b.db.Pool, b.keyring).Get(ctx, "owner-1", epID)
+			require.NoError(t, err)
+			return ep.PausedUntil != nil
+		}, 5*time.Second, 10*time.Millisecond, "the pause is on the endpoint, for the API to show")
 		require.WithinDuration(t, first.Add(3*time.Second), *ep.PausedUntil, 1500*time.Millisecond)
 		require.Contains(t, ep.PauseReason, "429")
 
@@ -143,7 +156,7 @@ func TestBackPressure(t *testing.T) {
 
 		// The pause ends: one request again, which pauses it again.
 		require.Eventually(t, func() bool { return rc.hits.Load() == 2 }, 5*time.Second, 10*time.Millisecond)
-		require.GreaterOrEqual(t, time.Since(first), 2900*time.Millisecond)
+		require.GreaterOrEqual(t, time.Unix(0, hitAt[1].Load()).Sub(first), 2900*time.Millisecond)
 		time.Sleep(time.Second)
 		require.EqualValues(t, 2, rc.hits.Load())
 
