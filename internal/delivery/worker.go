@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/standmeet/webhook-dispatcher/internal/attempt"
 	"github.com/standmeet/webhook-dispatcher/internal/batch"
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
@@ -76,6 +77,10 @@ type Config struct {
 	// ErrorBodyBytes bounds the response body kept as an error summary.
 	// Default 256.
 	ErrorBodyBytes int64
+	// Attempts, if set, records every attempt in the attempt history
+	// (internal/attempt); it also says how much of each response body to
+	// keep there.
+	Attempts *attempt.Recorder
 	// Channel is the NOTIFY channel for lease releases and requests. It must
 	// be the same for every process on one schema and differ between
 	// schemas. Default: LeaseChannel(the pool's search_path).
@@ -627,10 +632,11 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 	elapsed := time.Since(start)
 	status := 0
 	var summary string
+	var b []byte
 	if resp != nil {
 		status = resp.StatusCode
-		b, _ := egress.ReadBody(resp, w.cfg.ErrorBodyBytes)
-		summary = truncate(strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD")), int(w.cfg.ErrorBodyBytes))
+		b, _ = egress.ReadBody(resp, w.bodyLimit())
+		summary = truncate(strings.TrimSpace(strings.ToValidUTF8(string(b[:min(int64(len(b)), w.cfg.ErrorBodyBytes)]), "\uFFFD")), int(w.cfg.ErrorBodyBytes))
 	}
 	endHTTPSpan(span, status, err)
 	class := metrics.StatusClass(status)
@@ -639,6 +645,7 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 	v = w.throttle(endpointID, status, v)
 
 	outcome, res := w.conclude(jobCtx, j, v, status, summary, err, ev)
+	w.recordAttempt(j, endpointID, t.ownerID, sent{start: start, elapsed: elapsed, status: status, body: b, err: err}, v, res)
 	w.metrics.DeliveriesTotal.WithLabelValues(outcome.String(), class).Inc()
 	attrs := []slog.Attr{slog.Int("status", status), slog.Duration("duration", elapsed), slog.String("outcome", outcome.String())}
 	if res.err != nil && outcome != outcomeSnoozed {

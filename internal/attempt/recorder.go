@@ -1,0 +1,284 @@
+package attempt
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultBodyBytes is how much of a response body is kept by default.
+const DefaultBodyBytes = 1024
+
+// RecorderConfig tunes a Recorder. Zero values take the defaults, except
+// BodyBytes.
+type RecorderConfig struct {
+	// BodyBytes is how much of each response body is kept (at most
+	// DefaultBodyBytes is sensible); 0 keeps none.
+	BodyBytes int
+	// FlushInterval is how often buffered attempts are written. Default 1 s:
+	// the longest an attempt takes to show up, and what a crash can lose.
+	FlushInterval time.Duration
+	// MaxBatch is the most attempts one statement writes; a buffer this full
+	// is written at once. Default 1,000.
+	MaxBatch int
+	// MaxBuffered bounds the attempts held while the database cannot take
+	// them; beyond it the oldest are dropped (and counted in the log).
+	// Default 100,000.
+	MaxBuffered int
+}
+
+// Recorder buffers attempts and writes them in batches (see the package
+// doc). Record never blocks on the database. Run writes; without it nothing
+// is written but what Flush writes.
+type Recorder struct {
+	cfg    RecorderConfig
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	buf     []Attempt
+	dropped int
+	full    chan struct{}
+	// flushing serializes writers, so batches go out in order.
+	flushing sync.Mutex
+}
+
+// NewRecorder returns a Recorder writing to pool.
+func NewRecorder(cfg RecorderConfig, pool *pgxpool.Pool, logger *slog.Logger) *Recorder {
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = time.Second
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 1000
+	}
+	if cfg.MaxBuffered <= 0 {
+		cfg.MaxBuffered = 100_000
+	}
+	cfg.BodyBytes = max(cfg.BodyBytes, 0)
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Recorder{cfg: cfg, pool: pool, logger: logger, full: make(chan struct{}, 1)}
+}
+
+// BodyBytes is how much of a response body an attempt should carry.
+func (r *Recorder) BodyBytes() int { return r.cfg.BodyBytes }
+
+// Record queues one attempt for the next batch.
+func (r *Recorder) Record(a Attempt) {
+	r.mu.Lock()
+	if len(r.buf) >= r.cfg.MaxBuffered {
+		r.buf = slices.Delete(r.buf, 0, 1)
+		r.dropped++
+	}
+	r.buf = append(r.buf, a)
+	full := len(r.buf) >= r.cfg.MaxBatch
+	r.mu.Unlock()
+	if full {
+		select {
+		case r.full <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run writes buffered attempts every FlushInterval (sooner when MaxBatch are
+// waiting) until ctx ends, then writes what is left, for at most 10 s. The
+// composition root cancels ctx once River has stopped, so the last
+// attempts are written too.
+func (r *Recorder) Run(ctx context.Context) {
+	ticker := time.NewTicker(r.cfg.FlushInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if err := r.Flush(fctx); err != nil {
+				r.logger.WarnContext(fctx, "attempt history: last batch not written", slog.Any("error", err))
+			}
+			return
+		case <-ticker.C:
+		case <-r.full:
+		}
+		if err := r.Flush(ctx); err != nil && ctx.Err() == nil {
+			r.logger.WarnContext(ctx, "attempt history: batch not written, kept for the next try", slog.Any("error", err))
+		}
+	}
+}
+
+// Flush writes every buffered attempt, MaxBatch per statement. A batch that
+// fails goes back to the front of the buffer for the next try.
+func (r *Recorder) Flush(ctx context.Context) error {
+	r.flushing.Lock()
+	defer r.flushing.Unlock()
+	for {
+		r.mu.Lock()
+		n := min(len(r.buf), r.cfg.MaxBatch)
+		batch := slices.Clone(r.buf[:n])
+		r.buf = slices.Delete(r.buf, 0, n)
+		dropped := r.dropped
+		r.dropped = 0
+		r.mu.Unlock()
+		if dropped > 0 {
+			r.logger.WarnContext(ctx, "attempt history: dropped attempts the database could not take in time", slog.Int("count", dropped))
+		}
+		if n == 0 {
+			return nil
+		}
+		if err := write(ctx, r.pool, batch); err != nil {
+			r.mu.Lock()
+			r.buf = append(batch, r.buf...)
+			if over := len(r.buf) - r.cfg.MaxBuffered; over > 0 {
+				r.buf = slices.Delete(r.buf, 0, over)
+				r.dropped += over
+			}
+			r.mu.Unlock()
+			return err
+		}
+		if n < r.cfg.MaxBatch {
+			return nil
+		}
+	}
+}
+
+// Bucket spans of endpoint_stats, in seconds.
+const (
+	SpanMinute = 60
+	SpanHour   = 3600
+)
+
+// counters is one bucket's row: the counts in column order, then the
+// latency histogram.
+type counters [counterColumns]int64
+
+// counterNames are endpoint_stats' count columns, in counters order (the
+// latency columns follow).
+var counterNames = []string{"attempts", "successes", "http_4xx", "http_5xx", "http_other", "timeouts", "connection", "blocked", "retry_after"}
+
+const counterColumns = 9 + LatencyBuckets
+
+// outcomeColumn is the counters index an outcome counts in.
+func outcomeColumn(o Outcome) int {
+	if o < OutcomeSuccess || o > OutcomeRetryAfter {
+		return -1
+	}
+	return int(o)
+}
+
+func (c *counters) add(a *Attempt) {
+	c[0]++
+	if i := outcomeColumn(a.Outcome); i > 0 {
+		c[i]++
+	}
+	// A refused destination was never asked, so it has no latency.
+	if a.Outcome != OutcomeBlocked {
+		c[len(counterNames)+latencyBucket(a.Duration)]++
+	}
+}
+
+type bucketKey struct {
+	endpoint uuid.UUID
+	span     int32
+	start    time.Time
+}
+
+// statsColumns lists the columns of endpoint_stats after the key.
+func statsColumns() []string {
+	cols := slices.Clone(counterNames)
+	for i := range LatencyBuckets {
+		cols = append(cols, "lat_"+strconv.Itoa(i))
+	}
+	return cols
+}
+
+// writeSQL inserts a batch of attempts and adds them to their endpoints'
+// buckets in one statement (one commit). The buckets are added in key order
+// so concurrent writers lock shared rows in the same order.
+var writeSQL = func() string {
+	cols := statsColumns()
+	var sel, set []string
+	for i, c := range cols {
+		sel = append(sel, fmt.Sprintf("($16::bigint[])[(g.n - 1) * %d + %d]", len(cols), i+1))
+		set = append(set, fmt.Sprintf("%s = endpoint_stats.%s + excluded.%s", c, c, c))
+	}
+	return `
+WITH a AS (
+    INSERT INTO delivery_attempts (delivery_id, attempt, owner_id, endpoint_id, event_id, started_at, duration_us,
+                                   outcome, http_status, response_body, error, snoozed_until)
+    SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::uuid[], $5::text[], $6::timestamptz[], $7::bigint[],
+                         $8::text[], $9::int[], $10::text[], $11::text[], $12::timestamptz[])
+)
+INSERT INTO endpoint_stats (endpoint_id, span, bucket, ` + strings.Join(cols, ", ") + `)
+SELECT g.endpoint_id, g.span, g.bucket, ` + strings.Join(sel, ", ") + `
+  FROM unnest($13::uuid[], $14::int[], $15::timestamptz[]) WITH ORDINALITY AS g(endpoint_id, span, bucket, n)
+ ORDER BY g.n
+    ON CONFLICT (endpoint_id, span, bucket) DO UPDATE SET ` + strings.Join(set, ", ")
+}()
+
+// write records one batch.
+func write(ctx context.Context, pool *pgxpool.Pool, batch []Attempt) error {
+	n := len(batch)
+	var (
+		deliveries = make([]int64, n)
+		numbers    = make([]int32, n)
+		owners     = make([]string, n)
+		endpoints  = make([]uuid.UUID, n)
+		events     = make([]string, n)
+		starts     = make([]time.Time, n)
+		durations  = make([]int64, n)
+		outcomes   = make([]string, n)
+		statuses   = make([]int32, n)
+		bodies     = make([]string, n)
+		errs       = make([]string, n)
+		until      = make([]*time.Time, n)
+		buckets    = make(map[bucketKey]*counters)
+	)
+	for i := range batch {
+		a := &batch[i]
+		deliveries[i], numbers[i], owners[i], endpoints[i], events[i] = a.DeliveryID, int32(a.Number), a.OwnerID, a.EndpointID, a.EventID
+		starts[i], durations[i], outcomes[i], statuses[i] = a.StartedAt, a.Duration.Microseconds(), a.Outcome.String(), int32(a.Status)
+		bodies[i], errs[i], until[i] = a.Body, a.Error, a.SnoozedUntil
+		for _, span := range []int32{SpanMinute, SpanHour} {
+			k := bucketKey{endpoint: a.EndpointID, span: span, start: a.StartedAt.UTC().Truncate(time.Duration(span) * time.Second)}
+			c := buckets[k]
+			if c == nil {
+				c = new(counters)
+				buckets[k] = c
+			}
+			c.add(a)
+		}
+	}
+	keys := make([]bucketKey, 0, len(buckets))
+	for k := range buckets {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y bucketKey) int {
+		return cmp.Or(bytes.Compare(x.endpoint[:], y.endpoint[:]), cmp.Compare(x.span, y.span), x.start.Compare(y.start))
+	})
+	var (
+		bEndpoints = make([]uuid.UUID, len(keys))
+		bSpans     = make([]int32, len(keys))
+		bStarts    = make([]time.Time, len(keys))
+		bCounts    = make([]int64, 0, len(keys)*counterColumns)
+	)
+	for i, k := range keys {
+		bEndpoints[i], bSpans[i], bStarts[i] = k.endpoint, k.span, k.start
+		bCounts = append(bCounts, buckets[k][:]...)
+	}
+	if _, err := pool.Exec(ctx, writeSQL, deliveries, numbers, owners, endpoints, events, starts, durations,
+		outcomes, statuses, bodies, errs, until, bEndpoints, bSpans, bStarts, bCounts); err != nil {
+		return fmt.Errorf("record %d attempts: %w", n, err)
+	}
+	return nil
+}
