@@ -112,8 +112,12 @@ func Text(b []byte, n int) string {
 			b = b[:i]
 		}
 	}
-	s := strings.ToValidUTF8(string(b), "\uFFFD")
-	return strings.ReplaceAll(s, "\x00", "\uFFFD")
+	return safeText(string(b))
+}
+
+// safeText replaces invalid UTF-8 and NUL bytes by U+FFFD.
+func safeText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // lastRuneStart is the index of the start byte of b's last (possibly

@@ -76,6 +76,9 @@ func (r *Recorder) BodyBytes() int { return r.cfg.BodyBytes }
 
 // Record queues one attempt for the next batch.
 func (r *Recorder) Record(a Attempt) {
+	// Error texts quote what the receiver sent; text columns take neither
+	// NUL nor invalid UTF-8.
+	a.Body, a.Error = safeText(a.Body), safeText(a.Error)
 	r.mu.Lock()
 	if len(r.buf) >= r.cfg.MaxBuffered {
 		r.buf = slices.Delete(r.buf, 0, 1)
