@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/standmeet/webhook-dispatcher/internal/attempt"
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
@@ -81,6 +82,8 @@ type serveConfig struct {
 	ShutdownTimeout  time.Duration
 	RescueStuckAfter time.Duration
 	Retention        time.Duration
+	// AttemptBodyBytes: how much of each response body the attempt history keeps.
+	AttemptBodyBytes int
 	JobLinkTemplate  string
 	RiverUI          bool
 	Pprof            bool
@@ -125,6 +128,7 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("DISPATCHER_SHUTDOWN_TIMEOUT", 20*time.Second), "how long in-flight deliveries may finish after SIGTERM before they are cancelled and re-queued (env DISPATCHER_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&c.RescueStuckAfter, "rescue-stuck-after", env.duration("DISPATCHER_RESCUE_STUCK_AFTER", time.Minute), "how long a job may stay running before River rescues it as the job of a dead worker (SIGKILL, OOM); must exceed the deliver job timeout (20s) (env DISPATCHER_RESCUE_STUCK_AFTER)")
 	fs.DurationVar(&c.Retention, "retention", env.duration("DISPATCHER_RETENTION", 30*24*time.Hour), "how long events are kept (env DISPATCHER_RETENTION)")
+	fs.IntVar(&c.AttemptBodyBytes, "attempt-body-bytes", env.integer("DISPATCHER_ATTEMPT_BODY_BYTES", attempt.DefaultBodyBytes), "how much of each response body the attempt history keeps, as text; 0 keeps none (env DISPATCHER_ATTEMPT_BODY_BYTES)")
 	fs.StringVar(&c.JobLinkTemplate, "job-link-template", env.str("DISPATCHER_JOB_LINK_TEMPLATE", ""), "link to a delivery job in ListDeliveries; {job_id} is replaced; default: this process's River UI (env DISPATCHER_JOB_LINK_TEMPLATE)")
 	fs.BoolVar(&c.RiverUI, "river-ui", env.boolean("DISPATCHER_RIVER_UI", true), "serve River UI at /riverui/ on the ops port, behind the operator token (env DISPATCHER_RIVER_UI)")
 	fs.BoolVar(&c.Pprof, "pprof", env.boolean("DISPATCHER_PPROF", false), "serve Go's profiler at /debug/pprof/ on the ops port, for diagnosing CPU and memory use; keep the ops port private (env DISPATCHER_PPROF)")
@@ -178,6 +182,9 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	}
 	if c.OutboxBatch < 1 || c.OutboxBatch > 10000 {
 		return nil, fmt.Errorf("invalid -outbox-batch %d: want 1..10000", c.OutboxBatch)
+	}
+	if c.AttemptBodyBytes < 0 || c.AttemptBodyBytes > attempt.DefaultBodyBytes {
+		return nil, fmt.Errorf("invalid -attempt-body-bytes %d: want 0..%d", c.AttemptBodyBytes, attempt.DefaultBodyBytes)
 	}
 	if c.Retention < time.Hour {
 		return nil, fmt.Errorf("invalid -retention %s: want at least 1h", c.Retention)

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/standmeet/webhook-dispatcher/internal/access"
+	"github.com/standmeet/webhook-dispatcher/internal/attempt"
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/delivery"
@@ -139,7 +140,9 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 
 	workers := river.NewWorkers()
 	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), member.Active, m, logger))
-	deliverWorker := delivery.NewWorker(delivery.Config{Channel: delivery.LeaseChannel(cfg.DB.Schema), RescueAfter: cfg.RescueStuckAfter},
+	// The attempt history, written in batches beside the deliveries.
+	attempts := attempt.NewRecorder(attempt.RecorderConfig{BodyBytes: cfg.AttemptBodyBytes}, pool, logger.With(slog.String("component", "attempts")))
+	deliverWorker := delivery.NewWorker(delivery.Config{Channel: delivery.LeaseChannel(cfg.DB.Schema), RescueAfter: cfg.RescueStuckAfter, Attempts: attempts},
 		pool, httpClient, endpoint.NewKeyOpener(keyring), m, logger)
 	if limit := deliverWorker.Timeout(nil); cfg.RescueStuckAfter <= limit {
 		return fmt.Errorf("invalid -rescue-stuck-after %s: must exceed the deliver job timeout (%s), or live deliveries would be rescued", cfg.RescueStuckAfter, limit)
@@ -298,6 +301,8 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	leaseCtx, stopLeases := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopLeases()
 	g.Go(func() error { deliverWorker.Run(leaseCtx); return nil })
+	// Stops with the leases, after River: the last attempts are written too.
+	g.Go(func() error { attempts.Run(leaseCtx); return nil })
 	g.Go(func() error {
 		if err := grpcServer.Serve(grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("gRPC server: %w", err)

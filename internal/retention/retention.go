@@ -1,7 +1,8 @@
-// Package retention prunes events older than the retention period. A
-// delivery whose event is gone is cancelled when it next runs, so pruning is
-// also how stale deliveries end. It also forgets CreateEndpoint request ids
-// older than endpoint.RequestRetention.
+// Package retention prunes events older than the retention period, and the
+// attempt history with them (internal/attempt). A delivery whose event is
+// gone is cancelled when it next runs, so pruning is also how stale
+// deliveries end. It also forgets CreateEndpoint request ids older than
+// endpoint.RequestRetention.
 package retention
 
 import (
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/standmeet/webhook-dispatcher/internal/attempt"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
@@ -65,6 +67,15 @@ DELETE FROM events WHERE id IN (
 	if _, err := w.pool.Exec(ctx, `DELETE FROM webhook_endpoint_requests WHERE created_at < now() - make_interval(secs => $1)`,
 		endpoint.RequestRetention.Seconds()); err != nil {
 		return fmt.Errorf("prune endpoint request ids: %w", err)
+	}
+	// The attempt history goes with the same retention; the statistics'
+	// buckets once no window needs them.
+	n, err := attempt.Prune(ctx, w.pool, retention)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		w.logger.InfoContext(ctx, "pruned delivery attempts", slog.Int64("count", n), slog.Duration("retention", retention))
 	}
 	return nil
 }

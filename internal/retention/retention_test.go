@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/standmeet/webhook-dispatcher/internal/attempt"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
@@ -52,6 +54,31 @@ VALUES ('o', 'old', '\x00', now() - interval '25 hours'), ('o', 'new', '\x00', n
 		left, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
 		require.Equal(t, []string{"new"}, left)
+	})
+
+	t.Run("PrunesAttemptsWithTheSameRetention", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		db := dbtest.New(t)
+		rec := attempt.NewRecorder(attempt.RecorderConfig{}, db.Pool, nil)
+		ep := uuid.New()
+		for _, age := range []time.Duration{31 * 24 * time.Hour, 29 * 24 * time.Hour} {
+			rec.Record(attempt.Attempt{DeliveryID: 1, Number: 1, OwnerID: "owner-1", EndpointID: ep, EventID: "ev",
+				StartedAt: time.Now().Add(-age), Outcome: attempt.OutcomeSuccess, Status: 200})
+		}
+		require.NoError(t, rec.Flush(ctx))
+
+		w := NewWorker(db.Pool, slog.New(slog.DiscardHandler))
+		j := &river.Job[job.PruneArgs]{JobRow: &rivertype.JobRow{}, Args: job.PruneArgs{Retention: 30 * 24 * time.Hour}}
+		require.NoError(t, w.Work(ctx, j))
+
+		left, err := attempt.List(ctx, db.Pool, "owner-1", 1, 0, 10)
+		require.NoError(t, err)
+		require.Len(t, left, 1, "the attempt older than the retention is pruned")
+		require.WithinDuration(t, time.Now().Add(-29*24*time.Hour), left[0].StartedAt, time.Minute)
+		var hours int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM endpoint_stats`).Scan(&hours))
+		require.Zero(t, hours, "buckets older than any window are pruned")
 	})
 
 	t.Run("PeriodicJobBuildsArgs", func(t *testing.T) {

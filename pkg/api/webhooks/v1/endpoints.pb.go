@@ -229,6 +229,83 @@ func (DeliveryWaitReason) EnumDescriptor() ([]byte, []int) {
 	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{2}
 }
 
+// AttemptOutcome is how one attempt ended. Every outcome but SUCCESS is a
+// failure class of EndpointStats.
+type AttemptOutcome int32
+
+const (
+	AttemptOutcome_ATTEMPT_OUTCOME_UNSPECIFIED AttemptOutcome = 0
+	// 2xx.
+	AttemptOutcome_ATTEMPT_OUTCOME_SUCCESS AttemptOutcome = 1
+	// A 4xx answer: the delivery is cancelled (408 and 429 are retried).
+	AttemptOutcome_ATTEMPT_OUTCOME_HTTP_4XX AttemptOutcome = 2
+	// A 5xx answer: retried.
+	AttemptOutcome_ATTEMPT_OUTCOME_HTTP_5XX AttemptOutcome = 3
+	// A 1xx or 3xx answer (redirects are not followed): retried.
+	AttemptOutcome_ATTEMPT_OUTCOME_HTTP_OTHER AttemptOutcome = 4
+	// No answer within the client's timeout: retried.
+	AttemptOutcome_ATTEMPT_OUTCOME_TIMEOUT AttemptOutcome = 5
+	// Connection refused or reset, a TLS failure, or a malformed answer: retried.
+	AttemptOutcome_ATTEMPT_OUTCOME_CONNECTION AttemptOutcome = 6
+	// The destination is not allowed (SSRF guard); nothing was sent. Cancelled.
+	AttemptOutcome_ATTEMPT_OUTCOME_BLOCKED AttemptOutcome = 7
+	// 429 or 503 with Retry-After: snoozed until snoozed_until, no attempt spent.
+	AttemptOutcome_ATTEMPT_OUTCOME_RETRY_AFTER AttemptOutcome = 8
+)
+
+// Enum value maps for AttemptOutcome.
+var (
+	AttemptOutcome_name = map[int32]string{
+		0: "ATTEMPT_OUTCOME_UNSPECIFIED",
+		1: "ATTEMPT_OUTCOME_SUCCESS",
+		2: "ATTEMPT_OUTCOME_HTTP_4XX",
+		3: "ATTEMPT_OUTCOME_HTTP_5XX",
+		4: "ATTEMPT_OUTCOME_HTTP_OTHER",
+		5: "ATTEMPT_OUTCOME_TIMEOUT",
+		6: "ATTEMPT_OUTCOME_CONNECTION",
+		7: "ATTEMPT_OUTCOME_BLOCKED",
+		8: "ATTEMPT_OUTCOME_RETRY_AFTER",
+	}
+	AttemptOutcome_value = map[string]int32{
+		"ATTEMPT_OUTCOME_UNSPECIFIED": 0,
+		"ATTEMPT_OUTCOME_SUCCESS":     1,
+		"ATTEMPT_OUTCOME_HTTP_4XX":    2,
+		"ATTEMPT_OUTCOME_HTTP_5XX":    3,
+		"ATTEMPT_OUTCOME_HTTP_OTHER":  4,
+		"ATTEMPT_OUTCOME_TIMEOUT":     5,
+		"ATTEMPT_OUTCOME_CONNECTION":  6,
+		"ATTEMPT_OUTCOME_BLOCKED":     7,
+		"ATTEMPT_OUTCOME_RETRY_AFTER": 8,
+	}
+)
+
+func (x AttemptOutcome) Enum() *AttemptOutcome {
+	p := new(AttemptOutcome)
+	*p = x
+	return p
+}
+
+func (x AttemptOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AttemptOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_webhooks_v1_endpoints_proto_enumTypes[3].Descriptor()
+}
+
+func (AttemptOutcome) Type() protoreflect.EnumType {
+	return &file_webhooks_v1_endpoints_proto_enumTypes[3]
+}
+
+func (x AttemptOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AttemptOutcome.Descriptor instead.
+func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{3}
+}
+
 type Endpoint struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2143,6 +2220,567 @@ func (x *ListEventTypesResponse) GetEventTypes() []*EventType {
 	return nil
 }
 
+type ListAttemptsRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	OwnerId string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	// Delivery.id, as ListDeliveries returns it.
+	DeliveryId int64 `protobuf:"varint,2,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
+	// 0 means 50; at most 200.
+	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAttemptsRequest) Reset() {
+	*x = ListAttemptsRequest{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAttemptsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAttemptsRequest) ProtoMessage() {}
+
+func (x *ListAttemptsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAttemptsRequest.ProtoReflect.Descriptor instead.
+func (*ListAttemptsRequest) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListAttemptsRequest) GetOwnerId() string {
+	if x != nil {
+		return x.OwnerId
+	}
+	return ""
+}
+
+func (x *ListAttemptsRequest) GetDeliveryId() int64 {
+	if x != nil {
+		return x.DeliveryId
+	}
+	return 0
+}
+
+func (x *ListAttemptsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAttemptsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type Attempt struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	DeliveryId int64                  `protobuf:"varint,2,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
+	// The delivery's attempt number; a Retry-After snooze spends none, so it
+	// shares the number with the attempt after it.
+	Attempt   int32                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	Duration  *durationpb.Duration   `protobuf:"bytes,5,opt,name=duration,proto3" json:"duration,omitempty"`
+	Outcome   AttemptOutcome         `protobuf:"varint,6,opt,name=outcome,proto3,enum=webhooks.v1.AttemptOutcome" json:"outcome,omitempty"`
+	// 0 when there was no answer.
+	HttpStatus int32 `protobuf:"varint,7,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
+	// The start of the response body (at most 1 KiB by default, as configured;
+	// empty when turned off), as text: invalid UTF-8 and NUL bytes replaced by
+	// U+FFFD, never interpreted. Show it escaped.
+	ResponseBody string `protobuf:"bytes,8,opt,name=response_body,json=responseBody,proto3" json:"response_body,omitempty"`
+	// What the attempt met as a sentence, e.g. "HTTP 500: upstream down"; empty
+	// for a success or a snooze.
+	Error string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	// For a snooze: why (DELIVERY_WAIT_REASON_RETRY_AFTER) and until when.
+	SnoozeReason  DeliveryWaitReason     `protobuf:"varint,10,opt,name=snooze_reason,json=snoozeReason,proto3,enum=webhooks.v1.DeliveryWaitReason" json:"snooze_reason,omitempty"`
+	SnoozedUntil  *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=snoozed_until,json=snoozedUntil,proto3" json:"snoozed_until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Attempt) Reset() {
+	*x = Attempt{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Attempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Attempt) ProtoMessage() {}
+
+func (x *Attempt) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
+func (*Attempt) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *Attempt) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Attempt) GetDeliveryId() int64 {
+	if x != nil {
+		return x.DeliveryId
+	}
+	return 0
+}
+
+func (x *Attempt) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *Attempt) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *Attempt) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *Attempt) GetOutcome() AttemptOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return AttemptOutcome_ATTEMPT_OUTCOME_UNSPECIFIED
+}
+
+func (x *Attempt) GetHttpStatus() int32 {
+	if x != nil {
+		return x.HttpStatus
+	}
+	return 0
+}
+
+func (x *Attempt) GetResponseBody() string {
+	if x != nil {
+		return x.ResponseBody
+	}
+	return ""
+}
+
+func (x *Attempt) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Attempt) GetSnoozeReason() DeliveryWaitReason {
+	if x != nil {
+		return x.SnoozeReason
+	}
+	return DeliveryWaitReason_DELIVERY_WAIT_REASON_UNSPECIFIED
+}
+
+func (x *Attempt) GetSnoozedUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SnoozedUntil
+	}
+	return nil
+}
+
+type ListAttemptsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Attempts      []*Attempt             `protobuf:"bytes,1,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAttemptsResponse) Reset() {
+	*x = ListAttemptsResponse{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAttemptsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAttemptsResponse) ProtoMessage() {}
+
+func (x *ListAttemptsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAttemptsResponse.ProtoReflect.Descriptor instead.
+func (*ListAttemptsResponse) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListAttemptsResponse) GetAttempts() []*Attempt {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+func (x *ListAttemptsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type GetEndpointStatsRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	OwnerId string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	// One to 100 endpoint ids.
+	EndpointIds   []string `protobuf:"bytes,2,rep,name=endpoint_ids,json=endpointIds,proto3" json:"endpoint_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetEndpointStatsRequest) Reset() {
+	*x = GetEndpointStatsRequest{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetEndpointStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetEndpointStatsRequest) ProtoMessage() {}
+
+func (x *GetEndpointStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetEndpointStatsRequest.ProtoReflect.Descriptor instead.
+func (*GetEndpointStatsRequest) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *GetEndpointStatsRequest) GetOwnerId() string {
+	if x != nil {
+		return x.OwnerId
+	}
+	return ""
+}
+
+func (x *GetEndpointStatsRequest) GetEndpointIds() []string {
+	if x != nil {
+		return x.EndpointIds
+	}
+	return nil
+}
+
+type GetEndpointStatsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per requested id, in the request's order.
+	Stats         []*EndpointStats `protobuf:"bytes,1,rep,name=stats,proto3" json:"stats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetEndpointStatsResponse) Reset() {
+	*x = GetEndpointStatsResponse{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetEndpointStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetEndpointStatsResponse) ProtoMessage() {}
+
+func (x *GetEndpointStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetEndpointStatsResponse.ProtoReflect.Descriptor instead.
+func (*GetEndpointStatsResponse) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *GetEndpointStatsResponse) GetStats() []*EndpointStats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+type EndpointStats struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	EndpointId string                 `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// The current minute and the 59 before it.
+	LastHour *AttemptStats `protobuf:"bytes,2,opt,name=last_hour,json=lastHour,proto3" json:"last_hour,omitempty"`
+	// The current hour and the 23 before it.
+	LastDay *AttemptStats `protobuf:"bytes,3,opt,name=last_day,json=lastDay,proto3" json:"last_day,omitempty"`
+	// The current hour and the 167 before it.
+	LastWeek      *AttemptStats `protobuf:"bytes,4,opt,name=last_week,json=lastWeek,proto3" json:"last_week,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndpointStats) Reset() {
+	*x = EndpointStats{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndpointStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndpointStats) ProtoMessage() {}
+
+func (x *EndpointStats) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndpointStats.ProtoReflect.Descriptor instead.
+func (*EndpointStats) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *EndpointStats) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *EndpointStats) GetLastHour() *AttemptStats {
+	if x != nil {
+		return x.LastHour
+	}
+	return nil
+}
+
+func (x *EndpointStats) GetLastDay() *AttemptStats {
+	if x != nil {
+		return x.LastDay
+	}
+	return nil
+}
+
+func (x *EndpointStats) GetLastWeek() *AttemptStats {
+	if x != nil {
+		return x.LastWeek
+	}
+	return nil
+}
+
+// AttemptStats counts an endpoint's attempts over one window.
+type AttemptStats struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Attempts  int64                  `protobuf:"varint,1,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Successes int64                  `protobuf:"varint,2,opt,name=successes,proto3" json:"successes,omitempty"`
+	// attempts - successes: the sum of the classes below.
+	Failures         int64 `protobuf:"varint,3,opt,name=failures,proto3" json:"failures,omitempty"`
+	Http_4Xx         int64 `protobuf:"varint,4,opt,name=http_4xx,json=http4xx,proto3" json:"http_4xx,omitempty"`
+	Http_5Xx         int64 `protobuf:"varint,5,opt,name=http_5xx,json=http5xx,proto3" json:"http_5xx,omitempty"`
+	HttpOther        int64 `protobuf:"varint,6,opt,name=http_other,json=httpOther,proto3" json:"http_other,omitempty"`
+	Timeouts         int64 `protobuf:"varint,7,opt,name=timeouts,proto3" json:"timeouts,omitempty"`
+	ConnectionErrors int64 `protobuf:"varint,8,opt,name=connection_errors,json=connectionErrors,proto3" json:"connection_errors,omitempty"`
+	Blocked          int64 `protobuf:"varint,9,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	RetryAfter       int64 `protobuf:"varint,10,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// Latency percentiles of the attempts that sent a request, estimated from
+	// a histogram (1 ms, 2.5 ms, 5 ms, … 10 s buckets, interpolated within the
+	// bucket). Unset without attempts.
+	LatencyP50    *durationpb.Duration `protobuf:"bytes,11,opt,name=latency_p50,json=latencyP50,proto3" json:"latency_p50,omitempty"`
+	LatencyP95    *durationpb.Duration `protobuf:"bytes,12,opt,name=latency_p95,json=latencyP95,proto3" json:"latency_p95,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttemptStats) Reset() {
+	*x = AttemptStats{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttemptStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttemptStats) ProtoMessage() {}
+
+func (x *AttemptStats) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttemptStats.ProtoReflect.Descriptor instead.
+func (*AttemptStats) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *AttemptStats) GetAttempts() int64 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *AttemptStats) GetSuccesses() int64 {
+	if x != nil {
+		return x.Successes
+	}
+	return 0
+}
+
+func (x *AttemptStats) GetFailures() int64 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *AttemptStats) GetHttp_4Xx() int64 {
+	if x != nil {
+		return x.Http_4Xx
+	}
+	return 0
+}
+
+func (x *AttemptStats) GetHttp_5Xx() int64 {
+	if x != nil {
+		return x.Http_5Xx
+	}
+	return 0
+}
+
+func (x *AttemptStats) GetHttpOther() int64 {
+	if x != nil {
+		return x.HttpOther
+	}
+	return 0
+}
+
+func (x *AttemptStats) GetTimeouts() int64 {
+	if x != nil {
+		return x.Timeouts
+	}
+	return 0
+}
+
+func (x *AttemptStats) GetConnectionErrors() int64 {
+	if x != nil {
+		return x.ConnectionErrors
+	}
+	return 0
+}
+
+func (x *AttemptStats) GetBlocked() int64 {
+	if x != nil {
+		return x.Blocked
+	}
+	return 0
+}
+
+func (x *AttemptStats) GetRetryAfter() int64 {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return 0
+}
+
+func (x *AttemptStats) GetLatencyP50() *durationpb.Duration {
+	if x != nil {
+		return x.LatencyP50
+	}
+	return nil
+}
+
+func (x *AttemptStats) GetLatencyP95() *durationpb.Duration {
+	if x != nil {
+		return x.LatencyP95
+	}
+	return nil
+}
+
 var File_webhooks_v1_endpoints_proto protoreflect.FileDescriptor
 
 const file_webhooks_v1_endpoints_proto_rawDesc = "" +
@@ -2320,7 +2958,62 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\fdata_example\x18\x04 \x01(\v2\x17.google.protobuf.StructR\vdataExample\"Q\n" +
 	"\x16ListEventTypesResponse\x127\n" +
 	"\vevent_types\x18\x01 \x03(\v2\x16.webhooks.v1.EventTypeR\n" +
-	"eventTypes*f\n" +
+	"eventTypes\"\x8d\x01\n" +
+	"\x13ListAttemptsRequest\x12\x19\n" +
+	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
+	"\vdelivery_id\x18\x02 \x01(\x03R\n" +
+	"deliveryId\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\xe0\x03\n" +
+	"\aAttempt\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x1f\n" +
+	"\vdelivery_id\x18\x02 \x01(\x03R\n" +
+	"deliveryId\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x129\n" +
+	"\n" +
+	"started_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x125\n" +
+	"\bduration\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bduration\x125\n" +
+	"\aoutcome\x18\x06 \x01(\x0e2\x1b.webhooks.v1.AttemptOutcomeR\aoutcome\x12\x1f\n" +
+	"\vhttp_status\x18\a \x01(\x05R\n" +
+	"httpStatus\x12#\n" +
+	"\rresponse_body\x18\b \x01(\tR\fresponseBody\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\x12D\n" +
+	"\rsnooze_reason\x18\n" +
+	" \x01(\x0e2\x1f.webhooks.v1.DeliveryWaitReasonR\fsnoozeReason\x12?\n" +
+	"\rsnoozed_until\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\fsnoozedUntil\"p\n" +
+	"\x14ListAttemptsResponse\x120\n" +
+	"\battempts\x18\x01 \x03(\v2\x14.webhooks.v1.AttemptR\battempts\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"W\n" +
+	"\x17GetEndpointStatsRequest\x12\x19\n" +
+	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12!\n" +
+	"\fendpoint_ids\x18\x02 \x03(\tR\vendpointIds\"L\n" +
+	"\x18GetEndpointStatsResponse\x120\n" +
+	"\x05stats\x18\x01 \x03(\v2\x1a.webhooks.v1.EndpointStatsR\x05stats\"\xd6\x01\n" +
+	"\rEndpointStats\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"endpointId\x126\n" +
+	"\tlast_hour\x18\x02 \x01(\v2\x19.webhooks.v1.AttemptStatsR\blastHour\x124\n" +
+	"\blast_day\x18\x03 \x01(\v2\x19.webhooks.v1.AttemptStatsR\alastDay\x126\n" +
+	"\tlast_week\x18\x04 \x01(\v2\x19.webhooks.v1.AttemptStatsR\blastWeek\"\xb5\x03\n" +
+	"\fAttemptStats\x12\x1a\n" +
+	"\battempts\x18\x01 \x01(\x03R\battempts\x12\x1c\n" +
+	"\tsuccesses\x18\x02 \x01(\x03R\tsuccesses\x12\x1a\n" +
+	"\bfailures\x18\x03 \x01(\x03R\bfailures\x12\x19\n" +
+	"\bhttp_4xx\x18\x04 \x01(\x03R\ahttp4xx\x12\x19\n" +
+	"\bhttp_5xx\x18\x05 \x01(\x03R\ahttp5xx\x12\x1d\n" +
+	"\n" +
+	"http_other\x18\x06 \x01(\x03R\thttpOther\x12\x1a\n" +
+	"\btimeouts\x18\a \x01(\x03R\btimeouts\x12+\n" +
+	"\x11connection_errors\x18\b \x01(\x03R\x10connectionErrors\x12\x18\n" +
+	"\ablocked\x18\t \x01(\x03R\ablocked\x12\x1f\n" +
+	"\vretry_after\x18\n" +
+	" \x01(\x03R\n" +
+	"retryAfter\x12:\n" +
+	"\vlatency_p50\x18\v \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"latencyP50\x12:\n" +
+	"\vlatency_p95\x18\f \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"latencyP95*f\n" +
 	"\x0fSignatureScheme\x12 \n" +
 	"\x1cSIGNATURE_SCHEME_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SIGNATURE_SCHEME_V1\x10\x01\x12\x18\n" +
@@ -2341,7 +3034,17 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"%DELIVERY_WAIT_REASON_ENDPOINT_FAILING\x10\x04\x12(\n" +
 	"$DELIVERY_WAIT_REASON_ENDPOINT_PAUSED\x10\x05\x12#\n" +
 	"\x1fDELIVERY_WAIT_REASON_RATE_LIMIT\x10\x06\x12 \n" +
-	"\x1cDELIVERY_WAIT_REASON_ORDERED\x10\a2\x96\b\n" +
+	"\x1cDELIVERY_WAIT_REASON_ORDERED\x10\a*\xa5\x02\n" +
+	"\x0eAttemptOutcome\x12\x1f\n" +
+	"\x1bATTEMPT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17ATTEMPT_OUTCOME_SUCCESS\x10\x01\x12\x1c\n" +
+	"\x18ATTEMPT_OUTCOME_HTTP_4XX\x10\x02\x12\x1c\n" +
+	"\x18ATTEMPT_OUTCOME_HTTP_5XX\x10\x03\x12\x1e\n" +
+	"\x1aATTEMPT_OUTCOME_HTTP_OTHER\x10\x04\x12\x1b\n" +
+	"\x17ATTEMPT_OUTCOME_TIMEOUT\x10\x05\x12\x1e\n" +
+	"\x1aATTEMPT_OUTCOME_CONNECTION\x10\x06\x12\x1b\n" +
+	"\x17ATTEMPT_OUTCOME_BLOCKED\x10\a\x12\x1f\n" +
+	"\x1bATTEMPT_OUTCOME_RETRY_AFTER\x10\b2\xcc\t\n" +
 	"\x0fEndpointService\x12V\n" +
 	"\rListEndpoints\x12!.webhooks.v1.ListEndpointsRequest\x1a\".webhooks.v1.ListEndpointsResponse\x12P\n" +
 	"\vGetEndpoint\x12\x1f.webhooks.v1.GetEndpointRequest\x1a .webhooks.v1.GetEndpointResponse\x12Y\n" +
@@ -2354,7 +3057,9 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\rRetryDelivery\x12!.webhooks.v1.RetryDeliveryRequest\x1a\".webhooks.v1.RetryDeliveryResponse\x12P\n" +
 	"\vGetDelivery\x12\x1f.webhooks.v1.GetDeliveryRequest\x1a .webhooks.v1.GetDeliveryResponse\x12J\n" +
 	"\tRedeliver\x12\x1d.webhooks.v1.RedeliverRequest\x1a\x1e.webhooks.v1.RedeliverResponse\x12Y\n" +
-	"\x0eListEventTypes\x12\".webhooks.v1.ListEventTypesRequest\x1a#.webhooks.v1.ListEventTypesResponseBHZFgithub.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1;webhooksv1b\x06proto3"
+	"\x0eListEventTypes\x12\".webhooks.v1.ListEventTypesRequest\x1a#.webhooks.v1.ListEventTypesResponse\x12S\n" +
+	"\fListAttempts\x12 .webhooks.v1.ListAttemptsRequest\x1a!.webhooks.v1.ListAttemptsResponse\x12_\n" +
+	"\x10GetEndpointStats\x12$.webhooks.v1.GetEndpointStatsRequest\x1a%.webhooks.v1.GetEndpointStatsResponseBHZFgithub.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1;webhooksv1b\x06proto3"
 
 var (
 	file_webhooks_v1_endpoints_proto_rawDescOnce sync.Once
@@ -2368,108 +3073,132 @@ func file_webhooks_v1_endpoints_proto_rawDescGZIP() []byte {
 	return file_webhooks_v1_endpoints_proto_rawDescData
 }
 
-var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_webhooks_v1_endpoints_proto_goTypes = []any{
-	(SignatureScheme)(0),           // 0: webhooks.v1.SignatureScheme
-	(DeliveryState)(0),             // 1: webhooks.v1.DeliveryState
-	(DeliveryWaitReason)(0),        // 2: webhooks.v1.DeliveryWaitReason
-	(*Endpoint)(nil),               // 3: webhooks.v1.Endpoint
-	(*ListEndpointsRequest)(nil),   // 4: webhooks.v1.ListEndpointsRequest
-	(*ListEndpointsResponse)(nil),  // 5: webhooks.v1.ListEndpointsResponse
-	(*GetEndpointRequest)(nil),     // 6: webhooks.v1.GetEndpointRequest
-	(*GetEndpointResponse)(nil),    // 7: webhooks.v1.GetEndpointResponse
-	(*CreateEndpointRequest)(nil),  // 8: webhooks.v1.CreateEndpointRequest
-	(*CreateEndpointResponse)(nil), // 9: webhooks.v1.CreateEndpointResponse
-	(*UpdateEndpointRequest)(nil),  // 10: webhooks.v1.UpdateEndpointRequest
-	(*UpdateEndpointResponse)(nil), // 11: webhooks.v1.UpdateEndpointResponse
-	(*DeleteEndpointRequest)(nil),  // 12: webhooks.v1.DeleteEndpointRequest
-	(*DeleteEndpointResponse)(nil), // 13: webhooks.v1.DeleteEndpointResponse
-	(*RotateSecretRequest)(nil),    // 14: webhooks.v1.RotateSecretRequest
-	(*RotateSecretResponse)(nil),   // 15: webhooks.v1.RotateSecretResponse
-	(*SendTestRequest)(nil),        // 16: webhooks.v1.SendTestRequest
-	(*SendTestResponse)(nil),       // 17: webhooks.v1.SendTestResponse
-	(*ListDeliveriesRequest)(nil),  // 18: webhooks.v1.ListDeliveriesRequest
-	(*Delivery)(nil),               // 19: webhooks.v1.Delivery
-	(*ListDeliveriesResponse)(nil), // 20: webhooks.v1.ListDeliveriesResponse
-	(*RetryDeliveryRequest)(nil),   // 21: webhooks.v1.RetryDeliveryRequest
-	(*RetryDeliveryResponse)(nil),  // 22: webhooks.v1.RetryDeliveryResponse
-	(*GetDeliveryRequest)(nil),     // 23: webhooks.v1.GetDeliveryRequest
-	(*GetDeliveryResponse)(nil),    // 24: webhooks.v1.GetDeliveryResponse
-	(*RedeliverRequest)(nil),       // 25: webhooks.v1.RedeliverRequest
-	(*RedeliverResponse)(nil),      // 26: webhooks.v1.RedeliverResponse
-	(*ListEventTypesRequest)(nil),  // 27: webhooks.v1.ListEventTypesRequest
-	(*EventType)(nil),              // 28: webhooks.v1.EventType
-	(*ListEventTypesResponse)(nil), // 29: webhooks.v1.ListEventTypesResponse
-	nil,                            // 30: webhooks.v1.CreateEndpointRequest.HeadersEntry
-	nil,                            // 31: webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	(*timestamppb.Timestamp)(nil),  // 32: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),  // 33: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),    // 34: google.protobuf.Duration
-	(*structpb.Struct)(nil),        // 35: google.protobuf.Struct
+	(SignatureScheme)(0),             // 0: webhooks.v1.SignatureScheme
+	(DeliveryState)(0),               // 1: webhooks.v1.DeliveryState
+	(DeliveryWaitReason)(0),          // 2: webhooks.v1.DeliveryWaitReason
+	(AttemptOutcome)(0),              // 3: webhooks.v1.AttemptOutcome
+	(*Endpoint)(nil),                 // 4: webhooks.v1.Endpoint
+	(*ListEndpointsRequest)(nil),     // 5: webhooks.v1.ListEndpointsRequest
+	(*ListEndpointsResponse)(nil),    // 6: webhooks.v1.ListEndpointsResponse
+	(*GetEndpointRequest)(nil),       // 7: webhooks.v1.GetEndpointRequest
+	(*GetEndpointResponse)(nil),      // 8: webhooks.v1.GetEndpointResponse
+	(*CreateEndpointRequest)(nil),    // 9: webhooks.v1.CreateEndpointRequest
+	(*CreateEndpointResponse)(nil),   // 10: webhooks.v1.CreateEndpointResponse
+	(*UpdateEndpointRequest)(nil),    // 11: webhooks.v1.UpdateEndpointRequest
+	(*UpdateEndpointResponse)(nil),   // 12: webhooks.v1.UpdateEndpointResponse
+	(*DeleteEndpointRequest)(nil),    // 13: webhooks.v1.DeleteEndpointRequest
+	(*DeleteEndpointResponse)(nil),   // 14: webhooks.v1.DeleteEndpointResponse
+	(*RotateSecretRequest)(nil),      // 15: webhooks.v1.RotateSecretRequest
+	(*RotateSecretResponse)(nil),     // 16: webhooks.v1.RotateSecretResponse
+	(*SendTestRequest)(nil),          // 17: webhooks.v1.SendTestRequest
+	(*SendTestResponse)(nil),         // 18: webhooks.v1.SendTestResponse
+	(*ListDeliveriesRequest)(nil),    // 19: webhooks.v1.ListDeliveriesRequest
+	(*Delivery)(nil),                 // 20: webhooks.v1.Delivery
+	(*ListDeliveriesResponse)(nil),   // 21: webhooks.v1.ListDeliveriesResponse
+	(*RetryDeliveryRequest)(nil),     // 22: webhooks.v1.RetryDeliveryRequest
+	(*RetryDeliveryResponse)(nil),    // 23: webhooks.v1.RetryDeliveryResponse
+	(*GetDeliveryRequest)(nil),       // 24: webhooks.v1.GetDeliveryRequest
+	(*GetDeliveryResponse)(nil),      // 25: webhooks.v1.GetDeliveryResponse
+	(*RedeliverRequest)(nil),         // 26: webhooks.v1.RedeliverRequest
+	(*RedeliverResponse)(nil),        // 27: webhooks.v1.RedeliverResponse
+	(*ListEventTypesRequest)(nil),    // 28: webhooks.v1.ListEventTypesRequest
+	(*EventType)(nil),                // 29: webhooks.v1.EventType
+	(*ListEventTypesResponse)(nil),   // 30: webhooks.v1.ListEventTypesResponse
+	(*ListAttemptsRequest)(nil),      // 31: webhooks.v1.ListAttemptsRequest
+	(*Attempt)(nil),                  // 32: webhooks.v1.Attempt
+	(*ListAttemptsResponse)(nil),     // 33: webhooks.v1.ListAttemptsResponse
+	(*GetEndpointStatsRequest)(nil),  // 34: webhooks.v1.GetEndpointStatsRequest
+	(*GetEndpointStatsResponse)(nil), // 35: webhooks.v1.GetEndpointStatsResponse
+	(*EndpointStats)(nil),            // 36: webhooks.v1.EndpointStats
+	(*AttemptStats)(nil),             // 37: webhooks.v1.AttemptStats
+	nil,                              // 38: webhooks.v1.CreateEndpointRequest.HeadersEntry
+	nil,                              // 39: webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 41: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),      // 42: google.protobuf.Duration
+	(*structpb.Struct)(nil),          // 43: google.protobuf.Struct
 }
 var file_webhooks_v1_endpoints_proto_depIdxs = []int32{
-	32, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
-	32, // 1: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
-	32, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
-	32, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	40, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
+	40, // 1: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
+	40, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
+	40, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 4: webhooks.v1.Endpoint.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	32, // 5: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
-	3,  // 6: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
-	3,  // 7: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	30, // 8: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
+	40, // 5: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
+	4,  // 6: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
+	4,  // 7: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	38, // 8: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
 	0,  // 9: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	3,  // 10: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	33, // 11: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
-	31, // 12: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	3,  // 13: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	34, // 14: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	32, // 15: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 10: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	41, // 11: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
+	39, // 12: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	4,  // 13: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	42, // 14: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	40, // 15: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 16: webhooks.v1.ListDeliveriesRequest.states:type_name -> webhooks.v1.DeliveryState
-	32, // 17: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
-	32, // 18: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
+	40, // 17: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
+	40, // 18: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
 	1,  // 19: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
-	32, // 20: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	32, // 21: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
-	32, // 22: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
-	32, // 23: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
+	40, // 20: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	40, // 21: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
+	40, // 22: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
+	40, // 23: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
 	2,  // 24: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	19, // 25: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
-	19, // 26: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	19, // 27: webhooks.v1.GetDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	32, // 28: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
-	35, // 29: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
-	35, // 30: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
-	28, // 31: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
-	4,  // 32: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
-	6,  // 33: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
-	8,  // 34: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
-	10, // 35: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
-	12, // 36: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
-	14, // 37: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
-	16, // 38: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
-	18, // 39: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
-	21, // 40: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
-	23, // 41: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
-	25, // 42: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
-	27, // 43: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
-	5,  // 44: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
-	7,  // 45: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
-	9,  // 46: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
-	11, // 47: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
-	13, // 48: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
-	15, // 49: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
-	17, // 50: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
-	20, // 51: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
-	22, // 52: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
-	24, // 53: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
-	26, // 54: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
-	29, // 55: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
-	44, // [44:56] is the sub-list for method output_type
-	32, // [32:44] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	20, // 25: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
+	20, // 26: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	20, // 27: webhooks.v1.GetDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	40, // 28: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
+	43, // 29: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
+	43, // 30: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
+	29, // 31: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
+	40, // 32: webhooks.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	42, // 33: webhooks.v1.Attempt.duration:type_name -> google.protobuf.Duration
+	3,  // 34: webhooks.v1.Attempt.outcome:type_name -> webhooks.v1.AttemptOutcome
+	2,  // 35: webhooks.v1.Attempt.snooze_reason:type_name -> webhooks.v1.DeliveryWaitReason
+	40, // 36: webhooks.v1.Attempt.snoozed_until:type_name -> google.protobuf.Timestamp
+	32, // 37: webhooks.v1.ListAttemptsResponse.attempts:type_name -> webhooks.v1.Attempt
+	36, // 38: webhooks.v1.GetEndpointStatsResponse.stats:type_name -> webhooks.v1.EndpointStats
+	37, // 39: webhooks.v1.EndpointStats.last_hour:type_name -> webhooks.v1.AttemptStats
+	37, // 40: webhooks.v1.EndpointStats.last_day:type_name -> webhooks.v1.AttemptStats
+	37, // 41: webhooks.v1.EndpointStats.last_week:type_name -> webhooks.v1.AttemptStats
+	42, // 42: webhooks.v1.AttemptStats.latency_p50:type_name -> google.protobuf.Duration
+	42, // 43: webhooks.v1.AttemptStats.latency_p95:type_name -> google.protobuf.Duration
+	5,  // 44: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
+	7,  // 45: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
+	9,  // 46: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
+	11, // 47: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
+	13, // 48: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
+	15, // 49: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
+	17, // 50: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
+	19, // 51: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
+	22, // 52: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
+	24, // 53: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
+	26, // 54: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
+	28, // 55: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
+	31, // 56: webhooks.v1.EndpointService.ListAttempts:input_type -> webhooks.v1.ListAttemptsRequest
+	34, // 57: webhooks.v1.EndpointService.GetEndpointStats:input_type -> webhooks.v1.GetEndpointStatsRequest
+	6,  // 58: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
+	8,  // 59: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
+	10, // 60: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
+	12, // 61: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
+	14, // 62: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
+	16, // 63: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
+	18, // 64: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
+	21, // 65: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
+	23, // 66: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
+	25, // 67: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
+	27, // 68: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
+	30, // 69: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
+	33, // 70: webhooks.v1.EndpointService.ListAttempts:output_type -> webhooks.v1.ListAttemptsResponse
+	35, // 71: webhooks.v1.EndpointService.GetEndpointStats:output_type -> webhooks.v1.GetEndpointStatsResponse
+	58, // [58:72] is the sub-list for method output_type
+	44, // [44:58] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_endpoints_proto_init() }
@@ -2482,8 +3211,8 @@ func file_webhooks_v1_endpoints_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_webhooks_v1_endpoints_proto_rawDesc), len(file_webhooks_v1_endpoints_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   29,
+			NumEnums:      4,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,18 +19,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	EndpointService_ListEndpoints_FullMethodName  = "/webhooks.v1.EndpointService/ListEndpoints"
-	EndpointService_GetEndpoint_FullMethodName    = "/webhooks.v1.EndpointService/GetEndpoint"
-	EndpointService_CreateEndpoint_FullMethodName = "/webhooks.v1.EndpointService/CreateEndpoint"
-	EndpointService_UpdateEndpoint_FullMethodName = "/webhooks.v1.EndpointService/UpdateEndpoint"
-	EndpointService_DeleteEndpoint_FullMethodName = "/webhooks.v1.EndpointService/DeleteEndpoint"
-	EndpointService_RotateSecret_FullMethodName   = "/webhooks.v1.EndpointService/RotateSecret"
-	EndpointService_SendTest_FullMethodName       = "/webhooks.v1.EndpointService/SendTest"
-	EndpointService_ListDeliveries_FullMethodName = "/webhooks.v1.EndpointService/ListDeliveries"
-	EndpointService_RetryDelivery_FullMethodName  = "/webhooks.v1.EndpointService/RetryDelivery"
-	EndpointService_GetDelivery_FullMethodName    = "/webhooks.v1.EndpointService/GetDelivery"
-	EndpointService_Redeliver_FullMethodName      = "/webhooks.v1.EndpointService/Redeliver"
-	EndpointService_ListEventTypes_FullMethodName = "/webhooks.v1.EndpointService/ListEventTypes"
+	EndpointService_ListEndpoints_FullMethodName    = "/webhooks.v1.EndpointService/ListEndpoints"
+	EndpointService_GetEndpoint_FullMethodName      = "/webhooks.v1.EndpointService/GetEndpoint"
+	EndpointService_CreateEndpoint_FullMethodName   = "/webhooks.v1.EndpointService/CreateEndpoint"
+	EndpointService_UpdateEndpoint_FullMethodName   = "/webhooks.v1.EndpointService/UpdateEndpoint"
+	EndpointService_DeleteEndpoint_FullMethodName   = "/webhooks.v1.EndpointService/DeleteEndpoint"
+	EndpointService_RotateSecret_FullMethodName     = "/webhooks.v1.EndpointService/RotateSecret"
+	EndpointService_SendTest_FullMethodName         = "/webhooks.v1.EndpointService/SendTest"
+	EndpointService_ListDeliveries_FullMethodName   = "/webhooks.v1.EndpointService/ListDeliveries"
+	EndpointService_RetryDelivery_FullMethodName    = "/webhooks.v1.EndpointService/RetryDelivery"
+	EndpointService_GetDelivery_FullMethodName      = "/webhooks.v1.EndpointService/GetDelivery"
+	EndpointService_Redeliver_FullMethodName        = "/webhooks.v1.EndpointService/Redeliver"
+	EndpointService_ListEventTypes_FullMethodName   = "/webhooks.v1.EndpointService/ListEventTypes"
+	EndpointService_ListAttempts_FullMethodName     = "/webhooks.v1.EndpointService/ListAttempts"
+	EndpointService_GetEndpointStats_FullMethodName = "/webhooks.v1.EndpointService/GetEndpointStats"
 )
 
 // EndpointServiceClient is the client API for EndpointService service.
@@ -81,6 +83,18 @@ type EndpointServiceClient interface {
 	// ListEventTypes lists the event types whose Exposure is Webhook, each with
 	// its data schema and an example.
 	ListEventTypes(ctx context.Context, in *ListEventTypesRequest, opts ...grpc.CallOption) (*ListEventTypesResponse, error)
+	// ListAttempts lists one delivery's attempts, newest first: every request
+	// sent to the receiver (or refused by the destination policy) and what came
+	// back. Attempts are written in batches, so one shows up about a second
+	// after it ended. Another owner's delivery is NOT_FOUND, like a missing one;
+	// a delivery without attempts yet has none.
+	ListAttempts(ctx context.Context, in *ListAttemptsRequest, opts ...grpc.CallOption) (*ListAttemptsResponse, error)
+	// GetEndpointStats returns, for each of up to 100 endpoints, its attempts
+	// over the last hour, day and week: counts by outcome and latency
+	// percentiles, read from a rollup kept as attempts are recorded (cheap
+	// enough for a list page). Any id that is not the owner's endpoint makes
+	// the call NOT_FOUND.
+	GetEndpointStats(ctx context.Context, in *GetEndpointStatsRequest, opts ...grpc.CallOption) (*GetEndpointStatsResponse, error)
 }
 
 type endpointServiceClient struct {
@@ -211,6 +225,26 @@ func (c *endpointServiceClient) ListEventTypes(ctx context.Context, in *ListEven
 	return out, nil
 }
 
+func (c *endpointServiceClient) ListAttempts(ctx context.Context, in *ListAttemptsRequest, opts ...grpc.CallOption) (*ListAttemptsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAttemptsResponse)
+	err := c.cc.Invoke(ctx, EndpointService_ListAttempts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *endpointServiceClient) GetEndpointStats(ctx context.Context, in *GetEndpointStatsRequest, opts ...grpc.CallOption) (*GetEndpointStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetEndpointStatsResponse)
+	err := c.cc.Invoke(ctx, EndpointService_GetEndpointStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EndpointServiceServer is the server API for EndpointService service.
 // All implementations must embed UnimplementedEndpointServiceServer
 // for forward compatibility.
@@ -259,6 +293,18 @@ type EndpointServiceServer interface {
 	// ListEventTypes lists the event types whose Exposure is Webhook, each with
 	// its data schema and an example.
 	ListEventTypes(context.Context, *ListEventTypesRequest) (*ListEventTypesResponse, error)
+	// ListAttempts lists one delivery's attempts, newest first: every request
+	// sent to the receiver (or refused by the destination policy) and what came
+	// back. Attempts are written in batches, so one shows up about a second
+	// after it ended. Another owner's delivery is NOT_FOUND, like a missing one;
+	// a delivery without attempts yet has none.
+	ListAttempts(context.Context, *ListAttemptsRequest) (*ListAttemptsResponse, error)
+	// GetEndpointStats returns, for each of up to 100 endpoints, its attempts
+	// over the last hour, day and week: counts by outcome and latency
+	// percentiles, read from a rollup kept as attempts are recorded (cheap
+	// enough for a list page). Any id that is not the owner's endpoint makes
+	// the call NOT_FOUND.
+	GetEndpointStats(context.Context, *GetEndpointStatsRequest) (*GetEndpointStatsResponse, error)
 	mustEmbedUnimplementedEndpointServiceServer()
 }
 
@@ -304,6 +350,12 @@ func (UnimplementedEndpointServiceServer) Redeliver(context.Context, *RedeliverR
 }
 func (UnimplementedEndpointServiceServer) ListEventTypes(context.Context, *ListEventTypesRequest) (*ListEventTypesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListEventTypes not implemented")
+}
+func (UnimplementedEndpointServiceServer) ListAttempts(context.Context, *ListAttemptsRequest) (*ListAttemptsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAttempts not implemented")
+}
+func (UnimplementedEndpointServiceServer) GetEndpointStats(context.Context, *GetEndpointStatsRequest) (*GetEndpointStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetEndpointStats not implemented")
 }
 func (UnimplementedEndpointServiceServer) mustEmbedUnimplementedEndpointServiceServer() {}
 func (UnimplementedEndpointServiceServer) testEmbeddedByValue()                         {}
@@ -542,6 +594,42 @@ func _EndpointService_ListEventTypes_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EndpointService_ListAttempts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAttemptsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EndpointServiceServer).ListAttempts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EndpointService_ListAttempts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EndpointServiceServer).ListAttempts(ctx, req.(*ListAttemptsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _EndpointService_GetEndpointStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetEndpointStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EndpointServiceServer).GetEndpointStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EndpointService_GetEndpointStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EndpointServiceServer).GetEndpointStats(ctx, req.(*GetEndpointStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // EndpointService_ServiceDesc is the grpc.ServiceDesc for EndpointService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -596,6 +684,14 @@ var EndpointService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListEventTypes",
 			Handler:    _EndpointService_ListEventTypes_Handler,
+		},
+		{
+			MethodName: "ListAttempts",
+			Handler:    _EndpointService_ListAttempts_Handler,
+		},
+		{
+			MethodName: "GetEndpointStats",
+			Handler:    _EndpointService_GetEndpointStats_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
