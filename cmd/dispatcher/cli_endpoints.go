@@ -35,6 +35,8 @@ commands:
   delivery <delivery-id>    show one delivery (of any of the owner's endpoints)
   redeliver <id>            re-queue the endpoint's failed and cancelled deliveries (--since: those of an outage)
   retry-delivery <delivery id>  run one scheduled delivery now (its backoff or Retry-After cut short)
+  attempts <delivery id>    list a delivery's attempts, newest first (status, duration, error, body)
+  stats                     attempts, failures by class and latency per endpoint, last hour/day/week
 
 Every command takes --addr, --owner, --json, --token-file, --tls, --ca-file;
 the token comes from DISPATCHER_TOKEN or --token-file.
@@ -85,6 +87,8 @@ func runEndpointsCLI(ctx context.Context, args []string, stdout, stderr io.Write
 		"redeliver":      {positional: true, flags: redeliverFlags},
 		"retry-delivery": {positional: true, flags: retryDeliveryFlags},
 		"delivery":       {positional: true, flags: deliveryFlags},
+		"attempts":       {positional: true, flags: attemptsFlags},
+		"stats":          {flags: statsFlags},
 	}
 	if sub == "help" || sub == "-h" || sub == "--help" {
 		fmt.Fprint(stdout, endpointsUsage)
@@ -109,7 +113,7 @@ func runEndpointsCLI(ctx context.Context, args []string, stdout, stderr io.Write
 	switch {
 	case cmd.positional && len(positional) != 1:
 		what := "endpoint id"
-		if sub == "retry-delivery" || sub == "delivery" {
+		if sub == "retry-delivery" || sub == "delivery" || sub == "attempts" {
 			what = "delivery id"
 		}
 		return fmt.Errorf("endpoints %s: want exactly one %s, got %d arguments", sub, what, len(positional))

@@ -74,7 +74,7 @@ const usage = `usage: dispatcher <command> [flags]
 commands:
   serve            run the dispatcher (gRPC API, outbox relay, workers, metrics)
   migrate          apply database migrations (idempotent)
-  endpoints        manage webhook endpoints (list|get|create|update|delete|rotate-secret|send-test|deliveries|redeliver)
+  endpoints        manage webhook endpoints (list|get|create|update|delete|rotate-secret|send-test|deliveries|redeliver|attempts|stats)
   events publish   publish an event (what the main app does over gRPC)
   listen           run a local receiver: an endpoint pointing here, each delivery verified and printed
   event-types      list the event types that may leave
