@@ -79,6 +79,25 @@ func TestParseServeConfig(t *testing.T) {
 		require.ErrorContains(t, err, "DISPATCHER_SHUTDOWN_TIMEOUT")
 	})
 
+	t.Run("AttemptBodyBytes", func(t *testing.T) {
+		t.Parallel()
+		c, err := parse(setup(t))
+		require.NoError(t, err)
+		require.Equal(t, 1024, c.AttemptBodyBytes, "the first KiB by default")
+		b := setup(t)
+		b.env["DISPATCHER_ATTEMPT_BODY_BYTES"] = "0"
+		c, err = parse(b)
+		require.NoError(t, err)
+		require.Zero(t, c.AttemptBodyBytes, "0 turns bodies off")
+		_, err = parse(setup(t), "--attempt-body-bytes", "4096")
+		require.ErrorContains(t, err, "-attempt-body-bytes")
+		_, err = parse(setup(t), "--attempt-body-bytes", "-1")
+		require.ErrorContains(t, err, "-attempt-body-bytes")
+		b.env["DISPATCHER_ATTEMPT_BODY_BYTES"] = "lots"
+		_, err = parse(b)
+		require.ErrorContains(t, err, "DISPATCHER_ATTEMPT_BODY_BYTES")
+	})
+
 	t.Run("Tracing", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -229,14 +229,12 @@ func TestAttemptsBadInput(t *testing.T) {
 			t.Parallel()
 			err := tc.err()
 			switch {
-			case tc.field == "":
-				if strings.HasPrefix(tc.name, "List") {
-					requireDeliveryNotFound(t, err)
-				} else {
-					requireNotFound(t, err)
-				}
-			default:
+			case tc.field != "":
 				requireField(t, err, tc.field)
+			case strings.HasPrefix(tc.name, "List"):
+				requireDeliveryNotFound(t, err)
+			default:
+				requireNotFound(t, err)
 			}
 			msg := err.Error()
 			require.NotContains(t, msg, injectionValues[0], "the refusal never echoes the value")
