@@ -335,10 +335,11 @@ type pgCounters struct {
 }
 
 type stmtCounter struct {
-	query  string
-	calls  int64
-	millis float64
-	rows   int64
+	query    string
+	calls    int64
+	millis   float64
+	rows     int64
+	walBytes int64
 }
 
 // snapshot reads the counters in one transaction (which itself counts as one
@@ -370,7 +371,7 @@ func (b *bench) snapshot(ctx context.Context) (pgCounters, error) {
 			return nil
 		}
 		rows, err := tx.Query(ctx, `
-			SELECT queryid, sum(calls)::bigint, sum(total_exec_time), sum(rows)::bigint, min(query)
+			SELECT queryid, sum(calls)::bigint, sum(total_exec_time), sum(rows)::bigint, sum(wal_bytes)::bigint, min(query)
 			  FROM pg_stat_statements
 			 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 			 GROUP BY queryid`)
@@ -381,7 +382,7 @@ func (b *bench) snapshot(ctx context.Context) (pgCounters, error) {
 		for rows.Next() {
 			var id int64
 			var s stmtCounter
-			if err := rows.Scan(&id, &s.calls, &s.millis, &s.rows, &s.query); err != nil {
+			if err := rows.Scan(&id, &s.calls, &s.millis, &s.rows, &s.walBytes, &s.query); err != nil {
 				rows.Close()
 				return err
 			}
@@ -427,6 +428,7 @@ type stmtDelta struct {
 	TotalMillis float64 `json:"total_ms"`
 	MeanMillis  float64 `json:"mean_ms"`
 	Rows        int64   `json:"rows"`
+	WALBytes    int64   `json:"wal_bytes"`
 }
 
 func statementDeltas(a, b pgCounters) (int64, []stmtDelta) {
@@ -437,7 +439,8 @@ func statementDeltas(a, b pgCounters) (int64, []stmtDelta) {
 	var out []stmtDelta
 	for id, s := range b.statements {
 		prev := a.statements[id]
-		d := stmtDelta{Query: compactSQL(s.query), Calls: s.calls - prev.calls, TotalMillis: s.millis - prev.millis, Rows: s.rows - prev.rows}
+		d := stmtDelta{Query: compactSQL(s.query), Calls: s.calls - prev.calls, TotalMillis: s.millis - prev.millis, Rows: s.rows - prev.rows,
+			WALBytes: s.walBytes - prev.walBytes}
 		if d.Calls <= 0 {
 			continue
 		}
@@ -491,4 +494,40 @@ func schemaURL(dbURL, schema string) string {
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// attemptHistorySQL starts the one statement that records a batch of
+// attempts (internal/attempt), as pg_stat_statements shows it.
+const attemptHistorySQL = "WITH a AS ( INSERT INTO delivery_attempts"
+
+// historyCost is what recording the attempt history cost in one scenario,
+// from that statement's pg_stat_statements counters. Each call is one
+// statement in its own transaction: calls are its commits.
+type historyCost struct {
+	Calls           int64   `json:"statements"`
+	CallsPerUnit    float64 `json:"commits_per_unit"`
+	Attempts        int64   `json:"stats_rows"`
+	WALBytes        int64   `json:"wal_bytes"`
+	WALBytesPerUnit float64 `json:"wal_bytes_per_unit"`
+	MillisPerUnit   float64 `json:"ms_per_unit"`
+}
+
+func attemptHistoryCost(stmts []stmtDelta, units int64) *historyCost {
+	var h historyCost
+	for _, s := range stmts {
+		if strings.HasPrefix(s.Query, attemptHistorySQL) {
+			h.Calls += s.Calls
+			h.Attempts += s.Rows
+			h.WALBytes += s.WALBytes
+			h.MillisPerUnit += s.TotalMillis
+		}
+	}
+	if h.Calls == 0 {
+		return nil
+	}
+	u := float64(max(units, 1))
+	h.CallsPerUnit = round(float64(h.Calls)/u, 4)
+	h.WALBytesPerUnit = round(float64(h.WALBytes)/u, 0)
+	h.MillisPerUnit = round(h.MillisPerUnit/u, 4)
+	return &h
 }

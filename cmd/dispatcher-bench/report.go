@@ -194,6 +194,10 @@ func (r *report) writeTable(w io.Writer) {
 		}
 		fmt.Fprintf(w, "; publish %.2f s; window %.2f s; idle background %.1f commits/s; %d rollbacks; %.0f WAL bytes/unit (cluster-wide)\n",
 			res.PublishSeconds, res.Seconds, res.IdleCommitsPS, res.Rollbacks, res.WALBytesPerUnit)
+		if h := res.AttemptHistory; h != nil {
+			fmt.Fprintf(w, "  attempt history: %d statements = %.4f commits per %s; %.0f of the %.0f WAL bytes per %s; %.4f ms of statement time per %s; %d bucket rows upserted\n",
+				h.Calls, h.CallsPerUnit, res.Unit, h.WALBytesPerUnit, res.WALBytesPerUnit, res.Unit, h.MillisPerUnit, res.Unit, h.Attempts)
+		}
 		if res.LatencyMs != nil {
 			fmt.Fprintf(w, "  latency ms: p50 %.1f  p95 %.1f  p99 %.1f  max %.1f\n", res.LatencyMs.P50, res.LatencyMs.P95, res.LatencyMs.P99, res.LatencyMs.Max)
 		}

@@ -80,10 +80,12 @@ type result struct {
 	Outcomes                  map[string]float64 `json:"outcomes,omitempty"`
 	Env                       []string           `json:"env,omitempty"`
 	Top                       []stmtDelta        `json:"top_statements,omitempty"`
-	Stages                    []stage            `json:"stages_ms,omitempty"`
-	Notes                     []string           `json:"notes,omitempty"`
-	Error                     string             `json:"error,omitempty"`
-	Targets                   []targetCheck      `json:"targets,omitempty"`
+	// AttemptHistory is the attempt recorder's share (nil when it wrote nothing).
+	AttemptHistory *historyCost  `json:"attempt_history,omitempty"`
+	Stages         []stage       `json:"stages_ms,omitempty"`
+	Notes          []string      `json:"notes,omitempty"`
+	Error          string        `json:"error,omitempty"`
+	Targets        []targetCheck `json:"targets,omitempty"`
 }
 
 type latency struct {

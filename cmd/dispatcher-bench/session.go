@@ -439,6 +439,7 @@ func (m *measure) finish(ctx context.Context, res *result, units int64) error {
 		// The bench's own statements in the window: each of its transactions
 		// is a BEGIN/COMMIT pair or one statement; a snapshot runs ~6.
 		res.Statements = total - 4*m.ownTx
+		res.AttemptHistory = attemptHistoryCost(top, units)
 		if len(top) > m.s.b.cfg.Top {
 			top = top[:m.s.b.cfg.Top]
 		}
