@@ -205,6 +205,8 @@ func TestRecorder(t *testing.T) {
 		ctx := context.Background()
 		b := setup(t, RecorderConfig{MaxBuffered: 3})
 		ep := uuid.New()
+		// 3 buffered; the 4th drops the oldest (a tenth of 3, at least 1),
+		// and so does the 5th.
 		for i := range 5 {
 			a := sample(1, ep, time.Now(), OutcomeSuccess, time.Millisecond)
 			a.Number = i + 1

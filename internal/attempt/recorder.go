@@ -81,8 +81,11 @@ func (r *Recorder) Record(a Attempt) {
 	a.Body, a.Error = safeText(a.Body), safeText(a.Error)
 	r.mu.Lock()
 	if len(r.buf) >= r.cfg.MaxBuffered {
-		r.buf = slices.Delete(r.buf, 0, 1)
-		r.dropped++
+		// The oldest tenth at once, so that a long outage does not move the
+		// whole buffer on every attempt.
+		n := max(r.cfg.MaxBuffered/10, 1)
+		r.buf = slices.Delete(r.buf, 0, n)
+		r.dropped += n
 	}
 	r.buf = append(r.buf, a)
 	full := len(r.buf) >= r.cfg.MaxBatch
