@@ -22,7 +22,8 @@ CREATE TABLE delivery_attempts (
     -- replaced), never interpreted; '' when recording bodies is off.
     response_body text        NOT NULL,
     error         text        NOT NULL,
-    -- Set for a snooze (a Retry-After answer): until when.
+    -- Set for a snooze: why (retry_after, throttled) and until when.
+    snooze_reason text,
     snoozed_until timestamptz
 );
 

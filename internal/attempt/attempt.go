@@ -92,7 +92,11 @@ type Attempt struct {
 	// Body is the start of the response body (see Text).
 	Body  string
 	Error string
-	// SnoozedUntil is set for OutcomeRetryAfter.
+	// SnoozeReason and SnoozedUntil are set when the attempt snoozed the
+	// delivery: job.SnoozeRetryAfter (OutcomeRetryAfter), or
+	// job.SnoozeThrottled (a run of 429s without Retry-After paused the
+	// endpoint; the outcome is the answer's class).
+	SnoozeReason string
 	SnoozedUntil *time.Time
 	// ID is the row's id, set when read back.
 	ID int64

@@ -233,7 +233,7 @@ func TestList(t *testing.T) {
 		until := start.Add(time.Hour)
 		b.rec.Record(Attempt{
 			DeliveryID: 7, Number: 1, OwnerID: "owner-1", EndpointID: ep, EventID: "ev-7", StartedAt: start,
-			Duration: 1500 * time.Microsecond, Outcome: OutcomeRetryAfter, Status: 429, Body: "slow down", SnoozedUntil: &until,
+			Duration: 1500 * time.Microsecond, Outcome: OutcomeRetryAfter, Status: 429, Body: "slow down", SnoozeReason: "retry_after", SnoozedUntil: &until,
 		})
 		for i := range 3 {
 			b.rec.Record(Attempt{
@@ -260,6 +260,8 @@ func TestList(t *testing.T) {
 		require.True(t, first.StartedAt.Equal(start))
 		require.NotNil(t, first.SnoozedUntil)
 		require.True(t, first.SnoozedUntil.Equal(until))
+		require.Equal(t, "retry_after", first.SnoozeReason)
+		require.Empty(t, page[0].SnoozeReason)
 		require.Equal(t, ep, first.EndpointID)
 
 		foreign, err := List(ctx, b.db.Pool, "owner-2", 7, 0, 10)

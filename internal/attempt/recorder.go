@@ -221,9 +221,9 @@ var writeSQL = func() string {
 	return `
 WITH a AS (
     INSERT INTO delivery_attempts (delivery_id, attempt, owner_id, endpoint_id, event_id, started_at, duration_us,
-                                   outcome, http_status, response_body, error, snoozed_until)
+                                   outcome, http_status, response_body, error, snooze_reason, snoozed_until)
     SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::uuid[], $5::text[], $6::timestamptz[], $7::bigint[],
-                         $8::text[], $9::int[], $10::text[], $11::text[], $12::timestamptz[])
+                         $8::text[], $9::int[], $10::text[], $11::text[], $17::text[], $12::timestamptz[])
 )
 INSERT INTO endpoint_stats (endpoint_id, span, bucket, ` + strings.Join(cols, ", ") + `)
 SELECT g.endpoint_id, g.span, g.bucket, ` + strings.Join(sel, ", ") + `
@@ -248,6 +248,7 @@ func write(ctx context.Context, pool *pgxpool.Pool, batch []Attempt) error {
 		bodies     = make([]string, n)
 		errs       = make([]string, n)
 		until      = make([]*time.Time, n)
+		reasons    = make([]*string, n)
 		buckets    = make(map[bucketKey]*counters)
 	)
 	for i := range batch {
@@ -255,6 +256,9 @@ func write(ctx context.Context, pool *pgxpool.Pool, batch []Attempt) error {
 		deliveries[i], numbers[i], owners[i], endpoints[i], events[i] = a.DeliveryID, int32(a.Number), a.OwnerID, a.EndpointID, a.EventID
 		starts[i], durations[i], outcomes[i], statuses[i] = a.StartedAt, a.Duration.Microseconds(), a.Outcome.String(), int32(a.Status)
 		bodies[i], errs[i], until[i] = a.Body, a.Error, a.SnoozedUntil
+		if a.SnoozeReason != "" {
+			reasons[i] = &a.SnoozeReason
+		}
 		for _, span := range []int32{SpanMinute, SpanHour} {
 			k := bucketKey{endpoint: a.EndpointID, span: span, start: a.StartedAt.UTC().Truncate(time.Duration(span) * time.Second)}
 			c := buckets[k]
@@ -283,7 +287,7 @@ func write(ctx context.Context, pool *pgxpool.Pool, batch []Attempt) error {
 		bCounts = append(bCounts, buckets[k][:]...)
 	}
 	if _, err := pool.Exec(ctx, writeSQL, deliveries, numbers, owners, endpoints, events, starts, durations,
-		outcomes, statuses, bodies, errs, until, bEndpoints, bSpans, bStarts, bCounts); err != nil {
+		outcomes, statuses, bodies, errs, until, bEndpoints, bSpans, bStarts, bCounts, reasons); err != nil {
 		return fmt.Errorf("record %d attempts: %w", n, err)
 	}
 	return nil

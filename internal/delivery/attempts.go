@@ -53,11 +53,14 @@ func (w *Worker) recordAttempt(j *river.Job[job.DeliverArgs], endpointID uuid.UU
 			a.Outcome = attempt.OutcomeTimeout
 		}
 	default:
-		a.Outcome = attempt.ClassifyStatus(s.status, v.kind == verdictSnooze)
+		a.Outcome = attempt.ClassifyStatus(s.status, v.kind == verdictSnooze && v.throttled == 0)
 	}
 	if v.kind == verdictSnooze {
 		until := time.Now().Add(max(v.delay, minSnooze)).UTC()
-		a.SnoozedUntil = &until
+		a.SnoozedUntil, a.SnoozeReason = &until, job.SnoozeRetryAfter
+		if v.throttled > 0 {
+			a.SnoozeReason = job.SnoozeThrottled
+		}
 	} else if res.err != nil {
 		// The error as the job records it, without River's wrapper.
 		e := res.err

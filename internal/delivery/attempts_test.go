@@ -15,6 +15,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/attempt"
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
 // withAttempts gives the bundle's worker an attempt recorder keeping
@@ -104,6 +105,27 @@ func TestAttemptHistory(t *testing.T) {
 		require.Equal(t, 429, got[0].Status)
 		require.NotNil(t, got[0].SnoozedUntil)
 		require.WithinDuration(t, time.Now().Add(120*time.Second), *got[0].SnoozedUntil, 5*time.Second)
+		require.Equal(t, job.SnoozeRetryAfter, got[0].SnoozeReason)
+	})
+
+	t.Run("ThrottledSnoozeKeepsTheAnswersClass", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rec := b.withAttempts(t, attempt.DefaultBodyBytes)
+		rc := newReceiver(t, status(http.StatusTooManyRequests))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{ownerID: "owner-1", enabled: true})
+		runWorker(t, b.worker) // the run of 429s is counted in the lingering lane
+		for range throttleRun - 1 {
+			requireRetryable(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
+		}
+		j := b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))
+		requireSnooze(t, b.work(t, j))
+
+		got := b.attempts(t, rec, j.ID)
+		require.Len(t, got, 1)
+		require.Equal(t, attempt.OutcomeHTTP4xx, got[0].Outcome, "a 429 without Retry-After")
+		require.Equal(t, job.SnoozeThrottled, got[0].SnoozeReason)
+		require.NotNil(t, got[0].SnoozedUntil)
 	})
 
 	t.Run("RecordsCancelOn4xxWithoutRiversPrefix", func(t *testing.T) {

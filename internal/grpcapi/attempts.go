@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/attempt"
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
@@ -60,8 +61,11 @@ func attemptProto(a *attempt.Attempt) *webhooksv1.Attempt {
 		Outcome: outcomeProto[a.Outcome], HttpStatus: int32(a.Status), ResponseBody: a.Body, Error: a.Error,
 	}
 	if a.SnoozedUntil != nil {
-		p.SnoozeReason = webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_RETRY_AFTER
 		p.SnoozedUntil = timestamppb.New(*a.SnoozedUntil)
+		p.SnoozeReason = webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_RETRY_AFTER
+		if a.SnoozeReason == job.SnoozeThrottled {
+			p.SnoozeReason = webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_ENDPOINT_PAUSED
+		}
 	}
 	return p
 }

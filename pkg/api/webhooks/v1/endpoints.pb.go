@@ -2309,7 +2309,8 @@ type Attempt struct {
 	// What the attempt met as a sentence, e.g. "HTTP 500: upstream down"; empty
 	// for a success or a snooze.
 	Error string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
-	// For a snooze: why (DELIVERY_WAIT_REASON_RETRY_AFTER) and until when.
+	// For a snooze: why (DELIVERY_WAIT_REASON_RETRY_AFTER; ENDPOINT_PAUSED when
+	// a run of 429s without Retry-After paused the endpoint) and until when.
 	SnoozeReason  DeliveryWaitReason     `protobuf:"varint,10,opt,name=snooze_reason,json=snoozeReason,proto3,enum=webhooks.v1.DeliveryWaitReason" json:"snooze_reason,omitempty"`
 	SnoozedUntil  *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=snoozed_until,json=snoozedUntil,proto3" json:"snoozed_until,omitempty"`
 	unknownFields protoimpl.UnknownFields
