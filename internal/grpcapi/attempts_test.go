@@ -120,13 +120,6 @@ func TestListAttempts(t *testing.T) {
 	})
 }
 
-func requireDeliveryNotFound(t *testing.T, err error) {
-	t.Helper()
-	st := requireCode(t, err, codes.NotFound)
-	require.Equal(t, DeliveryNotFoundMessage, st.Message())
-	require.Empty(t, st.Details())
-}
-
 func TestGetEndpointStats(t *testing.T) {
 	t.Parallel()
 
