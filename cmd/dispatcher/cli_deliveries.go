@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -167,4 +169,36 @@ func redeliverFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, strin
 		}
 		return nil
 	}
+}
+
+// labelsFlag collects key=value labels, repeatable or comma-separated. It
+// checks only the shape; the server checks the rules and names a bad key.
+type labelsFlag struct{ m map[string]string }
+
+func (f *labelsFlag) String() string { return formatLabels(f.m) }
+
+func (f *labelsFlag) Set(v string) error {
+	if f.m == nil {
+		f.m = map[string]string{}
+	}
+	for p := range strings.SplitSeq(v, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		k, val, ok := strings.Cut(p, "=")
+		if !ok {
+			return fmt.Errorf("want key=value, got %q", p)
+		}
+		f.m[k] = val
+	}
+	return nil
+}
+
+// formatLabels is labels as "k=v,k2=v2", sorted by key.
+func formatLabels(m map[string]string) string {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, ",")
 }

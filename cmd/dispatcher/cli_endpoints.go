@@ -144,9 +144,11 @@ func listFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) er
 	pageSize := fs.Int("page-size", 0, "endpoints per page (0: server default of 50, at most 200)")
 	pageToken := fs.String("page-token", "", "page to fetch, from a previous list's next page token")
 	quiet := fs.Bool("q", false, "print only the ids, one per line (for scripts: endpoint=$(dispatcher endpoints list -q …))")
+	var labels labelsFlag
+	fs.Var(&labels, "label", "only endpoints with this label key=value, repeatable or comma-separated (all must match)")
 	return func(ctx context.Context, c *endpointsCmd, _ string) error {
 		resp, err := c.client.ListEndpoints(ctx, &webhooksv1.ListEndpointsRequest{
-			OwnerId: c.conn.owner, PageSize: int32(min(max(*pageSize, -1), 1<<20)), PageToken: *pageToken,
+			OwnerId: c.conn.owner, PageSize: int32(min(max(*pageSize, -1), 1<<20)), PageToken: *pageToken, Labels: labels.m,
 		})
 		if err != nil {
 			return err
@@ -161,10 +163,10 @@ func listFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) er
 			return nil
 		}
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tURL\tEVENT TYPES\tSTATUS\tCREATED")
+		fmt.Fprintln(tw, "ID\tURL\tEVENT TYPES\tSTATUS\tCREATED\tNAME\tLABELS")
 		for _, ep := range resp.GetEndpoints() {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ep.GetId(), ep.GetUrl(), strings.Join(ep.GetEventTypes(), ","),
-				endpointStatus(ep), fmtTime(ep.GetCreatedAt()))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ep.GetId(), ep.GetUrl(), strings.Join(ep.GetEventTypes(), ","),
+				endpointStatus(ep), fmtTime(ep.GetCreatedAt()), orDash(oneLine(ep.GetName(), 40)), orDash(formatLabels(ep.GetLabels())))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -203,6 +205,9 @@ func createFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 	maxPerSecond := fs.Int("max-per-second", 0, "at most this many requests per second to the receiver (0: no limit)")
 	ordered := fs.Bool("ordered", false, "deliver in publish order, a failed delivery holding the ones behind it")
 	requestID := fs.String("request-id", "", "idempotency key: running the same create again with it (within 24h) returns the endpoint made the first time")
+	name := fs.String("name", "", "a short name for people (not unique)")
+	var labels labelsFlag
+	fs.Var(&labels, "label", "a label key=value, repeatable or comma-separated (env=prod,team=billing)")
 	return func(ctx context.Context, c *endpointsCmd, _ string) error {
 		var protoScheme webhooksv1.SignatureScheme
 		switch *scheme {
@@ -223,7 +228,7 @@ func createFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 		resp, err := c.client.CreateEndpoint(ctx, &webhooksv1.CreateEndpointRequest{
 			OwnerId: c.conn.owner, Url: *url, Description: *description, EventTypes: types, EmbedId: *embedID,
 			Headers: headers, SignatureScheme: protoScheme, MaxPerSecond: clampInt32(*maxPerSecond), Ordered: *ordered,
-			RequestId: *requestID,
+			RequestId: *requestID, Name: *name, Labels: labels.m,
 		})
 		if err != nil {
 			return err
@@ -257,6 +262,9 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 	headersFile := fs.String("headers-file", "", `replace the custom headers with this file's ("Name: value" per line; an empty file removes them)`)
 	maxPerSecond := fs.Int("max-per-second", 0, "new rate limit in requests per second (0 removes it)")
 	ordered := fs.Bool("ordered", false, "deliver in publish order (--ordered=false: in any order)")
+	name := fs.String("name", "", "new name")
+	var labels labelsFlag
+	fs.Var(&labels, "label", `replace the labels with these key=value pairs, repeatable or comma-separated (--label "" removes them all)`)
 	return func(ctx context.Context, c *endpointsCmd, id string) error {
 		req := &webhooksv1.UpdateEndpointRequest{OwnerId: c.conn.owner, EndpointId: id, UpdateMask: &fieldmaskpb.FieldMask{}}
 		var err error
@@ -288,6 +296,12 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 			case "ordered":
 				req.Ordered = *ordered
 				req.UpdateMask.Paths = append(req.UpdateMask.Paths, "ordered")
+			case "name":
+				req.Name = *name
+				req.UpdateMask.Paths = append(req.UpdateMask.Paths, "name")
+			case "label":
+				req.Labels = labels.m
+				req.UpdateMask.Paths = append(req.UpdateMask.Paths, "labels")
 			case "enable", "disable":
 				if *enable && *disable {
 					err = errors.New("--enable and --disable exclude each other")
@@ -304,7 +318,7 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 			return err
 		}
 		if len(req.UpdateMask.Paths) == 0 {
-			return errors.New("nothing to update: give at least one of --url, --description, --event-types, --embed-id, --max-per-second, --ordered, --enable, --disable, --headers-file")
+			return errors.New("nothing to update: give at least one of --url, --description, --event-types, --embed-id, --max-per-second, --ordered, --enable, --disable, --headers-file, --name, --label")
 		}
 		resp, err := c.client.UpdateEndpoint(ctx, req)
 		if err != nil {
@@ -426,6 +440,12 @@ func runEventTypesCLI(ctx context.Context, args []string, stdout, stderr io.Writ
 func printEndpoint(w io.Writer, ep *webhooksv1.Endpoint) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "id:\t%s\n", ep.GetId())
+	if n := ep.GetName(); n != "" {
+		fmt.Fprintf(tw, "name:\t%s\n", oneLine(n, 200))
+	}
+	if l := ep.GetLabels(); len(l) > 0 {
+		fmt.Fprintf(tw, "labels:\t%s\n", formatLabels(l))
+	}
 	fmt.Fprintf(tw, "owner:\t%s\n", ep.GetOwnerId())
 	fmt.Fprintf(tw, "url:\t%s\n", ep.GetUrl())
 	fmt.Fprintf(tw, "description:\t%s\n", orDash(oneLine(ep.GetDescription(), 200)))

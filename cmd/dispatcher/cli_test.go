@@ -238,6 +238,36 @@ func TestEndpointsCLI(t *testing.T) {
 		require.ErrorContains(t, err, "NotFound")
 	})
 
+	t.Run("NameAndLabels", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		out, err := endpoints(t, b, "create", "--url", "https://hooks.example.com/prod", "--event-types", "*",
+			"--name", "Billing prod", "--label", "env=prod,team=billing")
+		require.NoError(t, err, out)
+		require.Contains(t, out, "Billing prod")
+		require.Contains(t, out, "env=prod,team=billing")
+		id := strings.Fields(strings.SplitN(out, "\n", 2)[0])[1]
+		out, err = endpoints(t, b, "create", "--url", "https://hooks.example.com/dev", "--event-types", "*", "--label", "env=dev")
+		require.NoError(t, err, out)
+
+		out, err = endpoints(t, b, "list", "-q", "--label", "env=prod", "--label", "team=billing")
+		require.NoError(t, err, out)
+		require.Equal(t, id+"\n", out)
+
+		out, err = endpoints(t, b, "update", id, "--label", "env=staging", "--name", "Billing staging")
+		require.NoError(t, err, out)
+		require.Contains(t, out, "env=staging")
+		require.NotContains(t, out, "team=billing", "--label replaces the set")
+		out, err = endpoints(t, b, "list", "-q", "--label", "env=prod")
+		require.NoError(t, err, out)
+		require.Empty(t, out)
+
+		_, err = endpoints(t, b, "create", "--url", "https://hooks.example.com/x", "--event-types", "*", "--label", "Env=prod")
+		require.ErrorContains(t, err, `labels["Env"]`)
+		_, err = endpoints(t, b, "list", "--label", "novalue")
+		require.ErrorContains(t, err, "want key=value")
+	})
+
 	t.Run("DeliveriesFilterGetAndRecover", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

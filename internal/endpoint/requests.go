@@ -143,7 +143,11 @@ func paramsHash(p CreateParams) []byte {
 		Scheme      string            `json:"scheme"`
 		PerSecond   int32             `json:"max_per_second"`
 		Ordered     bool              `json:"ordered"`
-	}{p.URL, p.Description, p.EventTypes, p.EmbedID, p.Headers, scheme, p.MaxPerSecond, p.Ordered})
+		// omitempty: a create without them hashes as it did before they
+		// existed.
+		Name   string            `json:"name,omitempty"`
+		Labels map[string]string `json:"labels,omitempty"`
+	}{p.URL, p.Description, p.EventTypes, p.EmbedID, p.Headers, scheme, p.MaxPerSecond, p.Ordered, p.Name, p.Labels})
 	sum := sha256.Sum256(b)
 	return sum[:]
 }

@@ -166,10 +166,14 @@ type Page[T any] struct {
 
 // List returns a page of owner's endpoints, oldest first. pageSize 0 means
 // DefaultPageSize; pageToken is "" or a token a previous page returned.
-func (s *Service) List(ctx context.Context, owner string, pageSize32 int32, pageToken string) (Page[*Endpoint], error) {
+//
+// labels, when not empty, keeps the endpoints carrying every one of them
+// with exactly that value (at most MaxLabelFilters).
+func (s *Service) List(ctx context.Context, owner string, pageSize32 int32, pageToken string, labels map[string]string) (Page[*Endpoint], error) {
 	var v violations
 	s.val.ownerID(&v, owner)
 	limit := pageSize(&v, pageSize32)
+	labels = s.val.labels(&v, labels, MaxLabelFilters)
 	var cursor *ListCursor
 	if pageToken != "" {
 		var ok bool
@@ -181,7 +185,7 @@ func (s *Service) List(ctx context.Context, owner string, pageSize32 int32, page
 		return Page[*Endpoint]{}, err
 	}
 	// One extra row says whether another page exists without a count query.
-	eps, err := s.store.List(ctx, owner, cursor, limit+1)
+	eps, err := s.store.List(ctx, owner, labels, cursor, limit+1)
 	if err != nil {
 		return Page[*Endpoint]{}, err
 	}
@@ -222,6 +226,10 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (Created, error) {
 	}
 	s.val.maxPerSecond(&v, p.MaxPerSecond)
 	s.val.requestID(&v, p.RequestID)
+	s.val.name(&v, p.Name)
+	if p.Labels != nil {
+		p.Labels = s.val.labels(&v, p.Labels, MaxLabels)
+	}
 	if err := v.err(); err != nil {
 		return Created{}, err
 	}
@@ -252,7 +260,7 @@ const (
 )
 
 // updatePaths lists the paths, for messages.
-const updatePaths = "url, description, event_types, embed_id, enabled, headers, max_per_second, ordered"
+const updatePaths = "url, description, event_types, embed_id, enabled, headers, max_per_second, ordered, name, labels"
 
 // UpdateRequest changes the fields its Paths name (PathURL, …) to the values
 // given; the others are ignored.
@@ -272,6 +280,10 @@ type UpdateRequest struct {
 	// PathOrdered.
 	MaxPerSecond int32
 	Ordered      bool
+	// Name and Labels, for PathName and PathLabels (which replaces every
+	// label; empty removes them all).
+	Name   string
+	Labels map[string]string
 }
 
 // Update changes an endpoint. Re-enabling a disabled endpoint clears its
@@ -311,6 +323,11 @@ func (s *Service) Update(ctx context.Context, r UpdateRequest) (*Endpoint, error
 			p.MaxPerSecond = new(r.MaxPerSecond)
 		case PathOrdered:
 			p.Ordered = new(r.Ordered)
+		case PathName:
+			s.val.name(&v, r.Name)
+			p.Name = new(r.Name)
+		case PathLabels:
+			p.Labels = s.val.labels(&v, r.Labels, MaxLabels)
 		default:
 			v.add(FieldUpdateMask+".paths["+strconv.Itoa(i)+"]",
 				"unknown path: must be one of "+updatePaths)

@@ -67,6 +67,10 @@ type Endpoint struct {
 	MaxPerSecond int32
 	// Ordered endpoints get their deliveries in ingest order.
 	Ordered bool
+	// Name is for people, not unique; Labels are the owner's key/value
+	// pairs (never nil).
+	Name   string
+	Labels map[string]string
 }
 
 // Store reads and writes webhook_endpoints. Every method is scoped to an
@@ -88,14 +92,14 @@ const endpointColumns = `id, owner_id, url, description, event_types, coalesce(e
        created_at, updated_at,
        CASE WHEN paused_until > now() THEN paused_until END,
        CASE WHEN paused_until > now() THEN coalesce(pause_reason, '') ELSE '' END,
-       coalesce(max_per_second, 0), ordered`
+       coalesce(max_per_second, 0), ordered, name, labels`
 
 func scanEndpoint(row pgx.Row) (*Endpoint, error) {
 	var e Endpoint
 	err := row.Scan(&e.ID, &e.OwnerID, &e.URL, &e.Description, &e.EventTypes, &e.EmbedID, &e.Enabled,
 		&e.DisabledReason, &e.FailingSince, &e.PreviousSecretExpiresAt, &e.HeaderNames,
 		&e.SigningScheme, &e.PublicKey, &e.PreviousPublicKey, &e.CreatedAt, &e.UpdatedAt,
-		&e.PausedUntil, &e.PauseReason, &e.MaxPerSecond, &e.Ordered)
+		&e.PausedUntil, &e.PauseReason, &e.MaxPerSecond, &e.Ordered, &e.Name, &e.Labels)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -114,7 +118,9 @@ type ListCursor struct {
 // List returns up to limit of owner's endpoints after cursor (nil for the
 // first page), in creation order with the id breaking ties, so pages are
 // stable while endpoints are added or removed.
-func (s *Store) List(ctx context.Context, owner string, after *ListCursor, limit int) ([]*Endpoint, error) {
+// labels, when not empty, keeps only endpoints carrying each of them with
+// that value.
+func (s *Store) List(ctx context.Context, owner string, labels map[string]string, after *ListCursor, limit int) ([]*Endpoint, error) {
 	var (
 		afterTime *time.Time
 		afterID   uuid.UUID
@@ -127,8 +133,9 @@ SELECT `+endpointColumns+`
   FROM webhook_endpoints
  WHERE owner_id = $1
    AND ($2::timestamptz IS NULL OR (created_at, id) > ($2, $3))
+   AND labels @> $5::jsonb
  ORDER BY created_at, id
- LIMIT $4`, owner, afterTime, afterID, limit)
+ LIMIT $4`, owner, afterTime, afterID, limit, labelsOrEmpty(labels))
 	if err != nil {
 		return nil, fmt.Errorf("list endpoints: %w", err)
 	}
@@ -165,6 +172,9 @@ type CreateParams struct {
 	Ordered      bool
 	// RequestID, when set, makes the create idempotent (CreateOnce).
 	RequestID string
+	Name      string
+	// Labels: nil for none.
+	Labels map[string]string
 }
 
 // Create stores a new enabled endpoint with a fresh secret and returns it with
@@ -256,10 +266,10 @@ func (s *Store) createOnce(ctx context.Context, p CreateParams, maxPerOwner int)
 		var err error
 		e, err = scanEndpoint(tx.QueryRow(ctx, `
 INSERT INTO webhook_endpoints (id, owner_id, url, description, event_types, secret_enc, embed_id, header_names, headers_enc,
-                               signing_scheme, public_key, max_per_second, ordered)
-VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9, $10, nullif($11, ''), nullif($12, 0), $13)
+                               signing_scheme, public_key, max_per_second, ordered, name, labels)
+VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9, $10, nullif($11, ''), nullif($12, 0), $13, $14, $15)
 RETURNING `+endpointColumns, id, p.OwnerID, p.URL, p.Description, p.EventTypes, sealed, p.EmbedID,
-			headerNames(hs), sealedHeaders, scheme, publicKey, p.MaxPerSecond, p.Ordered))
+			headerNames(hs), sealedHeaders, scheme, publicKey, p.MaxPerSecond, p.Ordered, p.Name, labelsOrEmpty(p.Labels)))
 		if err != nil || p.RequestID == "" {
 			return err
 		}
@@ -285,6 +295,8 @@ type UpdateParams struct {
 	// MaxPerSecond: 0 removes the limit.
 	MaxPerSecond *int32
 	Ordered      *bool
+	Name         *string
+	Labels       map[string]string // nil: unchanged; empty: none
 }
 
 // Update changes the given fields of owner's endpoint id. Enabling clears the
@@ -317,6 +329,8 @@ UPDATE webhook_endpoints
        headers_enc     = CASE WHEN $14::boolean THEN $16::bytea ELSE headers_enc END,
        max_per_second  = CASE WHEN $17::boolean THEN nullif($18::integer, 0) ELSE max_per_second END,
        ordered         = CASE WHEN $19::boolean THEN $20::boolean ELSE ordered END,
+       name            = CASE WHEN $21::boolean THEN $22::text ELSE name END,
+       labels          = CASE WHEN $23::boolean THEN $24::jsonb ELSE labels END,
        updated_at      = now()
  WHERE id = $1 AND owner_id = $2
 RETURNING `+endpointColumns,
@@ -328,7 +342,9 @@ RETURNING `+endpointColumns,
 		enable, disable, DisabledByOwner,
 		p.Headers != nil, headerNames(p.Headers), sealedHeaders,
 		p.MaxPerSecond != nil, derefOr(p.MaxPerSecond, 0),
-		p.Ordered != nil, derefOr(p.Ordered, false)))
+		p.Ordered != nil, derefOr(p.Ordered, false),
+		p.Name != nil, deref(p.Name),
+		p.Labels != nil, labelsOrEmpty(p.Labels)))
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("update endpoint: %w", err)
 	}
@@ -532,4 +548,12 @@ func retryInSavepoint(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.
 		return false, err
 	}
 	return true, sp.Commit(ctx)
+}
+
+// labelsOrEmpty is labels for a jsonb parameter: {} rather than null.
+func labelsOrEmpty(labels map[string]string) map[string]string {
+	if labels == nil {
+		return map[string]string{}
+	}
+	return labels
 }

@@ -76,7 +76,7 @@ func (s *endpointServer) fail(ctx context.Context, method, owner string, err err
 
 // ListEndpoints implements webhooksv1.EndpointServiceServer.
 func (s *endpointServer) ListEndpoints(ctx context.Context, req *webhooksv1.ListEndpointsRequest) (*webhooksv1.ListEndpointsResponse, error) {
-	page, err := s.svc.List(ctx, req.GetOwnerId(), req.GetPageSize(), req.GetPageToken())
+	page, err := s.svc.List(ctx, req.GetOwnerId(), req.GetPageSize(), req.GetPageToken(), req.GetLabels())
 	if err != nil {
 		return nil, s.fail(ctx, "list", req.GetOwnerId(), err)
 	}
@@ -111,6 +111,8 @@ func (s *endpointServer) CreateEndpoint(ctx context.Context, req *webhooksv1.Cre
 
 		MaxPerSecond: req.GetMaxPerSecond(),
 		Ordered:      req.GetOrdered(),
+		Name:         req.GetName(),
+		Labels:       req.GetLabels(),
 		RequestID:    req.GetRequestId(),
 	})
 	if err != nil {
@@ -134,6 +136,8 @@ func (s *endpointServer) UpdateEndpoint(ctx context.Context, req *webhooksv1.Upd
 
 		MaxPerSecond: req.GetMaxPerSecond(),
 		Ordered:      req.GetOrdered(),
+		Name:         req.GetName(),
+		Labels:       req.GetLabels(),
 	})
 	if err != nil {
 		return nil, s.fail(ctx, "update", req.GetOwnerId(), err)
@@ -250,6 +254,8 @@ func toProto(e *endpoint.Endpoint) *webhooksv1.Endpoint {
 		PauseReason:  e.PauseReason,
 		MaxPerSecond: e.MaxPerSecond,
 		Ordered:      e.Ordered,
+		Name:         e.Name,
+		Labels:       e.Labels,
 	}
 	if e.SigningScheme == endpoint.SchemeV1a {
 		out.SignatureScheme = webhooksv1.SignatureScheme_SIGNATURE_SCHEME_V1A

@@ -542,6 +542,48 @@ func badEndpointCases() []badCase {
 		r.PageToken = encodeToken("d1", "0")
 	}))
 
+	// Names and labels, on create, update and the list filter.
+	invalid("CreateNameTooLong", endpoint.FieldName, createWith(func(r *webhooksv1.CreateEndpointRequest) {
+		r.Name = strings.Repeat("é", endpoint.MaxNameLen+1)
+	}))
+	invalid("CreateNameNUL", endpoint.FieldName, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Name = "a\x00b" }))
+	invalid("CreateNameNewline", endpoint.FieldName, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Name = "a\nb" }))
+	invalidUTF8("CreateNameInvalidUTF8", endpoint.FieldName, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Name = "a\xc3" }))
+	invalid("UpdateNameEscape", endpoint.FieldName, updateWith(func(r *webhooksv1.UpdateEndpointRequest) {
+		r.UpdateMask, r.Name = fieldMask("name"), "a\x1b[31mred"
+	}))
+	tooMany := func(n int) map[string]string {
+		m := map[string]string{}
+		for i := range n {
+			m["k"+strconv.Itoa(i)] = "v"
+		}
+		return m
+	}
+	labels := func(name, field string, m map[string]string) {
+		invalid("CreateLabels"+name, field, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Labels = m }))
+		invalid("UpdateLabels"+name, field, updateWith(func(r *webhooksv1.UpdateEndpointRequest) { r.UpdateMask, r.Labels = fieldMask("labels"), m }))
+	}
+	labels("TooMany", endpoint.FieldLabels, tooMany(endpoint.MaxLabels+1))
+	labels("EmptyKey", `labels[""]`, map[string]string{"": "v"})
+	labels("UpperCaseKey", `labels["Env"]`, map[string]string{"Env": "prod"})
+	labels("KeyStartsWithDash", `labels["-env"]`, map[string]string{"-env": "prod"})
+	labels("KeyWithSpace", `labels["my env"]`, map[string]string{"my env": "prod"})
+	labels("KeyTooLong", `labels["`+strings.Repeat("k", endpoint.MaxLabelKeyLen)+`…"]`, map[string]string{strings.Repeat("k", endpoint.MaxLabelKeyLen+1): "v"})
+	// A bad key is named (quoted, cut short), like a custom header's name:
+	// it is what the owner typed as a key, never a value. (So the hostile
+	// keys are checked in TestEndpointNameAndLabels, not here, where every
+	// refusal must not echo the injection strings.)
+	labels("ValueTooLong", `labels["env"]`, map[string]string{"env": strings.Repeat("v", endpoint.MaxLabelValueLen+1)})
+	labels("ValueNUL", `labels["env"]`, map[string]string{"env": "pr\x00od"})
+	labels("ValueNewline", `labels["env"]`, map[string]string{"env": "prod\nX-Injected: 1"})
+	invalidUTF8("CreateLabelsValueInvalidUTF8", `labels["env"]`, createWith(func(r *webhooksv1.CreateEndpointRequest) { r.Labels = map[string]string{"env": "\xff"} }))
+	listWithLabels := func(m map[string]string) func(*badFixture) proto.Message {
+		return edit(opNamed("ListEndpoints"), func(r *webhooksv1.ListEndpointsRequest) { r.Labels = m })
+	}
+	invalid("ListEndpointsLabelsTooMany", endpoint.FieldLabels, listWithLabels(tooMany(endpoint.MaxLabelFilters+1)))
+	invalid("ListEndpointsLabelsBadKey", `labels["Env"]`, listWithLabels(map[string]string{"Env": "prod"}))
+	invalid("ListEndpointsLabelsBadValue", `labels["env"]`, listWithLabels(map[string]string{"env": "a\x00"}))
+
 	// GetDelivery: a delivery id is a positive job id; another owner's (or
 	// a job that is no delivery) is NotFound like a missing one.
 	get := opNamed("GetDelivery")

@@ -351,7 +351,12 @@ type Endpoint struct {
 	// Deliveries go in publish order (the events' ingest sequence), one after
 	// the other: one that fails holds those behind it until it succeeds or is
 	// given up.
-	Ordered       bool `protobuf:"varint,33,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	Ordered bool `protobuf:"varint,33,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	// A short name for people (the admin UI's list); not unique.
+	Name string `protobuf:"bytes,40,opt,name=name,proto3" json:"name,omitempty"`
+	// The owner's key/value labels, e.g. {"env": "prod", "team": "billing"};
+	// ListEndpoints filters by them. Rules as in CreateEndpointRequest.labels.
+	Labels        map[string]string `protobuf:"bytes,41,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -526,12 +531,29 @@ func (x *Endpoint) GetOrdered() bool {
 	return false
 }
 
+func (x *Endpoint) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Endpoint) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 type ListEndpointsRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	OwnerId string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
 	// 0 means 50; at most 200.
-	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize  int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only endpoints carrying every one of these labels with exactly this
+	// value (ANDed); at most 10, keys as in CreateEndpointRequest.labels.
+	Labels        map[string]string `protobuf:"bytes,40,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -585,6 +607,13 @@ func (x *ListEndpointsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListEndpointsRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 type ListEndpointsResponse struct {
@@ -754,6 +783,13 @@ type CreateEndpointRequest struct {
 	MaxPerSecond int32 `protobuf:"varint,30,opt,name=max_per_second,json=maxPerSecond,proto3" json:"max_per_second,omitempty"`
 	// Deliver in publish order. See Endpoint.
 	Ordered bool `protobuf:"varint,31,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	// At most 128 characters, no control characters.
+	Name string `protobuf:"bytes,40,opt,name=name,proto3" json:"name,omitempty"`
+	// At most 16 labels. A key is 1 to 63 of [a-z0-9] and - _ . /, starting
+	// with a letter or digit; a value is at most 255 characters without
+	// control characters (it may be empty). A bad one is INVALID_ARGUMENT
+	// naming labels["<key>"].
+	Labels map[string]string `protobuf:"bytes,41,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Optional idempotency key chosen by the client (a UUID, or up to 128 of
 	// [A-Za-z0-9_-]), remembered per owner for 24 hours. A retry with the same
 	// owner_id, request_id and parameters returns the endpoint the first call
@@ -858,6 +894,20 @@ func (x *CreateEndpointRequest) GetOrdered() bool {
 	return false
 }
 
+func (x *CreateEndpointRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateEndpointRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 func (x *CreateEndpointRequest) GetRequestId() string {
 	if x != nil {
 		return x.RequestId
@@ -937,7 +987,7 @@ type UpdateEndpointRequest struct {
 	OwnerId    string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
 	EndpointId string                 `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
 	// Paths among: url, description, event_types, embed_id, enabled, headers,
-	// max_per_second (0 removes the limit), ordered.
+	// max_per_second (0 removes the limit), ordered, name, labels.
 	UpdateMask  *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	Url         string                 `protobuf:"bytes,4,opt,name=url,proto3" json:"url,omitempty"`
 	Description string                 `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
@@ -946,9 +996,12 @@ type UpdateEndpointRequest struct {
 	Enabled     bool                   `protobuf:"varint,8,opt,name=enabled,proto3" json:"enabled,omitempty"`
 	// With the "headers" path: replaces every custom header (empty removes
 	// them all). Rules as in CreateEndpointRequest.headers.
-	Headers       map[string]string `protobuf:"bytes,20,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	MaxPerSecond  int32             `protobuf:"varint,30,opt,name=max_per_second,json=maxPerSecond,proto3" json:"max_per_second,omitempty"`
-	Ordered       bool              `protobuf:"varint,31,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	Headers      map[string]string `protobuf:"bytes,20,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	MaxPerSecond int32             `protobuf:"varint,30,opt,name=max_per_second,json=maxPerSecond,proto3" json:"max_per_second,omitempty"`
+	Ordered      bool              `protobuf:"varint,31,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	Name         string            `protobuf:"bytes,40,opt,name=name,proto3" json:"name,omitempty"`
+	// With the "labels" path: replaces every label (empty removes them all).
+	Labels        map[string]string `protobuf:"bytes,41,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1058,6 +1111,20 @@ func (x *UpdateEndpointRequest) GetOrdered() bool {
 		return x.Ordered
 	}
 	return false
+}
+
+func (x *UpdateEndpointRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateEndpointRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 type UpdateEndpointResponse struct {
@@ -2786,7 +2853,7 @@ var File_webhooks_v1_endpoints_proto protoreflect.FileDescriptor
 
 const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\n" +
-	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd5\x06\n" +
+	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdf\a\n" +
 	"\bEndpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bowner_id\x18\x02 \x01(\tR\aownerId\x12\x10\n" +
@@ -2812,12 +2879,21 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\fpaused_until\x18\x1e \x01(\v2\x1a.google.protobuf.TimestampR\vpausedUntil\x12!\n" +
 	"\fpause_reason\x18\x1f \x01(\tR\vpauseReason\x12$\n" +
 	"\x0emax_per_second\x18  \x01(\x05R\fmaxPerSecond\x12\x18\n" +
-	"\aordered\x18! \x01(\bR\aordered\"m\n" +
+	"\aordered\x18! \x01(\bR\aordered\x12\x12\n" +
+	"\x04name\x18( \x01(\tR\x04name\x129\n" +
+	"\x06labels\x18) \x03(\v2!.webhooks.v1.Endpoint.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xef\x01\n" +
 	"\x14ListEndpointsRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"t\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12E\n" +
+	"\x06labels\x18( \x03(\v2-.webhooks.v1.ListEndpointsRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"t\n" +
 	"\x15ListEndpointsResponse\x123\n" +
 	"\tendpoints\x18\x01 \x03(\v2\x15.webhooks.v1.EndpointR\tendpoints\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"P\n" +
@@ -2826,7 +2902,7 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
 	"endpointId\"H\n" +
 	"\x13GetEndpointResponse\x121\n" +
-	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"\xd1\x03\n" +
+	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"\xe8\x04\n" +
 	"\x15CreateEndpointRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12 \n" +
@@ -2837,16 +2913,21 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\aheaders\x18\x14 \x03(\v2/.webhooks.v1.CreateEndpointRequest.HeadersEntryR\aheaders\x12G\n" +
 	"\x10signature_scheme\x18\x15 \x01(\x0e2\x1c.webhooks.v1.SignatureSchemeR\x0fsignatureScheme\x12$\n" +
 	"\x0emax_per_second\x18\x1e \x01(\x05R\fmaxPerSecond\x12\x18\n" +
-	"\aordered\x18\x1f \x01(\bR\aordered\x12\x1d\n" +
+	"\aordered\x18\x1f \x01(\bR\aordered\x12\x12\n" +
+	"\x04name\x18( \x01(\tR\x04name\x12F\n" +
+	"\x06labels\x18) \x03(\v2..webhooks.v1.CreateEndpointRequest.LabelsEntryR\x06labels\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x06 \x01(\tR\trequestId\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x7f\n" +
 	"\x16CreateEndpointResponse\x121\n" +
 	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\x12\x16\n" +
 	"\x06secret\x18\x02 \x01(\tR\x06secret\x12\x1a\n" +
-	"\breplayed\x18\x03 \x01(\bR\breplayed\"\xe1\x03\n" +
+	"\breplayed\x18\x03 \x01(\bR\breplayed\"\xf8\x04\n" +
 	"\x15UpdateEndpointRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
@@ -2861,8 +2942,13 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\aenabled\x18\b \x01(\bR\aenabled\x12I\n" +
 	"\aheaders\x18\x14 \x03(\v2/.webhooks.v1.UpdateEndpointRequest.HeadersEntryR\aheaders\x12$\n" +
 	"\x0emax_per_second\x18\x1e \x01(\x05R\fmaxPerSecond\x12\x18\n" +
-	"\aordered\x18\x1f \x01(\bR\aordered\x1a:\n" +
+	"\aordered\x18\x1f \x01(\bR\aordered\x12\x12\n" +
+	"\x04name\x18( \x01(\tR\x04name\x12F\n" +
+	"\x06labels\x18) \x03(\v2..webhooks.v1.UpdateEndpointRequest.LabelsEntryR\x06labels\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +
 	"\x16UpdateEndpointResponse\x121\n" +
@@ -3075,7 +3161,7 @@ func file_webhooks_v1_endpoints_proto_rawDescGZIP() []byte {
 }
 
 var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(SignatureScheme)(0),             // 0: webhooks.v1.SignatureScheme
 	(DeliveryState)(0),               // 1: webhooks.v1.DeliveryState
@@ -3115,91 +3201,99 @@ var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(*GetEndpointStatsResponse)(nil), // 35: webhooks.v1.GetEndpointStatsResponse
 	(*EndpointStats)(nil),            // 36: webhooks.v1.EndpointStats
 	(*AttemptStats)(nil),             // 37: webhooks.v1.AttemptStats
-	nil,                              // 38: webhooks.v1.CreateEndpointRequest.HeadersEntry
-	nil,                              // 39: webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 41: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),      // 42: google.protobuf.Duration
-	(*structpb.Struct)(nil),          // 43: google.protobuf.Struct
+	nil,                              // 38: webhooks.v1.Endpoint.LabelsEntry
+	nil,                              // 39: webhooks.v1.ListEndpointsRequest.LabelsEntry
+	nil,                              // 40: webhooks.v1.CreateEndpointRequest.HeadersEntry
+	nil,                              // 41: webhooks.v1.CreateEndpointRequest.LabelsEntry
+	nil,                              // 42: webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	nil,                              // 43: webhooks.v1.UpdateEndpointRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 44: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 45: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),      // 46: google.protobuf.Duration
+	(*structpb.Struct)(nil),          // 47: google.protobuf.Struct
 }
 var file_webhooks_v1_endpoints_proto_depIdxs = []int32{
-	40, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
-	40, // 1: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
-	40, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
-	40, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	44, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
+	44, // 1: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
+	44, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
+	44, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 4: webhooks.v1.Endpoint.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	40, // 5: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
-	4,  // 6: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
-	4,  // 7: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	38, // 8: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
-	0,  // 9: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	4,  // 10: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	41, // 11: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
-	39, // 12: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	4,  // 13: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	42, // 14: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	40, // 15: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 16: webhooks.v1.ListDeliveriesRequest.states:type_name -> webhooks.v1.DeliveryState
-	40, // 17: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
-	40, // 18: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,  // 19: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
-	40, // 20: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	40, // 21: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
-	40, // 22: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
-	40, // 23: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
-	2,  // 24: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	20, // 25: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
-	20, // 26: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	20, // 27: webhooks.v1.GetDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	40, // 28: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
-	43, // 29: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
-	43, // 30: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
-	29, // 31: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
-	40, // 32: webhooks.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	42, // 33: webhooks.v1.Attempt.duration:type_name -> google.protobuf.Duration
-	3,  // 34: webhooks.v1.Attempt.outcome:type_name -> webhooks.v1.AttemptOutcome
-	2,  // 35: webhooks.v1.Attempt.snooze_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	40, // 36: webhooks.v1.Attempt.snoozed_until:type_name -> google.protobuf.Timestamp
-	32, // 37: webhooks.v1.ListAttemptsResponse.attempts:type_name -> webhooks.v1.Attempt
-	36, // 38: webhooks.v1.GetEndpointStatsResponse.stats:type_name -> webhooks.v1.EndpointStats
-	37, // 39: webhooks.v1.EndpointStats.last_hour:type_name -> webhooks.v1.AttemptStats
-	37, // 40: webhooks.v1.EndpointStats.last_day:type_name -> webhooks.v1.AttemptStats
-	37, // 41: webhooks.v1.EndpointStats.last_week:type_name -> webhooks.v1.AttemptStats
-	42, // 42: webhooks.v1.AttemptStats.latency_p50:type_name -> google.protobuf.Duration
-	42, // 43: webhooks.v1.AttemptStats.latency_p95:type_name -> google.protobuf.Duration
-	5,  // 44: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
-	7,  // 45: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
-	9,  // 46: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
-	11, // 47: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
-	13, // 48: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
-	15, // 49: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
-	17, // 50: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
-	19, // 51: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
-	22, // 52: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
-	24, // 53: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
-	26, // 54: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
-	28, // 55: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
-	31, // 56: webhooks.v1.EndpointService.ListAttempts:input_type -> webhooks.v1.ListAttemptsRequest
-	34, // 57: webhooks.v1.EndpointService.GetEndpointStats:input_type -> webhooks.v1.GetEndpointStatsRequest
-	6,  // 58: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
-	8,  // 59: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
-	10, // 60: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
-	12, // 61: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
-	14, // 62: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
-	16, // 63: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
-	18, // 64: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
-	21, // 65: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
-	23, // 66: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
-	25, // 67: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
-	27, // 68: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
-	30, // 69: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
-	33, // 70: webhooks.v1.EndpointService.ListAttempts:output_type -> webhooks.v1.ListAttemptsResponse
-	35, // 71: webhooks.v1.EndpointService.GetEndpointStats:output_type -> webhooks.v1.GetEndpointStatsResponse
-	58, // [58:72] is the sub-list for method output_type
-	44, // [44:58] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	44, // 5: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
+	38, // 6: webhooks.v1.Endpoint.labels:type_name -> webhooks.v1.Endpoint.LabelsEntry
+	39, // 7: webhooks.v1.ListEndpointsRequest.labels:type_name -> webhooks.v1.ListEndpointsRequest.LabelsEntry
+	4,  // 8: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
+	4,  // 9: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	40, // 10: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
+	0,  // 11: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
+	41, // 12: webhooks.v1.CreateEndpointRequest.labels:type_name -> webhooks.v1.CreateEndpointRequest.LabelsEntry
+	4,  // 13: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	45, // 14: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
+	42, // 15: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	43, // 16: webhooks.v1.UpdateEndpointRequest.labels:type_name -> webhooks.v1.UpdateEndpointRequest.LabelsEntry
+	4,  // 17: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	46, // 18: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	44, // 19: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 20: webhooks.v1.ListDeliveriesRequest.states:type_name -> webhooks.v1.DeliveryState
+	44, // 21: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
+	44, // 22: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,  // 23: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
+	44, // 24: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	44, // 25: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
+	44, // 26: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
+	44, // 27: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
+	2,  // 28: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
+	20, // 29: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
+	20, // 30: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	20, // 31: webhooks.v1.GetDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	44, // 32: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
+	47, // 33: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
+	47, // 34: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
+	29, // 35: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
+	44, // 36: webhooks.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	46, // 37: webhooks.v1.Attempt.duration:type_name -> google.protobuf.Duration
+	3,  // 38: webhooks.v1.Attempt.outcome:type_name -> webhooks.v1.AttemptOutcome
+	2,  // 39: webhooks.v1.Attempt.snooze_reason:type_name -> webhooks.v1.DeliveryWaitReason
+	44, // 40: webhooks.v1.Attempt.snoozed_until:type_name -> google.protobuf.Timestamp
+	32, // 41: webhooks.v1.ListAttemptsResponse.attempts:type_name -> webhooks.v1.Attempt
+	36, // 42: webhooks.v1.GetEndpointStatsResponse.stats:type_name -> webhooks.v1.EndpointStats
+	37, // 43: webhooks.v1.EndpointStats.last_hour:type_name -> webhooks.v1.AttemptStats
+	37, // 44: webhooks.v1.EndpointStats.last_day:type_name -> webhooks.v1.AttemptStats
+	37, // 45: webhooks.v1.EndpointStats.last_week:type_name -> webhooks.v1.AttemptStats
+	46, // 46: webhooks.v1.AttemptStats.latency_p50:type_name -> google.protobuf.Duration
+	46, // 47: webhooks.v1.AttemptStats.latency_p95:type_name -> google.protobuf.Duration
+	5,  // 48: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
+	7,  // 49: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
+	9,  // 50: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
+	11, // 51: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
+	13, // 52: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
+	15, // 53: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
+	17, // 54: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
+	19, // 55: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
+	22, // 56: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
+	24, // 57: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
+	26, // 58: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
+	28, // 59: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
+	31, // 60: webhooks.v1.EndpointService.ListAttempts:input_type -> webhooks.v1.ListAttemptsRequest
+	34, // 61: webhooks.v1.EndpointService.GetEndpointStats:input_type -> webhooks.v1.GetEndpointStatsRequest
+	6,  // 62: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
+	8,  // 63: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
+	10, // 64: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
+	12, // 65: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
+	14, // 66: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
+	16, // 67: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
+	18, // 68: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
+	21, // 69: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
+	23, // 70: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
+	25, // 71: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
+	27, // 72: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
+	30, // 73: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
+	33, // 74: webhooks.v1.EndpointService.ListAttempts:output_type -> webhooks.v1.ListAttemptsResponse
+	35, // 75: webhooks.v1.EndpointService.GetEndpointStats:output_type -> webhooks.v1.GetEndpointStatsResponse
+	62, // [62:76] is the sub-list for method output_type
+	48, // [48:62] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_endpoints_proto_init() }
@@ -3213,7 +3307,7 @@ func file_webhooks_v1_endpoints_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_webhooks_v1_endpoints_proto_rawDesc), len(file_webhooks_v1_endpoints_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   36,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
