@@ -95,9 +95,6 @@ func TestDeliveryStates(t *testing.T) {
 	publishedAt := time.Now()
 	publish(t, d, newEvent(deliveriesOwner, "code.issued", "code://1", `{}`))
 
-	// Not parallel: it must look while the first attempt is in flight. A
-	// parallel subtest waits for a free slot, by which time that attempt
-	// may have timed out and the retry be minutes away.
 	t.Run("Delivering", func(t *testing.T) {
 		del := waitForDelivery(t, d, ids["slow"], "slow delivering", func(x *webhooksv1.Delivery) bool {
 			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERING
