@@ -20,11 +20,13 @@ import (
 const eventsUsage = `usage: dispatcher events <command> [flags]
 
 Publishes events through the gRPC API (publisher token), as the main
-application does with EventService.Publish.
+application does with EventService.Publish, and reads them back (admin token).
 
 commands:
   publish     publish one event: --owner, --type, --subject, --data (a JSON object);
               the id and occurred_at are generated unless given
+  list        list the owner's events, newest first (--type, --subject-prefix, --since, --until)
+  get <id>    show one event and its deliveries to every endpoint
 
 Every command takes --addr, --owner, --json, --token-file, --tls, --ca-file;
 the token comes from DISPATCHER_TOKEN or --token-file.
@@ -40,6 +42,8 @@ func runEventsCLI(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	switch sub, rest := args[0], args[1:]; sub {
 	case "publish":
 		return runPublishCLI(ctx, rest, stdout, stderr)
+	case "list", "get":
+		return runEventsReadCLI(ctx, sub, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, eventsUsage)
 		return nil

@@ -268,6 +268,35 @@ func TestEndpointsCLI(t *testing.T) {
 		require.ErrorContains(t, err, "want key=value")
 	})
 
+	t.Run("EventsListAndGet", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		out, err := endpoints(t, b, "create", "--url", "https://hooks.example.com/in", "--event-types", "*")
+		require.NoError(t, err, out)
+		id := strings.Fields(strings.SplitN(out, "\n", 2)[0])[1]
+		note := testfactory.Event(t.Context(), t, b.db.Pool, &testfactory.EventOpts{OwnerID: "owner_cli", Type: "corpus.note.changed", Subject: "wiki://software/x"})
+		testfactory.Event(t.Context(), t, b.db.Pool, &testfactory.EventOpts{OwnerID: "owner_cli", Type: "booking.created", Subject: "booking://1"})
+		_, err = b.db.Pool.Exec(t.Context(), `INSERT INTO river_job (kind, args, max_attempts) VALUES ('webhook.deliver', jsonb_build_object('endpoint_id', $1::text, 'event_id', $2::text), 18)`, id, note)
+		require.NoError(t, err)
+
+		events := func(args ...string) (string, error) {
+			return run(t, runEventsCLI, append(append([]string{args[0]}, conn(b)...), args[1:]...)...)
+		}
+		out, err = events("list", "--type", "corpus.*", "--subject-prefix", "wiki://", "--since", "1h")
+		require.NoError(t, err, out)
+		require.Contains(t, out, note)
+		require.NotContains(t, out, "booking.created")
+		out, err = events("get", note)
+		require.NoError(t, err, out)
+		require.Contains(t, out, "corpus.note.changed")
+		require.Contains(t, out, id)
+		require.Contains(t, out, "pending")
+		_, err = events("get", "missing-event")
+		require.ErrorContains(t, err, "NotFound")
+		_, err = events("list", "--type", "corpus*")
+		require.ErrorContains(t, err, "event_type")
+	})
+
 	t.Run("DeliveriesFilterGetAndRecover", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -59,6 +59,8 @@ func (s *endpointServer) fail(ctx context.Context, method, owner string, err err
 		return status.Error(codes.NotFound, NotFoundMessage)
 	case errors.Is(err, endpoint.ErrDeliveryNotFound):
 		return status.Error(codes.NotFound, DeliveryNotFoundMessage)
+	case errors.Is(err, endpoint.ErrEventNotFound):
+		return status.Error(codes.NotFound, EventNotFoundMessage)
 	case errors.Is(err, endpoint.ErrRequestIDReused):
 		return status.Error(codes.AlreadyExists, "request_id was already used with different parameters: "+
 			"a retry must repeat the request exactly, a new endpoint needs a new request_id")

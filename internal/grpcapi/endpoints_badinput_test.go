@@ -52,22 +52,25 @@ type badFixture struct {
 	svc webhooksv1.EndpointServiceServer
 	raw webhooksv1.EndpointServiceClient // no token of its own
 	id  string
-	// jobID is the endpoint's one (discarded) delivery.
-	jobID int64
+	// jobID is the endpoint's one (discarded) delivery, of event eventID.
+	jobID   int64
+	eventID string
 }
 
 func newBadFixture(t *testing.T) *badFixture {
 	t.Helper()
 	env := newTestEnv(t, endpoint.ServiceConfig{})
 	id := env.create(t, ownerA, "*").GetEndpoint().GetId()
-	jobID := env.insertDelivery(t, id, env.insertEvent(t, ownerA, "code.issued"))
+	eventID := env.insertEvent(t, ownerA, "code.issued")
+	jobID := env.insertDelivery(t, id, eventID)
 	env.finalize(t, jobID, "discarded", "HTTP 500")
 	return &badFixture{
-		env:   env,
-		svc:   NewEndpointServer(endpoint.NewService(endpoint.ServiceConfig{}, env.db.Pool, env.river, env.keyring, env.publisher, nil), nil),
-		raw:   webhooksv1.NewEndpointServiceClient(env.raw),
-		id:    id,
-		jobID: jobID,
+		env:     env,
+		svc:     NewEndpointServer(endpoint.NewService(endpoint.ServiceConfig{}, env.db.Pool, env.river, env.keyring, env.publisher, nil), nil),
+		raw:     webhooksv1.NewEndpointServiceClient(env.raw),
+		id:      id,
+		jobID:   jobID,
+		eventID: eventID,
 	}
 }
 
@@ -148,6 +151,18 @@ func (f *badFixture) call(ctx context.Context, inProcess bool, req proto.Message
 			_, err = s.GetDelivery(ctx, r)
 		} else {
 			_, err = c.GetDelivery(ctx, r)
+		}
+	case *webhooksv1.ListEventsRequest:
+		if inProcess {
+			_, err = s.ListEvents(ctx, r)
+		} else {
+			_, err = c.ListEvents(ctx, r)
+		}
+	case *webhooksv1.GetEventRequest:
+		if inProcess {
+			_, err = s.GetEvent(ctx, r)
+		} else {
+			_, err = c.GetEvent(ctx, r)
 		}
 	case *webhooksv1.ListEventTypesRequest:
 		if inProcess {
@@ -264,6 +279,18 @@ var endpointOps = []endpointOp{
 		},
 		setOwn: func(m proto.Message, v string) { m.(*webhooksv1.GetDeliveryRequest).OwnerId = v },
 	},
+	{
+		name:   "ListEvents",
+		valid:  func(*badFixture) proto.Message { return &webhooksv1.ListEventsRequest{OwnerId: ownerA} },
+		setOwn: func(m proto.Message, v string) { m.(*webhooksv1.ListEventsRequest).OwnerId = v },
+	},
+	{
+		name: "GetEvent",
+		valid: func(f *badFixture) proto.Message {
+			return &webhooksv1.GetEventRequest{OwnerId: ownerA, EventId: f.eventID}
+		},
+		setOwn: func(m proto.Message, v string) { m.(*webhooksv1.GetEventRequest).OwnerId = v },
+	},
 }
 
 // badCase is one request and the one status it must get.
@@ -275,8 +302,10 @@ type badCase struct {
 	// inProcess: the value is invalid UTF-8, which protobuf refuses to
 	// marshal; the case checks that refusal and then calls in process.
 	inProcess bool
-	// deliveryNotFound: NotFound for a delivery id, not an endpoint's.
+	// deliveryNotFound, eventNotFound: NotFound for a delivery or event id,
+	// not an endpoint's.
 	deliveryNotFound bool
+	eventNotFound    bool
 }
 
 // edit returns a request builder: op's valid request changed by fn.
@@ -627,6 +656,42 @@ func badEndpointCases() []badCase {
 		r.CreatedAfter, r.CreatedBefore = at, at
 	}))
 
+	// ListEvents' filters and GetEvent's id.
+	eventsWith := func(fn func(*webhooksv1.ListEventsRequest)) func(*badFixture) proto.Message {
+		return edit(opNamed("ListEvents"), fn)
+	}
+	invalid("ListEventsPageSizeAboveMax", endpoint.FieldPageSize, eventsWith(func(r *webhooksv1.ListEventsRequest) { r.PageSize = endpoint.MaxPageSize + 1 }))
+	invalid("ListEventsPageTokenGarbage", endpoint.FieldPageToken, eventsWith(func(r *webhooksv1.ListEventsRequest) { r.PageToken = "not a token" }))
+	invalid("ListEventsPageTokenOtherOp", endpoint.FieldPageToken, eventsWith(func(r *webhooksv1.ListEventsRequest) { r.PageToken = encodeDeliveriesToken(7) }))
+	invalid("ListEventsPageTokenBadID", endpoint.FieldPageToken, eventsWith(func(r *webhooksv1.ListEventsRequest) {
+		r.PageToken = encodeToken("v1", "1", injectionValues[0])
+	}))
+	invalid("ListEventsTypeBadGlob", endpoint.FieldEventType, eventsWith(func(r *webhooksv1.ListEventsRequest) { r.EventType = "corpus*" }))
+	invalid("ListEventsTypeSQLInjection", endpoint.FieldEventType, eventsWith(func(r *webhooksv1.ListEventsRequest) { r.EventType = injectionValues[0] }))
+	invalid("ListEventsSubjectTooLong", endpoint.FieldSubjectPrefix, eventsWith(func(r *webhooksv1.ListEventsRequest) { r.SubjectPrefix = strings.Repeat("s", 1025) }))
+	invalid("ListEventsSubjectNUL", endpoint.FieldSubjectPrefix, eventsWith(func(r *webhooksv1.ListEventsRequest) { r.SubjectPrefix = "wiki://\x00" }))
+	invalidUTF8("ListEventsSubjectInvalidUTF8", endpoint.FieldSubjectPrefix, eventsWith(func(r *webhooksv1.ListEventsRequest) { r.SubjectPrefix = "wiki://\xff" }))
+	invalid("ListEventsOccurredAfterOutOfRange", endpoint.FieldOccurredAfter, eventsWith(func(r *webhooksv1.ListEventsRequest) {
+		r.OccurredAfter = &timestamppb.Timestamp{Seconds: math.MaxInt64}
+	}))
+	invalid("ListEventsEmptyRange", endpoint.FieldOccurredBefore, eventsWith(func(r *webhooksv1.ListEventsRequest) {
+		at := timestamppb.Now()
+		r.OccurredAfter, r.OccurredBefore = at, at
+	}))
+	getEventWith := func(fn func(*webhooksv1.GetEventRequest)) func(*badFixture) proto.Message {
+		return edit(opNamed("GetEvent"), fn)
+	}
+	invalid("GetEventIDEmpty", endpoint.FieldEventID, getEventWith(func(r *webhooksv1.GetEventRequest) { r.EventId = "" }))
+	invalid("GetEventIDTooLong", endpoint.FieldEventID, getEventWith(func(r *webhooksv1.GetEventRequest) { r.EventId = strings.Repeat("e", 129) }))
+	invalid("GetEventIDSQLInjection", endpoint.FieldEventID, getEventWith(func(r *webhooksv1.GetEventRequest) { r.EventId = injectionValues[0] }))
+	invalid("GetEventIDPathTraversal", endpoint.FieldEventID, getEventWith(func(r *webhooksv1.GetEventRequest) { r.EventId = injectionValues[2] }))
+	invalidUTF8("GetEventIDInvalidUTF8", endpoint.FieldEventID, getEventWith(func(r *webhooksv1.GetEventRequest) { r.EventId = "\xff" }))
+	cases = append(cases,
+		badCase{name: "GetEventForeignOwner", code: codes.NotFound, eventNotFound: true,
+			req: getEventWith(func(r *webhooksv1.GetEventRequest) { r.OwnerId = ownerB })},
+		badCase{name: "GetEventIDUnknown", code: codes.NotFound, eventNotFound: true,
+			req: getEventWith(func(r *webhooksv1.GetEventRequest) { r.EventId = "no-such-event" })})
+
 	// Redeliver's bounds.
 	redeliverWith := func(fn func(*webhooksv1.RedeliverRequest)) func(*badFixture) proto.Message {
 		return edit(opNamed("Redeliver"), fn)
@@ -678,9 +743,14 @@ func TestEndpointBadInput(t *testing.T) {
 			case codes.InvalidArgument:
 				requireField(t, err, tc.field)
 			case codes.NotFound:
-				if tc.deliveryNotFound {
+				switch {
+				case tc.deliveryNotFound:
 					requireDeliveryNotFound(t, err)
-				} else {
+				case tc.eventNotFound:
+					st := requireCode(t, err, codes.NotFound)
+					require.Equal(t, EventNotFoundMessage, st.Message())
+					require.Empty(t, st.Details())
+				default:
 					requireNotFound(t, err)
 				}
 			default:
@@ -794,6 +864,10 @@ func invokeRaw(ctx context.Context, c webhooksv1.EndpointServiceClient, req prot
 		_, err = c.Redeliver(ctx, r)
 	case *webhooksv1.GetDeliveryRequest:
 		_, err = c.GetDelivery(ctx, r)
+	case *webhooksv1.ListEventsRequest:
+		_, err = c.ListEvents(ctx, r)
+	case *webhooksv1.GetEventRequest:
+		_, err = c.GetEvent(ctx, r)
 	case *webhooksv1.ListEventTypesRequest:
 		_, err = c.ListEventTypes(ctx, r)
 	default:

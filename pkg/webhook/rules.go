@@ -100,6 +100,10 @@ func (e *Event) Validate(now time.Time) error {
 	return validateData(e.Data)
 }
 
+// ValidateID applies Event.ID's rule (a UUID or an opaque id of
+// [A-Za-z0-9_-], at most MaxIDLen); the error is a *FieldError.
+func ValidateID(id string) error { return validateID(id) }
+
 func validateID(id string) error {
 	if id == "" {
 		return fieldErr(FieldID, "must not be empty")

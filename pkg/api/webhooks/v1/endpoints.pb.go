@@ -2849,11 +2849,269 @@ func (x *AttemptStats) GetLatencyP95() *durationpb.Duration {
 	return nil
 }
 
+type ListEventsRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	OwnerId string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	// 0 means 50; at most 200.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous call's next_page_token, with the same filters.
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only events whose type matches this glob: "*", "corpus.*" or a type
+	// name. Empty: every type.
+	EventType string `protobuf:"bytes,4,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	// Only events whose subject starts with this, e.g. "wiki://software/".
+	SubjectPrefix string `protobuf:"bytes,5,opt,name=subject_prefix,json=subjectPrefix,proto3" json:"subject_prefix,omitempty"`
+	// Only events that occurred at or after this time.
+	OccurredAfter *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=occurred_after,json=occurredAfter,proto3" json:"occurred_after,omitempty"`
+	// Only events that occurred before this time.
+	OccurredBefore *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=occurred_before,json=occurredBefore,proto3" json:"occurred_before,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ListEventsRequest) Reset() {
+	*x = ListEventsRequest{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEventsRequest) ProtoMessage() {}
+
+func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListEventsRequest) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ListEventsRequest) GetOwnerId() string {
+	if x != nil {
+		return x.OwnerId
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListEventsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetSubjectPrefix() string {
+	if x != nil {
+		return x.SubjectPrefix
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetOccurredAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OccurredAfter
+	}
+	return nil
+}
+
+func (x *ListEventsRequest) GetOccurredBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OccurredBefore
+	}
+	return nil
+}
+
+type ListEventsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEventsResponse) Reset() {
+	*x = ListEventsResponse{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEventsResponse) ProtoMessage() {}
+
+func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListEventsResponse) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ListEventsResponse) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *ListEventsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type GetEventRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	OwnerId string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	// An Event.id. Another owner's event is NOT_FOUND, like a missing one.
+	EventId       string `protobuf:"bytes,2,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetEventRequest) Reset() {
+	*x = GetEventRequest{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetEventRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetEventRequest) ProtoMessage() {}
+
+func (x *GetEventRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetEventRequest.ProtoReflect.Descriptor instead.
+func (*GetEventRequest) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *GetEventRequest) GetOwnerId() string {
+	if x != nil {
+		return x.OwnerId
+	}
+	return ""
+}
+
+func (x *GetEventRequest) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+type GetEventResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Event *Event                 `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// Its deliveries, one per endpoint it was fanned out to (at most 1000),
+	// oldest first.
+	Deliveries    []*Delivery `protobuf:"bytes,2,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetEventResponse) Reset() {
+	*x = GetEventResponse{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetEventResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetEventResponse) ProtoMessage() {}
+
+func (x *GetEventResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetEventResponse.ProtoReflect.Descriptor instead.
+func (*GetEventResponse) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *GetEventResponse) GetEvent() *Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *GetEventResponse) GetDeliveries() []*Delivery {
+	if x != nil {
+		return x.Deliveries
+	}
+	return nil
+}
+
 var File_webhooks_v1_endpoints_proto protoreflect.FileDescriptor
 
 const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\n" +
-	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdf\a\n" +
+	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18webhooks/v1/events.proto\"\xdf\a\n" +
 	"\bEndpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bowner_id\x18\x02 \x01(\tR\aownerId\x12\x10\n" +
@@ -3100,7 +3358,28 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\vlatency_p50\x18\v \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"latencyP50\x12:\n" +
 	"\vlatency_p95\x18\f \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"latencyP95*f\n" +
+	"latencyP95\"\xb8\x02\n" +
+	"\x11ListEventsRequest\x12\x19\n" +
+	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x04 \x01(\tR\teventType\x12%\n" +
+	"\x0esubject_prefix\x18\x05 \x01(\tR\rsubjectPrefix\x12A\n" +
+	"\x0eoccurred_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\roccurredAfter\x12C\n" +
+	"\x0foccurred_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0eoccurredBefore\"h\n" +
+	"\x12ListEventsResponse\x12*\n" +
+	"\x06events\x18\x01 \x03(\v2\x12.webhooks.v1.EventR\x06events\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"G\n" +
+	"\x0fGetEventRequest\x12\x19\n" +
+	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x19\n" +
+	"\bevent_id\x18\x02 \x01(\tR\aeventId\"s\n" +
+	"\x10GetEventResponse\x12(\n" +
+	"\x05event\x18\x01 \x01(\v2\x12.webhooks.v1.EventR\x05event\x125\n" +
+	"\n" +
+	"deliveries\x18\x02 \x03(\v2\x15.webhooks.v1.DeliveryR\n" +
+	"deliveries*f\n" +
 	"\x0fSignatureScheme\x12 \n" +
 	"\x1cSIGNATURE_SCHEME_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SIGNATURE_SCHEME_V1\x10\x01\x12\x18\n" +
@@ -3131,7 +3410,8 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\x17ATTEMPT_OUTCOME_TIMEOUT\x10\x05\x12\x1e\n" +
 	"\x1aATTEMPT_OUTCOME_CONNECTION\x10\x06\x12\x1b\n" +
 	"\x17ATTEMPT_OUTCOME_BLOCKED\x10\a\x12\x1f\n" +
-	"\x1bATTEMPT_OUTCOME_RETRY_AFTER\x10\b2\xcc\t\n" +
+	"\x1bATTEMPT_OUTCOME_RETRY_AFTER\x10\b2\xe4\n" +
+	"\n" +
 	"\x0fEndpointService\x12V\n" +
 	"\rListEndpoints\x12!.webhooks.v1.ListEndpointsRequest\x1a\".webhooks.v1.ListEndpointsResponse\x12P\n" +
 	"\vGetEndpoint\x12\x1f.webhooks.v1.GetEndpointRequest\x1a .webhooks.v1.GetEndpointResponse\x12Y\n" +
@@ -3143,7 +3423,10 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\x0eListDeliveries\x12\".webhooks.v1.ListDeliveriesRequest\x1a#.webhooks.v1.ListDeliveriesResponse\x12V\n" +
 	"\rRetryDelivery\x12!.webhooks.v1.RetryDeliveryRequest\x1a\".webhooks.v1.RetryDeliveryResponse\x12P\n" +
 	"\vGetDelivery\x12\x1f.webhooks.v1.GetDeliveryRequest\x1a .webhooks.v1.GetDeliveryResponse\x12J\n" +
-	"\tRedeliver\x12\x1d.webhooks.v1.RedeliverRequest\x1a\x1e.webhooks.v1.RedeliverResponse\x12Y\n" +
+	"\tRedeliver\x12\x1d.webhooks.v1.RedeliverRequest\x1a\x1e.webhooks.v1.RedeliverResponse\x12M\n" +
+	"\n" +
+	"ListEvents\x12\x1e.webhooks.v1.ListEventsRequest\x1a\x1f.webhooks.v1.ListEventsResponse\x12G\n" +
+	"\bGetEvent\x12\x1c.webhooks.v1.GetEventRequest\x1a\x1d.webhooks.v1.GetEventResponse\x12Y\n" +
 	"\x0eListEventTypes\x12\".webhooks.v1.ListEventTypesRequest\x1a#.webhooks.v1.ListEventTypesResponse\x12S\n" +
 	"\fListAttempts\x12 .webhooks.v1.ListAttemptsRequest\x1a!.webhooks.v1.ListAttemptsResponse\x12_\n" +
 	"\x10GetEndpointStats\x12$.webhooks.v1.GetEndpointStatsRequest\x1a%.webhooks.v1.GetEndpointStatsResponseBHZFgithub.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1;webhooksv1b\x06proto3"
@@ -3161,7 +3444,7 @@ func file_webhooks_v1_endpoints_proto_rawDescGZIP() []byte {
 }
 
 var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(SignatureScheme)(0),             // 0: webhooks.v1.SignatureScheme
 	(DeliveryState)(0),               // 1: webhooks.v1.DeliveryState
@@ -3201,99 +3484,113 @@ var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(*GetEndpointStatsResponse)(nil), // 35: webhooks.v1.GetEndpointStatsResponse
 	(*EndpointStats)(nil),            // 36: webhooks.v1.EndpointStats
 	(*AttemptStats)(nil),             // 37: webhooks.v1.AttemptStats
-	nil,                              // 38: webhooks.v1.Endpoint.LabelsEntry
-	nil,                              // 39: webhooks.v1.ListEndpointsRequest.LabelsEntry
-	nil,                              // 40: webhooks.v1.CreateEndpointRequest.HeadersEntry
-	nil,                              // 41: webhooks.v1.CreateEndpointRequest.LabelsEntry
-	nil,                              // 42: webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	nil,                              // 43: webhooks.v1.UpdateEndpointRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 44: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 45: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),      // 46: google.protobuf.Duration
-	(*structpb.Struct)(nil),          // 47: google.protobuf.Struct
+	(*ListEventsRequest)(nil),        // 38: webhooks.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),       // 39: webhooks.v1.ListEventsResponse
+	(*GetEventRequest)(nil),          // 40: webhooks.v1.GetEventRequest
+	(*GetEventResponse)(nil),         // 41: webhooks.v1.GetEventResponse
+	nil,                              // 42: webhooks.v1.Endpoint.LabelsEntry
+	nil,                              // 43: webhooks.v1.ListEndpointsRequest.LabelsEntry
+	nil,                              // 44: webhooks.v1.CreateEndpointRequest.HeadersEntry
+	nil,                              // 45: webhooks.v1.CreateEndpointRequest.LabelsEntry
+	nil,                              // 46: webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	nil,                              // 47: webhooks.v1.UpdateEndpointRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 48: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 49: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),      // 50: google.protobuf.Duration
+	(*structpb.Struct)(nil),          // 51: google.protobuf.Struct
+	(*Event)(nil),                    // 52: webhooks.v1.Event
 }
 var file_webhooks_v1_endpoints_proto_depIdxs = []int32{
-	44, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
-	44, // 1: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
-	44, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
-	44, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	48, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
+	48, // 1: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
+	48, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
+	48, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 4: webhooks.v1.Endpoint.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	44, // 5: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
-	38, // 6: webhooks.v1.Endpoint.labels:type_name -> webhooks.v1.Endpoint.LabelsEntry
-	39, // 7: webhooks.v1.ListEndpointsRequest.labels:type_name -> webhooks.v1.ListEndpointsRequest.LabelsEntry
+	48, // 5: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
+	42, // 6: webhooks.v1.Endpoint.labels:type_name -> webhooks.v1.Endpoint.LabelsEntry
+	43, // 7: webhooks.v1.ListEndpointsRequest.labels:type_name -> webhooks.v1.ListEndpointsRequest.LabelsEntry
 	4,  // 8: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
 	4,  // 9: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	40, // 10: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
+	44, // 10: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
 	0,  // 11: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	41, // 12: webhooks.v1.CreateEndpointRequest.labels:type_name -> webhooks.v1.CreateEndpointRequest.LabelsEntry
+	45, // 12: webhooks.v1.CreateEndpointRequest.labels:type_name -> webhooks.v1.CreateEndpointRequest.LabelsEntry
 	4,  // 13: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	45, // 14: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
-	42, // 15: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	43, // 16: webhooks.v1.UpdateEndpointRequest.labels:type_name -> webhooks.v1.UpdateEndpointRequest.LabelsEntry
+	49, // 14: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
+	46, // 15: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	47, // 16: webhooks.v1.UpdateEndpointRequest.labels:type_name -> webhooks.v1.UpdateEndpointRequest.LabelsEntry
 	4,  // 17: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	46, // 18: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	44, // 19: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	50, // 18: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	48, // 19: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 20: webhooks.v1.ListDeliveriesRequest.states:type_name -> webhooks.v1.DeliveryState
-	44, // 21: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
-	44, // 22: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
+	48, // 21: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
+	48, // 22: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
 	1,  // 23: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
-	44, // 24: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	44, // 25: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
-	44, // 26: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
-	44, // 27: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
+	48, // 24: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	48, // 25: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
+	48, // 26: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
+	48, // 27: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
 	2,  // 28: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
 	20, // 29: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
 	20, // 30: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
 	20, // 31: webhooks.v1.GetDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	44, // 32: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
-	47, // 33: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
-	47, // 34: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
+	48, // 32: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
+	51, // 33: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
+	51, // 34: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
 	29, // 35: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
-	44, // 36: webhooks.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	46, // 37: webhooks.v1.Attempt.duration:type_name -> google.protobuf.Duration
+	48, // 36: webhooks.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	50, // 37: webhooks.v1.Attempt.duration:type_name -> google.protobuf.Duration
 	3,  // 38: webhooks.v1.Attempt.outcome:type_name -> webhooks.v1.AttemptOutcome
 	2,  // 39: webhooks.v1.Attempt.snooze_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	44, // 40: webhooks.v1.Attempt.snoozed_until:type_name -> google.protobuf.Timestamp
+	48, // 40: webhooks.v1.Attempt.snoozed_until:type_name -> google.protobuf.Timestamp
 	32, // 41: webhooks.v1.ListAttemptsResponse.attempts:type_name -> webhooks.v1.Attempt
 	36, // 42: webhooks.v1.GetEndpointStatsResponse.stats:type_name -> webhooks.v1.EndpointStats
 	37, // 43: webhooks.v1.EndpointStats.last_hour:type_name -> webhooks.v1.AttemptStats
 	37, // 44: webhooks.v1.EndpointStats.last_day:type_name -> webhooks.v1.AttemptStats
 	37, // 45: webhooks.v1.EndpointStats.last_week:type_name -> webhooks.v1.AttemptStats
-	46, // 46: webhooks.v1.AttemptStats.latency_p50:type_name -> google.protobuf.Duration
-	46, // 47: webhooks.v1.AttemptStats.latency_p95:type_name -> google.protobuf.Duration
-	5,  // 48: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
-	7,  // 49: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
-	9,  // 50: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
-	11, // 51: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
-	13, // 52: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
-	15, // 53: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
-	17, // 54: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
-	19, // 55: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
-	22, // 56: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
-	24, // 57: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
-	26, // 58: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
-	28, // 59: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
-	31, // 60: webhooks.v1.EndpointService.ListAttempts:input_type -> webhooks.v1.ListAttemptsRequest
-	34, // 61: webhooks.v1.EndpointService.GetEndpointStats:input_type -> webhooks.v1.GetEndpointStatsRequest
-	6,  // 62: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
-	8,  // 63: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
-	10, // 64: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
-	12, // 65: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
-	14, // 66: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
-	16, // 67: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
-	18, // 68: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
-	21, // 69: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
-	23, // 70: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
-	25, // 71: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
-	27, // 72: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
-	30, // 73: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
-	33, // 74: webhooks.v1.EndpointService.ListAttempts:output_type -> webhooks.v1.ListAttemptsResponse
-	35, // 75: webhooks.v1.EndpointService.GetEndpointStats:output_type -> webhooks.v1.GetEndpointStatsResponse
-	62, // [62:76] is the sub-list for method output_type
-	48, // [48:62] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	50, // 46: webhooks.v1.AttemptStats.latency_p50:type_name -> google.protobuf.Duration
+	50, // 47: webhooks.v1.AttemptStats.latency_p95:type_name -> google.protobuf.Duration
+	48, // 48: webhooks.v1.ListEventsRequest.occurred_after:type_name -> google.protobuf.Timestamp
+	48, // 49: webhooks.v1.ListEventsRequest.occurred_before:type_name -> google.protobuf.Timestamp
+	52, // 50: webhooks.v1.ListEventsResponse.events:type_name -> webhooks.v1.Event
+	52, // 51: webhooks.v1.GetEventResponse.event:type_name -> webhooks.v1.Event
+	20, // 52: webhooks.v1.GetEventResponse.deliveries:type_name -> webhooks.v1.Delivery
+	5,  // 53: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
+	7,  // 54: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
+	9,  // 55: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
+	11, // 56: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
+	13, // 57: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
+	15, // 58: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
+	17, // 59: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
+	19, // 60: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
+	22, // 61: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
+	24, // 62: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
+	26, // 63: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
+	38, // 64: webhooks.v1.EndpointService.ListEvents:input_type -> webhooks.v1.ListEventsRequest
+	40, // 65: webhooks.v1.EndpointService.GetEvent:input_type -> webhooks.v1.GetEventRequest
+	28, // 66: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
+	31, // 67: webhooks.v1.EndpointService.ListAttempts:input_type -> webhooks.v1.ListAttemptsRequest
+	34, // 68: webhooks.v1.EndpointService.GetEndpointStats:input_type -> webhooks.v1.GetEndpointStatsRequest
+	6,  // 69: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
+	8,  // 70: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
+	10, // 71: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
+	12, // 72: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
+	14, // 73: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
+	16, // 74: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
+	18, // 75: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
+	21, // 76: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
+	23, // 77: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
+	25, // 78: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
+	27, // 79: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
+	39, // 80: webhooks.v1.EndpointService.ListEvents:output_type -> webhooks.v1.ListEventsResponse
+	41, // 81: webhooks.v1.EndpointService.GetEvent:output_type -> webhooks.v1.GetEventResponse
+	30, // 82: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
+	33, // 83: webhooks.v1.EndpointService.ListAttempts:output_type -> webhooks.v1.ListAttemptsResponse
+	35, // 84: webhooks.v1.EndpointService.GetEndpointStats:output_type -> webhooks.v1.GetEndpointStatsResponse
+	69, // [69:85] is the sub-list for method output_type
+	53, // [53:69] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_endpoints_proto_init() }
@@ -3301,13 +3598,14 @@ func file_webhooks_v1_endpoints_proto_init() {
 	if File_webhooks_v1_endpoints_proto != nil {
 		return
 	}
+	file_webhooks_v1_events_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_webhooks_v1_endpoints_proto_rawDesc), len(file_webhooks_v1_endpoints_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   40,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,8 @@ const (
 	EndpointService_RetryDelivery_FullMethodName    = "/webhooks.v1.EndpointService/RetryDelivery"
 	EndpointService_GetDelivery_FullMethodName      = "/webhooks.v1.EndpointService/GetDelivery"
 	EndpointService_Redeliver_FullMethodName        = "/webhooks.v1.EndpointService/Redeliver"
+	EndpointService_ListEvents_FullMethodName       = "/webhooks.v1.EndpointService/ListEvents"
+	EndpointService_GetEvent_FullMethodName         = "/webhooks.v1.EndpointService/GetEvent"
 	EndpointService_ListEventTypes_FullMethodName   = "/webhooks.v1.EndpointService/ListEventTypes"
 	EndpointService_ListAttempts_FullMethodName     = "/webhooks.v1.EndpointService/ListAttempts"
 	EndpointService_GetEndpointStats_FullMethodName = "/webhooks.v1.EndpointService/GetEndpointStats"
@@ -80,6 +82,14 @@ type EndpointServiceClient interface {
 	// next_page_token continues) and idempotent (a delivery already re-queued
 	// by a call with the same since is not queued again).
 	Redeliver(ctx context.Context, in *RedeliverRequest, opts ...grpc.CallOption) (*RedeliverResponse, error)
+	// ListEvents lists the owner's stored events, newest first (by
+	// occurred_at), optionally filtered by type glob, subject prefix and time.
+	// It is here, on the admin surface, and not on EventService, whose
+	// publisher token must not read what it writes for any owner.
+	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
+	// GetEvent returns one of the owner's events with its deliveries to every
+	// endpoint and their states.
+	GetEvent(ctx context.Context, in *GetEventRequest, opts ...grpc.CallOption) (*GetEventResponse, error)
 	// ListEventTypes lists the event types whose Exposure is Webhook, each with
 	// its data schema and an example.
 	ListEventTypes(ctx context.Context, in *ListEventTypesRequest, opts ...grpc.CallOption) (*ListEventTypesResponse, error)
@@ -215,6 +225,26 @@ func (c *endpointServiceClient) Redeliver(ctx context.Context, in *RedeliverRequ
 	return out, nil
 }
 
+func (c *endpointServiceClient) ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListEventsResponse)
+	err := c.cc.Invoke(ctx, EndpointService_ListEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *endpointServiceClient) GetEvent(ctx context.Context, in *GetEventRequest, opts ...grpc.CallOption) (*GetEventResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetEventResponse)
+	err := c.cc.Invoke(ctx, EndpointService_GetEvent_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *endpointServiceClient) ListEventTypes(ctx context.Context, in *ListEventTypesRequest, opts ...grpc.CallOption) (*ListEventTypesResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListEventTypesResponse)
@@ -290,6 +320,14 @@ type EndpointServiceServer interface {
 	// next_page_token continues) and idempotent (a delivery already re-queued
 	// by a call with the same since is not queued again).
 	Redeliver(context.Context, *RedeliverRequest) (*RedeliverResponse, error)
+	// ListEvents lists the owner's stored events, newest first (by
+	// occurred_at), optionally filtered by type glob, subject prefix and time.
+	// It is here, on the admin surface, and not on EventService, whose
+	// publisher token must not read what it writes for any owner.
+	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
+	// GetEvent returns one of the owner's events with its deliveries to every
+	// endpoint and their states.
+	GetEvent(context.Context, *GetEventRequest) (*GetEventResponse, error)
 	// ListEventTypes lists the event types whose Exposure is Webhook, each with
 	// its data schema and an example.
 	ListEventTypes(context.Context, *ListEventTypesRequest) (*ListEventTypesResponse, error)
@@ -347,6 +385,12 @@ func (UnimplementedEndpointServiceServer) GetDelivery(context.Context, *GetDeliv
 }
 func (UnimplementedEndpointServiceServer) Redeliver(context.Context, *RedeliverRequest) (*RedeliverResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Redeliver not implemented")
+}
+func (UnimplementedEndpointServiceServer) ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListEvents not implemented")
+}
+func (UnimplementedEndpointServiceServer) GetEvent(context.Context, *GetEventRequest) (*GetEventResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetEvent not implemented")
 }
 func (UnimplementedEndpointServiceServer) ListEventTypes(context.Context, *ListEventTypesRequest) (*ListEventTypesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListEventTypes not implemented")
@@ -576,6 +620,42 @@ func _EndpointService_Redeliver_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EndpointService_ListEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EndpointServiceServer).ListEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EndpointService_ListEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EndpointServiceServer).ListEvents(ctx, req.(*ListEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _EndpointService_GetEvent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetEventRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EndpointServiceServer).GetEvent(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EndpointService_GetEvent_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EndpointServiceServer).GetEvent(ctx, req.(*GetEventRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _EndpointService_ListEventTypes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListEventTypesRequest)
 	if err := dec(in); err != nil {
@@ -680,6 +760,14 @@ var EndpointService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Redeliver",
 			Handler:    _EndpointService_Redeliver_Handler,
+		},
+		{
+			MethodName: "ListEvents",
+			Handler:    _EndpointService_ListEvents_Handler,
+		},
+		{
+			MethodName: "GetEvent",
+			Handler:    _EndpointService_GetEvent_Handler,
 		},
 		{
 			MethodName: "ListEventTypes",

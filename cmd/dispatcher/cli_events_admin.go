@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+)
+
+// runEventsReadCLI implements `dispatcher events list` and `events get`,
+// projections of EndpointService.ListEvents and GetEvent (admin token).
+func runEventsReadCLI(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("events "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var conn cliConn
+	conn.bind(fs, true)
+	pageSize := fs.Int("page-size", 0, "events per page (0: server default of 50, at most 200)")
+	pageToken := fs.String("page-token", "", "page to fetch, from a previous list's next page token (repeat the same filters)")
+	typ := fs.String("type", "", `only events of this type or glob ("corpus.*")`)
+	subject := fs.String("subject-prefix", "", `only events whose subject starts with this ("wiki://software/")`)
+	var since, until timeFlag
+	fs.Var(&since, "since", `only events that occurred at or after this time: RFC 3339 or a duration ago ("24h")`)
+	fs.Var(&until, "until", "only events that occurred before this time: RFC 3339 or a duration ago")
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case sub == "get" && len(positional) != 1:
+		return fmt.Errorf("events get: want exactly one event id, got %d arguments", len(positional))
+	case sub == "list" && len(positional) > 0:
+		return fmt.Errorf("events list: unexpected argument %q", positional[0])
+	case conn.owner == "":
+		return fmt.Errorf("events %s: --owner (or DISPATCHER_OWNER) is required", sub)
+	}
+	cc, err := conn.dial(stderr)
+	if err != nil {
+		return fmt.Errorf("events %s: %w", sub, err)
+	}
+	defer cc.Close()
+	client := webhooksv1.NewEndpointServiceClient(cc)
+	ctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	defer cancel()
+
+	if sub == "get" {
+		resp, err := client.GetEvent(ctx, &webhooksv1.GetEventRequest{OwnerId: conn.owner, EventId: positional[0]})
+		if err != nil {
+			return callError("events get", err)
+		}
+		if conn.json {
+			return printJSON(stdout, resp)
+		}
+		return printEventDeliveries(stdout, resp)
+	}
+	resp, err := client.ListEvents(ctx, &webhooksv1.ListEventsRequest{
+		OwnerId: conn.owner, PageSize: int32(min(max(*pageSize, -1), 1<<20)), PageToken: *pageToken,
+		EventType: *typ, SubjectPrefix: *subject, OccurredAfter: since.ts, OccurredBefore: until.ts,
+	})
+	if err != nil {
+		return callError("events list", err)
+	}
+	if conn.json {
+		return printJSON(stdout, resp)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "EVENT\tTYPE\tSUBJECT\tOCCURRED")
+	for _, e := range resp.GetEvents() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.GetId(), e.GetType(), oneLine(e.GetSubject(), 80), fmtTime(e.GetOccurredAt()))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(resp.GetEvents()) == 0 {
+		fmt.Fprintln(stdout, "(no events)")
+	}
+	if t := resp.GetNextPageToken(); t != "" {
+		fmt.Fprintf(stdout, "\nmore: --page-token %s\n", t)
+	}
+	return nil
+}
+
+func printEventDeliveries(w io.Writer, resp *webhooksv1.GetEventResponse) error {
+	e := resp.GetEvent()
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "event:\t%s\n", e.GetId())
+	fmt.Fprintf(tw, "type:\t%s\n", e.GetType())
+	fmt.Fprintf(tw, "subject:\t%s\n", oneLine(e.GetSubject(), 200))
+	fmt.Fprintf(tw, "occurred:\t%s\n", fmtTime(e.GetOccurredAt()))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DELIVERY\tENDPOINT\tSTATE\tATTEMPT\tLAST ERROR")
+	for _, d := range resp.GetDeliveries() {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\n", d.GetId(), d.GetEndpointId(), deliveryState(d),
+			d.GetAttempt(), d.GetMaxAttempts(), orDash(oneLine(d.GetLastError(), 60)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(resp.GetDeliveries()) == 0 {
+		fmt.Fprintln(w, "(no deliveries)")
+	}
+	return nil
+}
