@@ -78,7 +78,8 @@ func (w *Worker) gate(ctx context.Context, j *river.Job[job.DeliverArgs], ep uui
 		w.lanes.tookLease(ep, c.interval())
 	}
 	if c.pausedFor > 0 {
-		return gateDefer, w.snooze(ctx, c.pausedFor, job.SnoozePaused)
+		// After the pause's probe (job.PauseProbeGap).
+		return gateDefer, w.snooze(ctx, c.pausedFor+job.PauseProbeGap, job.SnoozePaused)
 	}
 	if c.ordered && j.Args.Seq > 0 {
 		if g, err := w.orderGate(ctx, ep, j.Args.Seq, waitUntil); g != gateSend {

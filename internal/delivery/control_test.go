@@ -154,11 +154,15 @@ func TestBackPressure(t *testing.T) {
 		require.Zero(t, attempts, "waiting for the pause spends no attempts")
 		require.Zero(t, errs)
 
-		// The pause ends: one request again, which pauses it again.
+		// The pause ends: one request again (the one that asked, as a
+		// probe), which pauses it again; the others, due a moment after
+		// it, are moved again before they are fetched: no snoozes.
+		snoozed := b.snoozes(job.SnoozePaused)
 		require.Eventually(t, func() bool { return rc.hits.Load() == 2 }, 5*time.Second, 10*time.Millisecond)
 		require.GreaterOrEqual(t, time.Unix(0, hitAt[1].Load()).Sub(first), 2900*time.Millisecond)
-		time.Sleep(time.Second)
+		time.Sleep(2 * time.Second)
 		require.EqualValues(t, 2, rc.hits.Load())
+		require.InDelta(t, snoozed, b.snoozes(job.SnoozePaused), 0, "a pause after the first costs no snoozes")
 
 		ok.Store(true)
 		b.waitAllCompleted(t, n, 20*time.Second)
@@ -214,7 +218,8 @@ func TestBackPressure(t *testing.T) {
 			)
 			require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT state::text, scheduled_at, attempt FROM river_job WHERE id = $1`, id).Scan(&state, &scheduledAt, &attempt))
 			require.Equal(t, "scheduled", state, "queued deliveries wait in River, not in a snooze loop")
-			require.WithinDuration(t, *ep.PausedUntil, scheduledAt, time.Millisecond)
+			require.WithinDuration(t, ep.PausedUntil.Add(job.PauseProbeGap), scheduledAt, time.Millisecond,
+				"just after the pause's end: the delivery that asked goes first, alone")
 			require.Zero(t, attempt)
 		}
 	})

@@ -20,6 +20,9 @@ import (
 // so River fetches none of them meanwhile. Deliveries already fetched see
 // the pause when they load the endpoint and snooze until it ends; fanout
 // schedules new ones at its end. Nothing spends an attempt while paused.
+// When the pause ends, the delivery whose answer paused the endpoint is
+// sent first and alone; the others follow job.PauseProbeGap later, so a
+// receiver that pauses again costs one request per pause, and no snoozes.
 
 // throttleRun is how many 429s without Retry-After in a row pause the
 // endpoint. The first ones are ordinary failed attempts: one 429 may be a
@@ -73,8 +76,9 @@ func (ls *lanes) throttled(ep uuid.UUID, is429 bool) int {
 }
 
 // pauseSQL pauses an endpoint (a longer pause already set stands, with its
-// reason) and moves its queued deliveries to the pause's end, in one
-// statement. Jobs locked by a fetch at that moment are skipped: they are
+// reason) and moves its queued deliveries to just after the pause's end
+// (job.PauseProbeGap: the delivery that asked for the pause, snoozed until
+// its end, goes first and alone), in one statement. Jobs locked by a fetch at that moment are skipped: they are
 // running now and will see the pause when they load the endpoint. As River
 // does for snoozes, a job due within 5 s stays available, a later one is
 // scheduled (River's scheduler makes it available when due). Each moved job
@@ -93,17 +97,17 @@ queued AS (
     SELECT j.id
       FROM river_job j, ep
      WHERE j.kind = 'webhook.deliver' AND j.args->>'endpoint_id' = $2
-       AND j.state IN ('available', 'retryable', 'scheduled') AND j.scheduled_at < ep.paused_until
+       AND j.state IN ('available', 'retryable', 'scheduled') AND j.scheduled_at < ep.paused_until + make_interval(secs => $5)
      ORDER BY j.id
        FOR UPDATE OF j SKIP LOCKED
 ),
 moved AS (
     UPDATE river_job j
-       SET scheduled_at = ep.paused_until,
+       SET scheduled_at = ep.paused_until + make_interval(secs => $5),
            state = CASE WHEN j.state = 'available' AND ep.paused_until > now() + interval '5 seconds'
                         THEN 'scheduled'::river_job_state ELSE j.state END,
-           metadata = j.metadata || jsonb_build_object('output',
-                          jsonb_build_object('snooze_reason', 'endpoint_paused', 'snooze_until', ep.paused_until))
+           metadata = j.metadata || jsonb_build_object('output', jsonb_build_object('snooze_reason', 'endpoint_paused',
+                          'snooze_until', ep.paused_until + make_interval(secs => $5)))
       FROM queued q, ep
      WHERE j.id = q.id
  RETURNING j.id
@@ -116,7 +120,7 @@ SELECT (SELECT count(*) FROM moved)`
 func (w *Worker) pauseEndpoint(ctx context.Context, ep uuid.UUID, p pause) {
 	ctx = context.WithoutCancel(ctx)
 	var moved int64
-	if err := w.pool.QueryRow(ctx, pauseSQL, ep, ep.String(), secs(p.d), p.reason).Scan(&moved); err != nil {
+	if err := w.pool.QueryRow(ctx, pauseSQL, ep, ep.String(), secs(p.d), p.reason, secs(job.PauseProbeGap)).Scan(&moved); err != nil {
 		w.logger.WarnContext(ctx, "pause endpoint", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
 		return
 	}

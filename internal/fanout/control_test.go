@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
 // setControl pauses an endpoint until pausedUntil (nil: not paused) and
@@ -72,8 +74,8 @@ func TestReceiverControls(t *testing.T) {
 				byEndpoint[d.EndpointID] = d
 			}
 			require.Equal(t, "scheduled", byEndpoint[paused].State)
-			require.WithinDuration(t, until, byEndpoint[paused].ScheduledAt, time.Millisecond,
-				"not fetched (and snoozed) before the receiver asked for more")
+			require.WithinDuration(t, until.Add(job.PauseProbeGap), byEndpoint[paused].ScheduledAt, time.Millisecond,
+				"not fetched (and snoozed) before the receiver asked for more, and after the pause's probe")
 			require.Equal(t, "available", byEndpoint[over].State, "a pause in the past is over")
 			require.WithinDuration(t, before, byEndpoint[over].ScheduledAt, 30*time.Second)
 		})

@@ -410,8 +410,8 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 		case c.pausedUntil != nil:
 			// The receiver said when: that replaces the failing cool-down
 			// (and holds a test event too: the receiver asked for nothing).
-			opts.ScheduledAt = *c.pausedUntil
-			opts.Metadata = pausedNote(md, *c.pausedUntil)
+			opts.ScheduledAt = c.pausedUntil.Add(job.PauseProbeGap)
+			opts.Metadata = pausedNote(md, opts.ScheduledAt)
 		case c.failingSince != nil && e.Type != event.TypeWebhookTest:
 			// A test event is what an admin sends after fixing the receiver:
 			// it goes now, failing endpoint or not.

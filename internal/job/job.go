@@ -127,6 +127,12 @@ const (
 	SnoozeOrdered = "ordered"
 )
 
+// PauseProbeGap: while an endpoint is paused, its queued deliveries wait
+// until this long after the pause's end, so that the delivery whose answer
+// paused it goes first, alone, as a probe: if the receiver pauses the
+// endpoint again, the others are moved again without having been fetched.
+const PauseProbeGap = time.Second
+
 // DeliverSnooze is what the deliver worker records when it snoozes a
 // delivery, as the job's River output (metadata "output"), so that listing
 // deliveries can say why one waits: a snooze writes no error, and the row
