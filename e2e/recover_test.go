@@ -39,10 +39,16 @@ func TestRecoverAfterOutage(t *testing.T) {
 	})
 	outageStart := time.Now().Add(-time.Second)
 	id := createEndpoint(t, d, deliveriesOwner, rc.URL, "code.*").GetEndpoint().GetId()
+	// One batch, so that the three deliveries are queued before the first
+	// refusal marks the endpoint failing (a failing endpoint's new
+	// deliveries would first wait a cool-down).
 	const n = 3
+	batch := &webhooksv1.PublishBatchRequest{}
 	for i := range n {
-		publish(t, d, newEvent(deliveriesOwner, "code.issued", "code://"+string(rune('a'+i)), `{}`))
+		batch.Events = append(batch.Events, newEvent(deliveriesOwner, "code.issued", "code://"+string(rune('a'+i)), `{}`))
 	}
+	_, err := d.events().PublishBatch(publisherCtx(t), batch)
+	require.NoError(t, err)
 
 	failedStates := []webhooksv1.DeliveryState{webhooksv1.DeliveryState_DELIVERY_STATE_FAILED, webhooksv1.DeliveryState_DELIVERY_STATE_CANCELLED}
 	var casualties []*webhooksv1.Delivery
