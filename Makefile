@@ -34,11 +34,22 @@ build: ## Build bin/dispatcher and bin/dispatcher-bench.
 	$(GO) build -o bin/dispatcher-bench ./cmd/dispatcher-bench
 
 # The tests share one Postgres server with whatever else uses it: test
-# binaries run one at a time (-p 1; the go build first keeps most of the
-# compiling parallel), two tests at a time each (-parallel 2, whatever the
-# core count), and each test's pool is small (internal/dbtest), so `make test`
-# holds at most about 20 connections. Raise them on a server of your own.
+# binaries run one at a time, two tests at a time each (-parallel 2, whatever
+# the core count), and each test's pool is small (internal/dbtest), so
+# `make test` holds at most about 20 connections. One at a time: with flock(1),
+# scripts/one-test-binary.sh holds a lock around each binary while go compiles
+# and links the next ones beside it (the package times go test prints then
+# include the wait for the lock); without it, -p 1, which serialises the
+# compiling too. On a server of your own, TEST_EXEC= TEST_P=8 runs them side
+# by side.
+ifneq ($(shell command -v flock 2>/dev/null),)
+TEST_EXEC     ?= $(CURDIR)/scripts/one-test-binary.sh
+# Binaries waiting for the lock hold go's action slots: at least 4.
+TEST_P        ?= $(shell n=$$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2); echo $$((n < 4 ? 4 : n)))
+else
+TEST_EXEC     ?=
 TEST_P        ?= 1
+endif
 TEST_PARALLEL ?= 2
 
 # The container image: the static binary on an empty base, built by
@@ -62,8 +73,8 @@ check/image: image ## Build the image, then check it runs as non-root and its en
 
 .PHONY: test
 test: ## Run every test (needs Postgres with 20 free connections: DATABASE_URL or 127.0.0.1:5432).
-	$(GO) build ./...
-	$(GO) test $(TEST_FLAGS) -p $(TEST_P) -parallel $(TEST_PARALLEL) ./...
+	@mkdir -p bin
+	TEST_LOCK=$(CURDIR)/bin/.test.lock $(GO) test $(TEST_FLAGS) -p $(TEST_P) $(if $(TEST_EXEC),-exec $(TEST_EXEC)) -parallel $(TEST_PARALLEL) ./...
 
 .PHONY: test/chaos
 test/chaos: ## The long reliability run: 10,000 events through 3 dispatchers killed with SIGKILL, plus the outage tests (needs Postgres).
@@ -71,7 +82,8 @@ test/chaos: ## The long reliability run: 10,000 events through 3 dispatchers kil
 
 .PHONY: test/race
 test/race: ## Run every test with the race detector.
-	$(GO) test -race $(TEST_FLAGS) -p $(TEST_P) -parallel $(TEST_PARALLEL) ./...
+	@mkdir -p bin
+	TEST_LOCK=$(CURDIR)/bin/.test.lock $(GO) test -race $(TEST_FLAGS) -p $(TEST_P) $(if $(TEST_EXEC),-exec $(TEST_EXEC)) -parallel $(TEST_PARALLEL) ./...
 
 .PHONY: generate
 generate: ## Regenerate pkg/api from proto/ with buf, docs/events.md from the event schemas, and pkg/client's event builders from the catalog.
