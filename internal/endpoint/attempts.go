@@ -22,8 +22,6 @@ const FieldEndpointIDs = "endpoint_ids"
 // MaxStatsEndpoints bounds one EndpointStats call: a list page.
 const MaxStatsEndpoints = 100
 
-const attemptsTokenTag = "a1"
-
 // ListAttempts returns a page of one of owner's deliveries' attempts, newest
 // first. A delivery of another owner, or none, is ErrDeliveryNotFound; a
 // delivery that exists but has no attempt yet has an empty page.
@@ -37,7 +35,7 @@ func (s *Service) ListAttempts(ctx context.Context, owner string, deliveryID int
 	var before int64
 	if pageToken != "" {
 		var ok bool
-		if before, ok = decodeAttemptsToken(pageToken); !ok {
+		if before, ok = decodeIDToken(pageToken, attemptsTokenTag); !ok {
 			v.add(FieldPageToken, "is not a token returned by ListAttempts")
 		}
 	}
@@ -54,22 +52,10 @@ func (s *Service) ListAttempts(ctx context.Context, owner string, deliveryID int
 	var page Page[attempt.Attempt]
 	if len(as) > limit {
 		as = as[:limit]
-		page.NextPageToken = encodeToken(attemptsTokenTag, strconv.FormatInt(as[len(as)-1].ID, 10))
+		page.NextPageToken = encodeIDToken(attemptsTokenTag, as[len(as)-1].ID)
 	}
 	page.Items = as
 	return page, nil
-}
-
-func decodeAttemptsToken(tok string) (int64, bool) {
-	parts, ok := decodeToken(tok, attemptsTokenTag, 1)
-	if !ok {
-		return 0, false
-	}
-	id, err := strconv.ParseInt(parts[0], 10, 64)
-	if err != nil || id <= 0 {
-		return 0, false
-	}
-	return id, true
 }
 
 // deliveryExists: owner has a delivery deliveryID, as a job of one of its

@@ -18,6 +18,7 @@ const (
 	endpointsTokenTag  = "e1"
 	deliveriesTokenTag = "d1"
 	redeliverTokenTag  = "r1"
+	attemptsTokenTag   = "a1"
 )
 
 func encodeToken(parts ...string) string {
@@ -56,12 +57,14 @@ func decodeListToken(tok string) (*ListCursor, bool) {
 	return &ListCursor{CreatedAt: time.UnixMicro(micros), ID: id}, true
 }
 
-func encodeDeliveriesToken(lastJobID int64) string {
-	return encodeToken(deliveriesTokenTag, strconv.FormatInt(lastJobID, 10))
+// encodeIDToken and decodeIDToken: the token of a page that continues after
+// a positive int64 id (deliveries after a job id, attempts after an attempt id).
+func encodeIDToken(tag string, id int64) string {
+	return encodeToken(tag, strconv.FormatInt(id, 10))
 }
 
-func decodeDeliveriesToken(tok string) (int64, bool) {
-	parts, ok := decodeToken(tok, deliveriesTokenTag, 1)
+func decodeIDToken(tok, tag string) (int64, bool) {
+	parts, ok := decodeToken(tok, tag, 1)
 	if !ok {
 		return 0, false
 	}
@@ -71,6 +74,12 @@ func decodeDeliveriesToken(tok string) (int64, bool) {
 	}
 	return id, true
 }
+
+func encodeDeliveriesToken(lastJobID int64) string {
+	return encodeIDToken(deliveriesTokenTag, lastJobID)
+}
+
+func decodeDeliveriesToken(tok string) (int64, bool) { return decodeIDToken(tok, deliveriesTokenTag) }
 
 // encodeRedeliverToken carries Redeliver's since (so a continuation cannot
 // silently widen or narrow the window) and the last job it examined.
