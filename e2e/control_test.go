@@ -194,8 +194,10 @@ func TestOrdered(t *testing.T) {
 	d.kill(t)
 	start(t, opts)
 
-	// Rescue takes up to rescueStuckAfter plus River's 30 s rescuer period.
-	waitFor(t, 120*time.Second, "every delivery", func() bool {
+	// Rescue takes up to rescueStuckAfter plus River's 30 s rescuer period,
+	// and under make test the restart above may first wait up to 45 s for one
+	// of the three dispatcher slots (harness_test.go).
+	waitFor(t, 180*time.Second, "every delivery", func() bool {
 		seen := map[string]bool{}
 		for _, r := range rc.requests() {
 			seen[r.header.Get("webhook-id")] = true
