@@ -49,13 +49,7 @@ func (s *Service) ListAttempts(ctx context.Context, owner string, deliveryID int
 	if err != nil {
 		return Page[attempt.Attempt]{}, err
 	}
-	var page Page[attempt.Attempt]
-	if len(as) > limit {
-		as = as[:limit]
-		page.NextPageToken = encodeIDToken(attemptsTokenTag, as[len(as)-1].ID)
-	}
-	page.Items = as
-	return page, nil
+	return pageOf(as, limit, func(last attempt.Attempt) string { return encodeIDToken(attemptsTokenTag, last.ID) }), nil
 }
 
 // deliveryExists: owner has a delivery deliveryID, as a job of one of its

@@ -120,14 +120,9 @@ func (s *Service) ListEvents(ctx context.Context, r ListEventsRequest) (Page[*we
 	if err != nil {
 		return Page[*webhook.Event]{}, err
 	}
-	var page Page[*webhook.Event]
-	if len(evs) > limit {
-		evs = evs[:limit]
-		last := evs[len(evs)-1]
-		page.NextPageToken = encodeEventsToken(eventCursor{OccurredAt: last.OccurredAt, ID: last.ID})
-	}
-	page.Items = evs
-	return page, nil
+	return pageOf(evs, limit, func(last *webhook.Event) string {
+		return encodeEventsToken(eventCursor{OccurredAt: last.OccurredAt, ID: last.ID})
+	}), nil
 }
 
 // EventWithDeliveries is an event and where it went.

@@ -164,6 +164,17 @@ type Page[T any] struct {
 	NextPageToken string
 }
 
+// pageOf makes a page of items, read with limit+1 rows: the extra row only
+// says that there is a next page, whose token continues after the last item
+// kept.
+func pageOf[T any](items []T, limit int, token func(last T) string) Page[T] {
+	if len(items) <= limit {
+		return Page[T]{Items: items}
+	}
+	items = items[:limit]
+	return Page[T]{Items: items, NextPageToken: token(items[len(items)-1])}
+}
+
 // List returns a page of owner's endpoints, oldest first. pageSize 0 means
 // DefaultPageSize; pageToken is "" or a token a previous page returned.
 //
@@ -189,14 +200,9 @@ func (s *Service) List(ctx context.Context, owner string, pageSize32 int32, page
 	if err != nil {
 		return Page[*Endpoint]{}, err
 	}
-	var page Page[*Endpoint]
-	if len(eps) > limit {
-		eps = eps[:limit]
-		last := eps[len(eps)-1]
-		page.NextPageToken = encodeListToken(ListCursor{CreatedAt: last.CreatedAt, ID: last.ID})
-	}
-	page.Items = eps
-	return page, nil
+	return pageOf(eps, limit, func(last *Endpoint) string {
+		return encodeListToken(ListCursor{CreatedAt: last.CreatedAt, ID: last.ID})
+	}), nil
 }
 
 // Get returns owner's endpoint id.

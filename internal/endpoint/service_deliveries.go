@@ -89,13 +89,7 @@ func (s *Service) ListDeliveries(ctx context.Context, r ListDeliveriesRequest) (
 	if err != nil {
 		return Page[*Delivery]{}, err
 	}
-	var page Page[*Delivery]
-	if len(ds) > limit {
-		ds = ds[:limit]
-		page.NextPageToken = encodeDeliveriesToken(ds[len(ds)-1].JobID)
-	}
-	page.Items = ds
-	return page, nil
+	return pageOf(ds, limit, func(last *Delivery) string { return encodeDeliveriesToken(last.JobID) }), nil
 }
 
 // deliveryStates validates a states filter.
