@@ -17,6 +17,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	"github.com/standmeet/webhook-dispatcher/internal/tracing"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 // DefaultDatabaseURL is the local server used when nothing is configured.
@@ -84,6 +85,10 @@ type serveConfig struct {
 	Retention        time.Duration
 	// AttemptBodyBytes: how much of each response body the attempt history keeps.
 	AttemptBodyBytes int
+	// DisableAfter: how long an endpoint may fail continuously before it is disabled.
+	DisableAfter time.Duration
+	// OperationalOwner: the owner id operational events go to; "" sends none.
+	OperationalOwner string
 	JobLinkTemplate  string
 	RiverUI          bool
 	Pprof            bool
@@ -129,6 +134,8 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.DurationVar(&c.RescueStuckAfter, "rescue-stuck-after", env.duration("DISPATCHER_RESCUE_STUCK_AFTER", time.Minute), "how long a job may stay running before River rescues it as the job of a dead worker (SIGKILL, OOM); must exceed the deliver job timeout (20s) (env DISPATCHER_RESCUE_STUCK_AFTER)")
 	fs.DurationVar(&c.Retention, "retention", env.duration("DISPATCHER_RETENTION", 30*24*time.Hour), "how long events are kept (env DISPATCHER_RETENTION)")
 	fs.IntVar(&c.AttemptBodyBytes, "attempt-body-bytes", env.integer("DISPATCHER_ATTEMPT_BODY_BYTES", attempt.DefaultBodyBytes), "how much of each response body the attempt history keeps, as text; 0 keeps none (env DISPATCHER_ATTEMPT_BODY_BYTES)")
+	fs.DurationVar(&c.DisableAfter, "disable-after", env.duration("DISPATCHER_DISABLE_AFTER", 5*24*time.Hour), "how long an endpoint may fail continuously (no successful delivery) before it is disabled (env DISPATCHER_DISABLE_AFTER)")
+	fs.StringVar(&c.OperationalOwner, "operational-events-owner", env.get("DISPATCHER_OPERATIONAL_EVENTS_OWNER"), "owner id to which the dispatcher sends endpoint.failing, endpoint.disabled and endpoint.recovered for every other owner's endpoints; give that owner an endpoint (your URL) subscribed to endpoint.*; empty sends none (env DISPATCHER_OPERATIONAL_EVENTS_OWNER)")
 	fs.StringVar(&c.JobLinkTemplate, "job-link-template", env.str("DISPATCHER_JOB_LINK_TEMPLATE", ""), "link to a delivery job in ListDeliveries; {job_id} is replaced; default: this process's River UI (env DISPATCHER_JOB_LINK_TEMPLATE)")
 	fs.BoolVar(&c.RiverUI, "river-ui", env.boolean("DISPATCHER_RIVER_UI", true), "serve River UI at /riverui/ on the ops port, behind the operator token (env DISPATCHER_RIVER_UI)")
 	fs.BoolVar(&c.Pprof, "pprof", env.boolean("DISPATCHER_PPROF", false), "serve Go's profiler at /debug/pprof/ on the ops port, for diagnosing CPU and memory use; keep the ops port private (env DISPATCHER_PPROF)")
@@ -188,6 +195,18 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	}
 	if c.Retention < time.Hour {
 		return nil, fmt.Errorf("invalid -retention %s: want at least 1h", c.Retention)
+	}
+	if c.DisableAfter < time.Second || c.DisableAfter > 30*24*time.Hour {
+		return nil, fmt.Errorf("invalid -disable-after %s: want 1s..720h", c.DisableAfter)
+	}
+	if c.OperationalOwner != "" {
+		if err := webhook.ValidateOwnerID(c.OperationalOwner); err != nil {
+			var fe *webhook.FieldError
+			if errors.As(err, &fe) {
+				return nil, fmt.Errorf("invalid -operational-events-owner %q: %s", c.OperationalOwner, fe.Reason)
+			}
+			return nil, fmt.Errorf("invalid -operational-events-owner: %w", err)
+		}
 	}
 	c.MasterKeys = env.get("DISPATCHER_MASTER_KEYS")
 	if c.MasterKeys == "" {

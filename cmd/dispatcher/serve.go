@@ -142,7 +142,10 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), member.Active, m, logger))
 	// The attempt history, written in batches beside the deliveries.
 	attempts := attempt.NewRecorder(attempt.RecorderConfig{BodyBytes: cfg.AttemptBodyBytes}, pool, logger.With(slog.String("component", "attempts")))
-	deliverWorker := delivery.NewWorker(delivery.Config{Channel: delivery.LeaseChannel(cfg.DB.Schema), RescueAfter: cfg.RescueStuckAfter, Attempts: attempts},
+	deliverWorker := delivery.NewWorker(delivery.Config{
+		Channel: delivery.LeaseChannel(cfg.DB.Schema), RescueAfter: cfg.RescueStuckAfter, Attempts: attempts, DisableAfter: cfg.DisableAfter,
+		OperationalOwner: cfg.OperationalOwner, OperationalChannel: delivery.OperationalChannel(cfg.DB.Schema),
+	},
 		pool, httpClient, endpoint.NewKeyOpener(keyring), m, logger)
 	if limit := deliverWorker.Timeout(nil); cfg.RescueStuckAfter <= limit {
 		return fmt.Errorf("invalid -rescue-stuck-after %s: must exceed the deliver job timeout (%s), or live deliveries would be rescued", cfg.RescueStuckAfter, limit)
@@ -331,6 +334,18 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		g.Go(func() error { return relay.Run(gctx) })
 	} else {
 		logger.InfoContext(ctx, "outbox relay disabled (no DISPATCHER_OUTBOX_DATABASE_URL); events arrive over gRPC only")
+	}
+	if cfg.OperationalOwner != "" {
+		// The deliver worker writes operational events to the dispatcher's
+		// own outbox; this relay publishes them like any outbox row. A
+		// notification wakes it, so the poll is only a safety net.
+		relay := ingest.NewRelay(ingest.RelayConfig{
+			PollInterval: 5 * time.Second, DeleteRelayed: true, Table: delivery.OperationalTable,
+			Channel: delivery.OperationalChannel(cfg.DB.Schema), Source: ingest.SourceOperational,
+		}, pool, store, m, logger.With(slog.String("relay", "operational")))
+		g.Go(func() error { return relay.Run(gctx) })
+		logger.InfoContext(ctx, "operational events on: endpoint health transitions go to the operational owner",
+			slog.String("owner_id", cfg.OperationalOwner))
 	}
 
 	// Shutdown: on SIGTERM (ctx) or a server failing (gctx).

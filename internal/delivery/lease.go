@@ -282,6 +282,14 @@ type settleRes struct {
 // caller still holds (lease_token), locks rows in id order so concurrent
 // settles cannot deadlock, and notifies every release so a process waiting
 // for one of these leases takes it at once.
+//
+// With an operational owner ($8, ” for none) each transition of an endpoint
+// of another owner also becomes an operational event (endpoint.failing,
+// endpoint.disabled, endpoint.recovered) in operational_outbox, in this same
+// statement: the transition and its announcement commit together, without a
+// statement or a commit of their own. Its id is derived from the endpoint,
+// the transition and failing_since, so one transition is one event. Inserted
+// rows wake the operational relay ($9).
 const settleSQL = `
 WITH s AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::bool[], $5::text[])
@@ -306,17 +314,53 @@ upd AS (
                                   THEN now() ELSE ep.updated_at END
       FROM s, old
      WHERE ep.id = s.id AND old.id = s.id
- RETURNING ep.id, ep.enabled, old.enabled AS was_enabled, s.release
+ RETURNING ep.id, ep.enabled, old.enabled AS was_enabled, s.release, s.health, s.summary,
+           ep.owner_id, ep.name, ep.disabled_reason, old.failing_since AS failing_before, ep.failing_since AS failing_after
+),
+transition AS (
+    SELECT u.*, CASE WHEN u.health = 1 AND u.failing_before IS NOT NULL THEN 'endpoint.recovered'
+                     WHEN u.was_enabled AND NOT u.enabled THEN 'endpoint.disabled'
+                     WHEN u.health = 2 AND u.failing_before IS NULL THEN 'endpoint.failing' END AS type,
+           coalesce(u.failing_before, u.failing_after) AS since
+      FROM upd u
+     WHERE $8 <> '' AND u.owner_id <> $8
+),
+announced AS (
+    INSERT INTO operational_outbox (event_id, owner_id, type, subject, data)
+    SELECT 'op_' || replace(t.id::text, '-', '') || '_' || split_part(t.type, '.', 2) || '_' || (extract(epoch FROM t.since) * 1000000)::bigint,
+           $8, t.type, 'dispatcher://endpoints/' || t.id,
+           jsonb_build_object('endpoint_id', t.id, 'owner_id', t.owner_id, 'name', t.name,
+                              'failing_since', to_char(t.since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+           || CASE t.type
+              WHEN 'endpoint.failing'   THEN jsonb_build_object('error', t.summary)
+              WHEN 'endpoint.disabled'  THEN jsonb_build_object('disabled_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+                                                                'disabled_reason', t.disabled_reason)
+              ELSE jsonb_build_object('recovered_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+              END
+      FROM transition t
+     WHERE t.type IS NOT NULL
+ RETURNING 1
 ),
 released AS (
     SELECT pg_notify($7, 'r:' || id::text) FROM upd WHERE release
+),
+woken AS (
+    SELECT pg_notify($9, '') WHERE EXISTS (SELECT FROM announced)
 )
-SELECT id, enabled, was_enabled, (SELECT count(*) FROM released) FROM upd`
+SELECT id, enabled, was_enabled, (SELECT count(*) FROM released), (SELECT count(*) FROM woken) FROM upd`
+
+// Operational events: who gets them, and how their relay is woken.
+type operational struct {
+	// owner is the owner id operational events are emitted to; "" emits none.
+	owner string
+	// channel is the NOTIFY channel of new operational_outbox rows.
+	channel string
+}
 
 // settle runs one batch of settlements. A settlement whose lease is no longer
 // the caller's (it expired and moved on, or the endpoint is gone) changes
 // nothing: the new holder's settlements stand.
-func settle(ctx context.Context, pool *pgxpool.Pool, disableAfter time.Duration, channel string, reqs []settleReq) ([]settleRes, error) {
+func settle(ctx context.Context, pool *pgxpool.Pool, disableAfter time.Duration, channel string, ops operational, reqs []settleReq) ([]settleRes, error) {
 	var (
 		ids       = make([]uuid.UUID, len(reqs))
 		tokens    = make([]uuid.UUID, len(reqs))
@@ -329,7 +373,7 @@ func settle(ctx context.Context, pool *pgxpool.Pool, disableAfter time.Duration,
 		ids[i], tokens[i], healths[i], releases[i], summaries[i] = r.endpointID, r.token, int32(r.health), r.release, r.summary
 		index[r.endpointID] = i
 	}
-	rows, err := pool.Query(ctx, settleSQL, ids, tokens, healths, releases, summaries, disableAfter.Seconds(), channel)
+	rows, err := pool.Query(ctx, settleSQL, ids, tokens, healths, releases, summaries, disableAfter.Seconds(), channel, ops.owner, ops.channel)
 	if err != nil {
 		return nil, fmt.Errorf("settle endpoints: %w", err)
 	}
@@ -338,9 +382,9 @@ func settle(ctx context.Context, pool *pgxpool.Pool, disableAfter time.Duration,
 		var (
 			id                  uuid.UUID
 			enabled, wasEnabled bool
-			notified            int64
+			released, woken     int64
 		)
-		if err := rows.Scan(&id, &enabled, &wasEnabled, &notified); err != nil {
+		if err := rows.Scan(&id, &enabled, &wasEnabled, &released, &woken); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("settle endpoints: %w", err)
 		}

@@ -140,7 +140,7 @@ func TestLease(t *testing.T) {
 		go func() {
 			time.Sleep(300 * time.Millisecond)
 			// What a holder's settle does: release and announce.
-			_, _ = settle(context.Background(), b.db.Pool, time.Hour, b.worker.cfg.Channel,
+			_, _ = settle(context.Background(), b.db.Pool, time.Hour, b.worker.cfg.Channel, operational{},
 				[]settleReq{{endpointID: epID, token: holder, release: true}})
 		}()
 		start := time.Now()

@@ -85,6 +85,28 @@ type Config struct {
 	// be the same for every process on one schema and differ between
 	// schemas. Default: LeaseChannel(the pool's search_path).
 	Channel string
+	// OperationalOwner, if set, is the owner id that every health transition
+	// of another owner's endpoint is announced to, as an operational event
+	// (endpoint.failing, endpoint.disabled, endpoint.recovered) written to
+	// OperationalTable by the statement that records the transition; a relay
+	// (internal/ingest) publishes it from there. "" announces nothing.
+	OperationalOwner string
+	// OperationalChannel is the NOTIFY channel that wakes that relay.
+	// Default: OperationalChannel(the pool's search_path).
+	OperationalChannel string
+}
+
+// OperationalTable is the dispatcher's own outbox of operational events
+// (migration 013), in the dispatcher's schema.
+const OperationalTable = "operational_outbox"
+
+// OperationalChannel is the NOTIFY channel announcing new rows of
+// OperationalTable in schema.
+func OperationalChannel(schema string) string {
+	if schema == "" {
+		return "webhook_operational"
+	}
+	return schema + ".webhook_operational"
 }
 
 func (c *Config) setDefaults(pool *pgxpool.Pool) {
@@ -104,8 +126,14 @@ func (c *Config) setDefaults(pool *pgxpool.Pool) {
 	if c.ErrorBodyBytes <= 0 {
 		c.ErrorBodyBytes = 256
 	}
-	if c.Channel == "" && pool != nil {
-		c.Channel = LeaseChannel(pool.Config().ConnConfig.RuntimeParams["search_path"])
+	if pool != nil {
+		schema := pool.Config().ConnConfig.RuntimeParams["search_path"]
+		if c.Channel == "" {
+			c.Channel = LeaseChannel(schema)
+		}
+		if c.OperationalChannel == "" {
+			c.OperationalChannel = OperationalChannel(schema)
+		}
 	}
 }
 
@@ -174,7 +202,7 @@ func NewWorker(cfg Config, pool *pgxpool.Pool, client *http.Client, keys KeyOpen
 		return load(ctx, pool, cfg.LeaseTTL, cfg.Channel, reqs)
 	})
 	w.settles = batch.New(batch.Config{MaxSize: 500, MaxInFlight: 2}, func(ctx context.Context, reqs []settleReq) ([]settleRes, error) {
-		return settle(ctx, pool, cfg.DisableAfter, cfg.Channel, reqs)
+		return settle(ctx, pool, cfg.DisableAfter, cfg.Channel, operational{owner: cfg.OperationalOwner, channel: cfg.OperationalChannel}, reqs)
 	})
 	return w
 }

@@ -2,6 +2,7 @@ package event
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -18,6 +19,11 @@ const (
 	ExposureInternal Exposure = iota
 	// ExposureWebhook types may be delivered to subscribed endpoints.
 	ExposureWebhook
+	// ExposureOperational types are the dispatcher's own operational events
+	// (endpoint.failing, endpoint.disabled, endpoint.recovered): delivered
+	// like webhook types, but only ever emitted by the dispatcher itself,
+	// under the operator's owner id, so a publisher can never forge one.
+	ExposureOperational
 )
 
 func (x Exposure) String() string {
@@ -26,6 +32,8 @@ func (x Exposure) String() string {
 		return "Internal"
 	case ExposureWebhook:
 		return "Webhook"
+	case ExposureOperational:
+		return "Operational"
 	default:
 		return "Exposure(" + strconv.Itoa(int(x)) + ")"
 	}
@@ -37,6 +45,11 @@ const (
 	TypeNoteChanged = "corpus.note.changed"
 	// TypeWebhookTest goes only to the endpoint it names.
 	TypeWebhookTest = "webhook.test"
+
+	// The operational events, one per endpoint health transition.
+	TypeEndpointFailing   = "endpoint.failing"
+	TypeEndpointDisabled  = "endpoint.disabled"
+	TypeEndpointRecovered = "endpoint.recovered"
 )
 
 // TypeInfo describes one catalog type for ListEventTypes and the admin UI.
@@ -93,13 +106,29 @@ var catalog = []TypeInfo{
 	{Name: "ip_ban.added", Description: "An IP address was banned."},
 }
 
-// exposures indexes catalog. Every catalog type is Webhook today; the map
+// operational lists the dispatcher's own event types (ExposureOperational):
+// one per transition of the endpoint health state machine, emitted in the
+// statement that records the transition (internal/delivery) to the operator's
+// owner id, so the main application can tell an endpoint's owner.
+var operational = []TypeInfo{
+	{Name: TypeEndpointFailing, Description: "An endpoint started failing: a delivery to it did not succeed after the last one that did. New deliveries to it now wait out a cool-down."},
+	{Name: TypeEndpointDisabled, Description: "An endpoint was disabled after failing continuously for the disable-after period; it gets no deliveries until its owner re-enables it."},
+	{Name: TypeEndpointRecovered, Description: "A failing endpoint accepted a delivery again and is healthy."},
+}
+
+// known is every type with a schema: the catalog, then the operational types.
+var known = slices.Concat(catalog, operational)
+
+// exposures indexes known. Every catalog type is Webhook today; the map
 // still stores the Exposure so a future Internal-but-catalogued type needs no
 // new code path.
 var exposures = func() map[string]Exposure {
-	m := make(map[string]Exposure, len(catalog))
+	m := make(map[string]Exposure, len(known))
 	for _, t := range catalog {
 		m[t.Name] = ExposureWebhook
+	}
+	for _, t := range operational {
+		m[t.Name] = ExposureOperational
 	}
 	return m
 }()
@@ -110,12 +139,20 @@ func ExposureOf(typ string) Exposure {
 	return exposures[typ] // missing → zero value → Internal
 }
 
-// WebhookTypes returns the types whose Exposure is Webhook, in a stable order.
-// The slice is a fresh copy the caller may modify.
-func WebhookTypes() []TypeInfo {
-	out := make([]TypeInfo, 0, len(catalog))
-	for _, t := range catalog {
-		if exposures[t.Name] == ExposureWebhook {
+// WebhookTypes returns the types whose Exposure is Webhook, the ones a
+// publisher may publish, in a stable order. The slice is a fresh copy the
+// caller may modify.
+func WebhookTypes() []TypeInfo { return typesOf(ExposureWebhook) }
+
+// OperationalTypes returns the types whose Exposure is Operational, the
+// dispatcher's own events, in a stable order. The slice is a fresh copy the
+// caller may modify.
+func OperationalTypes() []TypeInfo { return typesOf(ExposureOperational) }
+
+func typesOf(x Exposure) []TypeInfo {
+	out := make([]TypeInfo, 0, len(known))
+	for _, t := range known {
+		if exposures[t.Name] == x {
 			t.Schema, t.Example = Schema(t.Name), Example(t.Name)
 			out = append(out, t)
 		}
@@ -123,11 +160,24 @@ func WebhookTypes() []TypeInfo {
 	return out
 }
 
+// Publishable reports whether a publisher (gRPC, the outbox, SendTest) may
+// publish events of typ: anything but the operational types, which only the
+// dispatcher emits. Types outside the catalog are publishable and dropped
+// as Internal.
+func Publishable(typ string) bool { return exposures[typ] != ExposureOperational }
+
 // Leaves reports whether e may be delivered outside the instance at all: its
 // type is Webhook-exposed and its subject is not raw. Per-endpoint globs and
 // scope are decided later; this is the instance-wide gate.
 func Leaves(e *webhook.Event) bool {
-	return e != nil && ExposureOf(e.Type) == ExposureWebhook && !IsRawSubject(e.Subject)
+	return e != nil && Exposed(e.Type) && !IsRawSubject(e.Subject)
+}
+
+// Exposed reports whether events of typ may leave the instance at all: its
+// Exposure is Webhook or Operational.
+func Exposed(typ string) bool {
+	x := ExposureOf(typ)
+	return x == ExposureWebhook || x == ExposureOperational
 }
 
 // IsRawSubject reports whether subject uses the raw scheme, which never leaves

@@ -96,7 +96,25 @@ func TestExposure(t *testing.T) {
 		t.Parallel()
 		require.Equal(t, "Internal", ExposureInternal.String())
 		require.Equal(t, "Webhook", ExposureWebhook.String())
+		require.Equal(t, "Operational", ExposureOperational.String())
 		require.Equal(t, "Exposure(7)", Exposure(7).String())
+	})
+
+	t.Run("OperationalTypesAreOnlyTheDispatchers", func(t *testing.T) {
+		t.Parallel()
+		names := make([]string, 0, 3)
+		for _, ti := range OperationalTypes() {
+			names = append(names, ti.Name)
+			require.Equal(t, ExposureOperational, ExposureOf(ti.Name))
+			require.False(t, Publishable(ti.Name), ti.Name)
+		}
+		require.Equal(t, []string{TypeEndpointFailing, TypeEndpointDisabled, TypeEndpointRecovered}, names)
+		for _, ti := range WebhookTypes() {
+			require.True(t, Publishable(ti.Name), ti.Name)
+			require.NotContains(t, names, ti.Name)
+		}
+		// Outside the catalog: publishable, and dropped as Internal.
+		require.True(t, Publishable("internal.audit.logged"))
 	})
 }
 
@@ -157,6 +175,15 @@ func TestLeaves(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 		for _, ti := range WebhookTypes() {
+			bundle.event.Type = ti.Name
+			require.True(t, Leaves(bundle.event), ti.Name)
+		}
+	})
+
+	t.Run("OperationalTypes", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		for _, ti := range OperationalTypes() {
 			bundle.event.Type = ti.Name
 			require.True(t, Leaves(bundle.event), ti.Name)
 		}

@@ -36,31 +36,62 @@ Receivers should still ignore properties they do not know: new optional ones may
 	for _, t := range types {
 		fmt.Fprintf(&b, "- [`%s`](#%s)\n", t.Name, anchor(t.Name))
 	}
+	b.WriteString("\nAnd the dispatcher's own [operational events](#operational-events): ")
+	for i, t := range OperationalTypes() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "[`%s`](#%s)", t.Name, anchor(t.Name))
+	}
+	b.WriteString(".\n")
 	for _, t := range types {
-		props, required, err := schemaProperties(t.Schema)
-		if err != nil {
-			return nil, fmt.Errorf("schema of %s: %w", t.Name, err)
+		if err := typeSection(&b, t); err != nil {
+			return nil, err
 		}
-		fmt.Fprintf(&b, "\n## `%s`\n\n%s\n\n", t.Name, t.Description)
-		if len(props) == 0 {
-			b.WriteString("`data` is an empty object.\n")
-		} else {
-			b.WriteString("| property | type | required | description |\n|---|---|---|---|\n")
-			for _, p := range props {
-				req := ""
-				if required[p.name] {
-					req = "yes"
-				}
-				fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", p.name, p.typeText(), req, escapeCell(p.Description))
-			}
+	}
+	b.WriteString(`
+## Operational events
+
+The dispatcher emits these itself, one per transition of an endpoint's health, to the owner id
+set by ` + "`-operational-events-owner`" + ` (see [operations](operations.md#operational-events)); they
+are signed and delivered like any other event, to that owner's endpoints. Nobody can publish
+them: ` + "`Publish`" + ` and the outbox refuse these types (` + "`InvalidArgument`" + ` naming ` + "`type`" + `). The
+subject is ` + "`dispatcher://endpoints/<endpoint id>`" + `; the event id is derived from the endpoint, the
+transition and ` + "`failing_since`" + `, so one transition is one event however often it is relayed.
+`)
+	for _, t := range OperationalTypes() {
+		if err := typeSection(&b, t); err != nil {
+			return nil, err
 		}
-		var example bytes.Buffer
-		if err := json.Indent(&example, t.Example, "", "  "); err != nil {
-			return nil, fmt.Errorf("example of %s: %w", t.Name, err)
-		}
-		fmt.Fprintf(&b, "\nExample `data`:\n\n```json\n%s\n```\n", example.String())
 	}
 	return b.Bytes(), nil
+}
+
+// typeSection writes one type's heading, properties and example.
+func typeSection(b *bytes.Buffer, t TypeInfo) error {
+	props, required, err := schemaProperties(t.Schema)
+	if err != nil {
+		return fmt.Errorf("schema of %s: %w", t.Name, err)
+	}
+	fmt.Fprintf(b, "\n## `%s`\n\n%s\n\n", t.Name, t.Description)
+	if len(props) == 0 {
+		b.WriteString("`data` is an empty object.\n")
+	} else {
+		b.WriteString("| property | type | required | description |\n|---|---|---|---|\n")
+		for _, p := range props {
+			req := ""
+			if required[p.name] {
+				req = "yes"
+			}
+			fmt.Fprintf(b, "| `%s` | %s | %s | %s |\n", p.name, p.typeText(), req, escapeCell(p.Description))
+		}
+	}
+	var example bytes.Buffer
+	if err := json.Indent(&example, t.Example, "", "  "); err != nil {
+		return fmt.Errorf("example of %s: %w", t.Name, err)
+	}
+	fmt.Fprintf(b, "\nExample `data`:\n\n```json\n%s\n```\n", example.String())
+	return nil
 }
 
 // property is what the page shows of one schema property.
@@ -81,6 +112,8 @@ func (p property) typeText() string {
 		s = "one of " + "`" + strings.Join(p.Enum, "`, `") + "`"
 	case p.Format == "date-time":
 		s = "string (RFC 3339 date-time)"
+	case p.Format == "uuid":
+		s = "string (UUID)"
 	case p.Type == "integer" && p.Minimum != nil && *p.Minimum == 0:
 		s = "integer ≥ 0"
 	case p.Type == "string" && p.MaxLength != nil:

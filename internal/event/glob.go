@@ -82,14 +82,14 @@ func ValidateGlob(g string) error {
 	case globAll:
 		return nil
 	case globPrefix:
-		for _, t := range catalog {
+		for _, t := range known {
 			if strings.HasPrefix(t.Name, prefix) {
 				return nil
 			}
 		}
 		return globErr(g, "matches no webhook event type")
 	case globExact:
-		if ExposureOf(g) != ExposureWebhook {
+		if x := ExposureOf(g); x != ExposureWebhook && x != ExposureOperational {
 			return globErr(g, "is not a webhook event type")
 		}
 		return nil

@@ -42,6 +42,13 @@ func TestValidateGlob(t *testing.T) {
 		require.NoError(t, ValidateGlob("microsite.store.doc_inserted"))
 	})
 
+	t.Run("AcceptsOperationalTypes", func(t *testing.T) {
+		t.Parallel()
+		// The operator's own endpoint subscribes to them.
+		require.NoError(t, ValidateGlob("endpoint.*"))
+		require.NoError(t, ValidateGlob(TypeEndpointDisabled))
+	})
+
 	t.Run("RejectsEmpty", func(t *testing.T) {
 		t.Parallel()
 		requireGlobError(t, ValidateGlob(""), "empty")

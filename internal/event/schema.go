@@ -54,8 +54,8 @@ func compileSchemas() (map[string]*typeSchema, error) {
 	// Formats are annotations unless asserted; a date-time that is not one is
 	// exactly the kind of main-app bug validation is for.
 	c.AssertFormat()
-	out := make(map[string]*typeSchema, len(catalog))
-	for _, t := range catalog {
+	out := make(map[string]*typeSchema, len(known))
+	for _, t := range known {
 		text, err := schemaFiles.ReadFile("schemas/" + t.Name + ".json")
 		if err != nil {
 			return nil, fmt.Errorf("type %s has no schema: %w", t.Name, err)

@@ -75,6 +75,10 @@ func TestRelayMalformedRows(t *testing.T) {
 		bad("TypeOneSegment", "event.type", func(r *row) { r.typ = "corpus" }),
 		bad("TypeTooLong", "event.type", func(r *row) { r.typ = "a." + strings.Repeat("b", webhook.MaxTypeLen) }),
 		bad("TypeSQLInjection", "event.type", func(r *row) { r.typ = injections[0] }),
+		// Only the dispatcher emits operational events; a main app cannot forge one.
+		bad("TypeOperational", "event.type", func(r *row) {
+			r.typ, r.data = event.TypeEndpointDisabled, string(event.Example(event.TypeEndpointDisabled))
+		}),
 		bad("IDEmpty", "event.id", func(r *row) { r.eventID = "" }),
 		bad("IDWithDot", "event.id", func(r *row) { r.eventID = "evt.dot" }),
 		bad("IDSQLInjection", "event.id", func(r *row) { r.eventID = injections[0] }),

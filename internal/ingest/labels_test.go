@@ -13,7 +13,7 @@ import (
 func TestMetricLabelsAreKnown(t *testing.T) {
 	t.Parallel()
 
-	require.ElementsMatch(t, metrics.IngestPaths, []string{string(SourceGRPC), string(SourceOutbox), string(SourceTest)})
+	require.ElementsMatch(t, metrics.IngestPaths, []string{string(SourceGRPC), string(SourceOutbox), string(SourceTest), string(SourceOperational)})
 	results := []string{resultInvalid, resultConflict}
 	for o := OutcomeStored; o <= OutcomeDroppedRaw; o++ {
 		results = append(results, o.String())

@@ -48,6 +48,15 @@ type RelayConfig struct {
 	// Table is the outbox table, optionally schema-qualified
 	// (default "webhook_outbox").
 	Table string
+	// Channel is the NOTIFY channel that announces new rows (default
+	// OutboxChannel, the outbox contract's trigger).
+	Channel string
+	// Source is what the relayed events are stored and counted as (default
+	// SourceOutbox). Only the main application's outbox relay, SourceOutbox,
+	// records the dispatcher_outbox_* series, so they describe that outbox
+	// alone; a relay of another source is seen through its ingest counts and
+	// its log lines.
+	Source Source
 }
 
 var tableNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
@@ -82,6 +91,12 @@ func NewRelay(cfg RelayConfig, outboxPool *pgxpool.Pool, store *Store, m *metric
 	}
 	if cfg.Table == "" {
 		cfg.Table = DefaultOutboxTable
+	}
+	if cfg.Channel == "" {
+		cfg.Channel = OutboxChannel
+	}
+	if cfg.Source == "" {
+		cfg.Source = SourceOutbox
 	}
 	r := &Relay{
 		cfg:     cfg,
@@ -131,7 +146,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		switch {
 		case err != nil:
 			failures++
-			r.metrics.RelayErrorsTotal.Inc()
+			if r.outboxMetrics() {
+				r.metrics.RelayErrorsTotal.Inc()
+			}
 			wait = pglisten.Backoff(failures)
 			// A notification must not cut the backoff short, or a flapping
 			// database and a busy outbox would make a hot loop.
@@ -157,6 +174,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		timer.Stop()
 	}
 }
+
+// outboxMetrics reports whether this relay records the dispatcher_outbox_*
+// series (see RelayConfig.Source).
+func (r *Relay) outboxMetrics() bool { return r.cfg.Source == SourceOutbox }
 
 // outboxRow is one claimed row of the outbox table.
 type outboxRow struct {
@@ -236,7 +257,9 @@ func (r *Relay) relayBatch(ctx context.Context) (_ int, err error) {
 	if err != nil {
 		return 0, fmt.Errorf("claim outbox rows: %w", err)
 	}
-	r.metrics.RelayBatchRows.Observe(float64(len(claimed)))
+	if r.outboxMetrics() {
+		r.metrics.RelayBatchRows.Observe(float64(len(claimed)))
+	}
 	if len(claimed) == 0 {
 		return 0, nil
 	}
@@ -266,7 +289,7 @@ func (r *Relay) relayBatch(ctx context.Context) (_ int, err error) {
 				traces[i] = row.span.SpanContext()
 			}
 		}
-		_, err := r.store.ingest(ctx, SourceOutbox, events, traces)
+		_, err := r.store.ingest(ctx, r.cfg.Source, events, traces)
 		if err == nil {
 			break
 		}
@@ -339,11 +362,15 @@ func (r *Relay) relayBatch(ctx context.Context) (_ int, err error) {
 	}
 
 	for _, row := range pending {
-		r.metrics.RelayLag.Observe(max(row.lagSeconds, 0))
+		if r.outboxMetrics() {
+			r.metrics.RelayLag.Observe(max(row.lagSeconds, 0))
+		}
 	}
 	for _, a := range aside {
 		// Counted as invalid or conflicting ingests by the store already.
-		r.metrics.RelayPoisonedTotal.Inc()
+		if r.outboxMetrics() {
+			r.metrics.RelayPoisonedTotal.Inc()
+		}
 		r.logger.WarnContext(ctx, "outbox relay: row set aside",
 			slog.Int64("outbox_id", a.rowID), slog.String("event_id", a.eventID), slog.String("reason", a.reason))
 	}
@@ -369,7 +396,7 @@ func (r *Relay) startRowSpans(ctx context.Context, rows []outboxRow) bool {
 func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 	l := &pglisten.Listener{
 		Pool:     r.pool,
-		Channel:  OutboxChannel,
+		Channel:  r.cfg.Channel,
 		OnNotify: func(string) { signal(wake) },
 		OnListen: func() {
 			signal(wake)
@@ -377,7 +404,7 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 				signal(r.listening)
 			}
 		},
-		Logger: r.logger.With(slog.String("component", "outbox relay")),
+		Logger: r.logger.With(slog.String("component", string(r.cfg.Source)+" relay")),
 	}
 	l.Run(ctx)
 }

@@ -436,4 +436,28 @@ func TestRelay(t *testing.T) {
 		drain(t, newRelay(bundle, RelayConfig{Table: bundle.db.Schema + ".app_outbox"}))
 		require.Equal(t, 1, countEvents(t, bundle.db))
 	})
+
+	t.Run("OperationalOutbox", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		// What the deliver worker's settle statement writes (migration 013).
+		_, err := bundle.db.Pool.Exec(ctx, `
+			INSERT INTO operational_outbox (event_id, owner_id, type, subject, data)
+			VALUES ('op_1', 'operator', $1, 'dispatcher://endpoints/x', $2)`,
+			event.TypeEndpointRecovered, string(event.Example(event.TypeEndpointRecovered)))
+		require.NoError(t, err)
+
+		drain(t, newRelay(bundle, RelayConfig{Table: "operational_outbox", DeleteRelayed: true, Source: SourceOperational}))
+		stored := readEvent(t, bundle.db, "op_1")
+		require.EqualValues(t, SourceOperational, stored.Source)
+		require.Equal(t, "operator", stored.OwnerID)
+		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "op_1"))
+		var left int
+		require.NoError(t, bundle.db.Pool.QueryRow(ctx, `SELECT count(*) FROM operational_outbox`).Scan(&left))
+		require.Zero(t, left, "relayed rows are deleted")
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceOperational, OutcomeStored.String()))
+		require.Zero(t, histogramCount(t, bundle.metrics.RelayLag), "the outbox series describe the main app's outbox alone")
+		require.Zero(t, histogramCount(t, bundle.metrics.RelayBatchRows))
+	})
 }

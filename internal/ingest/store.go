@@ -40,6 +40,10 @@ const (
 	SourceGRPC   Source = "grpc"   // EventService.Publish and PublishBatch
 	SourceOutbox Source = "outbox" // the outbox relay
 	SourceTest   Source = "test"   // EndpointService.SendTest
+	// SourceOperational: the dispatcher's own operational events
+	// (endpoint.failing, …), relayed from its operational_outbox. The only
+	// source that may carry those types.
+	SourceOperational Source = "operational"
 )
 
 // Outcome says what ingest did with one accepted event.
@@ -280,6 +284,9 @@ func (s *Store) check(source Source, events []*webhook.Event) []InvalidEvent {
 			err = errNilEvent
 		} else {
 			err = e.Validate(now)
+			if err == nil && !event.Publishable(e.Type) && source != SourceOperational {
+				err = &webhook.FieldError{Field: webhook.FieldType, Reason: "is an operational event type, emitted only by the dispatcher itself"}
+			}
 			// Only what may leave is held to its type's schema: an Internal
 			// type has none and a raw:// subject never leaves, and both are
 			// dropped unseen by any receiver.
@@ -453,7 +460,7 @@ func (s *Store) plan(source Source, events []*webhook.Event) (*ingestPlan, error
 		p.sources[i] = source
 		p.results[i].EventID = e.ID
 		switch {
-		case event.ExposureOf(e.Type) != event.ExposureWebhook:
+		case !event.Exposed(e.Type):
 			p.results[i].Outcome = OutcomeDroppedInternal
 		case event.IsRawSubject(e.Subject):
 			p.results[i].Outcome = OutcomeDroppedRaw

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -51,6 +53,32 @@ func TestStore_Ingest(t *testing.T) {
 		require.EqualValues(t, SourceTest, stored.Source)
 		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_1"))
 		require.Equal(t, 1, ingestCount(bundle.metrics, SourceTest, OutcomeStored.String()))
+	})
+
+	t.Run("OperationalTypesOnlyFromTheDispatcher", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		for _, ti := range event.OperationalTypes() {
+			e := testEvent("evt_forged_" + strings.ReplaceAll(ti.Name, ".", "_"))
+			e.Type, e.Data = ti.Name, ti.Example
+			for _, source := range []Source{SourceGRPC, SourceOutbox, SourceTest} {
+				_, err := bundle.store.Ingest(ctx, source, []*webhook.Event{e})
+				var invalid *InvalidEventsError
+				require.ErrorAs(t, err, &invalid, "%s from %s", ti.Name, source)
+				var fe *webhook.FieldError
+				require.ErrorAs(t, invalid.Invalid[0].Err, &fe)
+				require.Equal(t, webhook.FieldType, fe.Field)
+				require.Contains(t, fe.Reason, "operational")
+			}
+			results, err := bundle.store.Ingest(ctx, SourceOperational, []*webhook.Event{e})
+			require.NoError(t, err, ti.Name)
+			require.Equal(t, OutcomeStored, results[0].Outcome)
+			require.EqualValues(t, SourceOperational, readEvent(t, bundle.db, e.ID).Source, "the events.source check admits it")
+		}
+		require.Equal(t, 3, countEvents(t, bundle.db))
+		require.Equal(t, 3, ingestCount(bundle.metrics, SourceGRPC, resultInvalid))
+		require.Equal(t, 3, ingestCount(bundle.metrics, SourceOperational, OutcomeStored.String()))
 	})
 
 	t.Run("SameContentIsDuplicate", func(t *testing.T) {

@@ -28,7 +28,7 @@ var (
 	SnoozeReasons    = []string{"lease_busy", "retry_after"}
 	ScopeRules       = []string{"raw", "internal", "owner", "test_target", "published_slice", "embed", "unscoped"}
 	ScopeResults     = []string{ScopeAdmit, ScopeDeny, ScopeError}
-	IngestPaths      = []string{"grpc", "outbox", "test"}
+	IngestPaths      = []string{"grpc", "outbox", "test", "operational"}
 	IngestResults    = []string{"stored", "duplicate", "dropped_internal", "dropped_raw", "invalid", "conflict"}
 )
 

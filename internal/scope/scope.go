@@ -178,7 +178,7 @@ func (d *Decider) decide(ctx context.Context, e *webhook.Event, ep Endpoint) (De
 	switch {
 	case event.IsRawSubject(e.Subject):
 		return Decision{Rule: RuleRaw, Reason: ReasonRawSubject}, nil
-	case event.ExposureOf(e.Type) != event.ExposureWebhook:
+	case !event.Exposed(e.Type):
 		return Decision{Rule: RuleInternal, Reason: ReasonInternalType}, nil
 	case ep.OwnerID != e.OwnerID:
 		return Decision{Rule: RuleOwner, Reason: ReasonOtherOwner}, nil
