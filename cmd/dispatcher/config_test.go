@@ -42,6 +42,26 @@ func TestParseServeConfig(t *testing.T) {
 		require.Empty(t, c.EgressAllowCIDRs, "no loopback receivers unless configured")
 		require.Empty(t, c.OutboxURL)
 		require.Equal(t, "webhook_outbox", c.OutboxTable)
+		require.Equal(t, 5*24*time.Hour, c.DisableAfter)
+		require.Empty(t, c.OperationalOwner, "no operational events unless configured")
+	})
+
+	t.Run("OperationalEvents", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.env["DISPATCHER_OPERATIONAL_EVENTS_OWNER"] = "ops-team"
+		b.env["DISPATCHER_DISABLE_AFTER"] = "48h"
+		c, err := parse(b)
+		require.NoError(t, err)
+		require.Equal(t, "ops-team", c.OperationalOwner)
+		require.Equal(t, 48*time.Hour, c.DisableAfter)
+
+		_, err = parse(setup(t), "--operational-events-owner", "ops team")
+		require.ErrorContains(t, err, `invalid -operational-events-owner "ops team": must be printable ASCII without spaces`)
+		_, err = parse(setup(t), "--disable-after", "0s")
+		require.ErrorContains(t, err, "invalid -disable-after 0s")
+		_, err = parse(setup(t), "--disable-after", "1000h")
+		require.ErrorContains(t, err, "want 1s..720h")
 	})
 
 	t.Run("OutboxTableNamesTheFlag", func(t *testing.T) {

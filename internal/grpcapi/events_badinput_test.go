@@ -149,6 +149,10 @@ func TestPublishBadInput(t *testing.T) {
 		{"TypeInvalidUTF8", func(e *webhooksv1.Event) { e.Type = "corpus.\xff" }, "event.type", true},
 		{"TypeSQLInjection", func(e *webhooksv1.Event) { e.Type = event.TypeNoteChanged + injections[0] }, "event.type", false},
 		{"TypeScript", func(e *webhooksv1.Event) { e.Type = injections[1] }, "event.type", false},
+		// Only the dispatcher emits operational events: a publisher cannot forge one.
+		{"TypeOperational", func(e *webhooksv1.Event) {
+			e.Type, e.Data = event.TypeEndpointDisabled, jsonStruct(string(event.Example(event.TypeEndpointDisabled)))
+		}, "event.type", false},
 		// subject
 		{"SubjectEmpty", func(e *webhooksv1.Event) { e.Subject = "" }, "event.subject", false},
 		{"SubjectTooLong", func(e *webhooksv1.Event) { e.Subject = "wiki://" + long(webhook.MaxSubjectLen) }, "event.subject", false},
