@@ -12,7 +12,10 @@
 // # Exposure
 //
 // Every type has an Exposure. Only the 39 types in the catalog (docs/spec.md) are
-// ExposureWebhook; everything else is ExposureInternal, which is the zero value
+// ExposureWebhook, and the dispatcher's own operational events
+// (endpoint.failing, endpoint.disabled, endpoint.recovered) ExposureOperational:
+// they leave like webhook types, but only the dispatcher may emit them
+// (Publishable). Everything else is ExposureInternal, which is the zero value
 // on purpose: a type nobody classified can never leave by accident. Subjects
 // with the raw:// scheme never leave whatever their type; see Leaves.
 //
