@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"net/http"
-	"regexp"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -81,7 +80,7 @@ func TestOperationalEvents(t *testing.T) {
 		thin, err := webhook.Decode(r.body)
 		require.NoError(t, err)
 		require.Equal(t, thin.ID, r.header.Get("webhook-id"))
-		require.Regexp(t, regexp.MustCompile(`^op_[0-9a-f]{32}_(failing|disabled|recovered)_[0-9]+$`), thin.ID)
+		require.Regexp(t, `^op_[0-9a-f]{32}_(failing|disabled|recovered)_[0-9]+$`, thin.ID)
 		var data map[string]string
 		require.NoError(t, json.Unmarshal(thin.Data, &data))
 		require.NoError(t, event.ValidateData(thin.Type, thin.Data))

@@ -201,8 +201,7 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	}
 	if c.OperationalOwner != "" {
 		if err := webhook.ValidateOwnerID(c.OperationalOwner); err != nil {
-			var fe *webhook.FieldError
-			if errors.As(err, &fe) {
+			if fe, ok := errors.AsType[*webhook.FieldError](err); ok {
 				return nil, fmt.Errorf("invalid -operational-events-owner %q: %s", c.OperationalOwner, fe.Reason)
 			}
 			return nil, fmt.Errorf("invalid -operational-events-owner: %w", err)

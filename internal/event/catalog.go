@@ -46,7 +46,8 @@ const (
 	// TypeWebhookTest goes only to the endpoint it names.
 	TypeWebhookTest = "webhook.test"
 
-	// The operational events, one per endpoint health transition.
+	// TypeEndpointFailing, TypeEndpointDisabled and TypeEndpointRecovered
+	// are the operational events, one per endpoint health transition.
 	TypeEndpointFailing   = "endpoint.failing"
 	TypeEndpointDisabled  = "endpoint.disabled"
 	TypeEndpointRecovered = "endpoint.recovered"
