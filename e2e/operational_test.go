@@ -111,6 +111,19 @@ func TestOperationalEvents(t *testing.T) {
 		require.Contains(t, out, typ)
 	}
 
+	// They are the operator's events: the customer can neither list nor get them.
+	listed, err := d.endpoints().ListEvents(adminCtx(t), &webhooksv1.ListEventsRequest{OwnerId: customer, EventType: "endpoint.*"})
+	require.NoError(t, err)
+	require.Empty(t, listed.GetEvents())
+	opID, err := webhook.Decode(got[0].body)
+	require.NoError(t, err)
+	_, err = d.endpoints().GetEvent(adminCtx(t), &webhooksv1.GetEventRequest{OwnerId: customer, EventId: opID.ID})
+	require.Equal(t, codes.NotFound, status.Code(err))
+	mine, err := d.endpoints().GetEvent(adminCtx(t), &webhooksv1.GetEventRequest{OwnerId: opsOwner, EventId: opID.ID})
+	require.NoError(t, err)
+	require.Len(t, mine.GetDeliveries(), 1, "delivered to the operator's endpoint")
+	require.Equal(t, opsEndpoint.GetEndpoint().GetId(), mine.GetDeliveries()[0].GetEndpointId())
+
 	// Nobody can publish one.
 	forged := newEvent(customer, event.TypeEndpointDisabled, "dispatcher://endpoints/"+flakyID, string(event.Example(event.TypeEndpointDisabled)))
 	_, err = d.events().Publish(publisherCtx(t), &webhooksv1.PublishRequest{Event: forged})
