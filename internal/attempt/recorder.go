@@ -234,6 +234,14 @@ SELECT g.endpoint_id, g.span, g.bucket, ` + strings.Join(sel, ", ") + `
 
 // write records one batch.
 func write(ctx context.Context, pool *pgxpool.Pool, batch []Attempt) error {
+	if _, err := pool.Exec(ctx, writeSQL, writeArgs(batch)...); err != nil {
+		return fmt.Errorf("record %d attempts: %w", len(batch), err)
+	}
+	return nil
+}
+
+// writeArgs are writeSQL's arguments for batch.
+func writeArgs(batch []Attempt) []any {
 	n := len(batch)
 	var (
 		deliveries = make([]int64, n)
@@ -286,9 +294,6 @@ func write(ctx context.Context, pool *pgxpool.Pool, batch []Attempt) error {
 		bEndpoints[i], bSpans[i], bStarts[i] = k.endpoint, k.span, k.start
 		bCounts = append(bCounts, buckets[k][:]...)
 	}
-	if _, err := pool.Exec(ctx, writeSQL, deliveries, numbers, owners, endpoints, events, starts, durations,
-		outcomes, statuses, bodies, errs, until, bEndpoints, bSpans, bStarts, bCounts, reasons); err != nil {
-		return fmt.Errorf("record %d attempts: %w", n, err)
-	}
-	return nil
+	return []any{deliveries, numbers, owners, endpoints, events, starts, durations,
+		outcomes, statuses, bodies, errs, until, bEndpoints, bSpans, bStarts, bCounts, reasons}
 }
