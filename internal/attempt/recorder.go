@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -232,9 +233,14 @@ SELECT g.endpoint_id, g.span, g.bucket, ` + strings.Join(sel, ", ") + `
     ON CONFLICT (endpoint_id, span, bucket) DO UPDATE SET ` + strings.Join(set, ", ")
 }()
 
+// execer is a pool or one of its connections.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
 // write records one batch.
-func write(ctx context.Context, pool *pgxpool.Pool, batch []Attempt) error {
-	if _, err := pool.Exec(ctx, writeSQL, writeArgs(batch)...); err != nil {
+func write(ctx context.Context, db execer, batch []Attempt) error {
+	if _, err := db.Exec(ctx, writeSQL, writeArgs(batch)...); err != nil {
 		return fmt.Errorf("record %d attempts: %w", len(batch), err)
 	}
 	return nil
