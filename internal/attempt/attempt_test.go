@@ -180,6 +180,29 @@ func TestRecorder(t *testing.T) {
 		require.Equal(t, OutcomeHTTP5xx, got[0].Outcome, "newest first")
 	})
 
+	t.Run("AFullBufferWritesFullBatchesOnlyAndTheTickTheRest", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(context.Background())
+		b := setup(t, RecorderConfig{FlushInterval: time.Hour, MaxBatch: 5})
+		done := make(chan struct{})
+		go func() { b.rec.Run(ctx); close(done) }()
+		ep := uuid.New()
+		count := func() int {
+			var n int
+			require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM delivery_attempts`).Scan(&n))
+			return n
+		}
+		for range 12 {
+			b.rec.Record(sample(1, ep, time.Now(), OutcomeSuccess, time.Millisecond))
+		}
+		require.Eventually(t, func() bool { return count() == 10 }, 5*time.Second, 10*time.Millisecond, "two full batches")
+		time.Sleep(50 * time.Millisecond)
+		require.Equal(t, 10, count(), "the two left over wait for the tick (or the stop), not a batch of their own")
+		cancel()
+		<-done
+		require.Equal(t, 12, count(), "the rest is written on the way out")
+	})
+
 	t.Run("AFailedBatchIsKeptForTheNextTry", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()

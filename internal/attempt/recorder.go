@@ -26,11 +26,15 @@ type RecorderConfig struct {
 	// BodyBytes is how much of each response body is kept (at most
 	// DefaultBodyBytes is sensible); 0 keeps none.
 	BodyBytes int
-	// FlushInterval is how often buffered attempts are written. Default 1 s:
+	// FlushInterval is how often buffered attempts are written. Default 2 s:
 	// the longest an attempt takes to show up, and what a crash can lose.
+	// Each batch updates two bucket rows per endpoint it touched, so fewer,
+	// larger batches cost less per attempt (BenchmarkWrite: 16 µs of
+	// statement time and 400 WAL bytes per attempt in batches of 400 over
+	// 100 endpoints, 9 µs and 300 bytes in batches of 2,000).
 	FlushInterval time.Duration
 	// MaxBatch is the most attempts one statement writes; a buffer this full
-	// is written at once. Default 1,000.
+	// is written at once. Default 2,000.
 	MaxBatch int
 	// MaxBuffered bounds the attempts held while the database cannot take
 	// them; beyond it the oldest are dropped (and counted in the log).
@@ -57,10 +61,10 @@ type Recorder struct {
 // NewRecorder returns a Recorder writing to pool.
 func NewRecorder(cfg RecorderConfig, pool *pgxpool.Pool, logger *slog.Logger) *Recorder {
 	if cfg.FlushInterval <= 0 {
-		cfg.FlushInterval = time.Second
+		cfg.FlushInterval = 2 * time.Second
 	}
 	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 1000
+		cfg.MaxBatch = 2000
 	}
 	if cfg.MaxBuffered <= 0 {
 		cfg.MaxBuffered = 100_000
@@ -99,10 +103,10 @@ func (r *Recorder) Record(a Attempt) {
 	}
 }
 
-// Run writes buffered attempts every FlushInterval (sooner when MaxBatch are
-// waiting) until ctx ends, then writes what is left, for at most 10 s. The
-// composition root cancels ctx once River has stopped, so the last
-// attempts are written too.
+// Run writes buffered attempts every FlushInterval, and a full batch as soon
+// as MaxBatch are waiting, until ctx ends, then writes what is left, for at
+// most 10 s. The composition root cancels ctx once River has stopped, so
+// the last attempts are written too.
 func (r *Recorder) Run(ctx context.Context) {
 	ticker := time.NewTicker(r.cfg.FlushInterval)
 	defer ticker.Stop()
@@ -116,9 +120,18 @@ func (r *Recorder) Run(ctx context.Context) {
 			}
 			return
 		case <-ticker.C:
+			err := r.flush(ctx, false)
+			if err != nil && ctx.Err() == nil {
+				r.logger.WarnContext(ctx, "attempt history: batch not written, kept for the next try", slog.Any("error", err))
+			}
+			continue
 		case <-r.full:
 		}
-		if err := r.Flush(ctx); err != nil && ctx.Err() == nil {
+		// Only full batches: the attempts that arrived while one was written
+		// wait for the next full batch or tick instead of going out as a
+		// small batch of their own, which would update as many bucket rows
+		// as a full one (at 2,600 attempts/s that halved the average batch).
+		if err := r.flush(ctx, true); err != nil && ctx.Err() == nil {
 			r.logger.WarnContext(ctx, "attempt history: batch not written, kept for the next try", slog.Any("error", err))
 		}
 	}
@@ -126,12 +139,24 @@ func (r *Recorder) Run(ctx context.Context) {
 
 // Flush writes every buffered attempt, MaxBatch per statement. A batch that
 // fails goes back to the front of the buffer for the next try.
-func (r *Recorder) Flush(ctx context.Context) error {
+func (r *Recorder) Flush(ctx context.Context) error { return r.flush(ctx, false) }
+
+// flush writes the attempts buffered when it is called, MaxBatch per
+// statement: all of them, or with fullOnly only the full batches. Attempts
+// recorded meanwhile wait for the next call, so a flush is bounded even
+// while they arrive faster than they are written; a failed batch ends it.
+func (r *Recorder) flush(ctx context.Context, fullOnly bool) error {
 	r.flushing.Lock()
 	defer r.flushing.Unlock()
-	for {
+	r.mu.Lock()
+	rounds := len(r.buf)/r.cfg.MaxBatch + 1
+	r.mu.Unlock()
+	for range rounds {
 		r.mu.Lock()
 		n := min(len(r.buf), r.cfg.MaxBatch)
+		if fullOnly && n < r.cfg.MaxBatch {
+			n = 0
+		}
 		batch := slices.Clone(r.buf[:n])
 		r.buf = slices.Delete(r.buf, 0, n)
 		dropped := r.dropped
@@ -157,6 +182,7 @@ func (r *Recorder) Flush(ctx context.Context) error {
 			return nil
 		}
 	}
+	return nil
 }
 
 // Bucket spans of endpoint_stats, in seconds.
