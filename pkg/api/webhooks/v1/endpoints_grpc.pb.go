@@ -95,8 +95,8 @@ type EndpointServiceClient interface {
 	ListEventTypes(ctx context.Context, in *ListEventTypesRequest, opts ...grpc.CallOption) (*ListEventTypesResponse, error)
 	// ListAttempts lists one delivery's attempts, newest first: every request
 	// sent to the receiver (or refused by the destination policy) and what came
-	// back. Attempts are written in batches, so one shows up about a second
-	// after it ended. Another owner's delivery is NOT_FOUND, like a missing one;
+	// back. Attempts are written in batches, so one shows up within about 2
+	// seconds after it ended. Another owner's delivery is NOT_FOUND, like a missing one;
 	// a delivery without attempts yet has none.
 	ListAttempts(ctx context.Context, in *ListAttemptsRequest, opts ...grpc.CallOption) (*ListAttemptsResponse, error)
 	// GetEndpointStats returns, for each of up to 100 endpoints, its attempts
@@ -333,8 +333,8 @@ type EndpointServiceServer interface {
 	ListEventTypes(context.Context, *ListEventTypesRequest) (*ListEventTypesResponse, error)
 	// ListAttempts lists one delivery's attempts, newest first: every request
 	// sent to the receiver (or refused by the destination policy) and what came
-	// back. Attempts are written in batches, so one shows up about a second
-	// after it ended. Another owner's delivery is NOT_FOUND, like a missing one;
+	// back. Attempts are written in batches, so one shows up within about 2
+	// seconds after it ended. Another owner's delivery is NOT_FOUND, like a missing one;
 	// a delivery without attempts yet has none.
 	ListAttempts(context.Context, *ListAttemptsRequest) (*ListAttemptsResponse, error)
 	// GetEndpointStats returns, for each of up to 100 endpoints, its attempts
