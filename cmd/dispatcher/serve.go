@@ -141,7 +141,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	workers := river.NewWorkers()
 	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), member.Active, m, logger))
 	// The attempt history, written in batches beside the deliveries.
-	attempts := attempt.NewRecorder(attempt.RecorderConfig{BodyBytes: cfg.AttemptBodyBytes}, pool, logger.With(slog.String("component", "attempts")))
+	attempts := attempt.NewRecorder(attempt.RecorderConfig{BodyBytes: cfg.AttemptBodyBytes, Metrics: m}, pool, logger.With(slog.String("component", "attempts")))
 	deliverWorker := delivery.NewWorker(delivery.Config{
 		Channel: delivery.LeaseChannel(cfg.DB.Schema), RescueAfter: cfg.RescueStuckAfter, Attempts: attempts, DisableAfter: cfg.DisableAfter,
 		OperationalOwner: cfg.OperationalOwner, OperationalChannel: delivery.OperationalChannel(cfg.DB.Schema),

@@ -9,9 +9,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 )
 
 type testBundle struct {
@@ -206,12 +208,15 @@ func TestRecorder(t *testing.T) {
 	t.Run("AFailedBatchIsKeptForTheNextTry", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
-		b := setup(t, RecorderConfig{})
+		m := metrics.NewForTest()
+		b := setup(t, RecorderConfig{Metrics: m})
 		ep := uuid.New()
 		b.rec.Record(sample(1, ep, time.Now(), OutcomeSuccess, time.Millisecond))
 		_, err := b.db.Pool.Exec(ctx, `ALTER TABLE delivery_attempts RENAME TO delivery_attempts_away`)
 		require.NoError(t, err)
 		require.Error(t, b.rec.Flush(ctx))
+		require.InDelta(t, 1, testutil.ToFloat64(m.AttemptHistoryWriteErrorsTotal), 0, "counted for the alert")
+		require.Zero(t, testutil.ToFloat64(m.AttemptHistoryDroppedTotal), "kept, not dropped")
 		_, err = b.db.Pool.Exec(ctx, `ALTER TABLE delivery_attempts_away RENAME TO delivery_attempts`)
 		require.NoError(t, err)
 		require.NoError(t, b.rec.Flush(ctx))
@@ -226,7 +231,8 @@ func TestRecorder(t *testing.T) {
 	t.Run("ABoundedBufferDropsTheOldest", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
-		b := setup(t, RecorderConfig{MaxBuffered: 3})
+		m := metrics.NewForTest()
+		b := setup(t, RecorderConfig{MaxBuffered: 3, Metrics: m})
 		ep := uuid.New()
 		// 3 buffered; the 4th drops the oldest (a tenth of 3, at least 1),
 		// and so does the 5th.
@@ -241,6 +247,7 @@ func TestRecorder(t *testing.T) {
 		require.Len(t, got, 3)
 		require.Equal(t, 5, got[0].Number)
 		require.Equal(t, 3, got[2].Number)
+		require.InDelta(t, 2, testutil.ToFloat64(m.AttemptHistoryDroppedTotal), 0, "each dropped attempt counted")
 	})
 }
 

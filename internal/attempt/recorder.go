@@ -15,6 +15,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 )
 
 // DefaultBodyBytes is how much of a response body is kept by default.
@@ -40,6 +42,10 @@ type RecorderConfig struct {
 	// them; beyond it the oldest are dropped (and counted in the log).
 	// Default 100,000.
 	MaxBuffered int
+	// Metrics, if set, counts refused batches and dropped attempts
+	// (dispatcher_attempt_history_*), so that an alert, not only a log
+	// line, says the history has gaps.
+	Metrics *metrics.Metrics
 }
 
 // Recorder buffers attempts and writes them in batches (see the package
@@ -90,7 +96,7 @@ func (r *Recorder) Record(a Attempt) {
 		// whole buffer on every attempt.
 		n := max(r.cfg.MaxBuffered/10, 1)
 		r.buf = slices.Delete(r.buf, 0, n)
-		r.dropped += n
+		r.drop(n)
 	}
 	r.buf = append(r.buf, a)
 	full := len(r.buf) >= r.cfg.MaxBatch
@@ -173,9 +179,12 @@ func (r *Recorder) flush(ctx context.Context, fullOnly bool) error {
 			r.buf = append(batch, r.buf...)
 			if over := len(r.buf) - r.cfg.MaxBuffered; over > 0 {
 				r.buf = slices.Delete(r.buf, 0, over)
-				r.dropped += over
+				r.drop(over)
 			}
 			r.mu.Unlock()
+			if r.cfg.Metrics != nil {
+				r.cfg.Metrics.AttemptHistoryWriteErrorsTotal.Inc()
+			}
 			return err
 		}
 		if n < r.cfg.MaxBatch {
@@ -183,6 +192,14 @@ func (r *Recorder) flush(ctx context.Context, fullOnly bool) error {
 		}
 	}
 	return nil
+}
+
+// drop counts n attempts dropped from the buffer; r.mu is held.
+func (r *Recorder) drop(n int) {
+	r.dropped += n
+	if r.cfg.Metrics != nil {
+		r.cfg.Metrics.AttemptHistoryDroppedTotal.Add(float64(n))
+	}
 }
 
 // Bucket spans of endpoint_stats, in seconds.

@@ -51,6 +51,9 @@ type Metrics struct {
 	RelayLag               prometheus.Histogram
 	RelayPoisonedTotal     prometheus.Counter
 	RelayErrorsTotal       prometheus.Counter
+	// The attempt history's writer (internal/attempt).
+	AttemptHistoryWriteErrorsTotal prometheus.Counter
+	AttemptHistoryDroppedTotal     prometheus.Counter
 }
 
 // New creates the collectors and registers them (and the Go and process
@@ -129,12 +132,21 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "dispatcher_relay_errors_total",
 			Help: "Relay batches that failed (database errors); the rows are retried.",
 		}),
+		AttemptHistoryWriteErrorsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatcher_attempt_history_write_errors_total",
+			Help: "Attempt-history batches Postgres refused; they are kept and written with the next batch.",
+		}),
+		AttemptHistoryDroppedTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatcher_attempt_history_dropped_total",
+			Help: "Attempts left out of the attempt history because too many were waiting for a database that could not take them (deliveries are unaffected).",
+		}),
 	}
 	reg.MustRegister(
 		m.DeliveriesTotal, m.AttemptDuration, m.DeliveryLag, m.FirstAttemptDelay,
 		m.SnoozesTotal, m.EndpointPausesTotal, m.EgressBlockedTotal, m.EndpointsDisabledTotal,
 		m.FanoutEnqueuedTotal, m.FanoutDuration, m.ScopeDecisionsTotal,
 		m.IngestEventsTotal, m.RelayBatchRows, m.RelayLag, m.RelayPoisonedTotal, m.RelayErrorsTotal,
+		m.AttemptHistoryWriteErrorsTotal, m.AttemptHistoryDroppedTotal,
 	)
 	for _, class := range StatusClasses {
 		m.AttemptDuration.WithLabelValues(class)
