@@ -19,7 +19,8 @@
 // 1, 2 and 3 processes), S7 the peer table's scenario A (100 owners with one
 // endpoint each, one Publish per event from 32 concurrent callers), S8 a
 // rate-limited endpoint (10/s, 5,000 deliveries queued at once: 500 s at
-// -scale 1; -scale 0.1 is a 50 s run).
+// -scale 1; -scale 0.1 is a 50 s run), S9 event search (ListEvents and
+// GetEvent over 10 million stored events).
 //
 // Receivers listen on one loopback port per endpoint, or, with -one-host, all
 // on one port as distinct paths; every scenario reports how many TCP
@@ -50,7 +51,7 @@ import (
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // allScenarios in run order.
-var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8"}
+var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8", "S9"}
 
 type config struct {
 	Binary        string

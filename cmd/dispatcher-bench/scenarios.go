@@ -155,6 +155,8 @@ func (b *bench) runScenario(ctx context.Context, name string) []result {
 		return []result{run(b.peerTableA)}
 	case "S8":
 		return []result{run(b.rateLimited)}
+	case "S9":
+		return []result{run(b.eventSearch)}
 	}
 	return nil
 }

@@ -204,6 +204,24 @@ func listEventsQuery(owner string, f eventFilter, cursor *eventCursor, limit int
  LIMIT @limit`, args
 }
 
+// eventDeliveriesSQL reads one event's deliveries, oldest first, through
+// river_job_webhook_deliver_event_idx. The filter runs first, in a
+// MATERIALIZED CTE, because left to itself the plan Postgres caches for the
+// prepared statement (the generic plan it switches to after five executions,
+// blind to the event id) walks river_job's primary key in id order to satisfy
+// ORDER BY … LIMIT and filters every job on the way: 0.3 s at 500,000 jobs
+// (bench S9) instead of a millisecond. An event has a delivery per matching
+// endpoint of its owner, so what the CTE holds is small.
+var eventDeliveriesSQL = `
+WITH j AS MATERIALIZED (
+    SELECT * FROM river_job WHERE kind = '` + job.KindDeliver + `' AND args->>'event_id' = @event_id
+)
+SELECT ` + deliveryColumns + `
+  FROM j
+  LEFT JOIN events e ON e.id = j.args->>'event_id' AND e.owner_id = @owner
+ ORDER BY j.id
+ LIMIT @limit`
+
 // GetEvent returns owner's event id and its deliveries (at most
 // MaxEventDeliveries, oldest first), or ErrEventNotFound.
 func (s *Store) GetEvent(ctx context.Context, owner, id string) (*EventWithDeliveries, error) {
@@ -215,13 +233,9 @@ func (s *Store) GetEvent(ctx context.Context, owner, id string) (*EventWithDeliv
 		return nil, fmt.Errorf("get event: %w", err)
 	}
 	now := time.Now()
-	// Served by river_job_webhook_deliver_event_idx. Fanout only ever
-	// routes an event to its owner's endpoints, so the event's ownership,
-	// checked above, covers its deliveries.
-	rows, err := s.pool.Query(ctx, deliverySelect+`
- WHERE j.kind = '`+job.KindDeliver+`' AND j.args->>'event_id' = @event_id
- ORDER BY j.id
- LIMIT @limit`, pgx.NamedArgs{"owner": owner, "event_id": id, "limit": MaxEventDeliveries})
+	// Fanout only ever routes an event to its owner's endpoints, so the
+	// event's ownership, checked above, covers its deliveries.
+	rows, err := s.pool.Query(ctx, eventDeliveriesSQL, pgx.NamedArgs{"owner": owner, "event_id": id, "limit": MaxEventDeliveries})
 	if err != nil {
 		return nil, fmt.Errorf("get event deliveries: %w", err)
 	}
