@@ -126,14 +126,17 @@ func (c *Config) setDefaults(pool *pgxpool.Pool) {
 	if c.ErrorBodyBytes <= 0 {
 		c.ErrorBodyBytes = 256
 	}
+	var schema string
 	if pool != nil {
-		schema := pool.Config().ConnConfig.RuntimeParams["search_path"]
+		schema = pool.Config().ConnConfig.RuntimeParams["search_path"]
 		if c.Channel == "" {
 			c.Channel = LeaseChannel(schema)
 		}
-		if c.OperationalChannel == "" {
-			c.OperationalChannel = OperationalChannel(schema)
-		}
+	}
+	// Never empty: pg_notify refuses an empty channel, which would fail
+	// the settle statement of every transition.
+	if c.OperationalChannel == "" {
+		c.OperationalChannel = OperationalChannel(schema)
 	}
 }
 
