@@ -106,8 +106,10 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 func (b *Batcher[Req, Res]) flushLoop(ctx context.Context) {
 	for {
 		if b.cfg.Linger > 0 {
+			// Only a short batch waits: with nothing queued the loop exits
+			// at once rather than lingering on for nothing.
 			b.mu.Lock()
-			short := b.take() == len(b.queue)
+			short := len(b.queue) > 0 && b.take() == len(b.queue)
 			b.mu.Unlock()
 			if short {
 				time.Sleep(b.cfg.Linger)

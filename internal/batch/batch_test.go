@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -14,6 +15,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// Every subtest runs in a synctest bubble: the batcher's linger and timeout
+// are timers, and "the others have queued by now" is synctest.Wait, so no
+// result depends on how fast the machine runs the goroutines.
 func TestBatcher(t *testing.T) {
 	t.Parallel()
 
@@ -29,95 +33,108 @@ func TestBatcher(t *testing.T) {
 
 	t.Run("LoneCallRunsAtOnce", func(t *testing.T) {
 		t.Parallel()
-		b := New(Config{Linger: 0}, double)
-		start := time.Now()
-		got, err := b.Do(ctx, 21)
-		require.NoError(t, err)
-		require.Equal(t, 42, got)
-		require.Less(t, time.Since(start), time.Second)
+		synctest.Test(t, func(t *testing.T) {
+			b := New(Config{Linger: 0}, double)
+			start := time.Now()
+			got, err := b.Do(ctx, 21)
+			require.NoError(t, err)
+			require.Equal(t, 42, got)
+			require.Zero(t, time.Since(start), "no timer on the way: the bubble's clock did not move")
+		})
 	})
 
 	t.Run("ConcurrentCallsShareBatches", func(t *testing.T) {
 		t.Parallel()
-		var (
-			batches atomic.Int64
-			release = make(chan struct{})
-		)
-		b := New(Config{}, func(ctx context.Context, reqs []int) ([]int, error) {
-			if batches.Add(1) == 1 {
-				<-release // hold the first batch so the rest pile up
-			}
-			return double(ctx, reqs)
-		})
-		const n = 50
-		var wg sync.WaitGroup
-		results := make([]int, n)
-		wg.Go(func() { results[0], _ = b.Do(ctx, 0) })
-		require.Eventually(t, func() bool { return batches.Load() == 1 }, 5*time.Second, time.Millisecond)
-		for i := 1; i < n; i++ {
-			wg.Go(func() {
-				v, err := b.Do(ctx, i)
-				require.NoError(t, err)
-				results[i] = v
+		synctest.Test(t, func(t *testing.T) {
+			var (
+				batches atomic.Int64
+				release = make(chan struct{})
+			)
+			b := New(Config{}, func(ctx context.Context, reqs []int) ([]int, error) {
+				if batches.Add(1) == 1 {
+					<-release // hold the first batch so the rest pile up
+				}
+				return double(ctx, reqs)
 			})
-		}
-		require.Eventually(t, func() bool {
+			const n = 50
+			var wg sync.WaitGroup
+			results := make([]int, n)
+			wg.Go(func() { results[0], _ = b.Do(ctx, 0) })
+			synctest.Wait()
+			require.EqualValues(t, 1, batches.Load())
+			for i := 1; i < n; i++ {
+				wg.Go(func() {
+					v, err := b.Do(ctx, i)
+					require.NoError(t, err)
+					results[i] = v
+				})
+			}
+			synctest.Wait() // every caller has queued behind the held batch
 			b.mu.Lock()
-			defer b.mu.Unlock()
-			return len(b.queue) == n-1
-		}, 5*time.Second, time.Millisecond)
-		close(release)
-		wg.Wait()
-		for i, v := range results {
-			require.Equal(t, 2*i, v, "each caller gets its own result")
-		}
-		require.EqualValues(t, 2, batches.Load(), "the calls that queued behind the first batch went together")
+			require.Len(t, b.queue, n-1)
+			b.mu.Unlock()
+			close(release)
+			wg.Wait()
+			for i, v := range results {
+				require.Equal(t, 2*i, v, "each caller gets its own result")
+			}
+			require.EqualValues(t, 2, batches.Load(), "the calls that queued behind the first batch went together")
+		})
 	})
 
 	t.Run("MaxSizeSplitsBatches", func(t *testing.T) {
 		t.Parallel()
-		var sizes []int
-		var mu sync.Mutex
-		release := make(chan struct{})
-		b := New(Config{MaxSize: 3}, func(ctx context.Context, reqs []int) ([]int, error) {
-			mu.Lock()
-			sizes = append(sizes, len(reqs))
-			first := len(sizes) == 1
-			mu.Unlock()
-			if first {
-				<-release
+		synctest.Test(t, func(t *testing.T) {
+			var sizes []int
+			var mu sync.Mutex
+			release := make(chan struct{})
+			b := New(Config{MaxSize: 3}, func(ctx context.Context, reqs []int) ([]int, error) {
+				mu.Lock()
+				sizes = append(sizes, len(reqs))
+				first := len(sizes) == 1
+				mu.Unlock()
+				if first {
+					<-release
+				}
+				return double(ctx, reqs)
+			})
+			var wg sync.WaitGroup
+			wg.Go(func() { _, _ = b.Do(ctx, 0) })
+			synctest.Wait()
+			for i := range 7 {
+				wg.Go(func() { _, _ = b.Do(ctx, i) })
 			}
-			return double(ctx, reqs)
+			synctest.Wait()
+			b.mu.Lock()
+			require.Len(t, b.queue, 7)
+			b.mu.Unlock()
+			close(release)
+			wg.Wait()
+			require.Equal(t, []int{1, 3, 3, 1}, sizes)
 		})
-		var wg sync.WaitGroup
-		wg.Go(func() { _, _ = b.Do(ctx, 0) })
-		require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 1 }, 5*time.Second, time.Millisecond)
-		for i := range 7 {
-			wg.Go(func() { _, _ = b.Do(ctx, i) })
-		}
-		require.Eventually(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 7 }, 5*time.Second, time.Millisecond)
-		close(release)
-		wg.Wait()
-		require.Equal(t, []int{1, 3, 3, 1}, sizes)
 	})
 
 	t.Run("MaxInFlightBoundsConcurrentBatches", func(t *testing.T) {
 		t.Parallel()
-		var now, peak atomic.Int64
-		b := New(Config{MaxInFlight: 2, MaxSize: 1}, func(ctx context.Context, reqs []int) ([]int, error) {
-			n := now.Add(1)
-			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		synctest.Test(t, func(t *testing.T) {
+			var now, peak atomic.Int64
+			b := New(Config{MaxInFlight: 2, MaxSize: 1}, func(ctx context.Context, reqs []int) ([]int, error) {
+				n := now.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				time.Sleep(5 * time.Millisecond)
+				now.Add(-1)
+				return double(ctx, reqs)
+			})
+			start := time.Now()
+			var wg sync.WaitGroup
+			for i := range 20 {
+				wg.Go(func() { _, _ = b.Do(ctx, i) })
 			}
-			time.Sleep(5 * time.Millisecond)
-			now.Add(-1)
-			return double(ctx, reqs)
+			wg.Wait()
+			require.EqualValues(t, 2, peak.Load())
+			require.Equal(t, 10*5*time.Millisecond, time.Since(start), "two at a time, never fewer: 20 batches of 5 ms in 50 ms")
 		})
-		var wg sync.WaitGroup
-		for i := range 20 {
-			wg.Go(func() { _, _ = b.Do(ctx, i) })
-		}
-		wg.Wait()
-		require.EqualValues(t, 2, peak.Load())
 	})
 
 	t.Run("ErrorFailsEveryCallOfTheBatch", func(t *testing.T) {
@@ -147,42 +164,52 @@ func TestBatcher(t *testing.T) {
 
 	t.Run("CallerCancellationDoesNotCancelTheBatch", func(t *testing.T) {
 		t.Parallel()
-		b := New(Config{}, func(ctx context.Context, reqs []int) ([]int, error) {
-			time.Sleep(20 * time.Millisecond)
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			return double(ctx, reqs)
+		synctest.Test(t, func(t *testing.T) {
+			b := New(Config{}, func(ctx context.Context, reqs []int) ([]int, error) {
+				time.Sleep(20 * time.Millisecond)
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+				return double(ctx, reqs)
+			})
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			got, err := b.Do(cctx, 5)
+			require.NoError(t, err, "a queued call runs: others in its batch must not fail with it")
+			require.Equal(t, 10, got)
 		})
-		cctx, cancel := context.WithCancel(ctx)
-		cancel()
-		got, err := b.Do(cctx, 5)
-		require.NoError(t, err, "a queued call runs: others in its batch must not fail with it")
-		require.Equal(t, 10, got)
 	})
 
 	t.Run("TimeoutBoundsABatch", func(t *testing.T) {
 		t.Parallel()
-		b := New(Config{Timeout: 20 * time.Millisecond}, func(ctx context.Context, _ []int) ([]int, error) {
-			<-ctx.Done()
-			return nil, ctx.Err()
+		synctest.Test(t, func(t *testing.T) {
+			b := New(Config{Timeout: 20 * time.Millisecond}, func(ctx context.Context, _ []int) ([]int, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			})
+			start := time.Now()
+			_, err := b.Do(ctx, 1)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.Equal(t, 20*time.Millisecond, time.Since(start), "ended by the timeout, exactly")
 		})
-		_, err := b.Do(ctx, 1)
-		require.ErrorIs(t, err, context.DeadlineExceeded)
 	})
 
 	t.Run("LingerGathersMore", func(t *testing.T) {
 		t.Parallel()
-		var batches atomic.Int64
-		b := New(Config{Linger: 50 * time.Millisecond}, func(ctx context.Context, reqs []int) ([]int, error) {
-			batches.Add(1)
-			return double(ctx, reqs)
+		synctest.Test(t, func(t *testing.T) {
+			var batches atomic.Int64
+			b := New(Config{Linger: 50 * time.Millisecond}, func(ctx context.Context, reqs []int) ([]int, error) {
+				batches.Add(1)
+				return double(ctx, reqs)
+			})
+			start := time.Now()
+			var wg sync.WaitGroup
+			for i := range 10 {
+				wg.Go(func() { _, _ = b.Do(ctx, i) })
+			}
+			wg.Wait()
+			require.EqualValues(t, 1, batches.Load())
+			require.Equal(t, 50*time.Millisecond, time.Since(start), "one linger, then one batch")
 		})
-		var wg sync.WaitGroup
-		for i := range 10 {
-			wg.Go(func() { _, _ = b.Do(ctx, i) })
-		}
-		wg.Wait()
-		require.EqualValues(t, 1, batches.Load())
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
+	"github.com/standmeet/webhook-dispatcher/internal/testtime"
 )
 
 // withAttempts gives the bundle's worker an attempt recorder keeping
@@ -97,14 +98,16 @@ func TestAttemptHistory(t *testing.T) {
 		rc := newReceiver(t, status(http.StatusTooManyRequests, "Retry-After", "120"))
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{ownerID: "owner-1", enabled: true})
 		j := b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))
+		before := time.Now()
 		requireSnooze(t, b.work(t, j))
+		after := time.Now()
 
 		got := b.attempts(t, rec, j.ID)
 		require.Len(t, got, 1)
 		require.Equal(t, attempt.OutcomeRetryAfter, got[0].Outcome)
 		require.Equal(t, 429, got[0].Status)
 		require.NotNil(t, got[0].SnoozedUntil)
-		require.WithinDuration(t, time.Now().Add(120*time.Second), *got[0].SnoozedUntil, 5*time.Second)
+		testtime.RequireBetween(t, before.Add(120*time.Second).Truncate(time.Microsecond), after.Add(120*time.Second), *got[0].SnoozedUntil)
 		require.Equal(t, job.SnoozeRetryAfter, got[0].SnoozeReason)
 	})
 

@@ -37,9 +37,19 @@ const (
 	// hostileTimeout is the egress client's timeout in the slow-receiver
 	// tests (production: 10 s). It is what bounds a stalled receiver.
 	hostileTimeout = time.Second
-	// slack is what an attempt may take beyond its HTTP work: the lease and
-	// settle round trips to Postgres, under -race and parallel tests.
-	slack = 5 * time.Second
+	// slack is what an attempt may take beyond its HTTP work (the lease and
+	// settle round trips to Postgres). hostileTimeout+slack is a liveness
+	// bound, generous so that a loaded machine cannot reach it (an attempt
+	// takes about hostileTimeout here), and still short of every other
+	// bound an attempt has: the client's default timeout
+	// (egress.DefaultTimeout, 10 s), the worker's AttemptTimeout
+	// (hostileAttemptTimeout) and the 30 s context of b.work. So an attempt
+	// that the bound under test (the client's timeout, the attempt's, a size
+	// limit, a refusal) failed to end runs into one of those and fails.
+	slack = 8 * time.Second
+	// hostileAttemptTimeout is the worker's AttemptTimeout in these tests
+	// unless one sets its own (production: 15 s).
+	hostileAttemptTimeout = time.Minute
 	// maxBodyRead is the most a worker may read of any response body:
 	// ErrorBodyBytes (256) plus egress.ReadBody's 64 KiB drain.
 	maxBodyRead = 256 + 64<<10
@@ -73,8 +83,10 @@ func (b *countingBody) Read(p []byte) (int, error) {
 }
 
 // useClient gives the worker the guarded egress client built from cfg
-// (loopback allowed unless cfg says otherwise), wrapped to count body bytes.
+// (loopback allowed unless cfg says otherwise), wrapped to count body bytes,
+// and an attempt timeout beyond the tests' bounds (hostileAttemptTimeout).
 func (b *testBundle) useClient(cfg egress.Config) *countingTransport {
+	b.worker.cfg.AttemptTimeout = hostileAttemptTimeout
 	if cfg.AllowCIDRs == nil {
 		cfg.AllowCIDRs = loopback
 	}
@@ -277,6 +289,10 @@ func heapGrowth(f func()) uint64 {
 func TestHostileSlowReceivers(t *testing.T) {
 	t.Parallel()
 
+	// The bound the tests check must stay short of the bounds they must
+	// not be ended by (see slack).
+	require.Less(t, hostileTimeout+slack, min(egress.DefaultTimeout, hostileAttemptTimeout, 30*time.Second))
+
 	t.Run("SlowHeadersSilent", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -332,9 +348,10 @@ func TestHostileSlowReceivers(t *testing.T) {
 	t.Run("AttemptTimeoutBoundsASlowReceiver", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		// The production client timeout (10 s), but a short attempt: the
-		// attempt's deadline alone must end it, as a receiver timeout.
-		b.useClient(egress.Config{})
+		// A client timeout beyond the test's bound (production: 10 s), and
+		// a short attempt: the attempt's deadline alone must end it, as a
+		// receiver timeout.
+		b.useClient(egress.Config{Timeout: hostileAttemptTimeout})
 		b.worker.cfg.AttemptTimeout = hostileTimeout
 		srv := newRawServer(t, nil, func(c net.Conn, done <-chan struct{}) {
 			if readRequest(c) {
@@ -384,7 +401,7 @@ func TestHostileSlowReceivers(t *testing.T) {
 	t.Run("SlowBodyBoundedByAttemptTimeout", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.useClient(egress.Config{}) // 10 s client timeout
+		b.useClient(egress.Config{Timeout: hostileAttemptTimeout}) // beyond the test's bound
 		b.worker.cfg.AttemptTimeout = hostileTimeout
 		done := make(chan struct{})
 		rc := newReceiver(t, slowBody(http.StatusOK, 10_000, 100*time.Millisecond, done))
@@ -418,7 +435,8 @@ func TestHostileHugeBodies(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			// The production timeout: the read must be bounded by size, not
-			// cut short by the clock.
+			// cut short by the clock. ct.read shows which: a read that went
+			// on until a timeout would have taken far more than maxBodyRead.
 			ct := b.useClient(egress.Config{})
 			rc := newReceiver(t, flooder(tc.code, tc.size))
 			epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
@@ -430,8 +448,7 @@ func TestHostileHugeBodies(t *testing.T) {
 			grew := heapGrowth(func() { took, err = b.deliverOnce(t, epID) })
 			t.Logf("read %d body bytes, allocated %d KiB, took %s", ct.read.Load(), grew>>10, took)
 
-			require.Less(t, took, egress.DefaultTimeout/2, "ended by the size bound, not the timeout")
-			require.LessOrEqual(t, ct.read.Load(), int64(maxBodyRead), "body read is bounded")
+			require.LessOrEqual(t, ct.read.Load(), int64(maxBodyRead), "body read is bounded: ended by the size bound, not the timeout")
 			require.Less(t, grew, uint64(32<<20), "memory bounded (process-wide, so generous)")
 			require.EqualValues(t, 1, rc.hits.Load())
 			switch {

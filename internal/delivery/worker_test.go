@@ -652,6 +652,11 @@ func TestWithRiver(t *testing.T) {
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
 		const n = 300
 		insertMany(t, b, epID, n)
+		// Up to 49 deliveries queue in the lane behind the one sending; a
+		// queued one snoozes only if its turn takes longer than LocalWait.
+		// Long, so that a slow machine (every turn slower) cannot make
+		// them: snoozes here can only come from deliveries not queuing.
+		b.worker.cfg.LocalWait = 30 * time.Second
 		start := time.Now()
 		startClient(t, b, b.worker, 50)
 		waitCompleted(t, b, n)
@@ -702,7 +707,12 @@ func TestWithRiver(t *testing.T) {
 		}
 		_, err := b.client.InsertMany(context.Background(), params)
 		require.NoError(t, err)
-		workers := []*Worker{b.worker, b.otherProcess(Config{}), b.otherProcess(Config{})}
+		// Idle leases linger for an hour: only a hand-over on request can
+		// move one, and a delivery waiting for one would snooze after
+		// LocalWait, long enough that a slow machine cannot make it.
+		cfg := Config{LeaseLinger: time.Hour, LocalWait: 30 * time.Second}
+		b.worker.cfg.LeaseLinger, b.worker.cfg.LocalWait = cfg.LeaseLinger, cfg.LocalWait
+		workers := []*Worker{b.worker, b.otherProcess(cfg), b.otherProcess(cfg)}
 		for _, w := range workers {
 			runWorker(t, w)
 		}

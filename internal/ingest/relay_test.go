@@ -367,15 +367,18 @@ func TestRelay(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
-		relay := newRelay(bundle, RelayConfig{PollInterval: 30 * time.Second})
+		// Polling an hour apart: only the notification can relay the row
+		// within the wait below, a liveness bound generous for a loaded
+		// machine.
+		relay := newRelay(bundle, RelayConfig{PollInterval: time.Hour})
 		relay.listening = make(chan struct{}, 1)
 		runRelay(t, relay)
 		waitListening(t, relay)
 
 		start := time.Now()
 		writeOutbox(t, bundle, "evt_1")
-		require.Eventually(t, func() bool { return countEvents(t, bundle.db) == 1 }, 2*time.Second, 10*time.Millisecond)
-		t.Logf("relayed %s after insert (poll interval 30s)", time.Since(start))
+		require.Eventually(t, func() bool { return countEvents(t, bundle.db) == 1 }, 30*time.Second, 10*time.Millisecond)
+		t.Logf("relayed %s after insert (poll interval 1h)", time.Since(start))
 	})
 
 	t.Run("SurvivesTerminatedConnections", func(t *testing.T) {
@@ -393,13 +396,16 @@ func TestRelay(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(outboxPool.Close)
 
-		relay := NewRelay(RelayConfig{PollInterval: 30 * time.Second}, outboxPool, bundle.store, bundle.metrics, testLogger())
+		// Polling an hour apart, as above: the waits below are liveness
+		// bounds, generous for a loaded machine, that only a working
+		// listener (re-LISTENing after the kill) can meet.
+		relay := NewRelay(RelayConfig{PollInterval: time.Hour}, outboxPool, bundle.store, bundle.metrics, testLogger())
 		relay.listening = make(chan struct{}, 1)
 		runRelay(t, relay)
 		waitListening(t, relay)
 
 		writeOutbox(t, bundle, "evt_1")
-		require.Eventually(t, func() bool { return countEvents(t, bundle.db) == 1 }, 5*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return countEvents(t, bundle.db) == 1 }, 30*time.Second, 10*time.Millisecond)
 
 		var killed int
 		require.NoError(t, bundle.db.Pool.QueryRow(ctx, `
@@ -411,7 +417,7 @@ func TestRelay(t *testing.T) {
 		// replaced as they fail. Rows keep flowing without a restart.
 		waitListening(t, relay)
 		writeOutbox(t, bundle, "evt_2")
-		require.Eventually(t, func() bool { return countEvents(t, bundle.db) == 2 }, 10*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return countEvents(t, bundle.db) == 2 }, 30*time.Second, 10*time.Millisecond)
 	})
 
 	t.Run("InvalidTable", func(t *testing.T) {

@@ -211,7 +211,9 @@ func TestClient_Publish(t *testing.T) {
 		_, err := b.client.Publish(ctx, newEvent(t, "evt_1"))
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.ErrorContains(t, err, "injected: dispatcher unavailable", "the last error is kept")
-		require.Less(t, time.Since(start), 5*time.Second, "the wait ends with the context")
+		// A liveness bound, generous for a loaded machine: the backoff is a
+		// minute, so only the context's end can finish the call this early.
+		require.Less(t, time.Since(start), 30*time.Second, "the wait ends with the context")
 		require.Equal(t, int32(1), b.fault.calls.Load())
 	})
 
