@@ -171,17 +171,17 @@ func TestRetryNowAndSendTest(t *testing.T) {
 			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_SCHEDULED && x.GetAttempt() == 2
 		})
 		require.Equal(t, webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_RETRY, del.GetWaitReason())
-		require.Greater(t, time.Until(del.GetScheduledAt().AsTime()), 4*time.Minute)
+		require.Greater(t, del.GetScheduledAt().AsTime().Sub(del.GetAttemptedAt().AsTime()), 4*time.Minute, "the 5-minute step after the second failure")
 
 		up.Store(true)
 		resp, err := d.endpoints().RetryDelivery(adminCtx(t), &webhooksv1.RetryDeliveryRequest{OwnerId: deliveriesOwner, DeliveryId: del.GetId()})
 		require.NoError(t, err)
 		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_PENDING, resp.GetDelivery().GetState())
-		asked := time.Now()
-		del = waitForDelivery(t, d, id, "the retried delivery", func(x *webhooksv1.Delivery) bool {
+		// waitForDelivery's 30 s are a liveness bound, generous for a
+		// loaded machine and far short of the 5 minutes: delivered now.
+		del = waitForDelivery(t, d, id, "the retried delivery, now rather than in 5 minutes", func(x *webhooksv1.Delivery) bool {
 			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERED
 		})
-		require.Less(t, time.Since(asked), 20*time.Second, "now, not in 5 minutes")
 		require.Equal(t, int32(3), del.GetAttempt())
 		require.Len(t, rc.requests(), 3)
 
@@ -217,10 +217,10 @@ func TestRetryNowAndSendTest(t *testing.T) {
 			return ep.GetEndpoint().GetFailingSince() != nil
 		})
 
-		sent := time.Now()
 		_, err := d.endpoints().SendTest(adminCtx(t), &webhooksv1.SendTestRequest{OwnerId: deliveriesOwner, EndpointId: id})
 		require.NoError(t, err)
-		waitFor(t, 20*time.Second, "the test event", func() bool { return tests.Load() == 1 })
-		require.Less(t, time.Since(sent), 20*time.Second, "no 5-minute cool-down for a test")
+		// A liveness bound, generous for a loaded machine and far short of
+		// the failing endpoint's 5-minute cool-down, which a test skips.
+		waitFor(t, 60*time.Second, "the test event, with no 5-minute cool-down", func() bool { return tests.Load() == 1 })
 	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/testtime"
 	"github.com/standmeet/webhook-dispatcher/pkg/outbox"
 )
 
@@ -103,11 +104,13 @@ func TestWrite(t *testing.T) {
 
 		e := validEvent()
 		e.OccurredAt = time.Time{}
+		before := time.Now().Truncate(time.Microsecond) // as stored
 		require.NoError(t, outbox.Write(ctx, bundle.db.Pool, e))
+		after := time.Now()
 
 		rows := readRows(t, bundle, "webhook_outbox")
 		require.Len(t, rows, 1)
-		require.WithinDuration(t, time.Now(), rows[0].OccurredAt, time.Minute)
+		testtime.RequireBetween(t, before, after, rows[0].OccurredAt, "the time of the write")
 	})
 
 	t.Run("DataForms", func(t *testing.T) {
