@@ -125,7 +125,9 @@ func TestFakeServer(t *testing.T) {
 			ExpiresAt:       time.Now().Add(time.Hour),
 			SubjectPrefixes: []string{"wiki://software/"},
 		})
-		return &testBundle{client: dialInsecure(t, startFake(t, fake), 0), fake: fake}
+		// A long call timeout: the fake answers at once, and a busy machine
+		// running the exchange slowly must not turn that into a timeout.
+		return &testBundle{client: dialInsecure(t, startFake(t, fake), 30*time.Second), fake: fake}
 	}
 
 	requireAnswer := func(t *testing.T, bundle *testBundle, e *webhook.Event, admits bool, reason string) {

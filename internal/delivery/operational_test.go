@@ -27,7 +27,7 @@ const opsOwner = "operator"
 // transitions to opsOwner.
 func (b *testBundle) announcing() {
 	b.worker = NewWorker(Config{OperationalOwner: opsOwner}, b.db.Pool,
-		egress.NewClient(egress.Config{AllowCIDRs: loopback, Timeout: 2 * time.Second}), endpoint.NewKeyOpener(b.keyring), b.metrics, slog.New(slog.DiscardHandler))
+		egress.NewClient(egress.Config{AllowCIDRs: loopback}), endpoint.NewKeyOpener(b.keyring), b.metrics, slog.New(slog.DiscardHandler))
 }
 
 // announced reads operational_outbox in insertion order, as the relay's

@@ -260,8 +260,11 @@ func TestClient_Publish(t *testing.T) {
 		require.NoError(t, err)
 		addr := lis.Addr().String()
 		require.NoError(t, lis.Close())
+		// Enough attempts to outlast the server's start however slow the
+		// machine (at least 30 s of backoff); the context's minute is a
+		// liveness bound, generous for a loaded machine.
 		c, err := client.Dial(addr, client.WithInsecure(), client.WithToken(publisherToken),
-			client.WithRetry(client.Retry{MaxAttempts: 50, InitialBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}))
+			client.WithRetry(client.Retry{MaxAttempts: 600, InitialBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 
@@ -276,7 +279,7 @@ func TestClient_Publish(t *testing.T) {
 			}
 			t.Cleanup(srv.Stop)
 		})
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		res, err := c.Publish(ctx, newEvent(t, "evt_1"))
 		require.NoError(t, err)
