@@ -24,7 +24,8 @@ application does with EventService.Publish, and reads them back (admin token).
 
 commands:
   publish     publish one event: --owner, --type, --subject, --data (a JSON object);
-              the id and occurred_at are generated unless given
+              the id and occurred_at are generated unless given; exits 1 when the
+              type is in no event catalog (the event is dropped)
   list        list the owner's events, newest first (--type, --subject-prefix, --since, --until)
   get <id>    show one event and its deliveries to every endpoint
 
@@ -86,9 +87,17 @@ func runPublishCLI(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return callError("events publish", err)
 	}
 	if conn.json {
-		return printJSON(stdout, resp)
+		if err := printJSON(stdout, resp); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "published event %s (%s)\n", resp.GetEventId(), publishOutcome(resp.GetOutcome()))
 	}
-	fmt.Fprintf(stdout, "published event %s (%s)\n", resp.GetEventId(), publishOutcome(resp.GetOutcome()))
+	if resp.GetOutcome() == webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN {
+		// Accepted, but almost certainly not what was meant: a script must
+		// not carry on as if the event went anywhere.
+		return fmt.Errorf("events publish: type %q is in no event catalog, so the event goes nowhere (dispatcher event-types lists the catalog)", *typ)
+	}
 	return nil
 }
 
@@ -133,7 +142,9 @@ func publishOutcome(o webhooksv1.PublishOutcome) string {
 	case webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DUPLICATE:
 		return "duplicate: this id was published before, nothing new is delivered"
 	case webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_INTERNAL:
-		return "dropped: the type is internal and never leaves"
+		return "dropped: the catalog declares the type internal, it never leaves"
+	case webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN:
+		return "dropped: the type is in no event catalog, it is never delivered"
 	case webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_RAW:
 		return "dropped: raw:// subjects never leave"
 	default:

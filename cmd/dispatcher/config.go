@@ -63,11 +63,13 @@ type serveConfig struct {
 	AdminTokenFile     string
 	OperatorTokenFile  string
 
-	OutboxURL        string
-	OutboxBatch      int
-	OutboxPoll       time.Duration
-	OutboxDelete     bool
-	OutboxTable      string
+	OutboxURL    string
+	OutboxBatch  int
+	OutboxPoll   time.Duration
+	OutboxDelete bool
+	OutboxTable  string
+	// UnknownTypes: accept (and drop) or refuse events of types in no catalog.
+	UnknownTypes     ingest.UnknownTypes
 	EgressAllowCIDRs []netip.Prefix
 	RequireHTTPS     bool
 	MaxEndpoints     int
@@ -121,6 +123,7 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.DurationVar(&c.OutboxPoll, "outbox-poll", env.duration("DISPATCHER_OUTBOX_POLL", time.Second), "outbox poll interval when no NOTIFY arrives (env DISPATCHER_OUTBOX_POLL)")
 	fs.StringVar(&c.OutboxTable, "outbox-table", env.str("DISPATCHER_OUTBOX_TABLE", ingest.DefaultOutboxTable), "the outbox table in the main app's database, optionally schema-qualified; the same name pkg/outbox.Table gives the writer (env DISPATCHER_OUTBOX_TABLE)")
 	fs.BoolVar(&c.OutboxDelete, "outbox-delete", env.boolean("DISPATCHER_OUTBOX_DELETE", false), "delete relayed outbox rows instead of marking them (env DISPATCHER_OUTBOX_DELETE)")
+	unknownTypes := fs.String("unknown-types", env.str("DISPATCHER_UNKNOWN_TYPES", "accept"), "what to do with an event whose type is in no event catalog: accept (it is dropped, never delivered, counted and logged; Publish answers PUBLISH_OUTCOME_DROPPED_UNKNOWN) or refuse (InvalidArgument naming event.type; an outbox row is set aside) (env DISPATCHER_UNKNOWN_TYPES)")
 	allow := fs.String("egress-allow-cidrs", env.get("DISPATCHER_EGRESS_ALLOW_CIDRS"), "comma-separated CIDRs receivers may use despite the SSRF deny list, e.g. 127.0.0.0/8 for local development; empty in production (env DISPATCHER_EGRESS_ALLOW_CIDRS)")
 	fs.BoolVar(&c.RequireHTTPS, "require-https", env.boolean("DISPATCHER_REQUIRE_HTTPS", false), "refuse endpoint URLs that are not https (env DISPATCHER_REQUIRE_HTTPS)")
 	fs.IntVar(&c.MaxEndpoints, "max-endpoints-per-owner", env.integer("DISPATCHER_MAX_ENDPOINTS_PER_OWNER", 100), "endpoints one owner may have; -1 for no limit (env DISPATCHER_MAX_ENDPOINTS_PER_OWNER)")
@@ -155,6 +158,10 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	}
 	if err := ingest.ValidateOutboxTable(c.OutboxTable); err != nil {
 		return nil, fmt.Errorf("invalid -outbox-table: %w", err)
+	}
+	var ok bool
+	if c.UnknownTypes, ok = ingest.ParseUnknownTypes(*unknownTypes); !ok {
+		return nil, fmt.Errorf("invalid -unknown-types %q: want accept or refuse", *unknownTypes)
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(*level)); err != nil {
 		return nil, fmt.Errorf("invalid -log-level %q: want debug, info, warn or error", *level)

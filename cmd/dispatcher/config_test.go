@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
+	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 )
 
 func TestParseServeConfig(t *testing.T) {
@@ -44,6 +45,21 @@ func TestParseServeConfig(t *testing.T) {
 		require.Equal(t, "webhook_outbox", c.OutboxTable)
 		require.Equal(t, 5*24*time.Hour, c.DisableAfter)
 		require.Empty(t, c.OperationalOwner, "no operational events unless configured")
+		require.Equal(t, ingest.UnknownTypesAccept, c.UnknownTypes, "types in no catalog are Internal, as ever")
+	})
+
+	t.Run("UnknownTypes", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.env["DISPATCHER_UNKNOWN_TYPES"] = "refuse"
+		c, err := parse(b)
+		require.NoError(t, err)
+		require.Equal(t, ingest.UnknownTypesRefuse, c.UnknownTypes)
+		c, err = parse(b, "--unknown-types", "accept")
+		require.NoError(t, err)
+		require.Equal(t, ingest.UnknownTypesAccept, c.UnknownTypes, "the flag wins")
+		_, err = parse(setup(t), "--unknown-types", "drop")
+		require.ErrorContains(t, err, `invalid -unknown-types "drop": want accept or refuse`)
 	})
 
 	t.Run("OperationalEvents", func(t *testing.T) {

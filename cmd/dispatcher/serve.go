@@ -182,7 +182,10 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		return fmt.Errorf("river client: %w", err)
 	}
 
-	store := ingest.NewStore(ingest.StoreConfig{Fanout: fanout.NewInline(decider.Func(), member.Active, m)}, pool, riverClient, m, logger)
+	store := ingest.NewStore(ingest.StoreConfig{
+		Fanout:       fanout.NewInline(decider.Func(), member.Active, m),
+		UnknownTypes: cfg.UnknownTypes,
+	}, pool, riverClient, m, logger)
 
 	grpcTLS, err := serverTLS("grpc", tlsreload.Config{CertFile: cfg.GRPCTLSCert, KeyFile: cfg.GRPCTLSKey, ClientCAFile: cfg.GRPCTLSClientCA}, logger)
 	if err != nil {

@@ -140,6 +140,14 @@ func ExposureOf(typ string) Exposure {
 	return exposures[typ] // missing → zero value → Internal
 }
 
+// Known reports whether typ is in the catalog at all, whatever its
+// Exposure. A type that is not is Internal too, but it is most often a
+// misspelling, which ingest tells apart from a type declared Internal.
+func Known(typ string) bool {
+	_, ok := exposures[typ]
+	return ok
+}
+
 // WebhookTypes returns the types whose Exposure is Webhook, the ones a
 // publisher may publish, in a stable order. The slice is a fresh copy the
 // caller may modify.

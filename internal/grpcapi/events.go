@@ -236,6 +236,8 @@ func toProtoResult(r ingest.Result) *webhooksv1.PublishResponse {
 		o = webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_INTERNAL
 	case ingest.OutcomeDroppedRaw:
 		o = webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_RAW
+	case ingest.OutcomeDroppedUnknown:
+		o = webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN
 	}
 	return &webhooksv1.PublishResponse{EventId: r.EventID, Outcome: o}
 }

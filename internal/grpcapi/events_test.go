@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -207,7 +209,7 @@ func TestEventServer_Publish(t *testing.T) {
 		require.Equal(t, 1, countFanoutJobs(t, bundle.db, ""))
 	})
 
-	t.Run("InternalTypeAcceptedNotStored", func(t *testing.T) {
+	t.Run("UnknownTypeAcceptedNotStored", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
@@ -215,10 +217,26 @@ func TestEventServer_Publish(t *testing.T) {
 		e.Type = "billing.invoice.computed"
 		resp, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
 		require.NoError(t, err)
-		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_INTERNAL, resp.GetOutcome())
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN, resp.GetOutcome())
 		require.Equal(t, 0, countEvents(t, bundle.db))
 		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
-		require.Equal(t, 1, ingestCount(bundle.metrics, ingest.OutcomeDroppedInternal.String()))
+		require.Equal(t, 1, ingestCount(bundle.metrics, ingest.OutcomeDroppedUnknown.String()))
+	})
+
+	t.Run("UnknownTypeRefusedWhenStrict", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.New(t)
+		client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Logger: testLogger(), Schema: db.Schema})
+		require.NoError(t, err)
+		store := ingest.NewStore(ingest.StoreConfig{UnknownTypes: ingest.UnknownTypesRefuse}, db.Pool, client, metrics.NewForTest(), testLogger())
+		server := NewEventServer(store, testLogger())
+
+		e := testProtoEvent("evt_1")
+		e.Type = "corpus.note.chnaged"
+		_, err = server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
+		br := requireInvalidField(t, err, "event.type")
+		require.Contains(t, br.GetFieldViolations()[0].GetDescription(), "no event catalog")
+		require.Equal(t, 0, countEvents(t, db))
 	})
 
 	t.Run("RawSubjectAcceptedNotStored", func(t *testing.T) {
@@ -307,7 +325,7 @@ func TestEventServer_PublishBatch(t *testing.T) {
 		}
 		require.Equal(t, []string{
 			"evt_3:PUBLISH_OUTCOME_STORED",
-			"evt_2:PUBLISH_OUTCOME_DROPPED_INTERNAL",
+			"evt_2:PUBLISH_OUTCOME_DROPPED_UNKNOWN",
 			"evt_1:PUBLISH_OUTCOME_STORED",
 			"evt_4:PUBLISH_OUTCOME_DROPPED_RAW",
 			"evt_3:PUBLISH_OUTCOME_DUPLICATE",

@@ -182,7 +182,7 @@ func TestRelayMalformedRows(t *testing.T) {
 	require.Equal(t, nBad, ingestCount(m, SourceOutbox, resultInvalid))
 	require.Equal(t, 4, ingestCount(m, SourceOutbox, OutcomeStored.String()))
 	require.Equal(t, 1, ingestCount(m, SourceOutbox, OutcomeDroppedRaw.String()))
-	require.Equal(t, 1, ingestCount(m, SourceOutbox, OutcomeDroppedInternal.String()))
+	require.Equal(t, 1, ingestCount(m, SourceOutbox, OutcomeDroppedUnknown.String()))
 
 	// Set aside for good, and a good row written later is still relayed.
 	_, err := db.Pool.Exec(ctx, `

@@ -15,7 +15,7 @@ func TestMetricLabelsAreKnown(t *testing.T) {
 
 	require.ElementsMatch(t, metrics.IngestPaths, []string{string(SourceGRPC), string(SourceOutbox), string(SourceTest), string(SourceOperational)})
 	results := []string{resultInvalid, resultConflict}
-	for o := OutcomeStored; o <= OutcomeDroppedRaw; o++ {
+	for o := OutcomeStored; o <= OutcomeDroppedUnknown; o++ {
 		results = append(results, o.String())
 	}
 	require.ElementsMatch(t, metrics.IngestResults, results)

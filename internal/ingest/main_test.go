@@ -70,3 +70,7 @@ func readEvent(t *testing.T, db *dbtest.DB, id string) testfactory.StoredEvent {
 func ingestCount(m *metrics.Metrics, source Source, result string) int {
 	return int(testutil.ToFloat64(m.IngestEventsTotal.WithLabelValues(string(source), result)))
 }
+
+func unknownTypeCount(m *metrics.Metrics, typ string) int {
+	return int(testutil.ToFloat64(m.IngestUnknownTypesTotal.WithLabelValues(typ)))
+}

@@ -169,7 +169,7 @@ func TestRelay(t *testing.T) {
 			require.Nil(t, row.Error)
 		}
 		require.Equal(t, 2, ingestCount(bundle.metrics, SourceOutbox, OutcomeStored.String()))
-		require.Equal(t, 1, ingestCount(bundle.metrics, SourceOutbox, OutcomeDroppedInternal.String()))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceOutbox, OutcomeDroppedUnknown.String()))
 		require.Equal(t, 1, ingestCount(bundle.metrics, SourceOutbox, OutcomeDroppedRaw.String()))
 		require.EqualValues(t, 4, histogramCount(t, bundle.metrics.RelayLag))
 		require.EqualValues(t, 1, histogramCount(t, bundle.metrics.RelayBatchRows))

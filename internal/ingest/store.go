@@ -55,12 +55,17 @@ const (
 	// OutcomeDuplicate: the same event (same id, same content) was already
 	// stored; nothing new happened.
 	OutcomeDuplicate
-	// OutcomeDroppedInternal: the type's Exposure is Internal; accepted and
-	// counted, never stored, so never delivered.
+	// OutcomeDroppedInternal: the catalog declares the type Internal;
+	// accepted and counted, never stored, so never delivered.
 	OutcomeDroppedInternal
 	// OutcomeDroppedRaw: the subject is raw://; accepted and counted, never
 	// stored, so never delivered.
 	OutcomeDroppedRaw
+	// OutcomeDroppedUnknown: the type is in no catalog, so Internal; accepted,
+	// counted by type and logged (it is most often a misspelling), never
+	// stored, so never delivered. With UnknownTypesRefuse such an event is
+	// invalid instead.
+	OutcomeDroppedUnknown
 )
 
 // String names the outcome; it is the "result" label of
@@ -75,6 +80,8 @@ func (o Outcome) String() string {
 		return "dropped_internal"
 	case OutcomeDroppedRaw:
 		return "dropped_raw"
+	case OutcomeDroppedUnknown:
+		return "dropped_unknown"
 	default:
 		return "Outcome(" + strconv.Itoa(int(o)) + ")"
 	}
@@ -173,6 +180,9 @@ type Store struct {
 	river   *river.Client[pgx.Tx]
 	fanout  *fanout.Inline
 	group   *batch.Batcher[*ingestPlan, error]
+	// refuseUnknown: events of types in no catalog are invalid.
+	refuseUnknown bool
+	unknown       *unknownTypes
 
 	// now is the validation clock; tests may replace it.
 	now func() time.Time
@@ -189,6 +199,9 @@ type StoreConfig struct {
 	// GroupInFlight bounds the group transactions running at once; calls
 	// arriving meanwhile wait and go together in the next. Default 2.
 	GroupInFlight int
+	// UnknownTypes says whether an event of a type in no catalog is
+	// accepted and dropped (the default) or refused.
+	UnknownTypes UnknownTypes
 }
 
 // NewStore returns a Store writing to pool (whose search_path is the
@@ -208,7 +221,10 @@ func NewStore(cfg StoreConfig, pool *pgxpool.Pool, river *river.Client[pgx.Tx], 
 		river:   river,
 		fanout:  cfg.Fanout,
 		now:     time.Now,
+
+		refuseUnknown: cfg.UnknownTypes == UnknownTypesRefuse,
 	}
+	s.unknown = newUnknownTypes(m, logger, func() time.Time { return s.now() })
 	s.group = batch.NewWeighted(batch.Config{MaxSize: cfg.GroupEvents, MaxInFlight: cfg.GroupInFlight},
 		func(p *ingestPlan) int { return len(p.toStore) }, s.commitGroup)
 	return s
@@ -240,7 +256,7 @@ func failSpan(span trace.Span, err error) {
 // ingest is Ingest with each event's own trace: traces[i] is the span that
 // event i belongs to (the relay's row span), or nil for ctx's span.
 func (s *Store) ingest(ctx context.Context, source Source, events []*webhook.Event, traces []trace.SpanContext) ([]Result, error) {
-	plan, err := s.plan(source, events)
+	plan, err := s.plan(ctx, source, events)
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +269,7 @@ func (s *Store) ingest(ctx context.Context, source Source, events []*webhook.Eve
 	}
 	// Counted only after the commit, so a rolled-back attempt that the
 	// caller retries is not counted twice.
-	s.count(source, plan.results)
+	s.count(ctx, source, events, plan.results)
 	return plan.results, nil
 }
 
@@ -262,7 +278,7 @@ func (s *Store) ingest(ctx context.Context, source Source, events []*webhook.Eve
 // events of a batch could not even be converted, to report every bad field
 // of the batch at once. It returns nil or an *InvalidEventsError.
 func (s *Store) Validate(source Source, events []*webhook.Event) error {
-	if invalid := s.check(source, events); len(invalid) > 0 {
+	if invalid := s.check(context.Background(), source, events); len(invalid) > 0 {
 		return &InvalidEventsError{Invalid: invalid}
 	}
 	return nil
@@ -275,7 +291,7 @@ func (s *Store) Rejected(source Source, n int) {
 }
 
 // check validates every event, counts the invalid ones and returns them.
-func (s *Store) check(source Source, events []*webhook.Event) []InvalidEvent {
+func (s *Store) check(ctx context.Context, source Source, events []*webhook.Event) []InvalidEvent {
 	now := s.now()
 	var invalid []InvalidEvent
 	for i, e := range events {
@@ -286,6 +302,10 @@ func (s *Store) check(source Source, events []*webhook.Event) []InvalidEvent {
 			err = e.Validate(now)
 			if err == nil && !event.Publishable(e.Type) && source != SourceOperational {
 				err = &webhook.FieldError{Field: webhook.FieldType, Reason: "is an operational event type, emitted only by the dispatcher itself"}
+			}
+			if err == nil && s.refuseUnknown && !event.Known(e.Type) {
+				s.unknown.seen(ctx, source, e.Type, e.OwnerID, true)
+				err = &webhook.FieldError{Field: webhook.FieldType, Reason: "is in no event catalog (see ListEventTypes); this dispatcher refuses unknown types"}
 			}
 			// Only what may leave is held to its type's schema: an Internal
 			// type has none and a raw:// subject never leaves, and both are
@@ -451,8 +471,8 @@ func (p *ingestPlan) sortToStore() {
 	slices.SortStableFunc(p.toStore, func(a, b int) int { return cmp.Compare(p.events[a].ID, p.events[b].ID) })
 }
 
-func (s *Store) plan(source Source, events []*webhook.Event) (*ingestPlan, error) {
-	if invalid := s.check(source, events); len(invalid) > 0 {
+func (s *Store) plan(ctx context.Context, source Source, events []*webhook.Event) (*ingestPlan, error) {
+	if invalid := s.check(ctx, source, events); len(invalid) > 0 {
 		return nil, fmt.Errorf("ingest: %w", &InvalidEventsError{Invalid: invalid})
 	}
 	p := &ingestPlan{events: events, sources: make([]Source, len(events)), results: make([]Result, len(events))}
@@ -460,6 +480,8 @@ func (s *Store) plan(source Source, events []*webhook.Event) (*ingestPlan, error
 		p.sources[i] = source
 		p.results[i].EventID = e.ID
 		switch {
+		case !event.Known(e.Type):
+			p.results[i].Outcome = OutcomeDroppedUnknown
 		case !event.Exposed(e.Type):
 			p.results[i].Outcome = OutcomeDroppedInternal
 		case event.IsRawSubject(e.Subject):
@@ -641,9 +663,12 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 	return nil
 }
 
-func (s *Store) count(source Source, results []Result) {
-	for _, r := range results {
+func (s *Store) count(ctx context.Context, source Source, events []*webhook.Event, results []Result) {
+	for i, r := range results {
 		s.metrics.IngestEventsTotal.WithLabelValues(string(source), r.Outcome.String()).Inc()
+		if r.Outcome == OutcomeDroppedUnknown {
+			s.unknown.seen(ctx, source, events[i].Type, events[i].OwnerID, false)
+		}
 	}
 }
 

@@ -182,7 +182,7 @@ func TestStore_Ingest(t *testing.T) {
 		require.Equal(t, 2, countEvents(t, bundle.db))
 	})
 
-	t.Run("InternalTypeDropped", func(t *testing.T) {
+	t.Run("UnknownTypeDropped", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
 
@@ -190,10 +190,12 @@ func TestStore_Ingest(t *testing.T) {
 		e.Type = "billing.invoice.computed" // not in the catalog
 		results, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{e})
 		require.NoError(t, err)
-		require.Equal(t, []Result{{EventID: "evt_1", Outcome: OutcomeDroppedInternal}}, results)
+		require.Equal(t, []Result{{EventID: "evt_1", Outcome: OutcomeDroppedUnknown}}, results)
 		require.Equal(t, 0, countEvents(t, bundle.db))
 		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
-		require.Equal(t, 1, ingestCount(bundle.metrics, SourceTest, OutcomeDroppedInternal.String()))
+		require.Equal(t, 1, ingestCount(bundle.metrics, SourceTest, OutcomeDroppedUnknown.String()))
+		require.Equal(t, 0, ingestCount(bundle.metrics, SourceTest, OutcomeDroppedInternal.String()))
+		require.Equal(t, 1, unknownTypeCount(bundle.metrics, "billing.invoice.computed"))
 	})
 
 	t.Run("RawSubjectDropped", func(t *testing.T) {
@@ -278,9 +280,9 @@ func TestStore_Ingest(t *testing.T) {
 		require.NoError(t, err)
 		changed := testEvent("evt_1")
 		changed.Subject = "wiki://changed"
-		guilty, err := bundle.store.plan(SourceGRPC, []*webhook.Event{testEvent("evt_2"), changed})
+		guilty, err := bundle.store.plan(ctx, SourceGRPC, []*webhook.Event{testEvent("evt_2"), changed})
 		require.NoError(t, err)
-		innocent, err := bundle.store.plan(SourceOutbox, []*webhook.Event{testEvent("evt_3")})
+		innocent, err := bundle.store.plan(ctx, SourceOutbox, []*webhook.Event{testEvent("evt_3")})
 		require.NoError(t, err)
 
 		errs, err := bundle.store.commitGroup(ctx, []*ingestPlan{guilty, innocent})
@@ -303,15 +305,15 @@ func TestStore_Ingest(t *testing.T) {
 		require.NoError(t, err)
 		internal := testEvent("evt_int")
 		internal.Type = "internal.only"
-		a, err := bundle.store.plan(SourceGRPC, []*webhook.Event{testEvent("evt_b"), testEvent("evt_old")})
+		a, err := bundle.store.plan(ctx, SourceGRPC, []*webhook.Event{testEvent("evt_b"), testEvent("evt_old")})
 		require.NoError(t, err)
-		b, err := bundle.store.plan(SourceGRPC, []*webhook.Event{internal, testEvent("evt_a"), testEvent("evt_b")})
+		b, err := bundle.store.plan(ctx, SourceGRPC, []*webhook.Event{internal, testEvent("evt_a"), testEvent("evt_b")})
 		require.NoError(t, err)
 		errs, err := bundle.store.commitGroup(ctx, []*ingestPlan{a, b})
 		require.NoError(t, err)
 		require.Equal(t, []error{nil, nil}, errs)
 		require.Equal(t, []Result{{"evt_b", OutcomeStored}, {"evt_old", OutcomeDuplicate}}, a.results)
-		require.Equal(t, []Result{{"evt_int", OutcomeDroppedInternal}, {"evt_a", OutcomeStored}, {"evt_b", OutcomeDuplicate}}, b.results)
+		require.Equal(t, []Result{{"evt_int", OutcomeDroppedUnknown}, {"evt_a", OutcomeStored}, {"evt_b", OutcomeDuplicate}}, b.results)
 		require.Equal(t, 3, countEvents(t, bundle.db))
 	})
 

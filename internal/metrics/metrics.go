@@ -29,7 +29,7 @@ var (
 	ScopeRules       = []string{"raw", "internal", "owner", "test_target", "published_slice", "embed", "unscoped"}
 	ScopeResults     = []string{ScopeAdmit, ScopeDeny, ScopeError}
 	IngestPaths      = []string{"grpc", "outbox", "test", "operational"}
-	IngestResults    = []string{"stored", "duplicate", "dropped_internal", "dropped_raw", "invalid", "conflict"}
+	IngestResults    = []string{"stored", "duplicate", "dropped_internal", "dropped_unknown", "dropped_raw", "invalid", "conflict"}
 )
 
 // Metrics holds the dispatcher's collectors. Construct it once per process
@@ -47,10 +47,13 @@ type Metrics struct {
 	FanoutDuration         prometheus.Histogram
 	ScopeDecisionsTotal    *prometheus.CounterVec
 	IngestEventsTotal      *prometheus.CounterVec
-	RelayBatchRows         prometheus.Histogram
-	RelayLag               prometheus.Histogram
-	RelayPoisonedTotal     prometheus.Counter
-	RelayErrorsTotal       prometheus.Counter
+	// IngestUnknownTypesTotal counts events of types in no catalog by type;
+	// internal/ingest bounds the label's values (the rest count as "other").
+	IngestUnknownTypesTotal *prometheus.CounterVec
+	RelayBatchRows          prometheus.Histogram
+	RelayLag                prometheus.Histogram
+	RelayPoisonedTotal      prometheus.Counter
+	RelayErrorsTotal        prometheus.Counter
 	// The attempt history's writer (internal/attempt).
 	AttemptHistoryWriteErrorsTotal prometheus.Counter
 	AttemptHistoryDroppedTotal     prometheus.Counter
@@ -112,8 +115,12 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"rule", "result"}),
 		IngestEventsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dispatcher_ingest_events_total",
-			Help: "Events received, by path (where they came from: grpc, outbox, test) and result (stored, duplicate, dropped_internal, dropped_raw, invalid, conflict).",
+			Help: "Events received, by path (where they came from: grpc, outbox, test) and result (stored, duplicate, dropped_internal, dropped_unknown, dropped_raw, invalid, conflict).",
 		}, []string{"path", "result"}),
+		IngestUnknownTypesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatcher_ingest_unknown_types_total",
+			Help: "Events whose type is in no catalog (dropped, or refused with -unknown-types=refuse), by type: the first 100 type names a process sees, then \"other\".",
+		}, []string{"type"}),
 		RelayBatchRows: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dispatcher_relay_batch_rows",
 			Help:    "Outbox rows claimed per relay batch.",
@@ -145,7 +152,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.DeliveriesTotal, m.AttemptDuration, m.DeliveryLag, m.FirstAttemptDelay,
 		m.SnoozesTotal, m.EndpointPausesTotal, m.EgressBlockedTotal, m.EndpointsDisabledTotal,
 		m.FanoutEnqueuedTotal, m.FanoutDuration, m.ScopeDecisionsTotal,
-		m.IngestEventsTotal, m.RelayBatchRows, m.RelayLag, m.RelayPoisonedTotal, m.RelayErrorsTotal,
+		m.IngestEventsTotal, m.IngestUnknownTypesTotal, m.RelayBatchRows, m.RelayLag, m.RelayPoisonedTotal, m.RelayErrorsTotal,
 		m.AttemptHistoryWriteErrorsTotal, m.AttemptHistoryDroppedTotal,
 	)
 	for _, class := range StatusClasses {

@@ -100,7 +100,7 @@ func TestZeroSeries(t *testing.T) {
 			require.Zero(t, v)
 		}
 		require.Len(t, gauges(t, reg, "dispatcher_delivery_snoozes_total"), 2)
-		require.Len(t, gauges(t, reg, "dispatcher_ingest_events_total"), 4*6)
+		require.Len(t, gauges(t, reg, "dispatcher_ingest_events_total"), 4*7)
 		scope := gauges(t, reg, "dispatcher_scope_decisions_total")
 		require.Contains(t, scope, `result="error",rule="embed"`)
 		require.Len(t, scope, 7*3)

@@ -32,10 +32,14 @@ const (
 	PublishOutcome_PUBLISH_OUTCOME_STORED PublishOutcome = 1
 	// The same event was already stored; nothing new happened.
 	PublishOutcome_PUBLISH_OUTCOME_DUPLICATE PublishOutcome = 2
-	// The type's Exposure is Internal: accepted, counted, never delivered.
+	// The catalog declares the type Internal: accepted, counted, never
+	// delivered.
 	PublishOutcome_PUBLISH_OUTCOME_DROPPED_INTERNAL PublishOutcome = 3
 	// The subject is raw://: accepted, counted, never delivered.
 	PublishOutcome_PUBLISH_OUTCOME_DROPPED_RAW PublishOutcome = 4
+	// The type is in no catalog (a misspelling?): accepted, counted by type,
+	// logged, never delivered. Not stored, so GetEvent does not find it.
+	PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN PublishOutcome = 5
 )
 
 // Enum value maps for PublishOutcome.
@@ -46,6 +50,7 @@ var (
 		2: "PUBLISH_OUTCOME_DUPLICATE",
 		3: "PUBLISH_OUTCOME_DROPPED_INTERNAL",
 		4: "PUBLISH_OUTCOME_DROPPED_RAW",
+		5: "PUBLISH_OUTCOME_DROPPED_UNKNOWN",
 	}
 	PublishOutcome_value = map[string]int32{
 		"PUBLISH_OUTCOME_UNSPECIFIED":      0,
@@ -53,6 +58,7 @@ var (
 		"PUBLISH_OUTCOME_DUPLICATE":        2,
 		"PUBLISH_OUTCOME_DROPPED_INTERNAL": 3,
 		"PUBLISH_OUTCOME_DROPPED_RAW":      4,
+		"PUBLISH_OUTCOME_DROPPED_UNKNOWN":  5,
 	}
 )
 
@@ -92,8 +98,10 @@ type Event struct {
 	// The owner whose endpoints may receive the event. Travels beside the event,
 	// never inside the delivered payload.
 	OwnerId string `protobuf:"bytes,2,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
-	// The event type, e.g. "corpus.note.changed". Types outside the catalog are
-	// Internal and never delivered.
+	// The event type, e.g. "corpus.note.changed" (ListEventTypes lists the
+	// catalog). A type in no catalog is Internal and never delivered: Publish
+	// answers PUBLISH_OUTCOME_DROPPED_UNKNOWN, or INVALID_ARGUMENT naming
+	// event.type when the dispatcher runs with -unknown-types=refuse.
 	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	// What the event is about, a URI such as "wiki://software/project/x".
 	// Subjects starting with "raw://" never leave.
@@ -391,13 +399,14 @@ const file_webhooks_v1_events_proto_rawDesc = "" +
 	"\x13PublishBatchRequest\x12*\n" +
 	"\x06events\x18\x01 \x03(\v2\x12.webhooks.v1.EventR\x06events\"N\n" +
 	"\x14PublishBatchResponse\x126\n" +
-	"\aresults\x18\x01 \x03(\v2\x1c.webhooks.v1.PublishResponseR\aresults*\xb3\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x1c.webhooks.v1.PublishResponseR\aresults*\xd8\x01\n" +
 	"\x0ePublishOutcome\x12\x1f\n" +
 	"\x1bPUBLISH_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16PUBLISH_OUTCOME_STORED\x10\x01\x12\x1d\n" +
 	"\x19PUBLISH_OUTCOME_DUPLICATE\x10\x02\x12$\n" +
 	" PUBLISH_OUTCOME_DROPPED_INTERNAL\x10\x03\x12\x1f\n" +
-	"\x1bPUBLISH_OUTCOME_DROPPED_RAW\x10\x042\xa9\x01\n" +
+	"\x1bPUBLISH_OUTCOME_DROPPED_RAW\x10\x04\x12#\n" +
+	"\x1fPUBLISH_OUTCOME_DROPPED_UNKNOWN\x10\x052\xa9\x01\n" +
 	"\fEventService\x12D\n" +
 	"\aPublish\x12\x1b.webhooks.v1.PublishRequest\x1a\x1c.webhooks.v1.PublishResponse\x12S\n" +
 	"\fPublishBatch\x12 .webhooks.v1.PublishBatchRequest\x1a!.webhooks.v1.PublishBatchResponseBHZFgithub.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1;webhooksv1b\x06proto3"

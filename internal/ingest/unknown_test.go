@@ -1,0 +1,163 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
+)
+
+// logLines is a slog handler's output, safe for concurrent writes.
+type logLines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// records returns every JSON record written.
+func (l *logLines) records(t *testing.T) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for line := range strings.SplitSeq(strings.TrimSpace(l.buf.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &rec))
+		out = append(out, rec)
+	}
+	return out
+}
+
+func TestUnknownTypes(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+
+	type testBundle struct {
+		logs    *logLines
+		metrics *metrics.Metrics
+		now     time.Time
+		unknown *unknownTypes
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+
+		bundle := &testBundle{logs: &logLines{}, metrics: metrics.NewForTest(), now: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}
+		logger := slog.New(slog.NewJSONHandler(bundle.logs, nil))
+		bundle.unknown = newUnknownTypes(bundle.metrics, logger, func() time.Time { return bundle.now })
+		return bundle
+	}
+
+	t.Run("LogsEachTypeOncePerInterval", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		for range 5 {
+			bundle.unknown.seen(ctx, SourceGRPC, "corpus.note.chnaged", "owner_1", false)
+		}
+		bundle.unknown.seen(ctx, SourceOutbox, "booking.creatd", "owner_2", false)
+		recs := bundle.logs.records(t)
+		require.Len(t, recs, 2)
+		require.Equal(t, "corpus.note.chnaged", recs[0]["type"])
+		require.Equal(t, "grpc", recs[0]["source"])
+		require.Equal(t, "owner_1", recs[0]["owner_id"])
+		require.Equal(t, "WARN", recs[0]["level"])
+		require.Contains(t, recs[0]["msg"], "in no catalog")
+		require.Equal(t, "booking.creatd", recs[1]["type"])
+
+		// A minute later the type is logged again, saying how many events
+		// went unlogged meanwhile.
+		bundle.now = bundle.now.Add(unknownLogInterval)
+		bundle.unknown.seen(ctx, SourceGRPC, "corpus.note.chnaged", "owner_1", false)
+		recs = bundle.logs.records(t)
+		require.Len(t, recs, 3)
+		require.InDelta(t, 4, recs[2]["not_logged_last_interval"], 0)
+
+		require.Equal(t, 6, unknownTypeCount(bundle.metrics, "corpus.note.chnaged"))
+		require.Equal(t, 1, unknownTypeCount(bundle.metrics, "booking.creatd"))
+	})
+
+	t.Run("LinesPerIntervalAreBounded", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		for i := range 3 * unknownLogBurst {
+			bundle.unknown.seen(ctx, SourceGRPC, "made.up"+strconv.Itoa(i), "owner_1", false)
+		}
+		require.Len(t, bundle.logs.records(t), unknownLogBurst)
+	})
+
+	t.Run("TypeLabelIsBounded", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		for i := range MaxUnknownTypeLabels + 10 {
+			bundle.unknown.seen(ctx, SourceGRPC, "made.up"+strconv.Itoa(i), "owner_1", false)
+		}
+		// A type that already has its own series keeps it.
+		bundle.unknown.seen(ctx, SourceGRPC, "made.up0", "owner_1", false)
+
+		require.Equal(t, 2, unknownTypeCount(bundle.metrics, "made.up0"))
+		require.Equal(t, 10, unknownTypeCount(bundle.metrics, unknownTypeOther))
+		require.Equal(t, MaxUnknownTypeLabels+1, testutil.CollectAndCount(bundle.metrics.IngestUnknownTypesTotal))
+	})
+}
+
+func TestStore_UnknownTypesRefused(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	db := dbtest.New(t)
+	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Logger: testLogger(), Schema: db.Schema})
+	require.NoError(t, err)
+	m := metrics.NewForTest()
+	logs := &logLines{}
+	store := NewStore(StoreConfig{UnknownTypes: UnknownTypesRefuse}, db.Pool, client, m, slog.New(slog.NewJSONHandler(logs, nil)))
+
+	unknown := testEvent("evt_unknown")
+	unknown.Type = "corpus.note.chnaged"
+	_, err = store.Ingest(ctx, SourceGRPC, []*webhook.Event{testEvent("evt_ok"), unknown})
+	var invalid *InvalidEventsError
+	require.ErrorAs(t, err, &invalid)
+	require.Len(t, invalid.Invalid, 1)
+	require.Equal(t, 1, invalid.Invalid[0].Index)
+	var fe *webhook.FieldError
+	require.ErrorAs(t, invalid.Invalid[0].Err, &fe)
+	require.Equal(t, webhook.FieldType, fe.Field)
+	require.Contains(t, fe.Reason, "no event catalog")
+
+	require.Equal(t, 0, countEvents(t, db), "all or nothing: the valid event is not stored either")
+	require.Equal(t, 1, ingestCount(m, SourceGRPC, resultInvalid))
+	require.Equal(t, 1, unknownTypeCount(m, "corpus.note.chnaged"))
+	recs := logs.records(t)
+	require.Len(t, recs, 1)
+	require.Contains(t, recs[0]["msg"], "refused")
+
+	// A catalog type still goes through.
+	results, err := store.Ingest(ctx, SourceGRPC, []*webhook.Event{testEvent("evt_ok")})
+	require.NoError(t, err)
+	require.Equal(t, OutcomeStored, results[0].Outcome)
+}
