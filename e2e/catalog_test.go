@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +15,8 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 // TestUnknownTypes: through the real binary, a type in no catalog is not
@@ -58,5 +63,106 @@ func TestUnknownTypes(t *testing.T) {
 		require.Equal(t, codes.InvalidArgument, st.Code(), "%v", err)
 		require.Contains(t, st.Message(), "event.type: is in no event catalog")
 		require.InDelta(t, 1, metric(t, d, `dispatcher_ingest_unknown_types_total{type="corpus.note.chnaged"}`), 0)
+	})
+}
+
+// customCatalog writes a catalog of a second product: one webhook type, one
+// declared internal.
+func customCatalog(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"invoice.paid.json": `{"name": "invoice.paid", "description": "An invoice was paid.", "exposure": "webhook", "scope": "all",
+			"schema": {"type": "object", "properties": {"invoice_id": {"type": "string"}}, "required": ["invoice_id"], "additionalProperties": false},
+			"example": {"invoice_id": "inv_1"}}`,
+		"audit.logged.json": `{"name": "audit.logged", "description": "Kept inside the instance.", "exposure": "internal"}`,
+	} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600))
+	}
+	return dir
+}
+
+// TestCustomCatalog: through the real binary, a catalog given with -catalog
+// replaces the default one: its types are listed, subscribed to, validated
+// and delivered; a type it declares internal is dropped silently and a
+// default type it lacks is unknown. A bad catalog stops start-up naming the
+// file and the field; replicas with different catalogs are reported.
+func TestCustomCatalog(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ReplacesTheDefault", func(t *testing.T) {
+		t.Parallel()
+		d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate", "--catalog", customCatalog(t)}})
+		rc := newReceiver(t)
+
+		types, err := d.endpoints().ListEventTypes(adminCtx(t), &webhooksv1.ListEventTypesRequest{})
+		require.NoError(t, err)
+		var names []string
+		for _, et := range types.GetEventTypes() {
+			names = append(names, et.GetName())
+		}
+		require.Equal(t, []string{"invoice.paid", catalog.TypeWebhookTest}, names, "its webhook types and the built-in test type")
+
+		_, err = d.endpoints().CreateEndpoint(adminCtx(t), &webhooksv1.CreateEndpointRequest{OwnerId: "owner-c", Url: rc.URL, EventTypes: []string{"corpus.*"}})
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "no type of this catalog starts with corpus.: %v", err)
+		ep := createEndpoint(t, d, "owner-c", rc.URL, "invoice.*")
+
+		ctx, cancel := context.WithTimeout(publisherCtx(t), 10*time.Second)
+		defer cancel()
+		_, err = d.events().Publish(ctx, &webhooksv1.PublishRequest{Event: newEvent("owner-c", "invoice.paid", "invoice://1", `{"invoice_id":3}`)})
+		require.Equal(t, codes.InvalidArgument, status.Code(err))
+		require.Contains(t, status.Convert(err).Message(), "event.data.invoice_id: expected string")
+
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_INTERNAL,
+			publish(t, d, newEvent("owner-c", "audit.logged", "audit://1", `{"anything":1}`)).GetOutcome())
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN,
+			publish(t, d, newEvent("owner-c", "corpus.note.changed", "wiki://x", `{"op":"updated","published":true}`)).GetOutcome())
+		paid := newEvent("owner-c", "invoice.paid", "invoice://1", `{"invoice_id":"inv_1"}`)
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED, publish(t, d, paid).GetOutcome())
+		waitFor(t, 30*time.Second, "the delivery", func() bool { return len(rc.requests()) == 1 })
+		got, err := webhook.Decode(rc.requests()[0].body)
+		require.NoError(t, err)
+		require.Equal(t, "invoice.paid", got.Type)
+		require.JSONEq(t, `{"invoice_id":"inv_1"}`, string(got.Data))
+
+		// The built-in test type works with any catalog.
+		_, err = d.endpoints().SendTest(adminCtx(t), &webhooksv1.SendTestRequest{OwnerId: "owner-c", EndpointId: ep.GetEndpoint().GetId()})
+		require.NoError(t, err)
+		waitFor(t, 30*time.Second, "the test delivery", func() bool { return len(rc.requests()) == 2 })
+		require.NotContains(t, d.logs.String(), `"type":"audit.logged"`, "a type declared internal stays silent")
+	})
+
+	t.Run("BadCatalogStopsStartUp", func(t *testing.T) {
+		t.Parallel()
+		dir := customCatalog(t)
+		bad := filepath.Join(dir, "invoice.paid.json")
+		require.NoError(t, os.WriteFile(bad, []byte(`{"name": "invoice.paid", "description": "x", "exposure": "webhook", "scope": "everyone"}`), 0o600))
+		cmd := exec.Command(binary, "serve", "--catalog", dir)
+		cmd.Env = append(os.Environ(), "DISPATCHER_MASTER_KEYS="+masterKey(t), "DISPATCHER_ADMIN_TOKENS="+adminToken)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, string(out))
+		require.Contains(t, string(out), "invalid -catalog: "+bad+": scope: must be one of all, published_slice, test_only")
+
+		// dispatcher catalog check says the same without starting anything.
+		out, err = exec.Command(binary, "catalog", "check", dir).CombinedOutput()
+		require.Error(t, err)
+		require.Contains(t, string(out), bad+": scope: must be one of")
+	})
+
+	t.Run("ReplicasWithDifferentCatalogsAreReported", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.NewEmpty(t)
+		a := start(t, options{db: db, args: []string{"--migrate", "--catalog", customCatalog(t)}})
+		require.InDelta(t, 1, metric(t, a, "dispatcher_catalog_replica_catalogs"), 0)
+		b := start(t, options{db: db})
+		// b's first check, made at start, already sees a's catalog.
+		waitFor(t, 30*time.Second, "the second catalog to be seen", func() bool {
+			return metric(t, b, "dispatcher_catalog_replica_catalogs") == 2
+		})
+		waitFor(t, 10*time.Second, "the warning", func() bool {
+			return strings.Contains(b.logs.String(), "REPLICAS RUN DIFFERENT EVENT CATALOGS")
+		})
+		require.Contains(t, b.logs.String(), catalog.Default().Digest())
 	})
 }

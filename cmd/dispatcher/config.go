@@ -17,6 +17,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	"github.com/standmeet/webhook-dispatcher/internal/tracing"
+	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -68,6 +69,8 @@ type serveConfig struct {
 	OutboxPoll   time.Duration
 	OutboxDelete bool
 	OutboxTable  string
+	// Catalog is the event catalog: loaded from -catalog, else the default.
+	Catalog *catalog.Catalog
 	// UnknownTypes: accept (and drop) or refuse events of types in no catalog.
 	UnknownTypes     ingest.UnknownTypes
 	EgressAllowCIDRs []netip.Prefix
@@ -123,6 +126,7 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.DurationVar(&c.OutboxPoll, "outbox-poll", env.duration("DISPATCHER_OUTBOX_POLL", time.Second), "outbox poll interval when no NOTIFY arrives (env DISPATCHER_OUTBOX_POLL)")
 	fs.StringVar(&c.OutboxTable, "outbox-table", env.str("DISPATCHER_OUTBOX_TABLE", ingest.DefaultOutboxTable), "the outbox table in the main app's database, optionally schema-qualified; the same name pkg/outbox.Table gives the writer (env DISPATCHER_OUTBOX_TABLE)")
 	fs.BoolVar(&c.OutboxDelete, "outbox-delete", env.boolean("DISPATCHER_OUTBOX_DELETE", false), "delete relayed outbox rows instead of marking them (env DISPATCHER_OUTBOX_DELETE)")
+	catalogPath := fs.String("catalog", env.get("DISPATCHER_CATALOG"), "the event catalog: a directory of <type>.json files or one JSON file {\"types\": [...]}; empty: the embedded default (the 39 types of docs/events.md); every replica needs the same one (env DISPATCHER_CATALOG)")
 	unknownTypes := fs.String("unknown-types", env.str("DISPATCHER_UNKNOWN_TYPES", "accept"), "what to do with an event whose type is in no event catalog: accept (it is dropped, never delivered, counted and logged; Publish answers PUBLISH_OUTCOME_DROPPED_UNKNOWN) or refuse (InvalidArgument naming event.type; an outbox row is set aside) (env DISPATCHER_UNKNOWN_TYPES)")
 	allow := fs.String("egress-allow-cidrs", env.get("DISPATCHER_EGRESS_ALLOW_CIDRS"), "comma-separated CIDRs receivers may use despite the SSRF deny list, e.g. 127.0.0.0/8 for local development; empty in production (env DISPATCHER_EGRESS_ALLOW_CIDRS)")
 	fs.BoolVar(&c.RequireHTTPS, "require-https", env.boolean("DISPATCHER_REQUIRE_HTTPS", false), "refuse endpoint URLs that are not https (env DISPATCHER_REQUIRE_HTTPS)")
@@ -158,6 +162,14 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	}
 	if err := ingest.ValidateOutboxTable(c.OutboxTable); err != nil {
 		return nil, fmt.Errorf("invalid -outbox-table: %w", err)
+	}
+	c.Catalog = catalog.Default()
+	if *catalogPath != "" {
+		cat, err := catalog.Load(*catalogPath)
+		if err != nil {
+			return nil, fmt.Errorf("invalid -catalog: %w", err)
+		}
+		c.Catalog = cat
 	}
 	var ok bool
 	if c.UnknownTypes, ok = ingest.ParseUnknownTypes(*unknownTypes); !ok {

@@ -7,6 +7,7 @@
 //	dispatcher events publish     publish an event over the gRPC API
 //	dispatcher listen             a local receiver that verifies and prints each delivery
 //	dispatcher event-types        list the event types that may leave
+//	dispatcher catalog …          check or export an event catalog
 //	dispatcher reseal-secrets     re-seal endpoint secrets under the primary master key
 //	dispatcher gen-master-key     print a new master key entry
 //	dispatcher dev-access         run a fake access service for local development
@@ -78,6 +79,7 @@ commands:
   events publish   publish an event (what the main app does over gRPC)
   listen           run a local receiver: an endpoint pointing here, each delivery verified and printed
   event-types      list the event types that may leave
+  catalog          check an event catalog, or export the default one (check|export)
   reseal-secrets   re-seal every endpoint secret under the primary master key
   gen-master-key   print a new master key entry for DISPATCHER_MASTER_KEYS
   dev-access       run a fake access service (local development)
@@ -105,6 +107,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runListenCLI(ctx, rest, stdout, stderr)
 	case "event-types":
 		return runEventTypesCLI(ctx, rest, stdout, stderr)
+	case "catalog":
+		return runCatalogCLI(ctx, rest, stdout, stderr)
 	case "reseal-secrets":
 		return runResealCLI(ctx, rest, stdout, stderr)
 	case "gen-master-key":

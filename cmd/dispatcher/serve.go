@@ -31,10 +31,12 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/access"
 	"github.com/standmeet/webhook-dispatcher/internal/attempt"
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
+	"github.com/standmeet/webhook-dispatcher/internal/catalogwatch"
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/delivery"
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
+	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/fanout"
 	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
@@ -63,6 +65,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // serve is the composition root: config → pools → River → workers → servers.
 // It returns when ctx is cancelled (SIGTERM) and everything has stopped.
 func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io.Writer) error {
+	// The catalog first: everything below decides with it.
+	event.SetCatalog(cfg.Catalog)
+	logger.InfoContext(ctx, "event catalog", slog.String("source", cfg.Catalog.Source()),
+		slog.Int("types", len(cfg.Catalog.Types())), slog.String("digest", cfg.Catalog.Digest()))
 	keyring, err := seal.ParseKeyring(cfg.MasterKeys)
 	if err != nil {
 		return fmt.Errorf("DISPATCHER_MASTER_KEYS: %w", err)
@@ -298,6 +304,9 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		slog.String("ops_addr", opsLis.Addr().String()), slog.String("schema", cfg.DB.Schema))
 
 	g, gctx := errgroup.WithContext(ctx)
+	// Replicas with different catalogs: detected and reported, nothing more.
+	catalogs := catalogwatch.New(catalogwatch.Config{}, cfg.Catalog, pool, m, logger)
+	g.Go(func() error { catalogs.Run(gctx); return nil })
 	// This process's share of the delivery partitions, rebalanced as
 	// replicas come and go; on SIGTERM it hands them to the others at once.
 	g.Go(func() error { member.Run(gctx, riverClient.Queues()); return nil })

@@ -1,32 +1,33 @@
-// Package event knows which event types exist and which may leave the
-// instance: the catalog of webhook types (their Exposure and data schemas),
-// the raw:// rule, and the glob language endpoints use to subscribe to types.
+// Package event is the dispatcher's view of the event catalog: the process's
+// catalog (pkg/catalog, loaded from -catalog or the embedded default), the
+// raw:// rule, and the glob language endpoints use to subscribe to types.
 //
 // The thin event itself (its fields, the rules every event must pass and its
-// wire encoding) is pkg/webhook's Event, shared with the main application's
-// outbox writer and with receivers; this package adds what only the
-// dispatcher decides. It imports no other internal package and no domain
-// (only a JSON Schema validator), so "what may leave" lives in exactly one
-// place.
+// wire encoding) is pkg/webhook's Event, and the catalog (types, Exposure,
+// scope rules, data schemas and their checks) is pkg/catalog, both shared
+// with the main application; this package adds what only the dispatcher
+// decides. It imports no other internal package and no domain, so "what may
+// leave" lives in exactly one place.
+//
+// # The process's catalog
+//
+// The composition root sets the catalog once, at start-up, with SetCatalog,
+// before anything is ingested, fanned out or delivered; until then (and in
+// tests) it is catalog.Default(). The package-level functions (ExposureOf,
+// Leaves, ValidateData, …) all consult it, so every stage of the pipeline
+// decides with the same catalog.
 //
 // # Exposure
 //
-// Every type has an Exposure. Only the 39 types in the catalog (docs/spec.md) are
+// Every type has an Exposure. The catalog's webhook types are
 // ExposureWebhook, and the dispatcher's own operational events
-// (endpoint.failing, endpoint.disabled, endpoint.recovered) ExposureOperational:
-// they leave like webhook types, but only the dispatcher may emit them
-// (Publishable). Everything else is ExposureInternal, which is the zero value
-// on purpose: a type nobody classified can never leave by accident. Subjects
-// with the raw:// scheme never leave whatever their type; see Leaves.
-//
-// # Data schemas
-//
-// Each catalog type declares the shape of its data object as a JSON Schema,
-// schemas/<type>.json, embedded and compiled when the package is loaded. They
-// are closed (a property not listed is refused), so nothing undeclared can
-// leave; ingest applies them with ValidateData, which names the offending
-// JSON path. Each file carries an example, and docs/events.md is rendered
-// from them (Markdown, run by `make generate`).
+// (endpoint.failing, endpoint.disabled, endpoint.recovered)
+// ExposureOperational: they leave like webhook types, but only the dispatcher
+// may emit them (Publishable). Everything else is ExposureInternal, which is
+// the zero value on purpose: a type nobody classified can never leave by
+// accident. Known tells a type declared internal from one in no catalog.
+// Subjects with the raw:// scheme never leave whatever their type; see
+// Leaves.
 //
 // # Type globs
 //

@@ -7,23 +7,26 @@ import (
 	"strings"
 )
 
-// Markdown renders the catalog, with each type's data schema and example, as
+// Markdown renders the process's catalog (the default one, under `make
+// generate`), with each type's data schema and example, as
 // the text of docs/events.md. `make generate` writes it; a test fails when
 // the committed file differs, so the page cannot drift from the schemas.
 func Markdown() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString(`# Event types
 
-<!-- Generated from internal/event/catalog.go and internal/event/schemas by ` + "`make generate`" + `; do not edit. -->
+<!-- Generated from the default catalog, pkg/catalog/defaults and pkg/catalog/builtin, by ` + "`make generate`" + `; do not edit. -->
 
-Every type below may leave the instance (Exposure ` + "`Webhook`" + `). Each delivery is a thin event
+These are the types of the catalog the dispatcher uses when none is configured (` + "`-catalog`" + `, see
+[operations](operations.md#adding-an-event-type)). Every type below may leave the instance (Exposure ` + "`Webhook`" + `). Each delivery is a thin event
 (` + "`id`, `type`, `subject`, `occurred_at`, `data`" + `, see [spec.md](spec.md#wire-format)); this page says
 what ` + "`data`" + ` holds for each type. The subject names the thing the event is about, so ` + "`data`" + `
 carries only small facts about the change: ids, states, counts and times, never a document, a
 message text, an email address or an IP address.
 
-The rules are JSON Schemas (draft 2020-12), one file per type in
-` + "`internal/event/schemas/<type>.json`" + `, returned by ` + "`ListEventTypes`" + ` and printed by
+The rules are JSON Schemas (draft 2020-12), one per type in
+` + "`pkg/catalog/defaults/<type>.json`" + ` (` + "`webhook.test`" + ` and the operational events are built in:
+` + "`pkg/catalog/builtin`" + `), returned by ` + "`ListEventTypes`" + ` and printed by
 ` + "`dispatcher event-types --json`" + `. Publishing checks ` + "`data`" + ` against its type's schema, over gRPC
 and from the outbox alike: a property not listed here, a value of the wrong type or a required
 property missing is refused (` + "`InvalidArgument`" + ` naming the JSON path, such as

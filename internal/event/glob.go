@@ -82,8 +82,8 @@ func ValidateGlob(g string) error {
 	case globAll:
 		return nil
 	case globPrefix:
-		for _, t := range known {
-			if strings.HasPrefix(t.Name, prefix) {
+		for _, t := range Catalog().Types() {
+			if t.Exposure != ExposureInternal && strings.HasPrefix(t.Name, prefix) {
 				return nil
 			}
 		}

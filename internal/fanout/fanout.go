@@ -33,6 +33,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/tracing"
+	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -341,11 +342,12 @@ func orderedSeqs(ctx context.Context, tx pgx.Tx, events []*webhook.Event, byOwne
 // webhook.test), in the order given.
 func matching(e *webhook.Event, endpoints []endpointRow) []candidate {
 	var out []candidate
+	testOnly := event.ScopeOf(e.Type) == catalog.ScopeTestOnly
 	for _, r := range endpoints {
 		// A test goes to the endpoint it names whatever that endpoint
 		// subscribes to: "send test" must work on any endpoint. Scope's
 		// test_target rule keeps it from every other endpoint.
-		if e.Type != event.TypeWebhookTest && !event.MatchAny(r.globs, e.Type) {
+		if !testOnly && !event.MatchAny(r.globs, e.Type) {
 			continue
 		}
 		c := candidate{ep: scope.Endpoint{ID: r.id, OwnerID: e.OwnerID}, failingSince: r.failingSince,
@@ -412,7 +414,7 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 			// (and holds a test event too: the receiver asked for nothing).
 			opts.ScheduledAt = c.pausedUntil.Add(job.PauseProbeGap)
 			opts.Metadata = pausedNote(md, opts.ScheduledAt)
-		case c.failingSince != nil && e.Type != event.TypeWebhookTest:
+		case c.failingSince != nil && event.ScopeOf(e.Type) != catalog.ScopeTestOnly:
 			// A test event is what an admin sends after fixing the receiver:
 			// it goes now, failing endpoint or not.
 			opts.ScheduledAt = now.Add(FailingCooldown)

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -18,6 +18,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 )
 
 // NotFoundMessage is the one message for a missing or foreign endpoint id,
@@ -203,10 +204,30 @@ func (s *endpointServer) ListEventTypes(ctx context.Context, _ *webhooksv1.ListE
 	return resp, nil
 }
 
-// eventTypes is ListEventTypes' answer, built once: the catalog and its
-// schemas are compiled in. gRPC only reads the message it is given, so
-// every call may share it.
-var eventTypes = sync.OnceValues(func() (*webhooksv1.ListEventTypesResponse, error) {
+// eventTypes is ListEventTypes' answer for the process's catalog, built
+// once per catalog: gRPC only reads the message it is given, so every call
+// may share it.
+func eventTypes() (*webhooksv1.ListEventTypesResponse, error) {
+	c := event.Catalog()
+	if cached := eventTypesCache.Load(); cached != nil && cached.catalog == c {
+		return cached.resp, nil
+	}
+	resp, err := buildEventTypes()
+	if err != nil {
+		return nil, err
+	}
+	eventTypesCache.Store(&eventTypesAnswer{catalog: c, resp: resp})
+	return resp, nil
+}
+
+type eventTypesAnswer struct {
+	catalog *catalog.Catalog
+	resp    *webhooksv1.ListEventTypesResponse
+}
+
+var eventTypesCache atomic.Pointer[eventTypesAnswer]
+
+func buildEventTypes() (*webhooksv1.ListEventTypesResponse, error) {
 	resp := &webhooksv1.ListEventTypesResponse{}
 	for _, t := range event.WebhookTypes() {
 		schema, example := &structpb.Struct{}, &structpb.Struct{}
@@ -221,7 +242,7 @@ var eventTypes = sync.OnceValues(func() (*webhooksv1.ListEventTypesResponse, err
 		})
 	}
 	return resp, nil
-})
+}
 
 // schemeFromProto is the endpoint package's name of a scheme; an unknown
 // number maps to a name the service refuses.

@@ -47,6 +47,11 @@ type Metrics struct {
 	FanoutDuration         prometheus.Histogram
 	ScopeDecisionsTotal    *prometheus.CounterVec
 	IngestEventsTotal      *prometheus.CounterVec
+	// CatalogInfo is 1 series per process: its catalog's digest, valued
+	// with the number of types; CatalogReplicaCatalogs the distinct
+	// catalogs among the live replicas (internal/catalogwatch).
+	CatalogInfo            *prometheus.GaugeVec
+	CatalogReplicaCatalogs prometheus.Gauge
 	// IngestUnknownTypesTotal counts events of types in no catalog by type;
 	// internal/ingest bounds the label's values (the rest count as "other").
 	IngestUnknownTypesTotal *prometheus.CounterVec
@@ -117,6 +122,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "dispatcher_ingest_events_total",
 			Help: "Events received, by path (where they came from: grpc, outbox, test) and result (stored, duplicate, dropped_internal, dropped_unknown, dropped_raw, invalid, conflict).",
 		}, []string{"path", "result"}),
+		CatalogInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dispatcher_catalog_types",
+			Help: "Event types of this process's catalog (built-in ones included), labelled with the catalog's digest.",
+		}, []string{"digest"}),
+		CatalogReplicaCatalogs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dispatcher_catalog_replica_catalogs",
+			Help: "Distinct event catalogs among the live replicas, as this process last saw them: above 1, replicas may decide one event differently.",
+		}),
 		IngestUnknownTypesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dispatcher_ingest_unknown_types_total",
 			Help: "Events whose type is in no catalog (dropped, or refused with -unknown-types=refuse), by type: the first 100 type names a process sees, then \"other\".",
@@ -152,7 +165,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.DeliveriesTotal, m.AttemptDuration, m.DeliveryLag, m.FirstAttemptDelay,
 		m.SnoozesTotal, m.EndpointPausesTotal, m.EgressBlockedTotal, m.EndpointsDisabledTotal,
 		m.FanoutEnqueuedTotal, m.FanoutDuration, m.ScopeDecisionsTotal,
-		m.IngestEventsTotal, m.IngestUnknownTypesTotal, m.RelayBatchRows, m.RelayLag, m.RelayPoisonedTotal, m.RelayErrorsTotal,
+		m.IngestEventsTotal, m.IngestUnknownTypesTotal, m.CatalogInfo, m.CatalogReplicaCatalogs, m.RelayBatchRows, m.RelayLag, m.RelayPoisonedTotal, m.RelayErrorsTotal,
 		m.AttemptHistoryWriteErrorsTotal, m.AttemptHistoryDroppedTotal,
 	)
 	for _, class := range StatusClasses {

@@ -6,15 +6,19 @@
 //   - raw: a raw:// subject never leaves, whatever the type or endpoint.
 //   - internal: a type whose Exposure is not Webhook never leaves.
 //   - owner: an endpoint of another owner never sees the event.
-//   - test_target: webhook.test goes only to the endpoint named by
+//
+// Then the rule the catalog names for the type (pkg/catalog's Scope):
+//
+//   - test_target (scope test_only, webhook.test): only the endpoint named by
 //     data.endpoint_id.
-//   - published_slice: corpus.note.changed reaches a standalone endpoint (no
-//     embed) only when data.published or data.was_published is JSON true, so
-//     un-publishing is heard too.
-//   - embed: corpus.note.changed reaches an embed-bound endpoint only when the
+//   - published_slice (scope published_slice, corpus.note.changed in the
+//     default catalog): a standalone endpoint (no embed) only when
+//     data.published or data.was_published is JSON true, so un-publishing is
+//     heard too.
+//   - embed (scope published_slice): an embed-bound endpoint only when the
 //     access service says that embed's code admits it, asked for every event
 //     and never cached.
-//   - unscoped: every other type reaches every subscribed endpoint.
+//   - unscoped (scope all): every subscribed endpoint.
 //
 // The first three are invariants the fanout already upholds; checking them
 // here again means a bug elsewhere fails closed instead of leaking.
@@ -36,6 +40,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -182,18 +187,25 @@ func (d *Decider) decide(ctx context.Context, e *webhook.Event, ep Endpoint) (De
 		return Decision{Rule: RuleInternal, Reason: ReasonInternalType}, nil
 	case ep.OwnerID != e.OwnerID:
 		return Decision{Rule: RuleOwner, Reason: ReasonOtherOwner}, nil
-	case e.Type == event.TypeWebhookTest:
+	}
+	// The catalog names each type's rule; a rule this switch does not know
+	// admits nothing.
+	switch event.ScopeOf(e.Type) {
+	case catalog.ScopeTestOnly:
 		// UUIDs compare case-insensitively; the endpoint id is one.
 		if target, ok := stringField(e.Data, "endpoint_id"); ok && target != "" && strings.EqualFold(target, ep.ID) {
 			return Decision{Admit: true, Rule: RuleTestTarget, Reason: ReasonTargeted}, nil
 		}
 		return Decision{Rule: RuleTestTarget, Reason: ReasonNotTargeted}, nil
-	case e.Type != event.TypeNoteChanged:
+	case catalog.ScopeAll:
 		return Decision{Admit: true, Rule: RuleUnscoped, Reason: ReasonUnscoped}, nil
-	case ep.EmbedID == "":
-		return publishedSlice(e.Data), nil
-	default:
+	case catalog.ScopePublishedSlice:
+		if ep.EmbedID == "" {
+			return publishedSlice(e.Data), nil
+		}
 		return d.embed(ctx, e, ep)
+	default:
+		return Decision{Rule: RuleInternal, Reason: ReasonInternalType}, nil
 	}
 }
 

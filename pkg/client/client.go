@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -77,6 +80,8 @@ type options struct {
 	insecure    bool
 	retry       Retry
 	dialOptions []grpc.DialOption
+	catalog     *catalog.Catalog
+	noCatalog   bool
 }
 
 // WithToken sends token (the dispatcher's publisher token) as
@@ -95,6 +100,14 @@ func WithInsecure() Option { return func(o *options) { o.insecure = true } }
 // WithRetry replaces the default retry policy (see Retry).
 func WithRetry(r Retry) Option { return func(o *options) { o.retry = r } }
 
+// WithCatalog checks events against c, the catalog the dispatcher runs with
+// (catalog.Load of the same files as its -catalog), instead of the default
+// one. nil sends events checked only against the thin-event rules, leaving
+// the schema to the dispatcher.
+func WithCatalog(c *catalog.Catalog) Option {
+	return func(o *options) { o.catalog = c; o.noCatalog = c == nil }
+}
+
 // WithDialOptions adds gRPC dial options, e.g. a stats handler for tracing
 // (otelgrpc) or a custom dialer.
 func WithDialOptions(opts ...grpc.DialOption) Option {
@@ -108,6 +121,9 @@ type Client struct {
 	conn  *grpc.ClientConn // nil when New was given the connection
 	token string
 	retry Retry
+	// catalog checks events before they are sent; nil: only the
+	// thin-event rules.
+	catalog *catalog.Catalog
 }
 
 // Dial returns a Client for the dispatcher's gRPC address target
@@ -145,11 +161,14 @@ func apply(opts []Option) *options {
 		opt(o)
 	}
 	o.retry = o.retry.withDefaults()
+	if o.catalog == nil && !o.noCatalog {
+		o.catalog = catalog.Default()
+	}
 	return o
 }
 
 func newClient(conn grpc.ClientConnInterface, o *options) *Client {
-	return &Client{rpc: webhooksv1.NewEventServiceClient(conn), token: o.token, retry: o.retry}
+	return &Client{rpc: webhooksv1.NewEventServiceClient(conn), token: o.token, retry: o.retry, catalog: o.catalog}
 }
 
 // Close closes the connection Dial opened; a Client from New has none.
@@ -163,9 +182,15 @@ func (c *Client) Close() error {
 // Publish stores one event in the dispatcher and returns once it is durably
 // stored (or found already stored: PUBLISH_OUTCOME_DUPLICATE), retrying while
 // the dispatcher is Unavailable. An invalid event is InvalidArgument naming
-// the field ("event.subject"); the error keeps the gRPC status
-// (status.FromError).
+// the field ("event.subject", "event.data.op"); the error keeps the gRPC
+// status (status.FromError). The event is checked against the catalog
+// (WithCatalog) before it is sent, with the dispatcher's own rules, so most
+// mistakes cost no call. A type in no catalog is accepted and answered with
+// PUBLISH_OUTCOME_DROPPED_UNKNOWN: the event goes nowhere.
 func (c *Client) Publish(ctx context.Context, e *webhook.Event) (*webhooksv1.PublishResponse, error) {
+	if err := c.check([]*webhook.Event{e}, func(int) string { return "event" }); err != nil {
+		return nil, err
+	}
 	pe, err := toProto(e)
 	if err != nil {
 		return nil, err
@@ -181,6 +206,9 @@ func (c *Client) Publish(ctx context.Context, e *webhook.Event) (*webhooksv1.Pub
 // invalid nothing is stored and the error is InvalidArgument whose
 // google.rpc.BadRequest detail names each bad field ("events[3].subject").
 func (c *Client) PublishBatch(ctx context.Context, events []*webhook.Event) ([]*webhooksv1.PublishResponse, error) {
+	if err := c.check(events, func(i int) string { return "events[" + strconv.Itoa(i) + "]" }); err != nil {
+		return nil, err
+	}
 	req := &webhooksv1.PublishBatchRequest{Events: make([]*webhooksv1.Event, len(events))}
 	for i, e := range events {
 		pe, err := toProto(e)
@@ -223,6 +251,43 @@ func call[Resp any](ctx context.Context, c *Client, what string, rpc func(contex
 		case <-timer.C:
 		}
 	}
+}
+
+// check applies the dispatcher's rules to events before they are sent and
+// answers as the dispatcher would: InvalidArgument whose message names the
+// first bad field and whose google.rpc.BadRequest detail names each (field
+// names the event at an index, "event" or "events[3]"). A nil event, or data
+// that is not JSON at all, is left to toProto's plainer errors.
+func (c *Client) check(events []*webhook.Event, field func(int) string) error {
+	if c.catalog == nil {
+		return nil
+	}
+	now := time.Now()
+	var violations []*errdetails.BadRequest_FieldViolation
+	for i, e := range events {
+		if e == nil || (len(e.Data) > 0 && !json.Valid(e.Data)) {
+			continue
+		}
+		ev := *e
+		if len(ev.Data) == 0 {
+			ev.Data = json.RawMessage("{}") // what an unset Struct is
+		}
+		if fe, ok := errors.AsType[*webhook.FieldError](c.catalog.Validate(&ev, now)); ok {
+			violations = append(violations, &errdetails.BadRequest_FieldViolation{Field: field(i) + "." + fe.Field, Description: fe.Reason})
+		}
+	}
+	if len(violations) == 0 {
+		return nil
+	}
+	msg := "invalid " + violations[0].GetField() + ": " + violations[0].GetDescription()
+	if n := len(violations) - 1; n > 0 {
+		msg += " (and " + strconv.Itoa(n) + " more invalid events)"
+	}
+	st, err := status.New(codes.InvalidArgument, msg).WithDetails(&errdetails.BadRequest{FieldViolations: violations})
+	if err != nil {
+		return fmt.Errorf("client: %w", status.Error(codes.InvalidArgument, msg))
+	}
+	return fmt.Errorf("client: %w", st.Err())
 }
 
 // errNilEvent is returned for a nil event.

@@ -239,8 +239,38 @@ func TestClient_Publish(t *testing.T) {
 		require.True(t, ok)
 		require.Equal(t, codes.InvalidArgument, st.Code())
 		require.Contains(t, st.Message(), "event.subject")
-		require.Equal(t, int32(1), b.fault.calls.Load())
+		require.Zero(t, b.fault.calls.Load(), "refused before it is sent, with the dispatcher's own rules")
 		require.Zero(t, testfactory.CountEvents(ctx, t, b.db.Pool))
+	})
+
+	t.Run("SchemaCheckedBeforeSending", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ev, err := client.NewEvent(client.TypeCorpusNoteChanged, "owner_1", "wiki://x").Set("op", "edited").Event()
+		require.NoError(t, err)
+		_, err = b.client.Publish(ctx, ev)
+		st := status.Convert(err)
+		require.Equal(t, codes.InvalidArgument, st.Code())
+		require.Contains(t, st.Message(), "invalid event.data.op: must be one of")
+		require.Zero(t, b.fault.calls.Load())
+
+		// Without a catalog the dispatcher says the same, after a call.
+		nb := setup(t, client.WithCatalog(nil))
+		_, err = nb.client.Publish(ctx, ev)
+		st = status.Convert(err)
+		require.Equal(t, codes.InvalidArgument, st.Code())
+		require.Contains(t, st.Message(), "event.data.op: must be one of")
+		require.Equal(t, int32(1), nb.fault.calls.Load())
+	})
+
+	t.Run("UnknownTypeIsSentAndAnsweredDropped", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ev, err := client.NewEvent("corpus.note.chnaged", "owner_1", "wiki://x").Event()
+		require.NoError(t, err)
+		res, err := b.client.Publish(ctx, ev)
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN, res.GetOutcome())
 	})
 
 	t.Run("WrongTokenIsNotRetried", func(t *testing.T) {
@@ -300,7 +330,7 @@ func TestClient_Publish(t *testing.T) {
 		ev := newEvent(t, "evt_1")
 		ev.Data = []byte(`[1,2]`)
 		_, err := b.client.Publish(ctx, ev)
-		require.ErrorContains(t, err, "data must be a JSON object")
+		require.ErrorContains(t, err, "event.data: must be a JSON object")
 		require.Zero(t, b.fault.calls.Load())
 	})
 }

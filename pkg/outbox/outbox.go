@@ -8,12 +8,16 @@
 // (migrations/outbox/001_outbox.up.sql in this module), which the main
 // application applies to its own database.
 //
+// Write takes a pgx transaction (or anything with pgx's Exec); WriteSQL takes
+// a database/sql one (*sql.Tx, sqlx, or GORM's tx.Statement.ConnPool), for an
+// application on another Postgres driver.
+//
 // # Validation
 //
 // Write checks the event up front, with the same rules the dispatcher applies
-// (pkg/webhook's Event.Validate: one implementation for both sides), so that a
-// mistake fails the caller's transaction with an error naming the field instead
-// of surfacing later as a row the relay sets aside:
+// (pkg/catalog's Catalog.Validate: one implementation for both sides), so that
+// a mistake fails the caller's transaction with an error naming the field
+// instead of surfacing later as a row the relay sets aside:
 //
 //   - ID: a UUID or an opaque id of 1–128 characters [A-Za-z0-9_-]. It is the
 //     webhook-id receivers deduplicate on, so reuse it only for the same event.
@@ -27,12 +31,17 @@
 //   - OccurredAt: not before 2000-01-01 and at most an hour ahead of the
 //     clock; the zero time means "now" (the database's clock).
 //   - Data: a JSON object of at most 4096 bytes in compact form, without
-//     repeated keys.
+//     repeated keys, that its type's JSON Schema accepts (the error names the
+//     JSON path: "data.op"). The catalog is the dispatcher's default one
+//     unless WithCatalog gives the one the dispatcher runs with (-catalog):
+//     load it with catalog.Load, or embed its files.
+//   - Type may not be one of the dispatcher's own operational types.
 package outbox
 
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -42,6 +51,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -95,7 +105,9 @@ type FieldError = webhook.FieldError
 type Option func(*options)
 
 type options struct {
-	table string
+	table     string
+	catalog   *catalog.Catalog
+	noCatalog bool
 }
 
 // Table sets the outbox table, optionally schema-qualified ("app.webhook_outbox").
@@ -104,22 +116,74 @@ func Table(name string) Option {
 	return func(o *options) { o.table = name }
 }
 
+// WithCatalog checks events against c, the catalog the dispatcher runs with,
+// instead of the default one. nil checks only the thin-event rules, no
+// schema: for a main app that cannot know the dispatcher's catalog.
+func WithCatalog(c *catalog.Catalog) Option {
+	return func(o *options) { o.catalog = c; o.noCatalog = c == nil }
+}
+
 var tableNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
 
 // Write validates e and inserts it into the outbox through q, which should be
 // the transaction that makes the change e describes: the row then commits or
 // rolls back with it. A *FieldError reports invalid input; nothing is written.
 func Write(ctx context.Context, q Querier, e Event, opts ...Option) error {
+	ins, err := prepare(e, opts)
+	if err != nil {
+		return err
+	}
+	if _, err := q.Exec(ctx, ins.sql, ins.args...); err != nil {
+		return fmt.Errorf("outbox: insert event %q: %w", e.ID, err)
+	}
+	return nil
+}
+
+// SQLExecer is what WriteSQL needs: *sql.Tx satisfies it, and so do *sql.DB
+// and *sql.Conn (but those write outside any transaction of yours), sqlx's
+// Tx, and GORM's tx.Statement.ConnPool inside a GORM transaction.
+type SQLExecer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// WriteSQL is Write for database/sql: it validates e and inserts it through
+// tx, the database/sql transaction that makes the change e describes, with
+// any Postgres driver (pgx's stdlib, lib/pq). The rules and errors are
+// Write's.
+func WriteSQL(ctx context.Context, tx SQLExecer, e Event, opts ...Option) error {
+	ins, err := prepare(e, opts)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, ins.sql, ins.args...); err != nil {
+		return fmt.Errorf("outbox: insert event %q: %w", e.ID, err)
+	}
+	return nil
+}
+
+// insert is one validated event's statement.
+type insert struct {
+	sql  string
+	args []any
+}
+
+// prepare validates e and builds its insert: everything Write and WriteSQL
+// share, so the two cannot drift.
+func prepare(e Event, opts []Option) (*insert, error) {
 	o := options{table: DefaultTable}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if !tableNameRE.MatchString(o.table) {
-		return fmt.Errorf("outbox: invalid table name %q", o.table)
+		return nil, fmt.Errorf("outbox: invalid table name %q", o.table)
 	}
-	data, err := validate(&e, time.Now())
+	cat := o.catalog
+	if cat == nil && !o.noCatalog {
+		cat = catalog.Default()
+	}
+	data, err := validate(&e, cat, time.Now())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// NULL lets the database pick now() for a zero OccurredAt, so "now" is one
 	// clock: the one created_at uses.
@@ -128,20 +192,18 @@ func Write(ctx context.Context, q Querier, e Event, opts ...Option) error {
 		occurredAt = &e.OccurredAt
 	}
 	table := pgx.Identifier(strings.Split(o.table, ".")).Sanitize()
-	_, err = q.Exec(ctx, `
-		INSERT INTO `+table+` (event_id, owner_id, type, subject, occurred_at, data)
+	return &insert{
+		sql: `INSERT INTO ` + table + ` (event_id, owner_id, type, subject, occurred_at, data)
 		VALUES ($1, $2, $3, $4, coalesce($5::timestamptz, now()), $6::jsonb)`,
-		e.ID, e.OwnerID, e.Type, e.Subject, occurredAt, string(data))
-	if err != nil {
-		return fmt.Errorf("outbox: insert event %q: %w", e.ID, err)
-	}
-	return nil
+		args: []any{e.ID, e.OwnerID, e.Type, e.Subject, occurredAt, string(data)},
+	}, nil
 }
 
-// validate checks e and returns its data as compact JSON. The checks are the
-// dispatcher's; what is added here is only what Write does differently: data
-// may be any value to marshal, and a zero OccurredAt means "now".
-func validate(e *Event, now time.Time) ([]byte, error) {
+// validate checks e (with cat, unless nil) and returns its data as compact
+// JSON. The checks are the dispatcher's; what is added here is only what
+// Write does differently: data may be any value to marshal, and a zero
+// OccurredAt means "now".
+func validate(e *Event, cat *catalog.Catalog, now time.Time) ([]byte, error) {
 	data, dataErr := marshalData(e.Data)
 	ev := webhook.Event{ID: e.ID, OwnerID: e.OwnerID, Type: e.Type, Subject: e.Subject, OccurredAt: e.OccurredAt, Data: data}
 	if ev.OccurredAt.IsZero() {
@@ -154,7 +216,15 @@ func validate(e *Event, now time.Time) ([]byte, error) {
 	if err := ev.Validate(now); err != nil {
 		return nil, err
 	}
-	return data, dataErr
+	if dataErr != nil {
+		return nil, dataErr
+	}
+	if cat != nil {
+		if err := cat.Validate(&ev, now); err != nil {
+			return nil, err
+		}
+	}
+	return data, nil
 }
 
 // marshalData turns Event.Data into compact JSON text. Size and shape are

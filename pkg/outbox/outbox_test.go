@@ -2,18 +2,23 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/testtime"
+	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 	"github.com/standmeet/webhook-dispatcher/pkg/outbox"
 )
 
@@ -122,7 +127,7 @@ func TestWrite(t *testing.T) {
 			Published bool   `json:"published"`
 		}
 		for i, data := range []any{
-			nil,
+			nil, // {}: a type in no catalog, so no schema to require op
 			json.RawMessage(`{ "op" : "deleted" }`),
 			[]byte(`{"op":"created"}`),
 			noteData{Op: "updated", Published: true},
@@ -130,6 +135,9 @@ func TestWrite(t *testing.T) {
 			e := validEvent()
 			e.ID = "evt_" + string(rune('a'+i))
 			e.Data = data
+			if data == nil {
+				e.Type = "app.internal.thing"
+			}
 			require.NoError(t, outbox.Write(ctx, bundle.db.Pool, e))
 		}
 
@@ -306,7 +314,126 @@ func TestWriteValidation(t *testing.T) {
 		t.Parallel()
 
 		e := validEvent()
+		e.Type = "app.internal.thing" // no schema: only the size rule applies
 		e.Data = json.RawMessage(`{"k":"` + strings.Repeat("a", outbox.MaxDataBytes-8) + `"}`)
 		require.NoError(t, outbox.Write(ctx, &recordingQuerier{}, e))
+	})
+
+	t.Run("DataAgainstTheSchema", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) {
+			e.Data = map[string]any{"op": "edited"}
+		}, "data.op")
+		requireFieldError(t, func(e *outbox.Event) {
+			e.Data = map[string]any{"op": "updated", "body": "the whole note"}
+		}, "data.body")
+	})
+
+	t.Run("OperationalTypeRefused", func(t *testing.T) {
+		t.Parallel()
+		requireFieldError(t, func(e *outbox.Event) { e.Type = "endpoint.failing" }, "type")
+	})
+
+	t.Run("CatalogOption", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "corpus.note.changed.json"), []byte(`{
+			"name": "corpus.note.changed", "description": "Changed.", "exposure": "webhook", "scope": "all",
+			"schema": {"type": "object", "properties": {"revision": {"type": "integer"}}, "additionalProperties": false},
+			"example": {"revision": 1}}`), 0o600))
+		c, err := catalog.Load(dir)
+		require.NoError(t, err)
+
+		e := validEvent()
+		e.Data = map[string]any{"revision": 2}
+		require.NoError(t, outbox.Write(ctx, &recordingQuerier{}, e, outbox.WithCatalog(c)), "this catalog's schema, not the default's")
+		err = outbox.Write(ctx, &recordingQuerier{}, e)
+		require.ErrorContains(t, err, "data.op: is required", "the default catalog's")
+		e.Data = map[string]any{"anything": true}
+		require.NoError(t, outbox.Write(ctx, &recordingQuerier{}, e, outbox.WithCatalog(nil)), "no catalog: no schema")
+	})
+}
+
+func TestWriteSQL(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+
+	type testBundle struct {
+		db    *dbtest.DB
+		sqlDB *sql.DB
+	}
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		db := dbtest.New(t)
+		require.NoError(t, database.MigrateOutbox(ctx, db.Pool))
+		// database/sql over pgx's stdlib driver, as an application without
+		// pgx's own API would have it.
+		sqlDB := stdlib.OpenDBFromPool(db.Pool)
+		t.Cleanup(func() { _ = sqlDB.Close() })
+		return &testBundle{db: db, sqlDB: sqlDB}
+	}
+	count := func(t *testing.T, b *testBundle) int {
+		t.Helper()
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM webhook_outbox`).Scan(&n))
+		return n
+	}
+
+	t.Run("CommitsWithTheTransaction", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		tx, err := b.sqlDB.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		e := validEvent()
+		require.NoError(t, outbox.WriteSQL(ctx, tx, e))
+		require.NoError(t, tx.Commit())
+
+		var (
+			typ, data string
+			occurred  time.Time
+		)
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT type, data::text, occurred_at FROM webhook_outbox`).Scan(&typ, &data, &occurred))
+		require.Equal(t, "corpus.note.changed", typ)
+		require.JSONEq(t, `{"op":"updated","published":true}`, data)
+		require.True(t, e.OccurredAt.Equal(occurred))
+	})
+
+	t.Run("RollsBackWithTheTransaction", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		tx, err := b.sqlDB.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		e := validEvent()
+		e.OccurredAt = time.Time{} // NULL through database/sql: the database's now()
+		require.NoError(t, outbox.WriteSQL(ctx, tx, e))
+		require.NoError(t, tx.Rollback())
+		require.Equal(t, 0, count(t, b))
+	})
+
+	t.Run("InvalidEventWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		tx, err := b.sqlDB.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		e := validEvent()
+		e.Data = map[string]any{"op": 7}
+		err = outbox.WriteSQL(ctx, tx, e)
+		var fe *outbox.FieldError
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, "data.op", fe.Field)
+		require.NoError(t, tx.Commit())
+		require.Equal(t, 0, count(t, b))
+	})
+
+	t.Run("ZeroOccurredAtIsNow", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		e := validEvent()
+		e.OccurredAt = time.Time{}
+		require.NoError(t, outbox.WriteSQL(ctx, b.sqlDB, e))
+		var occurred time.Time
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT occurred_at FROM webhook_outbox`).Scan(&occurred))
+		require.WithinDuration(t, time.Now(), occurred, time.Hour, "the database's clock (a generous bound: the two clocks are one machine's)")
 	})
 }
