@@ -260,8 +260,7 @@ func parseType(text []byte, file, prefix string, builtin bool) (*Type, error) {
 	}
 	t.Example = example.Bytes()
 	if err := t.validateData(t.Example, "example"); err != nil {
-		var fe *webhook.FieldError
-		if errors.As(err, &fe) {
+		if fe, ok := errors.AsType[*webhook.FieldError](err); ok {
 			return nil, fail(fe.Field, "the example does not match the schema: "+fe.Reason)
 		}
 		return nil, fail("example", err.Error())
@@ -329,18 +328,13 @@ func (t *Type) compile(schema json.RawMessage, fail func(field, reason string) e
 
 // schemaError names where in the schema the metaschema found a mistake.
 func schemaError(err error, fail func(field, reason string) error) error {
-	var sve *jsonschema.SchemaValidationError
-	if errors.As(err, &sve) {
-		var ve *jsonschema.ValidationError
-		if errors.As(sve.Err, &ve) {
+	if sve, ok := errors.AsType[*jsonschema.SchemaValidationError](err); ok {
+		if ve, ok := errors.AsType[*jsonschema.ValidationError](sve.Err); ok {
 			leaf := ve
 			for len(leaf.Causes) > 0 {
 				leaf = leaf.Causes[0]
 			}
-			field := "schema"
-			for _, tok := range leaf.InstanceLocation {
-				field += "." + tok
-			}
+			field := strings.Join(append([]string{"schema"}, leaf.InstanceLocation...), ".")
 			return fail(field, "is not valid JSON Schema: "+leaf.ErrorKind.LocalizedString(message.NewPrinter(language.English)))
 		}
 	}

@@ -19,7 +19,7 @@ import (
 //
 // (or `dispatcher catalog export catalog`).
 func (c *Catalog) WriteDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("catalog: %w", err)
 	}
 	for _, t := range c.types {
@@ -31,7 +31,7 @@ func (c *Catalog) WriteDir(dir string) error {
 			return err
 		}
 		name := filepath.Join(dir, t.Name+".json")
-		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644) //nolint:gosec // a catalog is configuration, readable like the other files a deployment mounts
 		if errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("catalog: %s already exists; not overwritten", name)
 		}

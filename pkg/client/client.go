@@ -132,6 +132,18 @@ type Client struct {
 // Publish, which is retried.
 func Dial(target string, opts ...Option) (*Client, error) {
 	o := apply(opts)
+	conn, err := dial(target, o)
+	if err != nil {
+		return nil, err
+	}
+	c := newClient(conn, o)
+	c.conn = conn
+	return c, nil
+}
+
+// dial opens a lazy connection to target with o's transport and dial
+// options.
+func dial(target string, o *options) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if !o.insecure {
 		cfg := o.tls
@@ -144,9 +156,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %s: %w", target, err)
 	}
-	c := newClient(conn, o)
-	c.conn = conn
-	return c, nil
+	return conn, nil
 }
 
 // New returns a Client over an existing connection, which the caller keeps
@@ -196,7 +206,7 @@ func (c *Client) Publish(ctx context.Context, e *webhook.Event) (*webhooksv1.Pub
 		return nil, err
 	}
 	req := &webhooksv1.PublishRequest{Event: pe}
-	return call(ctx, c, "publish "+e.ID, func(ctx context.Context) (*webhooksv1.PublishResponse, error) {
+	return call(ctx, c.token, c.retry, "publish "+e.ID, func(ctx context.Context) (*webhooksv1.PublishResponse, error) {
 		return c.rpc.Publish(ctx, req)
 	})
 }
@@ -217,7 +227,7 @@ func (c *Client) PublishBatch(ctx context.Context, events []*webhook.Event) ([]*
 		}
 		req.Events[i] = pe
 	}
-	resp, err := call(ctx, c, fmt.Sprintf("publish batch of %d", len(events)), func(ctx context.Context) (*webhooksv1.PublishBatchResponse, error) {
+	resp, err := call(ctx, c.token, c.retry, fmt.Sprintf("publish batch of %d", len(events)), func(ctx context.Context) (*webhooksv1.PublishBatchResponse, error) {
 		return c.rpc.PublishBatch(ctx, req)
 	})
 	if err != nil {
@@ -226,10 +236,11 @@ func (c *Client) PublishBatch(ctx context.Context, events []*webhook.Event) ([]*
 	return resp.GetResults(), nil
 }
 
-// call makes one RPC, retrying it while it fails with Unavailable.
-func call[Resp any](ctx context.Context, c *Client, what string, rpc func(context.Context) (Resp, error)) (Resp, error) {
-	if c.token != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.token)
+// call makes one RPC with token, retrying it as retry says while it fails
+// with Unavailable.
+func call[Resp any](ctx context.Context, token string, retry Retry, what string, rpc func(context.Context) (Resp, error)) (Resp, error) {
+	if token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 	}
 	var zero Resp
 	for attempt := 1; ; attempt++ {
@@ -237,13 +248,13 @@ func call[Resp any](ctx context.Context, c *Client, what string, rpc func(contex
 		if err == nil {
 			return resp, nil
 		}
-		if status.Code(err) != codes.Unavailable || attempt >= c.retry.MaxAttempts {
+		if status.Code(err) != codes.Unavailable || attempt >= retry.MaxAttempts {
 			if attempt > 1 {
 				return zero, fmt.Errorf("client: %s (after %d attempts): %w", what, attempt, err)
 			}
 			return zero, fmt.Errorf("client: %s: %w", what, err)
 		}
-		timer := time.NewTimer(c.retry.backoff(attempt))
+		timer := time.NewTimer(retry.backoff(attempt))
 		select {
 		case <-ctx.Done():
 			timer.Stop()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -24,14 +25,20 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/seal"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 // publisherToken is the publisher token of every dispatcher these tests run.
 const publisherToken = "client-test-publisher-token-0123"
+
+// adminToken is their admin token.
+const adminToken = "client-test-admin-token-01234567"
 
 // dispatcherAddr is the gRPC address of the dispatcher the examples publish
 // to: the real API and ingest on a schema of their own, which TestMain starts
@@ -125,10 +132,15 @@ func newServer(pool *pgxpool.Pool, schema string, o serverOpts) (*grpc.Server, n
 		return nil, nil, err
 	}
 	store := ingest.NewStore(ingest.StoreConfig{}, pool, riverClient, metrics.NewForTest(), logger)
-	authn, err := auth.New(auth.Tokens{Publisher: []string{publisherToken}}, logger)
+	authn, err := auth.New(auth.Tokens{Publisher: []string{publisherToken}, Admin: []string{adminToken}}, logger)
 	if err != nil {
 		return nil, nil, err
 	}
+	keyring, err := seal.ParseKeyring("1:" + base64.StdEncoding.EncodeToString(make([]byte, 32)))
+	if err != nil {
+		return nil, nil, err
+	}
+	endpoints := endpoint.NewService(endpoint.ServiceConfig{}, pool, riverClient, keyring, storePublisher{store}, logger)
 	lis, err := new(net.ListenConfig).Listen(context.Background(), "tcp", cmp.Or(o.addr, "127.0.0.1:0"))
 	if err != nil {
 		return nil, nil, err
@@ -139,6 +151,16 @@ func newServer(pool *pgxpool.Pool, schema string, o serverOpts) (*grpc.Server, n
 	}
 	srv := grpc.NewServer(append(serverOpts, grpcapi.ServerOptions(authn)...)...)
 	webhooksv1.RegisterEventServiceServer(srv, grpcapi.NewEventServer(store, logger))
+	webhooksv1.RegisterEndpointServiceServer(srv, grpcapi.NewEndpointServer(endpoints, logger))
 	go func() { _ = srv.Serve(lis) }()
 	return srv, lis, nil
+}
+
+// storePublisher is SendTest's way into ingest, as the composition root
+// wires it.
+type storePublisher struct{ store *ingest.Store }
+
+func (p storePublisher) Publish(ctx context.Context, e *webhook.Event) error {
+	_, err := p.store.Ingest(ctx, ingest.SourceTest, []*webhook.Event{e})
+	return err
 }
