@@ -1,6 +1,7 @@
-// Package client is the main application's Go client of the dispatcher: it
-// publishes events to webhooks.v1.EventService (the other way in is the
-// outbox table, pkg/outbox).
+// Package client is the Go client of the dispatcher's gRPC API: Client
+// publishes events to webhooks.v1.EventService (the main application's way
+// in besides the outbox table, pkg/outbox), and Admin manages endpoints
+// through webhooks.v1.EndpointService (what an admin UI's backend does).
 //
 //	c, err := client.Dial("dispatcher:7070", client.WithToken(publisherToken))
 //	...
@@ -18,15 +19,35 @@
 // bounded, jittered exponential backoff (Retry); publishing is idempotent by
 // event id, so a retry never delivers twice.
 //
-// There is a builder function per type of the dispatcher's event catalog
+// Before an event is sent, Publish checks it against the event catalog
+// (pkg/catalog, the same code the dispatcher runs): the default catalog, or
+// the one the dispatcher is configured with (WithCatalog). A mistake is
+// answered as the dispatcher would, InvalidArgument naming the field
+// ("event.data.op"), without a call.
+//
+// There is a builder function per type of the default event catalog
 // (CodeIssued, CorpusNoteChanged, …) taking that type's data as a struct
 // (CodeIssuedData, with typed enums such as CorpusNoteChangedOpUpdated), and a
 // Type… constant for each, generated from the catalog and its JSON Schemas by
-// internal/clientgen (`make generate`): a type the client offers is one the
-// dispatcher delivers, with the fields its schema allows. The schema's other
-// rules (lengths, formats) are checked by the dispatcher, which answers
-// InvalidArgument naming the field ("event.data"). NewEvent with Set, Data or
-// DataJSON builds any event by hand.
+// internal/clientgen (`make generate`). NewEvent with Set, Data or DataJSON
+// builds any event by hand, such as one of a catalog of your own.
+//
+// # Managing endpoints
+//
+//	a, err := client.DialAdmin("dispatcher:7070", client.WithToken(adminToken))
+//	...
+//	created, err := a.CreateEndpoint(ctx, &webhooksv1.CreateEndpointRequest{
+//		OwnerId: "owner_1", Url: "https://hooks.example.com/in", EventTypes: []string{"corpus.*"},
+//	})
+//	for ep, err := range a.Endpoints(ctx, &webhooksv1.ListEndpointsRequest{OwnerId: "owner_1"}) {
+//		...
+//	}
+//	if errors.Is(err, client.ErrNotFound) { … }
+//
+// Lists are iterators that fetch page after page; errors are *Error, matched
+// with errors.Is against ErrNotFound, ErrInvalidArgument (Error.Violations
+// names each bad field) and the other sentinels. Admin retries only while the
+// dispatcher is Unavailable, as Client does.
 package client
 
 //go:generate go run ../../internal/clientgen -o events.go
