@@ -105,7 +105,7 @@ func TestListenAndPublish(t *testing.T) {
 		require.NotNil(t, m, out)
 		id := m[1]
 
-		line := regexp.MustCompile(`\S+  ` + regexp.QuoteMeta(id) + `  corpus\.note\.changed  wiki://software/project/x  attempt 1  verified ✓  latency \S+  → 204\n  data \{"op":"updated","published":true\}`)
+		line := regexp.MustCompile(`\S+  ` + regexp.QuoteMeta(id) + `  corpus\.note\.changed  wiki://software/project/x  attempt 1  verified ✓  age \S+  → 204\n  data \{"op":"updated","published":true\}`)
 		waitFor(t, 30*time.Second, "listen to print the delivery", func() bool { return line.MatchString(l.out.String()) })
 
 		// The same event again is a duplicate, and nothing new arrives.
@@ -163,13 +163,24 @@ func TestListenAndPublish(t *testing.T) {
 		addr := probe.Addr().String()
 		require.NoError(t, probe.Close())
 
-		first := startListen(t, b.d, "--owner", owner, "--listen", addr)
+		first := startListen(t, b.d, "--owner", owner, "--listen", addr, "--event-types", "booking.*")
 		first.stop(t)
+		// Without --event-types a reused endpoint keeps its own.
 		second := startListen(t, b.d, "--owner", owner, "--listen", addr)
 		require.Contains(t, second.out.String(), "listen: reusing endpoint "+first.endpointID)
+		require.Contains(t, second.out.String(), "(event types booking.*; kept, --event-types changes them)")
+		out, err := cli(t, b.d, adminToken, "endpoints", "get", "--owner", owner, first.endpointID)
+		require.NoError(t, err, out)
+		require.Regexp(t, `event types:\s+booking\.\*\n`, out)
+
+		// A second listen beside it on the same address is told which flag
+		// picks another.
+		out, err = cli(t, b.d, adminToken, "listen", "--owner", owner, "--listen", addr)
+		require.Error(t, err)
+		require.Contains(t, out, "listen: "+addr+" is in use (another dispatcher listen?): pick another address with --listen")
 
 		// The rotated secret is the one it verifies with.
-		out, err := cli(t, b.d, publisherToken, "events", "publish", "--owner", owner,
+		out, err = cli(t, b.d, publisherToken, "events", "publish", "--owner", owner,
 			"--type", "booking.created", "--subject", "booking://7", "--data", `{}`)
 		require.NoError(t, err, out)
 		id := publishedRE.FindStringSubmatch(out)[1]

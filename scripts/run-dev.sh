@@ -1,23 +1,42 @@
 #!/usr/bin/env bash
 # `make run`: runs the dispatcher for local development with no configuration.
 #
-# Database: DATABASE_URL if set, used as it is. Else a database of its own,
-# dispatcher_dev (created if missing), on the local server at 127.0.0.1:5432;
-# else the same database in a private cluster on 127.0.0.1:54329, created once
-# with the newest initdb/pg_ctl installed, under ./.data/pg (or under /var/tmp
-# when the postgres user cannot enter this clone). Secrets for development are
-# generated once into ./.data/dev.env.
+# Database: DATABASE_URL if set, used as it is. Else a database of this
+# clone's own, dispatcher_dev_<directory>_<hash of its path> (created if
+# missing), on the local server at 127.0.0.1:5432; else the same database in
+# a private cluster on 127.0.0.1:54329 (or the next free port up to 54338),
+# created once with the newest initdb/pg_ctl installed, under ./.data/pg (or
+# under /var/tmp when the postgres user cannot enter this clone). Secrets for
+# development are generated once into ./.data/dev.env.
+#
+# Ports: gRPC on 127.0.0.1:7070 and the ops port on 127.0.0.1:9090, unless
+# DISPATCHER_GRPC_ADDR / DISPATCHER_OPS_ADDR say otherwise; the addresses
+# are kept in .data/dev.env (with DISPATCHER_ADDR, which the CLI reads), so a
+# clone keeps its ports from one run to the next. A port already taken stops
+# this with the variable that moves it.
 #
 # `make stop` stops what this started (scripts/stop-dev.sh); `make clean`
-# removes it all, the dispatcher_dev database included.
+# removes it all, this clone's database included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .data
 
-dbname=dispatcher_dev
-pg_port=54329
-
 die() { echo "run-dev: $*" >&2; exit 1; }
+
+# This clone's database: two clones on one machine have different master
+# keys, so they must not share one. A clone that made dispatcher_dev before
+# databases were named per clone keeps it (.data/database records the name).
+clone_dbname() {
+  local base
+  base=$(basename "$PWD" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9\n' '_' | cut -c1-24)
+  echo "dispatcher_dev_${base}_$(printf %s "$PWD" | cksum | cut -d' ' -f1)"
+}
+if [ -f .data/database ]; then
+  dbname=$(sed -n 3p .data/database)
+  dbname=${dbname:-dispatcher_dev}
+else
+  dbname=$(clone_dbname)
+fi
 
 # tcp_open reports whether something accepts connections on host $1 port $2
 # (bash's /dev/tcp: no Postgres client needed to find out).
@@ -68,13 +87,27 @@ start_private_cluster() {
   fi
   echo "$data" > .data/pg.dir
   echo "$bindir" > .data/pg.bindir
+  # The cluster's port, chosen once per clone: the first free from 54329.
+  if [ -f .data/pg.port ]; then
+    pg_port=$(cat .data/pg.port)
+  elif [ -f "$data/PG_VERSION" ]; then
+    pg_port=54329 # a cluster made before the port was chosen per clone
+    echo "$pg_port" > .data/pg.port
+  else
+    pg_port=
+    for p in $(seq 54329 54338); do
+      if ! tcp_open 127.0.0.1 "$p"; then pg_port=$p; break; fi
+    done
+    [ -n "$pg_port" ] || die "ports 54329-54338 are all taken, so there is no port for a private Postgres cluster; set DATABASE_URL"
+    echo "$pg_port" > .data/pg.port
+  fi
   if [ ! -f "$data/PG_VERSION" ]; then
     echo "run-dev: creating a private Postgres cluster in $data ($bindir)"
     out=$(as_pg "$bindir/initdb" -D "$data" -U postgres --auth=trust 2>&1) || { echo "$out" >&2; die "initdb failed"; }
   fi
   if ! as_pg "$bindir/pg_ctl" -D "$data" status >/dev/null 2>&1; then
     if tcp_open 127.0.0.1 "$pg_port"; then
-      die "port $pg_port is taken by something other than the cluster in $data; free it or set DATABASE_URL"
+      die "port $pg_port (recorded in .data/pg.port) is taken by something other than the cluster in $data; free it, or run make clean to start over on another port, or set DATABASE_URL"
     fi
     # TCP only: a Unix socket path under a deep clone can exceed the OS limit.
     as_pg "$bindir/pg_ctl" -D "$data" -l "$data/server.log" -w \
@@ -83,6 +116,26 @@ start_private_cluster() {
   fi
   echo "run-dev: private Postgres cluster on 127.0.0.1:$pg_port, data dir $data, log $data/server.log (make stop stops it)"
 }
+
+# The listen addresses: the environment's, else the ones this clone used
+# last time, else the defaults; checked before anything is built.
+env_of() { if [ -f .data/dev.env ]; then sed -n "s/^$1=//p" .data/dev.env | tail -n1; fi; }
+grpc_addr=${DISPATCHER_GRPC_ADDR:-$(env_of DISPATCHER_GRPC_ADDR)}
+grpc_addr=${grpc_addr:-127.0.0.1:7070}
+ops_addr=${DISPATCHER_OPS_ADDR:-$(env_of DISPATCHER_OPS_ADDR)}
+ops_addr=${ops_addr:-127.0.0.1:9090}
+check_port() { # variable address
+  local host=${2%:*} port=${2##*:}
+  host=${host#[}; host=${host%]}
+  case "$host" in ""|0.0.0.0|"::") host=127.0.0.1 ;; esac
+  if tcp_open "$host" "$port"; then
+    die "$2 ($1) is taken, by another make run (in another clone?) or something else: free it, or give this clone other ports, e.g.
+  DISPATCHER_GRPC_ADDR=127.0.0.1:7170 DISPATCHER_OPS_ADDR=127.0.0.1:9190 make run
+(this clone keeps them in .data/dev.env; the CLI follows through DISPATCHER_ADDR there)"
+  fi
+}
+check_port DISPATCHER_GRPC_ADDR "$grpc_addr"
+check_port DISPATCHER_OPS_ADDR "$ops_addr"
 
 if [ -z "${DATABASE_URL:-}" ]; then
   bindir=$(pg_bindir || true)
@@ -103,7 +156,7 @@ if [ -z "${DATABASE_URL:-}" ]; then
   fi
   # make clean drops it with .data/: its endpoints' secrets are sealed with
   # the master key in .data/dev.env, useless once that is gone.
-  printf '%s\n%s\n' "$server/postgres?sslmode=disable" "$psql_bin" > .data/database
+  printf '%s\n%s\n%s\n' "$server/postgres?sslmode=disable" "$psql_bin" "$dbname" > .data/database
   export DATABASE_URL="$server/$dbname?sslmode=disable"
 fi
 
@@ -129,6 +182,15 @@ fi
 if ! grep -q '^DISPATCHER_OPERATOR_TOKENS=' .data/dev.env; then
   echo "DISPATCHER_OPERATOR_TOKENS=dev-operator-$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')" >> .data/dev.env
 fi
+# This run's addresses, for the next run and for the CLI (DISPATCHER_ADDR).
+grep -v -e '^DISPATCHER_GRPC_ADDR=' -e '^DISPATCHER_OPS_ADDR=' -e '^DISPATCHER_ADDR=' .data/dev.env > .data/dev.env.new || true
+{
+  echo "DISPATCHER_GRPC_ADDR=$grpc_addr"
+  echo "DISPATCHER_OPS_ADDR=$ops_addr"
+  echo "DISPATCHER_ADDR=$grpc_addr"
+} >> .data/dev.env.new
+chmod 600 .data/dev.env.new
+mv .data/dev.env.new .data/dev.env
 set -a
 # shellcheck disable=SC1091
 . .data/dev.env
@@ -145,6 +207,7 @@ cat <<MSG
 ----------------------------------------------------------------------
  dispatcher (development)
    database   $shown_db
+   gRPC       $grpc_addr   ops http://$ops_addr (/metrics, /healthz, /riverui/)
    admin      DISPATCHER_TOKEN=$DISPATCHER_ADMIN_TOKENS
    publisher  $DISPATCHER_PUBLISHER_TOKENS
    operator   $DISPATCHER_OPERATOR_TOKENS   (River UI login)

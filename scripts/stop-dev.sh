@@ -2,9 +2,9 @@
 # `make stop`: stops what `make run` (scripts/run-dev.sh) started: its
 # dispatcher, if it still runs, and its private Postgres cluster, if it made
 # one. A server it found running (127.0.0.1:5432, DATABASE_URL) is left alone.
-# With --clean (`make clean`) it then drops the dispatcher_dev database it
-# created on a local server, and removes .data/, bin/ and a cluster kept
-# outside the clone.
+# With --clean (`make clean`) it then drops the database it created for this
+# clone on a local server (the name .data/database records), and removes
+# .data/, bin/ and a cluster kept outside the clone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,11 +37,21 @@ if [ "${1:-}" = --clean ]; then
   # The database make run created (never one DATABASE_URL named): its
   # secrets are sealed with the master key about to be removed.
   if [ -f .data/database ] && [ ! -f .data/pg.dir ]; then
-    { read -r server; read -r psql_bin; } < .data/database
-    if "$psql_bin" "$server" -qc "DROP DATABASE IF EXISTS dispatcher_dev WITH (FORCE)" >/dev/null; then
-      echo "stop-dev: dropped the dispatcher_dev database on $(echo "${server#postgres://postgres@}" | cut -d/ -f1)"
+    server=$(sed -n 1p .data/database)
+    psql_bin=$(sed -n 2p .data/database)
+    # Made before databases were named per clone: dispatcher_dev.
+    dbname=$(sed -n 3p .data/database)
+    dbname=${dbname:-dispatcher_dev}
+    case "$dbname" in
+      dispatcher_dev|dispatcher_dev_*) ;;
+      *) echo "stop-dev: .data/database names $dbname, not a database make run creates; not dropping it" >&2; dbname= ;;
+    esac
+    if [ -z "$dbname" ]; then
+      :
+    elif "$psql_bin" "$server" -qc "DROP DATABASE IF EXISTS \"$dbname\" WITH (FORCE)" >/dev/null; then
+      echo "stop-dev: dropped the $dbname database on $(echo "${server#postgres://postgres@}" | cut -d/ -f1)"
     else
-      echo "stop-dev: could not drop the dispatcher_dev database on $(echo "${server#postgres://postgres@}" | cut -d/ -f1); drop it yourself" >&2
+      echo "stop-dev: could not drop the $dbname database on $(echo "${server#postgres://postgres@}" | cut -d/ -f1); drop it yourself" >&2
     fi
   fi
   if [ -f .data/pg.dir ]; then

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -23,6 +22,14 @@ commands:
                   the start of a catalog of your own (never overwrites a file)
 `
 
+// catalogUsageLines are the subcommands for dispatcher --help.
+func catalogUsageLines() []usageLine {
+	return []usageLine{
+		{"check <path>", "load a catalog as serve -catalog would; print its types and digest"},
+		{"export <dir>", "write the default catalog into dir, one <type>.json per type"},
+	}
+}
+
 // runCatalogCLI implements `dispatcher catalog …`.
 func runCatalogCLI(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -34,8 +41,7 @@ func runCatalogCLI(_ context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprint(stdout, catalogUsage)
 		return nil
 	}
-	fs := flag.NewFlagSet("catalog "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("catalog "+sub, stderr)
 	if err := parseFlags(fs, rest); err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func (c *cliConn) bind(fs *flag.FlagSet, withOwner bool) {
 	env := c.env
 	fs.StringVar(&c.addr, "addr", env.str("DISPATCHER_ADDR", cliDefaultAddr), "gRPC API address (env DISPATCHER_ADDR)")
 	fs.StringVar(&c.tokenFile, "token-file", os.Getenv("DISPATCHER_TOKEN_FILE"),
-		"file holding the API token: admin for endpoints, listen and event-types, publisher for events (default: env DISPATCHER_TOKEN; env DISPATCHER_TOKEN_FILE)")
+		"file holding the API token: publisher for events publish, admin for everything else (default: env DISPATCHER_TOKEN; env DISPATCHER_TOKEN_FILE)")
 	fs.BoolVar(&c.json, "json", false, "print the API response as JSON")
 	fs.BoolVar(&c.tls, "tls", env.boolean("DISPATCHER_TLS", false), "connect with TLS (env DISPATCHER_TLS)")
 	fs.StringVar(&c.caFile, "ca-file", os.Getenv("DISPATCHER_CA_FILE"), "PEM CA bundle to verify the server with --tls (default: system roots; env DISPATCHER_CA_FILE)")
@@ -193,21 +193,28 @@ func printJSON(w io.Writer, m proto.Message) error {
 	return err
 }
 
-// callError renders a gRPC failure for a terminal: code, message and each
-// field violation on its own line.
+// callError renders a gRPC failure for a terminal: the code and message, or,
+// when the status names bad fields, the code and each field on its own line
+// (the message only repeats the first of them).
 func callError(cmd string, err error) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		return fmt.Errorf("%s: %w", cmd, err)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %s: %s", cmd, st.Code(), st.Message())
+	var violations []*errdetails.BadRequest_FieldViolation
 	for _, d := range st.Details() {
 		if br, ok := d.(*errdetails.BadRequest); ok {
-			for _, v := range br.GetFieldViolations() {
-				fmt.Fprintf(&b, "\n  %s: %s", v.GetField(), v.GetDescription())
-			}
+			violations = append(violations, br.GetFieldViolations()...)
 		}
+	}
+	var b strings.Builder
+	if len(violations) == 0 {
+		fmt.Fprintf(&b, "%s: %s: %s", cmd, st.Code(), st.Message())
+		return errors.New(b.String())
+	}
+	fmt.Fprintf(&b, "%s: %s:", cmd, st.Code())
+	for _, v := range violations {
+		fmt.Fprintf(&b, "\n  %s: %s", v.GetField(), v.GetDescription())
 	}
 	return errors.New(b.String())
 }

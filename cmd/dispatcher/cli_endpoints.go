@@ -19,29 +19,50 @@ import (
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
-const endpointsUsage = `usage: dispatcher endpoints <command> [flags]
+// endpointCommand is one `dispatcher endpoints` subcommand; flags binds its
+// own flags and returns what runs it.
+type endpointCommand struct {
+	name    string
+	arg     string // its one positional argument, "" for none
+	summary string
+	flags   func(fs *flag.FlagSet) func(ctx context.Context, c *endpointsCmd, id string) error
+}
 
-Manages an owner's webhook endpoints through the gRPC API (admin token).
+// endpointCommands are the subcommands, in the order the help lists them.
+var endpointCommands = []endpointCommand{
+	{"list", "", "list the owner's endpoints", listFlags},
+	{"get", "<id>", "show one endpoint", getFlags},
+	{"create", "", "create an endpoint; prints its signing secret, this once", createFlags},
+	{"update", "<id>", "change the fields given as flags (--enable re-enables and clears the failure state)", updateFlags},
+	{"delete", "<id>", "delete an endpoint", deleteFlags},
+	{"rotate-secret", "<id>", "issue a new secret; the old one keeps signing for --grace", rotateFlags},
+	{"send-test", "<id>", "send one webhook.test event to this endpoint", sendTestFlags},
+	{"deliveries", "<id>", "list the endpoint's deliveries, newest first (--state, --event-type, --since, --until)", deliveriesFlags},
+	{"delivery", "<delivery id>", "show one delivery (of any of the owner's endpoints)", deliveryFlags},
+	{"redeliver", "<id>", "re-queue the endpoint's failed and cancelled deliveries (--since: those of an outage)", redeliverFlags},
+	{"retry-delivery", "<delivery id>", "run one scheduled delivery now (its backoff or Retry-After cut short)", retryDeliveryFlags},
+	{"attempts", "<delivery id>", "list a delivery's attempts, newest first (status, duration, error, body)", attemptsFlags},
+	{"stats", "", "attempts, failures by class and latency per endpoint, last hour/day/week", statsFlags},
+}
 
-commands:
-  list                      list the owner's endpoints
-  get <id>                  show one endpoint
-  create                    create an endpoint; prints its signing secret, this once
-  update <id>               change the fields given as flags (--enable re-enables and clears the failure state)
-  delete <id>               delete an endpoint
-  rotate-secret <id>        issue a new secret; the old one keeps signing for --grace
-  send-test <id>            send one webhook.test event to this endpoint
-  deliveries <id>           list the endpoint's deliveries, newest first (--state, --event-type, --since, --until)
-  delivery <delivery-id>    show one delivery (of any of the owner's endpoints)
-  redeliver <id>            re-queue the endpoint's failed and cancelled deliveries (--since: those of an outage)
-  retry-delivery <delivery id>  run one scheduled delivery now (its backoff or Retry-After cut short)
-  attempts <delivery id>    list a delivery's attempts, newest first (status, duration, error, body)
-  stats                     attempts, failures by class and latency per endpoint, last hour/day/week
+func endpointsUsageLines() []usageLine {
+	lines := make([]usageLine, len(endpointCommands))
+	for i, c := range endpointCommands {
+		lines[i] = usageLine{strings.TrimSpace(c.name + " " + c.arg), c.summary}
+	}
+	return lines
+}
 
+func endpointsUsage() string {
+	return "usage: dispatcher endpoints <command> [flags]\n\n" +
+		"Manages an owner's webhook endpoints through the gRPC API (admin token).\n\ncommands:\n" +
+		formatUsageLines(endpointsUsageLines()) + `
 Every command takes --addr, --owner, --json, --token-file, --tls, --ca-file;
-the token comes from DISPATCHER_TOKEN or --token-file.
+the owner comes from --owner or DISPATCHER_OWNER, the token from
+DISPATCHER_TOKEN or --token-file.
 Run 'dispatcher endpoints <command> -h' for its flags.
 `
+}
 
 // stringList is a flag taking comma-separated values, repeatable.
 type stringList []string
@@ -67,41 +88,22 @@ type endpointsCmd struct {
 // runEndpointsCLI implements `dispatcher endpoints …`.
 func runEndpointsCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, endpointsUsage)
+		fmt.Fprint(stderr, endpointsUsage())
 		return errors.New("endpoints: no command given")
 	}
 	sub, rest := args[0], args[1:]
-	type command struct {
-		positional bool // takes an id (an endpoint's, or for delivery a delivery's)
-		flags      func(fs *flag.FlagSet) func(ctx context.Context, c *endpointsCmd, id string) error
-	}
-	commands := map[string]command{
-		"list":           {flags: listFlags},
-		"get":            {positional: true, flags: getFlags},
-		"create":         {flags: createFlags},
-		"update":         {positional: true, flags: updateFlags},
-		"delete":         {positional: true, flags: deleteFlags},
-		"rotate-secret":  {positional: true, flags: rotateFlags},
-		"send-test":      {positional: true, flags: sendTestFlags},
-		"deliveries":     {positional: true, flags: deliveriesFlags},
-		"redeliver":      {positional: true, flags: redeliverFlags},
-		"retry-delivery": {positional: true, flags: retryDeliveryFlags},
-		"delivery":       {positional: true, flags: deliveryFlags},
-		"attempts":       {positional: true, flags: attemptsFlags},
-		"stats":          {flags: statsFlags},
-	}
 	if sub == "help" || sub == "-h" || sub == "--help" {
-		fmt.Fprint(stdout, endpointsUsage)
+		fmt.Fprint(stdout, endpointsUsage())
 		return nil
 	}
-	cmd, ok := commands[sub]
-	if !ok {
-		fmt.Fprint(stderr, endpointsUsage)
+	i := slices.IndexFunc(endpointCommands, func(c endpointCommand) bool { return c.name == sub })
+	if i < 0 {
+		fmt.Fprint(stderr, endpointsUsage())
 		return fmt.Errorf("endpoints: unknown command %q", sub)
 	}
+	cmd := endpointCommands[i]
 
-	fs := flag.NewFlagSet("endpoints "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("endpoints "+sub, stderr)
 	c := &endpointsCmd{stdout: stdout}
 	c.conn.bind(fs, true)
 	run := cmd.flags(fs)
@@ -111,13 +113,10 @@ func runEndpointsCLI(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	var id string
 	switch {
-	case cmd.positional && len(positional) != 1:
-		what := "endpoint id"
-		if sub == "retry-delivery" || sub == "delivery" || sub == "attempts" {
-			what = "delivery id"
-		}
+	case cmd.arg != "" && len(positional) != 1:
+		what := strings.Trim(strings.ReplaceAll(cmd.arg, "<id>", "<endpoint id>"), "<>")
 		return fmt.Errorf("endpoints %s: want exactly one %s, got %d arguments", sub, what, len(positional))
-	case cmd.positional:
+	case cmd.arg != "":
 		id = positional[0]
 	case len(positional) > 0:
 		return fmt.Errorf("endpoints %s: unexpected argument %q", sub, positional[0])
@@ -405,8 +404,7 @@ func retryDeliveryFlags(*flag.FlagSet) func(context.Context, *endpointsCmd, stri
 
 // runEventTypesCLI implements `dispatcher event-types`.
 func runEventTypesCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("event-types", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("event-types", stderr)
 	var conn cliConn
 	conn.bind(fs, false)
 	if err := parseFlags(fs, args); err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -17,46 +16,66 @@ import (
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
-const eventsUsage = `usage: dispatcher events <command> [flags]
+// eventCommand is one `dispatcher events` subcommand.
+type eventCommand struct {
+	usageLine
+	run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
 
-Publishes events through the gRPC API (publisher token), as the main
-application does with EventService.Publish, and reads them back (admin token).
+// eventCommands are the subcommands, in the order the help lists them (set
+// in init: their help reads this table).
+var eventCommands []eventCommand
 
-commands:
-  publish     publish one event: --owner, --type, --subject, --data (a JSON object);
-              the id and occurred_at are generated unless given; exits 1 when the
-              type is in no event catalog (the event is dropped)
-  list        list the owner's events, newest first (--type, --subject-prefix, --since, --until)
-  get <id>    show one event and its deliveries to every endpoint
+func init() {
+	eventCommands = []eventCommand{
+		{usageLine{"publish", "publish one event as the main app does (--type, --subject, --data; id and occurred_at generated); exits 1 when the type is in no event catalog (the event is dropped)"}, runPublishCLI},
+		{usageLine{"list", "list the owner's events, newest first (--type, --subject-prefix, --since, --until)"}, runEventsListCLI},
+		{usageLine{"get <event id>", "show one event and its deliveries to every endpoint"}, runEventsGetCLI},
+	}
+}
 
+func eventsUsageLines() []usageLine {
+	lines := make([]usageLine, len(eventCommands))
+	for i, c := range eventCommands {
+		lines[i] = c.usageLine
+	}
+	return lines
+}
+
+func eventsUsage() string {
+	return "usage: dispatcher events <command> [flags]\n\n" +
+		"Publishes events through the gRPC API (publisher token), as the main\n" +
+		"application does with EventService.Publish, and reads them back (admin token).\n\ncommands:\n" +
+		formatUsageLines(eventsUsageLines()) + `
 Every command takes --addr, --owner, --json, --token-file, --tls, --ca-file;
-the token comes from DISPATCHER_TOKEN or --token-file.
+the owner comes from --owner or DISPATCHER_OWNER, the token from
+DISPATCHER_TOKEN or --token-file.
 Run 'dispatcher events <command> -h' for its flags.
 `
+}
 
 // runEventsCLI implements `dispatcher events …`.
 func runEventsCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, eventsUsage)
+		fmt.Fprint(stderr, eventsUsage())
 		return errors.New("events: no command given")
 	}
-	switch sub, rest := args[0], args[1:]; sub {
-	case "publish":
-		return runPublishCLI(ctx, rest, stdout, stderr)
-	case "list", "get":
-		return runEventsReadCLI(ctx, sub, rest, stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, eventsUsage)
+	sub, rest := args[0], args[1:]
+	if sub == "help" || sub == "-h" || sub == "--help" {
+		fmt.Fprint(stdout, eventsUsage())
 		return nil
-	default:
-		fmt.Fprint(stderr, eventsUsage)
-		return fmt.Errorf("events: unknown command %q", sub)
 	}
+	for _, c := range eventCommands {
+		if name, _, _ := strings.Cut(c.cmd, " "); name == sub {
+			return c.run(ctx, rest, stdout, stderr)
+		}
+	}
+	fmt.Fprint(stderr, eventsUsage())
+	return fmt.Errorf("events: unknown command %q", sub)
 }
 
 func runPublishCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("events publish", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("events publish", stderr)
 	var conn cliConn
 	conn.bind(fs, true)
 	typ := fs.String("type", "", `event type, e.g. "corpus.note.changed" (see dispatcher event-types)`)

@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -10,11 +10,10 @@ import (
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
-// runEventsReadCLI implements `dispatcher events list` and `events get`,
-// projections of EndpointService.ListEvents and GetEvent (admin token).
-func runEventsReadCLI(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("events "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// runEventsListCLI implements `dispatcher events list`, a projection of
+// EndpointService.ListEvents (admin token).
+func runEventsListCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("events list", stderr)
 	var conn cliConn
 	conn.bind(fs, true)
 	pageSize := fs.Int("page-size", 0, "events per page (0: server default of 50, at most 200)")
@@ -29,33 +28,19 @@ func runEventsReadCLI(ctx context.Context, sub string, args []string, stdout, st
 		return err
 	}
 	switch {
-	case sub == "get" && len(positional) != 1:
-		return fmt.Errorf("events get: want exactly one event id, got %d arguments", len(positional))
-	case sub == "list" && len(positional) > 0:
+	case len(positional) > 0:
 		return fmt.Errorf("events list: unexpected argument %q", positional[0])
 	case conn.owner == "":
-		return fmt.Errorf("events %s: --owner (or DISPATCHER_OWNER) is required", sub)
+		return errors.New("events list: --owner (or DISPATCHER_OWNER) is required")
 	}
 	cc, err := conn.dial(stderr)
 	if err != nil {
-		return fmt.Errorf("events %s: %w", sub, err)
+		return fmt.Errorf("events list: %w", err)
 	}
 	defer cc.Close()
-	client := webhooksv1.NewEndpointServiceClient(cc)
 	ctx, cancel := context.WithTimeout(ctx, conn.timeout)
 	defer cancel()
-
-	if sub == "get" {
-		resp, err := client.GetEvent(ctx, &webhooksv1.GetEventRequest{OwnerId: conn.owner, EventId: positional[0]})
-		if err != nil {
-			return callError("events get", err)
-		}
-		if conn.json {
-			return printJSON(stdout, resp)
-		}
-		return printEventDeliveries(stdout, resp)
-	}
-	resp, err := client.ListEvents(ctx, &webhooksv1.ListEventsRequest{
+	resp, err := webhooksv1.NewEndpointServiceClient(cc).ListEvents(ctx, &webhooksv1.ListEventsRequest{
 		OwnerId: conn.owner, PageSize: int32(min(max(*pageSize, -1), 1<<20)), PageToken: *pageToken,
 		EventType: *typ, SubjectPrefix: *subject, OccurredAfter: since.ts, OccurredBefore: until.ts,
 	})
@@ -80,6 +65,39 @@ func runEventsReadCLI(ctx context.Context, sub string, args []string, stdout, st
 		fmt.Fprintf(stdout, "\nmore: --page-token %s\n", t)
 	}
 	return nil
+}
+
+// runEventsGetCLI implements `dispatcher events get`, a projection of
+// EndpointService.GetEvent (admin token).
+func runEventsGetCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("events get", stderr)
+	var conn cliConn
+	conn.bind(fs, true)
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(positional) != 1:
+		return fmt.Errorf("events get: want exactly one event id, got %d arguments", len(positional))
+	case conn.owner == "":
+		return errors.New("events get: --owner (or DISPATCHER_OWNER) is required")
+	}
+	cc, err := conn.dial(stderr)
+	if err != nil {
+		return fmt.Errorf("events get: %w", err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	defer cancel()
+	resp, err := webhooksv1.NewEndpointServiceClient(cc).GetEvent(ctx, &webhooksv1.GetEventRequest{OwnerId: conn.owner, EventId: positional[0]})
+	if err != nil {
+		return callError("events get", err)
+	}
+	if conn.json {
+		return printJSON(stdout, resp)
+	}
+	return printEventDeliveries(stdout, resp)
 }
 
 func printEventDeliveries(w io.Writer, resp *webhooksv1.GetEventResponse) error {

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func TestPublishEvent(t *testing.T) {
@@ -50,5 +54,28 @@ func TestPublishEvent(t *testing.T) {
 			_, err := publishEvent(tc.owner, tc.typ, tc.subject, tc.data, "", tc.occurred, now)
 			require.ErrorContains(t, err, tc.want)
 		}
+	})
+}
+
+func TestCallError(t *testing.T) {
+	t.Parallel()
+
+	t.Run("FieldViolationsOnce", func(t *testing.T) {
+		t.Parallel()
+		st, err := status.New(codes.InvalidArgument, "invalid url: must be an http or https URL (and 1 more invalid field: event_types[1])").
+			WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+				{Field: "url", Description: "must be an http or https URL"},
+				{Field: "event_types[1]", Description: "not a valid glob"},
+			}})
+		require.NoError(t, err)
+		got := callError("endpoints create", st.Err()).Error()
+		require.Equal(t, "endpoints create: InvalidArgument:\n  url: must be an http or https URL\n  event_types[1]: not a valid glob", got)
+		require.Equal(t, 1, strings.Count(got, "must be an http or https URL"), "each violation printed once")
+	})
+
+	t.Run("MessageWithoutDetails", func(t *testing.T) {
+		t.Parallel()
+		got := callError("endpoints get", status.Error(codes.NotFound, "endpoint not found")).Error()
+		require.Equal(t, "endpoints get: NotFound: endpoint not found", got)
 	})
 }

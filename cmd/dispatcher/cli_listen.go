@@ -5,13 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -25,10 +26,17 @@ const listenUsage = `usage: dispatcher listen --owner <owner> [flags]
 
 Runs a webhook receiver here, for trying the dispatcher out: it creates an
 endpoint for the owner pointing at itself (or reuses the one it made before
-for the same URL, enabling it and taking a new secret), verifies every
-delivery's Standard Webhooks signature with pkg/webhook, prints it, and
-answers --status. Verification failures are answered 401. Ctrl-C stops it;
-the endpoint stays, for the next run.
+for the same URL, enabling it, taking a new secret and keeping its event
+types unless --event-types is given), verifies every delivery's Standard
+Webhooks signature with pkg/webhook, prints it, and answers --status.
+Verification failures are answered 401. Ctrl-C stops it; the endpoint
+stays, for the next run.
+
+Without --listen it takes the first free port of 127.0.0.1:8000-8009, so a
+second listen (say with --status 503) runs beside the first with an
+endpoint of its own. Each line shows the delivery's age: the time from the
+event's occurred_at to its arrival here (an event published with an old
+--occurred-at is old on arrival).
 
 The dispatcher must be allowed to reach it: make run allows loopback
 (DISPATCHER_EGRESS_ALLOW_CIDRS).
@@ -37,19 +45,28 @@ The dispatcher must be allowed to reach it: make run allows loopback
 // listenSeen bounds how many event ids the attempt counter remembers.
 const listenSeen = 10000
 
+// Without --listen, listen takes the first free port from listenFirstPort
+// on, trying listenPorts of them: a fixed set, so that each run in a slot
+// finds the endpoint (the same URL) a previous run there made.
+const (
+	listenHost      = "127.0.0.1"
+	listenFirstPort = 8000
+	listenPorts     = 10
+)
+
 func runListenCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("listen", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("listen", stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), listenUsage+"\n")
 		fs.PrintDefaults()
 	}
 	var conn cliConn
 	conn.bind(fs, true)
-	listen := fs.String("listen", "127.0.0.1:8000", "address to receive deliveries on (port 0: any free port)")
+	listen := fs.String("listen", "", fmt.Sprintf("address to receive deliveries on (default: the first free port of %s:%d-%d; port 0: any free port)",
+		listenHost, listenFirstPort, listenFirstPort+listenPorts-1))
 	url := fs.String("url", "", "URL the endpoint gets (default: http://<listen address>/hooks); for a listener behind a proxy or tunnel")
 	var types stringList
-	fs.Var(&types, "event-types", `event type globs the endpoint hears, comma-separated or repeated (default "*")`)
+	fs.Var(&types, "event-types", `event type globs the endpoint hears, comma-separated or repeated (default: "*" for a new endpoint, a reused one keeps its own)`)
 	status := fs.Int("status", http.StatusNoContent, "HTTP status to answer verified deliveries with: a 2xx, or e.g. 500 or 429 to watch the retries")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -63,13 +80,10 @@ func runListenCLI(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *status < 200 || *status > 599 {
 		return fmt.Errorf("invalid --status %d: want 200..599", *status)
 	}
-	if len(types) == 0 {
-		types = stringList{"*"}
-	}
 
-	lis, err := new(net.ListenConfig).Listen(ctx, "tcp", *listen)
+	lis, err := listenOn(ctx, *listen, listenFirstPort, listenPorts)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return err
 	}
 	defer lis.Close()
 	if *url == "" {
@@ -92,11 +106,15 @@ func runListenCLI(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	how := "created"
+	how, kept := "created", ""
 	if reused {
 		how = "reusing"
+		if len(types) == 0 {
+			kept = "; kept, --event-types changes them"
+		}
 	}
-	fmt.Fprintf(stdout, "listen: %s endpoint %s for owner %s → %s (event types %s)\n", how, ep.GetId(), conn.owner, *url, strings.Join(types, ","))
+	fmt.Fprintf(stdout, "listen: %s endpoint %s for owner %s → %s (event types %s%s)\n",
+		how, ep.GetId(), conn.owner, *url, strings.Join(ep.GetEventTypes(), ","), kept)
 	fmt.Fprintf(stdout, "listen: answering %d to verified deliveries on %s; Ctrl-C stops\n", *status, lis.Addr())
 
 	r := &receiver{verifier: verifier, status: *status, out: stdout, attempts: map[string]int{}}
@@ -115,10 +133,40 @@ func runListenCLI(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return nil
 }
 
-// listenEndpoint finds the owner's endpoint for url, or creates it, and
-// returns a secret this process can verify with: a created endpoint's, or a
-// new one for a reused endpoint (the API never shows a secret twice; the old
-// one keeps signing for a minute beside it, so nothing in flight fails).
+// listenOn opens the receiver's socket: addr when given, else the first free
+// of n ports from first on listenHost. A port in use is explained with the
+// flag that picks another.
+func listenOn(ctx context.Context, addr string, first, n int) (net.Listener, error) {
+	lc := new(net.ListenConfig)
+	if addr != "" {
+		lis, err := lc.Listen(ctx, "tcp", addr)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("listen: %s is in use (another dispatcher listen?): pick another address with --listen, e.g. --listen %s:0 for any free port", addr, listenHost)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listen: --listen %s: %w", addr, err)
+		}
+		return lis, nil
+	}
+	for port := first; port < first+n; port++ {
+		lis, err := lc.Listen(ctx, "tcp", net.JoinHostPort(listenHost, strconv.Itoa(port)))
+		if err == nil {
+			return lis, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("listen: %w", err)
+		}
+	}
+	return nil, fmt.Errorf("listen: ports %d-%d of %s are all in use: pick an address with --listen, e.g. --listen %s:0 for any free port",
+		first, first+n-1, listenHost, listenHost)
+}
+
+// listenEndpoint finds the owner's endpoint for url, or creates it (hearing
+// types, or "*"), and returns a secret this process can verify with: a
+// created endpoint's, or a new one for a reused endpoint (the API never
+// shows a secret twice; the old one keeps signing for a minute beside it, so
+// nothing in flight fails). A reused endpoint keeps its event types unless
+// types are given.
 func listenEndpoint(ctx context.Context, client webhooksv1.EndpointServiceClient, owner, url string, types []string) (*webhooksv1.Endpoint, string, bool, error) {
 	var found *webhooksv1.Endpoint
 	for page := ""; found == nil; {
@@ -137,6 +185,9 @@ func listenEndpoint(ctx context.Context, client webhooksv1.EndpointServiceClient
 		}
 	}
 	if found == nil {
+		if len(types) == 0 {
+			types = []string{"*"}
+		}
 		resp, err := client.CreateEndpoint(ctx, &webhooksv1.CreateEndpointRequest{
 			OwnerId: owner, Url: url, EventTypes: types, Description: "dispatcher listen",
 		})
@@ -145,9 +196,13 @@ func listenEndpoint(ctx context.Context, client webhooksv1.EndpointServiceClient
 		}
 		return resp.GetEndpoint(), resp.GetSecret(), false, nil
 	}
+	mask := []string{"enabled"}
+	if len(types) > 0 {
+		mask = append(mask, "event_types")
+	}
 	upd, err := client.UpdateEndpoint(ctx, &webhooksv1.UpdateEndpointRequest{
 		OwnerId: owner, EndpointId: found.GetId(), EventTypes: types, Enabled: true,
-		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"event_types", "enabled"}},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: mask},
 	})
 	if err != nil {
 		return nil, "", false, err
@@ -200,7 +255,7 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		data.Reset()
 		data.Write(ev.Data)
 	}
-	fmt.Fprintf(rc.out, "%s  %s  %s  %s  attempt %d  verified ✓  latency %s  → %d\n  data %s (%d bytes)\n",
+	fmt.Fprintf(rc.out, "%s  %s  %s  %s  attempt %d  verified ✓  age %s  → %d\n  data %s (%d bytes)\n",
 		at.UTC().Format(time.RFC3339), ev.ID, ev.Type, ev.Subject, attempt,
 		at.Sub(ev.OccurredAt).Round(time.Millisecond), rc.status, data.String(), len(body))
 	w.WriteHeader(rc.status)

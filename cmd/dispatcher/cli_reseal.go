@@ -32,8 +32,7 @@ dispatcher serves, and is safe to re-run: a second run re-seals nothing.
 // runResealCLI implements `dispatcher reseal-secrets`.
 func runResealCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var db dbConfig
-	fs := flag.NewFlagSet("reseal-secrets", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("reseal-secrets", stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), resealUsage)
 		fs.PrintDefaults()

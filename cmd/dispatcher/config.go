@@ -107,8 +107,7 @@ type serveConfig struct {
 
 func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConfig, error) {
 	c := &serveConfig{}
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(output)
+	fs := newFlagSet("serve", output)
 	c.DB.bind(fs, env)
 	fs.BoolVar(&c.Migrate, "migrate", env.boolean("DISPATCHER_MIGRATE", false), "apply migrations at start-up instead of refusing an unmigrated database (env DISPATCHER_MIGRATE)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", env.str("DISPATCHER_GRPC_ADDR", "127.0.0.1:7070"), "gRPC API listen address (env DISPATCHER_GRPC_ADDR)")

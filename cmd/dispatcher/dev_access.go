@@ -35,8 +35,7 @@ admits whatever the file says.
 
 // runDevAccess implements `dispatcher dev-access`. It serves until ctx is done.
 func runDevAccess(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("dev-access", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("dev-access", stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), devAccessUsage)
 		fs.PrintDefaults()

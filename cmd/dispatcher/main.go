@@ -4,7 +4,7 @@
 //	dispatcher serve              run the gRPC API, outbox relay, River workers and metrics
 //	dispatcher migrate            apply River's and the dispatcher's migrations (idempotent)
 //	dispatcher endpoints …        manage endpoints over the gRPC API
-//	dispatcher events publish     publish an event over the gRPC API
+//	dispatcher events …           publish, list and show events over the gRPC API
 //	dispatcher listen             a local receiver that verifies and prints each delivery
 //	dispatcher event-types        list the event types that may leave
 //	dispatcher catalog …          check or export an event catalog
@@ -25,6 +25,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -70,58 +71,147 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return err
 }
 
-const usage = `usage: dispatcher <command> [flags]
+// command is one entry of the command line. Every command is in commands,
+// and the help is generated from it, so a command cannot be left out of
+// `dispatcher --help` (TestUsage checks every one, subcommands included).
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	// subs lists a group's subcommands (endpoints, events), each with its
+	// arguments, for the help.
+	subs func() []usageLine
+}
 
-commands:
-  serve            run the dispatcher (gRPC API, outbox relay, workers, metrics)
-  migrate          apply database migrations (idempotent)
-  endpoints        manage webhook endpoints (list|get|create|update|delete|rotate-secret|send-test|deliveries|redeliver|attempts|stats)
-  events publish   publish an event (what the main app does over gRPC)
-  listen           run a local receiver: an endpoint pointing here, each delivery verified and printed
-  event-types      list the event types that may leave
-  catalog          check an event catalog, or export the default one (check|export)
-  reseal-secrets   re-seal every endpoint secret under the primary master key
-  gen-master-key   print a new master key entry for DISPATCHER_MASTER_KEYS
-  dev-access       run a fake access service (local development)
-  version          print the build's version (also --version)
+// usageLine is one line of a help text: a command as typed and what it does.
+type usageLine struct{ cmd, summary string }
 
-Run 'dispatcher <command> -h' for a command's flags.
-`
+// commands are dispatcher's commands, in the order the help lists them. They
+// are set in init: the commands' own help reads this table.
+var commands []command
+
+func init() {
+	commands = []command{
+		{name: "serve", summary: "run the dispatcher (gRPC API, outbox relay, workers, metrics)", run: runServe},
+		{name: "migrate", summary: "apply database migrations (idempotent)", run: runMigrate},
+		{name: "endpoints", summary: "manage webhook endpoints (admin token)", run: runEndpointsCLI, subs: endpointsUsageLines},
+		{name: "events", summary: "publish events (publisher token), list and show them (admin token)", run: runEventsCLI, subs: eventsUsageLines},
+		{name: "listen", summary: "run a local receiver: an endpoint pointing here, each delivery verified and printed", run: runListenCLI},
+		{name: "event-types", summary: "list the event types that may leave", run: runEventTypesCLI},
+		{name: "catalog", summary: "check an event catalog, or export the default one", run: runCatalogCLI, subs: catalogUsageLines},
+		{name: "reseal-secrets", summary: "re-seal every endpoint secret under the primary master key", run: runResealCLI},
+		{name: "gen-master-key", summary: "print a new master key entry for DISPATCHER_MASTER_KEYS",
+			run: withoutFlags("gen-master-key", runGenMasterKey)},
+		{name: "dev-access", summary: "run a fake access service (local development)", run: runDevAccess},
+		{name: "version", summary: "print the build's version (also --version)",
+			run: withoutFlags("version", runVersion)},
+	}
+}
+
+// usage is the top-level help: every command, and every subcommand of a
+// group on a line of its own.
+func usage() string {
+	var lines []usageLine
+	for _, c := range commands {
+		if c.subs == nil {
+			lines = append(lines, usageLine{c.name, c.summary})
+			continue
+		}
+		for _, s := range c.subs() {
+			lines = append(lines, usageLine{c.name + " " + s.cmd, s.summary})
+		}
+	}
+	return "usage: dispatcher <command> [flags]\n\ncommands:\n" + formatUsageLines(lines) +
+		"\nRun 'dispatcher <command> -h' for a command's flags.\n"
+}
+
+// formatUsageLines aligns lines in two columns, a long command on a line of
+// its own.
+func formatUsageLines(lines []usageLine) string {
+	const width = 30
+	var b strings.Builder
+	for _, l := range lines {
+		if len(l.cmd) > width-2 {
+			fmt.Fprintf(&b, "  %s\n  %-*s%s\n", l.cmd, width, "", l.summary)
+			continue
+		}
+		fmt.Fprintf(&b, "  %-*s%s\n", width, l.cmd, l.summary)
+	}
+	return b.String()
+}
+
+// withoutFlags runs a command that takes no flags and no arguments, after
+// refusing any (-h prints its usage).
+func withoutFlags(name string, run func(stdout io.Writer) error) func(context.Context, []string, io.Writer, io.Writer) error {
+	return func(_ context.Context, args []string, stdout, stderr io.Writer) error {
+		fs := newFlagSet(name, stderr)
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		if fs.NArg() > 0 {
+			return fmt.Errorf("%s: unexpected argument %q", name, fs.Arg(0))
+		}
+		return run(stdout)
+	}
+}
+
+// newFlagSet returns the flag set of the command named as typed ("serve",
+// "events get"): errors are returned, not fatal, and -h prints how to call
+// it and what it does, from the command tables, then its flags.
+func newFlagSet(name string, output io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.Usage = func() {
+		line, summary := usageOf(name)
+		fmt.Fprintf(fs.Output(), "usage: dispatcher %s [flags]\n\n%s\n\nflags:\n", line, summary)
+		var any bool
+		fs.VisitAll(func(*flag.Flag) { any = true })
+		if !any {
+			fmt.Fprintln(fs.Output(), "  none")
+		}
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// usageOf finds a command as typed in the tables: the command with its
+// arguments ("events get <event id>") and its summary.
+func usageOf(name string) (string, string) {
+	group, sub, _ := strings.Cut(name, " ")
+	for _, c := range commands {
+		if c.name != group {
+			continue
+		}
+		if c.subs == nil || sub == "" {
+			return c.name, c.summary
+		}
+		for _, s := range c.subs() {
+			if n, _, _ := strings.Cut(s.cmd, " "); n == sub {
+				return c.name + " " + s.cmd, s.summary
+			}
+		}
+	}
+	return name, ""
+}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return errors.New("no command given")
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "serve":
-		return runServe(ctx, rest, stdout, stderr)
-	case "migrate":
-		return runMigrate(ctx, rest, stdout, stderr)
-	case "endpoints":
-		return runEndpointsCLI(ctx, rest, stdout, stderr)
-	case "events":
-		return runEventsCLI(ctx, rest, stdout, stderr)
-	case "listen":
-		return runListenCLI(ctx, rest, stdout, stderr)
-	case "event-types":
-		return runEventTypesCLI(ctx, rest, stdout, stderr)
-	case "catalog":
-		return runCatalogCLI(ctx, rest, stdout, stderr)
-	case "reseal-secrets":
-		return runResealCLI(ctx, rest, stdout, stderr)
-	case "gen-master-key":
-		return runGenMasterKey(stdout)
-	case "dev-access":
-		return runDevAccess(ctx, rest, stdout, stderr)
-	case "version", "-version", "--version":
+	name, rest := args[0], args[1:]
+	switch name {
+	case "-version", "--version":
 		return runVersion(stdout)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usage())
 		return nil
-	default:
-		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("unknown command %q", cmd)
 	}
+	for _, c := range commands {
+		if c.name == name {
+			return c.run(ctx, rest, stdout, stderr)
+		}
+	}
+	fmt.Fprint(stderr, usage())
+	return fmt.Errorf("unknown command %q", name)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,8 +16,7 @@ import (
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var db dbConfig
 	env := osEnviron()
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("migrate", stderr)
 	db.bind(fs, env)
 	outbox := fs.String("outbox-database-url", env.get("DISPATCHER_OUTBOX_DATABASE_URL"),
 		"also apply the outbox contract (migrations/outbox) to this database; for development and tests, production main apps apply it themselves")

@@ -156,14 +156,18 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slo
 		return fmt.Errorf("migrate: %w", err)
 	}
 	for _, m := range all {
-		var applied bool
-		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM dispatcher_migration WHERE version = $1)`, m.version).Scan(&applied); err != nil {
+		var appliedAs string
+		err := conn.QueryRow(ctx, `SELECT name FROM dispatcher_migration WHERE version = $1`, m.version).Scan(&appliedAs)
+		switch {
+		case err == nil:
+			if appliedAs != m.name {
+				return renumbered(m, appliedAs)
+			}
+			continue
+		case !errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("migrate: read version table: %w", err)
 		}
-		if applied {
-			continue
-		}
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, m.sql); err != nil {
 				return err
 			}
@@ -175,7 +179,33 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slo
 		}
 		logger.InfoContext(ctx, "applied dispatcher migration", slog.Int("version", m.version), slog.String("name", m.name))
 	}
+	if unused := unusedVersions(all); len(unused) > 0 {
+		logger.InfoContext(ctx, "dispatcher migrations are numbered when their work starts: numbers of work that never shipped stay unused, and no number is ever reused",
+			slog.Any("unused", unused))
+	}
 	return nil
+}
+
+// renumbered is the error for a schema that recorded a version under
+// another file's name: a migration was renumbered, or two branches took one
+// number. Applying either way could skip a migration, so neither is done.
+func renumbered(m migration, appliedAs string) error {
+	return fmt.Errorf("migrate: version %d was applied as %s, but this build's migration %d is %s: "+
+		"migration numbers are never reused or renumbered, so this schema and this build disagree", m.version, appliedAs, m.version, m.name)
+}
+
+// unusedVersions lists the numbers below the newest migration that no
+// migration has.
+func unusedVersions(all []migration) []int {
+	var out []int
+	next := 1
+	for _, m := range all {
+		for ; next < m.version; next++ {
+			out = append(out, next)
+		}
+		next = m.version + 1
+	}
+	return out
 }
 
 // CheckMigrated returns ErrNotMigrated (wrapped with what is missing) when
@@ -200,13 +230,32 @@ func CheckMigrated(ctx context.Context, pool *pgxpool.Pool, schema string) error
 	for i, m := range all {
 		versions[i] = int32(m.version)
 	}
-	var missing []int32
-	err = pool.QueryRow(ctx, `SELECT coalesce(array_agg(v ORDER BY v), '{}') FROM unnest($1::int[]) v
-	   WHERE NOT EXISTS (SELECT 1 FROM dispatcher_migration WHERE version = v)`, versions).Scan(&missing)
-	switch {
-	case err != nil:
+	rows, err := pool.Query(ctx, `SELECT version, name FROM dispatcher_migration WHERE version = ANY($1::int[])`, versions)
+	if err != nil {
 		return fmt.Errorf("%w (schema %q has no dispatcher migrations)", ErrNotMigrated, schema)
-	case len(missing) > 0:
+	}
+	applied := map[int]string{}
+	var (
+		version int
+		name    string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&version, &name}, func() error {
+		applied[version] = name
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w (schema %q has no dispatcher migrations)", ErrNotMigrated, schema)
+	}
+	var missing []int
+	for _, m := range all {
+		switch as, ok := applied[m.version]; {
+		case !ok:
+			missing = append(missing, m.version)
+		case as != m.name:
+			return renumbered(m, as)
+		}
+	}
+	if len(missing) > 0 {
 		return fmt.Errorf("%w (schema %q lacks dispatcher migrations %v)", ErrNotMigrated, schema, missing)
 	}
 	return nil

@@ -1,6 +1,7 @@
 package database_test
 
 import (
+	"bytes"
 	"context"
 	"io/fs"
 	"log/slog"
@@ -52,6 +53,32 @@ func TestMigrate(t *testing.T) {
 		require.ErrorContains(t, err, "[3]")
 		require.NoError(t, database.Migrate(ctx, db.Pool, db.Schema, logger))
 		require.NoError(t, database.CheckMigrated(ctx, db.Pool, db.Schema))
+	})
+
+	t.Run("ARenumberedMigrationIsRefused", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.NewEmpty(t)
+		require.NoError(t, database.Migrate(ctx, db.Pool, db.Schema, logger))
+		// As if the schema had been migrated by a build whose migration 9
+		// was another file (renumbered, or one number taken twice).
+		_, err := db.Pool.Exec(ctx, `UPDATE dispatcher_migration SET name = '009_something_else.up.sql' WHERE version = 9`)
+		require.NoError(t, err)
+		for _, err := range []error{
+			database.CheckMigrated(ctx, db.Pool, db.Schema),
+			database.Migrate(ctx, db.Pool, db.Schema, logger),
+		} {
+			require.ErrorContains(t, err, "version 9 was applied as 009_something_else.up.sql, but this build's migration 9 is 009_delivery_attempts.up.sql")
+			require.ErrorContains(t, err, "never reused or renumbered")
+		}
+	})
+
+	t.Run("UnusedNumbersAreLogged", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.NewEmpty(t)
+		var logs bytes.Buffer
+		require.NoError(t, database.Migrate(ctx, db.Pool, db.Schema, slog.New(slog.NewTextHandler(&logs, nil))))
+		require.Contains(t, logs.String(), "numbers of work that never shipped stay unused")
+		require.Contains(t, logs.String(), "unused=\"[6 7 8 11]\"")
 	})
 
 	t.Run("ConcurrentMigrationsDoNotRace", func(t *testing.T) {
