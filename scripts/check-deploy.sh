@@ -128,6 +128,8 @@ if $selftest; then
   mutations=(
     'docs/operations.md|s/^### DispatcherNoRiverLeader$/### No River leader/m|alert without its runbook section|anchor #dispatchernoriverleader does not exist'
     'docs/operations.md|s/DISPATCHER_OUTBOX_POLL/DISPATCHER_OUTBOX_POLLING/g|config reference misses a variable|does not mention DISPATCHER_OUTBOX_POLL '
+    'docs/operations.md|s/ \[Tracing\]\(#tracing\) ·//|contents line misses a section|the contents paragraph links'
+    'docs/operations.md|s/^## Validating deploy\/$/### Validating deploy\//m|a topic hidden among the runbooks|sits under "## Alerts"'
     'deploy/kubernetes/deployment.yaml|s/revisionHistoryLimit:/revisionHistoryLimt:/|unknown field|additional properties .revisionHistoryLimt. not allowed'
     'deploy/kubernetes/deployment.yaml|s/^  replicas: 3$/  replicas: "3"/m|wrong type|/spec/replicas.: got string, want integer'
     'deploy/kubernetes/deployment.yaml|s/^  selector:\n    matchLabels:\n.*\n.*\n//m|missing required field|missing property .selector.'
