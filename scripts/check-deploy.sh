@@ -153,6 +153,9 @@ if $selftest; then
     'deploy/docker-compose.yaml|s/^    image: webhook-dispatcher:latest$/    image: webhook-dispatcher:dev/m|compose runs an image make image does not tag|want webhook-dispatcher:latest'
     'deploy/docker-compose.yaml|s/^    image: postgres:15$/    imag: postgres:15/m|compose file violates the Compose schema|services.postgres.imag false schema'
     'deploy/docker-compose.yaml|s/DISPATCHER_LOG_FORMAT: text/DISPATCHER_LOGFORMAT: text/|compose env var config.go does not read|env DISPATCHER_LOGFORMAT is not read'
+    'deploy/docker-compose.yaml|s/^    pull_policy: never\n//m|compose would pull the dispatcher from a registry|pull_policy must be never'
+    'deploy/docker-compose.yaml|s/^    volumes:\n      - pgdata/    ports:\n      - "127.0.0.1:5432:5432"\n    volumes:\n      - pgdata/m|compose takes the local Postgres port|publishes host port 5432'
+    'docs/operations.md|s/^docker compose -f deploy\/docker-compose.yaml up$/docker compose -f deploy\/docker-compose.yaml up --build/m|docs build what compose cannot|the compose section runs --build'
   )
   echo "== self-test: ${#mutations[@]} deliberate breakages, each must be reported"
   failed=0

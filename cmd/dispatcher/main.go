@@ -164,9 +164,9 @@ func newFlagSet(name string, output io.Writer) *flag.FlagSet {
 	fs.Usage = func() {
 		line, summary := usageOf(name)
 		fmt.Fprintf(fs.Output(), "usage: dispatcher %s [flags]\n\n%s\n\nflags:\n", line, summary)
-		var any bool
-		fs.VisitAll(func(*flag.Flag) { any = true })
-		if !any {
+		var hasFlags bool
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if !hasFlags {
 			fmt.Fprintln(fs.Output(), "  none")
 		}
 		fs.PrintDefaults()

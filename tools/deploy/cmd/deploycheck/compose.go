@@ -46,10 +46,24 @@ func checkCompose(l layout, _ *catalogue, p *problems) {
 			// One definition of the image: make image (tools/image).
 			p.add(file, "service %s: builds an image; run %s, which make image builds and docker load takes, instead", name, composeImage)
 		}
+		for _, port := range svc.Ports {
+			if port.HostIP != "127.0.0.1" {
+				// Development secrets: nothing of this file faces the network.
+				p.add(file, "service %s: port %d is published on %q: publish on 127.0.0.1 only", name, port.Target, port.HostIP)
+			}
+			if port.Published == "5432" {
+				p.add(file, "service %s: publishes host port 5432, which a local Postgres (the one make run uses) holds", name)
+			}
+		}
 		if !strings.HasPrefix(svc.Image, "webhook-dispatcher") {
 			continue // postgres and friends
 		}
 		dispatchers++
+		if svc.PullPolicy != types.PullPolicyNever {
+			// The image exists only once docker load has taken make image's
+			// tarball; a pull would look for it in a registry and fail there.
+			p.add(file, "service %s: pull_policy must be never (the image comes from make image and docker load, not a registry)", name)
+		}
 		if svc.Image != composeImage {
 			p.add(file, "service %s: image %s: want %s, the tag make image gives", name, svc.Image, composeImage)
 		}
@@ -68,5 +82,39 @@ func checkCompose(l layout, _ *catalogue, p *problems) {
 	}
 	if dispatchers == 0 {
 		p.add(file, "no service runs %s", composeImage)
+	}
+	checkComposeDocs(l, p)
+}
+
+// checkComposeDocs: the operations guide's compose section runs what the
+// compose file needs, in order (make image, docker load, compose up), and
+// nothing it cannot (--build: there is nothing to build).
+func checkComposeDocs(l layout, p *problems) {
+	raw, err := os.ReadFile(l.docs)
+	if err != nil {
+		p.addErr(l.docs, err)
+		return
+	}
+	doc := string(raw)
+	start := strings.Index(doc, "\n## Local run with Docker Compose\n")
+	if start < 0 {
+		p.add(l.docs, "no \"## Local run with Docker Compose\" section")
+		return
+	}
+	section := doc[start+1:]
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	if strings.Contains(section, "--build") {
+		p.add(l.docs, "the compose section runs --build, but the compose file builds nothing: make image, then docker load")
+	}
+	last := -1
+	for _, step := range []string{"make image", "docker load -i bin/dispatcher-image.tar", "docker compose -f deploy/docker-compose.yaml up"} {
+		i := strings.Index(section, step)
+		if i < 0 || i < last {
+			p.add(l.docs, "the compose section must run, in this order: make image, docker load -i bin/dispatcher-image.tar, docker compose -f deploy/docker-compose.yaml up (%q missing or out of order)", step)
+			return
+		}
+		last = i
 	}
 }
