@@ -15,6 +15,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/attempt"
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
 	"github.com/standmeet/webhook-dispatcher/internal/database"
+	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	"github.com/standmeet/webhook-dispatcher/internal/tracing"
 	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
@@ -74,8 +75,10 @@ type serveConfig struct {
 	// UnknownTypes: accept (and drop) or refuse events of types in no catalog.
 	UnknownTypes     ingest.UnknownTypes
 	EgressAllowCIDRs []netip.Prefix
-	RequireHTTPS     bool
-	MaxEndpoints     int
+	// EgressProxy tunnels every delivery through an HTTP CONNECT proxy.
+	EgressProxy  *egress.Proxy
+	RequireHTTPS bool
+	MaxEndpoints int
 
 	AccessAddr    string
 	AccessTLS     bool
@@ -128,6 +131,8 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	catalogPath := fs.String("catalog", env.get("DISPATCHER_CATALOG"), "the event catalog: a directory of <type>.json files or one JSON file {\"types\": [...]}; empty: the embedded default (the 39 types of docs/events.md); every replica needs the same one (env DISPATCHER_CATALOG)")
 	unknownTypes := fs.String("unknown-types", env.str("DISPATCHER_UNKNOWN_TYPES", "accept"), "what to do with an event whose type is in no event catalog: accept (it is dropped, never delivered, counted and logged; Publish answers PUBLISH_OUTCOME_DROPPED_UNKNOWN) or refuse (InvalidArgument naming event.type; an outbox row is set aside) (env DISPATCHER_UNKNOWN_TYPES)")
 	allow := fs.String("egress-allow-cidrs", env.get("DISPATCHER_EGRESS_ALLOW_CIDRS"), "comma-separated CIDRs receivers may use despite the SSRF deny list, e.g. 127.0.0.0/8 for local development; empty in production (env DISPATCHER_EGRESS_ALLOW_CIDRS)")
+	proxy := fs.String("egress-proxy", env.get("DISPATCHER_EGRESS_PROXY"), "http://host:port of an HTTP CONNECT proxy every delivery goes through (receivers that admit only known source addresses); the SSRF guard still checks each receiver's address (env DISPATCHER_EGRESS_PROXY)")
+	proxyCreds := fs.String("egress-proxy-credentials-file", env.get("DISPATCHER_EGRESS_PROXY_CREDENTIALS_FILE"), "file holding the proxy's user:password on one line, sent as Proxy-Authorization (env DISPATCHER_EGRESS_PROXY_CREDENTIALS_FILE)")
 	fs.BoolVar(&c.RequireHTTPS, "require-https", env.boolean("DISPATCHER_REQUIRE_HTTPS", false), "refuse endpoint URLs that are not https (env DISPATCHER_REQUIRE_HTTPS)")
 	fs.IntVar(&c.MaxEndpoints, "max-endpoints-per-owner", env.integer("DISPATCHER_MAX_ENDPOINTS_PER_OWNER", 100), "endpoints one owner may have; -1 for no limit (env DISPATCHER_MAX_ENDPOINTS_PER_OWNER)")
 	fs.StringVar(&c.AccessAddr, "access-addr", env.get("DISPATCHER_ACCESS_ADDR"), "address of the access service (EmbedAdmits); empty: embed-bound endpoints receive nothing scoped (env DISPATCHER_ACCESS_ADDR)")
@@ -186,6 +191,16 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 			return nil, fmt.Errorf("invalid -egress-allow-cidrs entry %d %q: %w", i+1, s, err)
 		}
 		c.EgressAllowCIDRs = append(c.EgressAllowCIDRs, p.Masked())
+	}
+	switch {
+	case *proxy != "":
+		p, err := egress.ParseProxy(*proxy, *proxyCreds)
+		if err != nil {
+			return nil, fmt.Errorf("invalid -egress-proxy: %w", err)
+		}
+		c.EgressProxy = p
+	case *proxyCreds != "":
+		return nil, errors.New("-egress-proxy-credentials-file needs -egress-proxy")
 	}
 	if (c.GRPCTLSCert == "") != (c.GRPCTLSKey == "") {
 		return nil, errors.New("-grpc-tls-cert and -grpc-tls-key go together")

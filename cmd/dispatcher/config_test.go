@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
+	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 )
 
@@ -103,6 +104,22 @@ func TestParseServeConfig(t *testing.T) {
 		require.Equal(t, 70, c.DeliverWorkers, "a flag beats the environment")
 		require.Equal(t, "hooks", c.DB.Schema)
 		require.Equal(t, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}, c.EgressAllowCIDRs)
+	})
+
+	t.Run("EgressProxy", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		creds := filepath.Join(t.TempDir(), "proxy-credentials")
+		require.NoError(t, os.WriteFile(creds, []byte("relay:secret\n"), 0o600))
+		b.env["DISPATCHER_EGRESS_PROXY"] = "http://proxy.internal:3128"
+		b.env["DISPATCHER_EGRESS_PROXY_CREDENTIALS_FILE"] = creds
+		c, err := parse(b)
+		require.NoError(t, err)
+		require.Equal(t, &egress.Proxy{Addr: "proxy.internal:3128", Username: "relay", Password: "secret"}, c.EgressProxy)
+
+		_, err = parse(setup(t), "--egress-proxy", "http://relay:secret@proxy.internal:3128")
+		require.ErrorContains(t, err, "invalid -egress-proxy: credentials do not belong in the URL")
+		require.NotContains(t, err.Error(), "secret")
 	})
 
 	t.Run("MalformedEnvironmentNamesTheVariable", func(t *testing.T) {
@@ -218,6 +235,8 @@ func TestParseServeConfig(t *testing.T) {
 			{"--log-format", "xml"},
 			{"--log-level", "loud"},
 			{"--egress-allow-cidrs", "10.0.0.0/33"},
+			{"--egress-proxy", "https://proxy:3128"},
+			{"--egress-proxy-credentials-file", "creds"},
 			{"--grpc-tls-cert", "cert.pem"},
 			{"--grpc-tls-client-ca", "ca.pem"},
 			{"--ops-tls-cert", "cert.pem"},

@@ -135,9 +135,13 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	// One idle connection per deliver worker and host: every worker may be
 	// delivering to endpoints on the same receiver host at once, and a
 	// smaller pool would close and re-dial connections all the time.
-	httpClient := egress.NewClient(egress.Config{AllowCIDRs: cfg.EgressAllowCIDRs, MaxIdleConnsPerHost: cfg.DeliverWorkers})
+	httpClient := egress.NewClient(egress.Config{AllowCIDRs: cfg.EgressAllowCIDRs, MaxIdleConnsPerHost: cfg.DeliverWorkers, Proxy: cfg.EgressProxy})
 	if len(cfg.EgressAllowCIDRs) > 0 {
 		logger.WarnContext(ctx, "egress allow-list overrides the SSRF deny list", slog.Any("cidrs", cfg.EgressAllowCIDRs))
+	}
+	if p := cfg.EgressProxy; p != nil {
+		logger.InfoContext(ctx, "deliveries go through an egress proxy (HTTP CONNECT to each receiver's checked address)",
+			slog.String("proxy", p.Addr), slog.Bool("credentials", p.Username != ""))
 	}
 
 	// Spreads deliveries over the processes by endpoint (see

@@ -39,6 +39,9 @@ type Config struct {
 	// server. Its own connections to DNS servers are not subject to the policy (DNS
 	// servers usually live on private addresses).
 	Resolver *net.Resolver
+	// Proxy, when set, tunnels every request through this HTTP CONNECT proxy,
+	// the policy still applied to the receiver's address (see Proxy).
+	Proxy *Proxy
 }
 
 func (c Config) withDefaults() Config {
@@ -86,9 +89,21 @@ func NewTransport(cfg Config) *http.Transport {
 	// Built from scratch rather than DefaultTransport.Clone(): the clone keeps
 	// Proxy: ProxyFromEnvironment, and with HTTP_PROXY set the dial check would see
 	// only the proxy's address and never the real destination.
+	dial := guardedDial(dialer)
+	if cfg.Proxy != nil {
+		dial = (&proxyDialer{
+			proxy:    cfg.Proxy,
+			policy:   cfg.Policy(),
+			resolver: cfg.Resolver,
+			dialer:   &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second, Resolver: cfg.Resolver},
+		}).DialContext
+	}
 	return &http.Transport{
+		// Never Transport.Proxy: it would dial the proxy by its address only,
+		// and send http:// requests for the proxy to resolve; proxyDialer
+		// checks the receiver's address first.
 		Proxy:                  nil,
-		DialContext:            guardedDial(dialer),
+		DialContext:            dial,
 		ForceAttemptHTTP2:      true, // a custom DialContext disables HTTP/2 otherwise
 		TLSClientConfig:        &tls.Config{MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout:    cfg.Timeout,
