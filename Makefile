@@ -55,7 +55,7 @@ TEST_PARALLEL ?= 2
 # The container image: the static binary on an empty base, built by
 # tools/image (go-containerregistry) into an image tarball, with no Docker
 # daemon and no registry. `docker load -i bin/dispatcher-image.tar` takes it.
-IMAGE      ?= bin/dispatcher-image.tar
+IMAGE_TAR  ?= bin/dispatcher-image.tar
 IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
 REVISION   ?= $(shell git rev-parse HEAD 2>/dev/null)
 
@@ -64,12 +64,33 @@ image: ## Build the container image tarball bin/dispatcher-image.tar (no Docker 
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' \
 		-o bin/linux-$(IMAGE_ARCH)/dispatcher ./cmd/dispatcher
 	$(GO) -C tools/image run . build -binary $(CURDIR)/bin/linux-$(IMAGE_ARCH)/dispatcher -arch $(IMAGE_ARCH) \
-		-version '$(VERSION)' -revision '$(REVISION)' -o $(CURDIR)/$(IMAGE)
+		-version '$(VERSION)' -revision '$(REVISION)' -o $(CURDIR)/$(IMAGE_TAR)
 
 .PHONY: check/image
 check/image: image ## Build the image, then check it runs as non-root and its entrypoint prints its version.
 	$(GO) -C tools/image test -count=1 ./...
-	$(GO) -C tools/image run . check -image $(CURDIR)/$(IMAGE) -version '$(VERSION)'
+	$(GO) -C tools/image run . check -image $(CURDIR)/$(IMAGE_TAR) -version '$(VERSION)'
+
+# A release: binaries for linux/amd64 and linux/arm64, the multi-arch image
+# (OCI layout and archive), checksums and the CHANGELOG section, in
+# dist/<VERSION>/ (scripts/release.sh). make push sends the image to a
+# registry with go-containerregistry (no daemon; credentials from the Docker
+# config, as docker login or a credential helper leaves them).
+DIST      ?= dist
+CHANGELOG ?= CHANGELOG.md
+
+.PHONY: release
+release: ## Build a release into dist/VERSION/ (make release VERSION=v0.1.0; no Docker, no registry).
+	@DIST='$(DIST)' GO='$(GO)' CHANGELOG='$(CHANGELOG)' scripts/release.sh '$(VERSION)'
+
+.PHONY: push
+push: ## Push dist/VERSION's image: make push IMAGE=ghcr.io/you/webhook-dispatcher VERSION=v0.1.0 (tag: 0.1.0 unless IMAGE has one).
+	@test -n '$(IMAGE)' || { echo "make push: IMAGE=<registry>/<repository>[:tag] is required" >&2; exit 2; }
+	$(GO) -C tools/image run . push -layout '$(abspath $(DIST))/$(VERSION)/oci' -image '$(IMAGE)'
+
+.PHONY: check/release
+check/release: ## Build a release of a CI version, push it to a registry started here, pull it back and check it.
+	@scripts/check-release.sh
 
 .PHONY: test
 test: ## Run every test (needs Postgres with 20 free connections: DATABASE_URL or 127.0.0.1:5432).

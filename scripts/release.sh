@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# `make release VERSION=vX.Y.Z`: everything a release ships, built here
+# without Docker or a registry, into dist/<version>/:
+#
+#   dispatcher-<version>-linux-amd64, -linux-arm64   static binaries, version stamped
+#   webhook-dispatcher-<X.Y.Z>-oci.tar               the multi-arch image index as an OCI archive
+#   oci/                                             the same as an OCI layout (make push sends it)
+#   image-index.digest                               the index's digest
+#   RELEASE-NOTES.md                                 CHANGELOG.md's section for the version
+#   SHA256SUMS                                       checksums of all the files above
+#
+# CHANGELOG.md: if it has no section for the version yet, its [Unreleased]
+# entries become "## [X.Y.Z] - <today>" under a new, empty [Unreleased]
+# (commit that, tag vX.Y.Z, and run make release again from the tag so the
+# artifacts name the tagged commit). An empty [Unreleased] is refused.
+#
+# Environment: CHANGELOG (default CHANGELOG.md) and DIST (default dist), for
+# trying it out on copies (CI does); GO (default go).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+die() { echo "release: $*" >&2; exit 1; }
+
+version=${1:-}
+changelog=${CHANGELOG:-CHANGELOG.md}
+dist=${DIST:-dist}
+go=${GO:-go}
+if ! [[ $version =~ ^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$ ]]; then
+  die "VERSION must be vMAJOR.MINOR.PATCH[-pre], as the git tag is spelled: make release VERSION=v0.1.0 (got '$version')"
+fi
+semver=${version#v}
+out=$dist/$version
+[ -f "$changelog" ] || die "$changelog does not exist"
+
+# --- CHANGELOG section ----------------------------------------------------------
+heading_re="^## \\[${semver//./\\.}\\]"
+if ! grep -Eq "$heading_re" "$changelog"; then
+  grep -q '^## \[Unreleased\]' "$changelog" || die "$changelog has neither a [$semver] nor an [Unreleased] section"
+  entries=$(awk '/^## \[Unreleased\]/ {p = 1; next} p && /^## \[/ {exit} p && /^- / {n++} END {print n + 0}' "$changelog")
+  [ "$entries" -gt 0 ] || die "$changelog: [Unreleased] has no entries to release as $semver"
+  awk -v heading="## [$semver] - $(date -u +%Y-%m-%d)" '
+    /^## \[Unreleased\]/ && !done { print; print ""; print heading; done = 1; next }
+    { print }' "$changelog" > "$changelog.new"
+  mv "$changelog.new" "$changelog"
+  echo "release: $changelog: [Unreleased] is now [$semver] ($entries entries); commit it and tag $version"
+fi
+
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+awk -v h="## [$semver]" 'index($0, h) == 1 {p = 1; print; next} p && /^## \[/ {exit} p' "$changelog" > "$out/RELEASE-NOTES.md"
+[ -s "$out/RELEASE-NOTES.md" ] || die "could not extract the [$semver] section of $changelog"
+
+# --- what the artifacts say they were built from --------------------------------
+revision=$(git rev-parse HEAD 2>/dev/null || true)
+[ -n "$revision" ] || die "not a git checkout: the artifacts name the commit they were built from"
+if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  revision="$revision-dirty"
+  echo "release: the work tree has uncommitted changes: the artifacts name $revision" >&2
+elif [ "$(git describe --tags --exact-match 2>/dev/null || true)" != "$version" ]; then
+  echo "release: HEAD is not tagged $version: fine for trying it out, not for publishing" >&2
+fi
+
+# --- binaries -------------------------------------------------------------------
+binaries=()
+for arch in amd64 arm64; do
+  bin="$out/dispatcher-$version-linux-$arch"
+  CGO_ENABLED=0 GOOS=linux GOARCH=$arch "$go" build -trimpath -ldflags "-s -w -X main.version=$version" -o "$bin" ./cmd/dispatcher
+  binaries+=(-binary "$arch=$bin")
+done
+
+# --- image ----------------------------------------------------------------------
+"$go" -C tools/image run . release "${binaries[@]}" -version "$version" -revision "$revision" -out "$out"
+
+# --- checksums ------------------------------------------------------------------
+(
+  cd "$out"
+  sha256sum "dispatcher-$version-linux-amd64" "dispatcher-$version-linux-arm64" \
+    "webhook-dispatcher-$semver-oci.tar" RELEASE-NOTES.md > SHA256SUMS
+)
+echo "release: $out/"
+ls -l "$out" | sed 1d | awk '{printf "  %10s  %s\n", $5, $NF}'
+echo "release: image index $(cat "$out/image-index.digest"); push it with make push IMAGE=<registry>/<repository> VERSION=$version"
