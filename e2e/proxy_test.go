@@ -38,22 +38,18 @@ func newEgressProxy(t *testing.T, user, pass string) *egressProxy {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p := &egressProxy{lis: lis, auth: "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass)), stop: make(chan struct{}), mode: "ok"}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
+	p.wg.Go(func() {
 		for {
 			conn, err := lis.Accept()
 			if err != nil {
 				return
 			}
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
+			p.wg.Go(func() {
 				defer conn.Close()
 				p.handle(conn)
-			}()
+			})
 		}
-	}()
+	})
 	t.Cleanup(func() {
 		close(p.stop)
 		_ = lis.Close()
