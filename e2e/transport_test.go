@@ -124,6 +124,28 @@ func TestTransportSecurity(t *testing.T) {
 		_, err = healthpb.NewHealthClient(dial(t, b, nil)).Check(ctx, &healthpb.HealthCheckRequest{})
 		require.Error(t, err, "a client without a certificate is refused")
 
+		// The HTTP/JSON API on the same port, over the same TLS: HTTP/1.1
+		// by ALPN for a client offering it, the client certificate
+		// required all the same.
+		httpsGet := func(cert *tls.Certificate) (*http.Response, error) {
+			cfg := &tls.Config{RootCAs: b.serverCA.Pool(), ServerName: "localhost", MinVersion: tls.VersionTLS12}
+			if cert != nil {
+				cfg.Certificates = []tls.Certificate{*cert}
+			}
+			hc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true}}
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+b.d.grpcAddr+"/v1/event-types", nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+adminToken)
+			return hc.Do(req)
+		}
+		resp, err := httpsGet(&b.client)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Equal(t, "HTTP/1.1", resp.Proto)
+		_, err = httpsGet(nil)
+		require.Error(t, err, "an HTTP client without a certificate is refused too")
+
 		code, sn := opsGet(t, b, "/healthz")
 		require.Equal(t, http.StatusOK, code)
 		require.Equal(t, b.serial, sn)

@@ -23,7 +23,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -39,10 +39,12 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/fanout"
 	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
+	"github.com/standmeet/webhook-dispatcher/internal/httpapi"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/partition"
+	"github.com/standmeet/webhook-dispatcher/internal/portmux"
 	"github.com/standmeet/webhook-dispatcher/internal/retention"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
@@ -222,10 +224,9 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	}, pool, riverClient, keyring, testPublisher{store}, logger)
 
 	// gRPC API.
-	var serverOpts []grpc.ServerOption
-	if grpcTLS != nil {
-		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(grpcTLS)))
-	}
+	// The port's TLS is terminated by the port mux (below), which hands
+	// gRPC connections over already secured; these credentials say so.
+	serverOpts := []grpc.ServerOption{grpc.Creds(portmux.Creds()), grpc.MaxRecvMsgSize(httpapi.MaxBodyBytes)}
 	if traces.Enabled() {
 		// A server span per call (health checks excepted), the child of the
 		// caller's trace when it sends one.
@@ -245,6 +246,24 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	if err != nil {
 		return fmt.Errorf("gRPC listen on %s: %w", cfg.GRPCAddr, err)
 	}
+	// One port, two protocols: gRPC, and the HTTP/JSON API transcoded into
+	// calls of the same gRPC server over an in-process connection, so both
+	// meet the same interceptors, handlers and errors.
+	apiMux := portmux.New(grpcLis, grpcTLS)
+	apiPipe := portmux.NewPipe()
+	apiConn, err := grpc.NewClient("passthrough:///httpapi",
+		grpc.WithContextDialer(apiPipe.Dial), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		_ = grpcLis.Close()
+		return fmt.Errorf("http api: %w", err)
+	}
+	defer apiConn.Close()
+	apiHandler, err := httpapi.New(ctx, apiConn)
+	if err != nil {
+		_ = grpcLis.Close()
+		return err
+	}
+	httpServer := &http.Server{Handler: apiHandler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	opsLis, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.OpsAddr)
 	if err != nil {
 		_ = grpcLis.Close()
@@ -292,7 +311,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		healthServer.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
 
-	warnPlaintext(ctx, logger, grpcLis, grpcTLS, "API bearer tokens, and the endpoint signing secrets CreateEndpoint and RotateSecret return,",
+	warnPlaintext(ctx, logger, grpcLis, grpcTLS, "API bearer tokens (gRPC and HTTP/JSON), and the endpoint signing secrets CreateEndpoint and RotateSecret return,",
 		"-grpc-tls-cert/-grpc-tls-key (DISPATCHER_GRPC_TLS_CERT/_KEY)")
 	warnPlaintext(ctx, logger, opsLis, opsTLS, "River UI's operator token and session cookie",
 		"-ops-tls-cert/-ops-tls-key (DISPATCHER_OPS_TLS_CERT/_KEY)")
@@ -323,8 +342,26 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	// Stops with the leases, after River: the last attempts are written too.
 	g.Go(func() error { attempts.Run(leaseCtx); return nil })
 	g.Go(func() error {
-		if err := grpcServer.Serve(grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := grpcServer.Serve(apiMux.GRPC()); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("gRPC server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := grpcServer.Serve(apiPipe); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("gRPC server (HTTP API): %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := httpServer.Serve(apiMux.HTTP()); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("HTTP API server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := apiMux.Serve(); err != nil {
+			return fmt.Errorf("API port: %w", err)
 		}
 		return nil
 	})
@@ -369,7 +406,9 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		<-gctx.Done()
 		logger.Info("shutting down")
 		healthServer.Shutdown()
-		shutdown(grpcServer, opsServer, riverClient, cfg.ShutdownTimeout, logger)
+		shutdown(grpcServer, httpServer, opsServer, riverClient, cfg.ShutdownTimeout, logger)
+		_ = apiMux.Close()
+		_ = apiPipe.Close()
 		stopLeases()
 		return nil
 	})
@@ -381,9 +420,17 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 // shutdown stops taking work, lets in-flight deliveries finish for up to
 // timeout, then cancels them: River puts a cancelled job back to available
 // without spending an attempt, so another process delivers it.
-func shutdown(grpcServer *grpc.Server, opsServer *http.Server, riverClient *river.Client[pgx.Tx], timeout time.Duration, logger *slog.Logger) {
+func shutdown(grpcServer *grpc.Server, httpServer, opsServer *http.Server, riverClient *river.Client[pgx.Tx], timeout time.Duration, logger *slog.Logger) {
 	stopped := make(chan struct{})
-	go func() { grpcServer.GracefulStop(); close(stopped) }()
+	go func() {
+		// HTTP first: its requests are gRPC calls, which GracefulStop
+		// waits for.
+		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = httpServer.Shutdown(hctx)
+		grpcServer.GracefulStop()
+		close(stopped)
+	}()
 	select {
 	case <-stopped:
 	case <-time.After(5 * time.Second):

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
+	"github.com/standmeet/webhook-dispatcher/internal/portmux"
 )
 
 // Method prefixes, as gRPC spells full method names.
@@ -74,6 +75,15 @@ func Authorize(ctx context.Context, a *auth.Authenticator, fullMethod string) er
 	var from string
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		from = p.Addr.String()
+		if p.Addr.Network() == portmux.PipeNetwork {
+			// A call of the HTTP API: the client is who grpc-gateway
+			// names.
+			if md, ok := metadata.FromIncomingContext(ctx); ok {
+				if xff := md.Get("x-forwarded-for"); len(xff) > 0 {
+					from = xff[len(xff)-1] + " (HTTP)"
+				}
+			}
+		}
 	}
 	tok, present := bearer(ctx)
 	if !present {
