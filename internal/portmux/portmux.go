@@ -237,4 +237,3 @@ type pipeAddr struct{}
 
 func (pipeAddr) Network() string { return PipeNetwork }
 func (pipeAddr) String() string  { return "httpapi" }
-
