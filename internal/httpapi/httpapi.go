@@ -88,21 +88,21 @@ func guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-				writeStatus(w, http.StatusUnsupportedMediaType, codes.InvalidArgument,
+				writeStatus(w, http.StatusUnsupportedMediaType,
 					"the request body must be JSON: send Content-Type: application/json")
 				return
 			}
 			if r.ContentLength > MaxBodyBytes {
-				writeStatus(w, http.StatusRequestEntityTooLarge, codes.InvalidArgument, tooLarge)
+				writeStatus(w, http.StatusRequestEntityTooLarge, tooLarge)
 				return
 			}
 			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 			if err != nil {
 				if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-					writeStatus(w, http.StatusRequestEntityTooLarge, codes.InvalidArgument, tooLarge)
+					writeStatus(w, http.StatusRequestEntityTooLarge, tooLarge)
 					return
 				}
-				writeStatus(w, http.StatusBadRequest, codes.InvalidArgument, "could not read the request body")
+				writeStatus(w, http.StatusBadRequest, "could not read the request body")
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
@@ -113,9 +113,10 @@ func guard(next http.Handler) http.Handler {
 
 var tooLarge = "the request body must be at most " + strconv.Itoa(MaxBodyBytes>>20) + " MiB"
 
-// writeStatus answers as grpc-gateway does: a google.rpc.Status as JSON.
-func writeStatus(w http.ResponseWriter, httpStatus int, code codes.Code, msg string) {
-	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(status.New(code, msg).Proto())
+// writeStatus answers as grpc-gateway does, a google.rpc.Status as JSON:
+// InvalidArgument, with httpStatus saying what was wrong with the request.
+func writeStatus(w http.ResponseWriter, httpStatus int, msg string) {
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(status.New(codes.InvalidArgument, msg).Proto())
 	if err != nil {
 		http.Error(w, msg, httpStatus)
 		return
