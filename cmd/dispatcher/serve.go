@@ -263,7 +263,10 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		_ = grpcLis.Close()
 		return err
 	}
-	httpServer := &http.Server{Handler: apiHandler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	// Bounded like the gRPC side: a client cannot hold a connection open
+	// by sending its request slowly, nor keep an idle one for ever.
+	httpServer := &http.Server{Handler: apiHandler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	opsLis, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.OpsAddr)
 	if err != nil {
 		_ = grpcLis.Close()
