@@ -148,5 +148,5 @@ bench: ## Run the load scenarios and print the figures (see docs/benchmarks.md).
 	$(GO) run ./cmd/dispatcher-bench $(BENCH_ARGS)
 
 .PHONY: check/deploy
-check/deploy: ## Validate deploy/ (Kubernetes schemas, Prometheus rules, dashboard JSON).
+check/deploy: ## Validate deploy/: helm lint/template (3 value sets), kustomize build, kubeconform, deploycheck (rules, dashboard, overlays = chart).
 	@scripts/check-deploy.sh

@@ -8,18 +8,23 @@
 #                                        fail unless every breakage is caught
 #   scripts/check-deploy.sh DIR          check another deploy directory (e.g. a copy)
 #
-# What runs (tools/deploy/go.mod pins the tools; this script the schema sources):
-#   kubeconform -strict  deploy/kubernetes/*.yaml against JSON schemas built
-#                        offline from Kubernetes' OpenAPI document (module
+# What runs (tools/deploy/go.mod and tools/render/go.mod pin the tools; this
+# script the schema sources):
+#   helm lint, helm template   the chart deploy/helm/dispatcher, for each value set
+#                        in its ci/ (dev, prod, secrets-created)
+#   kustomize build      each overlay of deploy/kustomize
+#   kubeconform -strict  every rendering, against JSON schemas built offline
+#                        from Kubernetes' OpenAPI document (module
 #                        k8s.io/kubernetes) and the Prometheus operator's CRDs
 #                        (module github.com/prometheus-operator/prometheus-operator),
 #                        both fetched with `go mod download`
 #   deploycheck check    tools/deploy/cmd/deploycheck: alert rules (Prometheus'
-#                        rulefmt + PromQL parser), dashboard, generated files,
-#                        cross-object consistency, compose (compose-go),
-#                        docs/operations.md (runbooks, config reference); every
-#                        metric and label used must exist in internal/metrics
-#   kubectl kustomize    only if kubectl is installed: the kustomization renders
+#                        rulefmt + PromQL parser), dashboard, the chart's copies
+#                        of them, the overlays rendered from the chart and equal
+#                        to its renderings, cross-object consistency of every
+#                        rendering, compose (compose-go), docs/operations.md
+#                        (runbooks, config reference, contents); every metric
+#                        and label used must exist in internal/metrics
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -55,7 +60,11 @@ start=$SECONDS
   cd tools/deploy
   go build -o "$bin/" ./cmd/deploycheck github.com/yannh/kubeconform/cmd/kubeconform
 )
-echo "check-deploy: tools ready in $((SECONDS - start))s (tools/deploy)"
+(
+  cd tools/render
+  go build -o "$bin/" helm.sh/helm/v3/cmd/helm sigs.k8s.io/kustomize/kustomize/v5
+)
+echo "check-deploy: tools ready in $((SECONDS - start))s (tools/deploy, tools/render)"
 
 # Modules used as data, downloaded (and checksum-verified) through the proxy.
 # Run outside any module so that no go.mod or go.sum is touched.
@@ -73,45 +82,61 @@ crds="$op_dir/example/prometheus-operator-crd"
 [ -d "$crds" ] || { echo "check-deploy: $crds missing" >&2; exit 1; }
 echo "check-deploy: schema sources ready in $((SECONDS - start))s (k8s.io/kubernetes@$K8S_VERSION, prometheus-operator@$PROM_OPERATOR_VERSION)"
 
+kube_version=${K8S_VERSION#v}
+
+# render DIR OUT: helm lint and helm template for every value set of DIR's
+# chart (OUT/helm-<set>.yaml), kustomize build for every overlay
+# (OUT/kustomize-<overlay>.yaml); returns non-zero when any fails.
+render() {
+  local dir=$1 out=$2 rc=0 f set
+  rm -rf "$out" && mkdir -p "$out"
+  for f in "$dir"/helm/dispatcher/ci/*-values.yaml; do
+    set=$(basename "$f" -values.yaml)
+    if ! "$bin/helm" lint --strict --quiet --kube-version "$kube_version" "$dir/helm/dispatcher" -f "$f" >"$out/log" 2>&1; then
+      echo "helm lint ($set):"; cat "$out/log"; rc=1
+    fi
+    if ! "$bin/helm" template dispatcher "$dir/helm/dispatcher" --kube-version "$kube_version" -f "$f" >"$out/helm-$set.yaml" 2>"$out/log"; then
+      echo "helm template ($set):"; cat "$out/log"; rc=1
+    fi
+  done
+  for f in "$dir"/kustomize/overlays/*/; do
+    set=$(basename "$f")
+    if ! "$bin/kustomize" build "$f" >"$out/kustomize-$set.yaml" 2>"$out/log"; then
+      echo "kustomize build ($set):"; cat "$out/log"; rc=1
+    fi
+  done
+  rm -f "$out/log"
+  return $rc
+}
+
 if $write; then
   "$bin/deploycheck" generate -repo . -deploy "$deploy"
+  for set in dev prod; do
+    "$bin/helm" template dispatcher "$deploy/helm/dispatcher" --kube-version "$kube_version" \
+      -f "$deploy/helm/dispatcher/ci/$set-values.yaml" >"$tmp/helm-$set.yaml"
+  done
+  "$bin/deploycheck" kustomize -dev "$tmp/helm-dev.yaml" -prod "$tmp/helm-prod.yaml" -out "$deploy/kustomize"
 fi
 
-# Schemas for the kinds the manifests use, built once per run.
+# Schemas for the kinds the renderings use, built once per run.
 schemas="$tmp/schemas"
-manifests_of() {
-  local f
-  for f in "$1"/kubernetes/*.yaml; do
-    [ "$(basename "$f")" = kustomization.yaml ] || echo "$f"
-  done
-}
-all_manifests=()
-while IFS= read -r f; do all_manifests+=("$f"); done < <(manifests_of "$deploy")
-"$bin/deploycheck" schemas -swagger "$swagger" -crds "$crds" -out "$schemas" "${all_manifests[@]}" >/dev/null
+render "$deploy" "$tmp/rendered" >/dev/null 2>&1 || true
+"$bin/deploycheck" schemas -swagger "$swagger" -crds "$crds" -out "$schemas" "$tmp"/rendered/*.yaml >/dev/null
 
 # check_dir DIR [DOCS]: every check on one deploy directory (and the
 # operations guide its alerts link to); returns non-zero on failure.
 check_dir() {
-  local dir=$1 docs=${2:-docs/operations.md} rc=0 manifests f
+  local dir=$1 docs=${2:-docs/operations.md} rc=0 out="$tmp/check" args f
   echo "== $dir"
-  "$bin/deploycheck" check -repo . -deploy "$dir" -docs "$docs" || rc=1
-
-  echo "-- kubeconform (Kubernetes ${K8S_VERSION#v}, strict)"
-  manifests=()
-  while IFS= read -r f; do manifests+=("$f"); done < <(manifests_of "$dir")
-  "$bin/kubeconform" -strict -summary -schema-location "$schemas/{{ .ResourceKind }}{{ .KindSuffix }}.json" \
-    "${manifests[@]}" || rc=1
-  if command -v kubectl >/dev/null 2>&1; then
-    echo "-- kubectl kustomize | kubeconform"
-    if ! kubectl kustomize "$dir/kubernetes" >"$tmp/rendered.yaml"; then
-      rc=1
-    else
-      "$bin/kubeconform" -strict -summary -schema-location "$schemas/{{ .ResourceKind }}{{ .KindSuffix }}.json" \
-        "$tmp/rendered.yaml" || rc=1
-    fi
-  else
-    echo "-- kubectl not installed: the kustomization's resource list is checked by deploycheck only"
-  fi
+  echo "-- helm lint, helm template (Kubernetes $kube_version), kustomize build"
+  render "$dir" "$out" || rc=1
+  args=()
+  for f in "$out"/*.yaml; do args+=(-rendered "$(basename "$f" .yaml)=$f"); done
+  "$bin/deploycheck" check -repo . -deploy "$dir" -docs "$docs" "${args[@]}" || rc=1
+  echo "-- kubeconform (Kubernetes $kube_version, strict): $(cd "$out" && ls *.yaml | tr '\n' ' ')"
+  for f in "$out"/*.yaml; do
+    "$bin/kubeconform" -strict -summary -schema-location "$schemas/{{ .ResourceKind }}{{ .KindSuffix }}.json" "$f" || rc=1
+  done
   return $rc
 }
 
@@ -130,21 +155,24 @@ if $selftest; then
     'docs/operations.md|s/DISPATCHER_OUTBOX_POLL/DISPATCHER_OUTBOX_POLLING/g|config reference misses a variable|does not mention DISPATCHER_OUTBOX_POLL '
     'docs/operations.md|s/ \[Tracing\]\(#tracing\) ·//|contents line misses a section|the contents paragraph links'
     'docs/operations.md|s/^## Validating deploy\/$/### Validating deploy\//m|a topic hidden among the runbooks|sits under "## Alerts"'
-    'deploy/kubernetes/deployment.yaml|s/revisionHistoryLimit:/revisionHistoryLimt:/|unknown field|additional properties .revisionHistoryLimt. not allowed'
-    'deploy/kubernetes/deployment.yaml|s/^  replicas: 3$/  replicas: "3"/m|wrong type|/spec/replicas.: got string, want integer'
-    'deploy/kubernetes/deployment.yaml|s/^  selector:\n    matchLabels:\n.*\n.*\n//m|missing required field|missing property .selector.'
-    'deploy/kubernetes/servicemonitor.yaml|s/interval: 30s/interval: 30 seconds/|bad value in a CRD field|/spec/endpoints/0/interval.*does not match pattern'
-    'deploy/kubernetes/poddisruptionbudget.yaml|s/maxUnavailable: 1/maxUnavailable: one/|int-or-string the schema accepts, the API server not|must be a number or a percentage'
-    'deploy/kubernetes/service.yaml|s/targetPort: grpc/targetPort: grcp/|Service targetPort names no container port|targetPort "grcp" is not a container port'
-    'deploy/kubernetes/networkpolicy.yaml|s/^ *- 169\.254\.0\.0\/16\n//m|metadata range no longer excluded from egress|must except 169.254.0.0/16'
-    'deploy/kubernetes/deployment.yaml|s/DISPATCHER_LOG_LEVEL/DISPATCHER_LOGLEVEL/|env var that config.go does not read|env DISPATCHER_LOGLEVEL is not read'
-    'deploy/kubernetes/deployment.yaml|s/terminationGracePeriodSeconds: 45/terminationGracePeriodSeconds: 30/|grace period shorter than shutdown|terminationGracePeriodSeconds 30 must exceed'
-    'deploy/kubernetes/migrate-job.yaml|s/webhook-dispatcher:0\.1\.0/webhook-dispatcher:0.0.9/|migrate Job on another image|the migrate Job must run the version'
-    'deploy/kubernetes/kustomization.yaml|s/^  - servicemonitor.yaml\n//m|manifest missing from the kustomization|servicemonitor.yaml is not listed in resources'
+    'deploy/helm/dispatcher/templates/deployment.yaml|s/revisionHistoryLimit:/revisionHistoryLimt:/|unknown field|additional properties .revisionHistoryLimt. not allowed'
+    'deploy/helm/dispatcher/templates/deployment.yaml|s/replicas: \{\{ \.Values\.replicaCount \}\}/replicas: "{{ .Values.replicaCount }}"/|wrong type|/spec/replicas.: got string, want integer'
+    'deploy/helm/dispatcher/templates/deployment.yaml|s/^  selector:\n    matchLabels:\n.*\n//m|missing required field|missing property .selector.'
+    'deploy/helm/dispatcher/values.yaml|s/^  interval: 30s$/  interval: 30 seconds/m|bad value in a CRD field|/spec/endpoints/0/interval.*does not match pattern'
+    'deploy/helm/dispatcher/values.yaml|s/^  maxUnavailable: 1$/  maxUnavailable: one/m|int-or-string the schema accepts, the API server not|must be a number or a percentage'
+    'deploy/helm/dispatcher/templates/service.yaml|s/targetPort: grpc/targetPort: grcp/|Service targetPort names no container port|targetPort "grcp" is not a container port'
+    'deploy/helm/dispatcher/templates/networkpolicy.yaml|s/^ *- 169\.254\.0\.0\/16\n//m|metadata range no longer excluded from egress|must except 169.254.0.0/16'
+    'deploy/helm/dispatcher/templates/deployment.yaml|s/DISPATCHER_LOG_LEVEL/DISPATCHER_LOGLEVEL/|env var that config.go does not read|env DISPATCHER_LOGLEVEL is not read'
+    'deploy/helm/dispatcher/values.yaml|s/^terminationGracePeriodSeconds: 45$/terminationGracePeriodSeconds: 30/m|grace period shorter than shutdown|terminationGracePeriodSeconds 30 must exceed'
+    'deploy/helm/dispatcher/templates/migrate-job.yaml|s/image: \{\{ include "dispatcher.image" \. \}\}/image: ghcr.io\/standmeet\/webhook-dispatcher:0.0.9/|migrate Job on another image|the migrate Job must run the version'
+    'deploy/helm/dispatcher/templates/service.yaml|s/^  name: \{\{ include "dispatcher.fullname" \. \}\}$/  name: {{ include "dispatcher.fullname" . }/m|template that does not parse|parse error'
+    'deploy/helm/dispatcher/ci/prod-values.yaml|s/maxReplicas: 6/maxReplicas: 8/|chart changed, overlays not rendered again|out of date with the chart'
+    'deploy/kustomize/overlays/dev/deployment-dispatcher.yaml|s/replicas: 1/replicas: 2/|overlay edited by hand|out of date with the chart'
+    'deploy/kustomize/overlays/prod/kustomization.yaml|s/^  - servicemonitor-dispatcher.yaml\n//m|overlay misses an object the chart renders|lacks ServiceMonitor/dispatcher'
     'deploy/prometheus/alerts.yaml|s/dispatcher_relay_lag_seconds_bucket/dispatcher_relay_lag_bucket/|alert on a metric that does not exist|selects dispatcher_relay_lag_bucket, which the dispatcher does not export'
     'deploy/prometheus/alerts.yaml|s/max by \(kind\)/max by (queue)/|alert groups by a label the metric lacks|max by \(queue\): the aggregated expression has no label "queue"'
     'deploy/prometheus/alerts.yaml|s/sum by \(le\) \(rate\(dispatcher_relay/sum(rate(dispatcher_relay/|histogram_quantile without le|histogram_quantile over an expression without the le label'
-    'deploy/prometheus/alerts.yaml|s/> 300/> 600/|PrometheusRule out of sync with alerts.yaml|prometheusrule.yaml: out of date'
+    'deploy/prometheus/alerts.yaml|s/> 300/> 600/|the chart copy out of sync with alerts.yaml|files/alerts.yaml: out of date'
     'deploy/prometheus/alerts.yaml|s/operations.md#dispatcherdown/operations.md#dispatcher-down/|runbook anchor missing from the docs|anchor #dispatcher-down does not exist'
     'deploy/prometheus/alerts.yaml|s/for: 5m/for: 5 minutes/|invalid rule file|unknown unit .* in duration .5 minutes.'
     'deploy/grafana/dispatcher-dashboard.json|s/sum by \(outcome\)/sum by (result)/|dashboard groups by a label the metric lacks|no label "result"'

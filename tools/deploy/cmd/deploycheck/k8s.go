@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -100,18 +102,6 @@ func matches(selector, labels map[string]string) bool {
 	return true
 }
 
-// kustomization is the subset of kustomize's fields this directory may use;
-// decoding is strict, so a typo (resource: instead of resources:) fails.
-type kustomization struct {
-	APIVersion string           `yaml:"apiVersion"`
-	Kind       string           `yaml:"kind"`
-	Namespace  string           `yaml:"namespace"`
-	Resources  []string         `yaml:"resources"`
-	Images     []map[string]any `yaml:"images"`
-	Labels     []map[string]any `yaml:"labels"`
-	Patches    []map[string]any `yaml:"patches"`
-}
-
 // knownEnv are environment variables read by the Go runtime, not config.go.
 var knownEnv = map[string]bool{"GOMEMLIMIT": true, "GOMAXPROCS": true, "GODEBUG": true, "GOGC": true, "TZ": true}
 
@@ -123,51 +113,50 @@ const serveShutdownOverhead = 17 * time.Second
 // requiredExcepts are the ranges the receivers' egress rule must exclude.
 var requiredExcepts = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10"}
 
-func checkManifests(l layout, _ *catalogue, p *problems) {
-	entries, err := os.ReadDir(l.k8s)
-	if err != nil {
-		p.addErr(l.k8s, err)
+// checkManifests runs the cross-object checks on every rendered set of
+// manifests (each `helm template` value set, each `kustomize build` overlay).
+func checkManifests(l layout, cat *catalogue, p *problems) {
+	if len(l.rendered) == 0 {
+		p.add(l.deploy, "no rendered manifests to check (-rendered name=file): the chart and overlays went unchecked")
 		return
 	}
-	var docs []doc
-	var files []string
-	kfile := filepath.Join(l.k8s, "kustomization.yaml")
-	for _, e := range entries {
-		if e.IsDir() {
-			p.add(filepath.Join(l.k8s, e.Name()), "unexpected directory (overlays belong outside deploy/kubernetes)")
-			continue
-		}
-		path := filepath.Join(l.k8s, e.Name())
-		if !strings.HasSuffix(e.Name(), ".yaml") {
-			p.add(path, "only .yaml files belong here")
-			continue
-		}
-		if path == kfile {
-			continue
-		}
-		files = append(files, e.Name())
+	configSource := readConfigSource(l.repo)
+	for _, name := range slices.Sorted(maps.Keys(l.rendered)) {
+		path := l.rendered[name]
 		content, err := os.ReadFile(path)
 		if err != nil {
 			p.addErr(path, err)
 			continue
 		}
-		ds, err := decodeYAMLDocs(path, content)
+		docs, err := decodeYAMLDocs(path, content)
 		if err != nil {
 			p.addErr(path, err)
 			continue
 		}
-		if len(ds) == 0 {
-			p.add(path, "no objects")
+		for i := range docs {
+			docs[i].file = name
 		}
-		for _, d := range ds {
-			if d.obj["metadata"] != nil && str(d.obj, "metadata", "namespace") != "" {
-				p.add(path, "%s: sets metadata.namespace; the manifests are namespace-agnostic", d.id())
-			}
-		}
-		docs = append(docs, ds...)
+		checkObjects(name, docs, configSource, cat, p)
 	}
-	checkKustomization(kfile, files, p)
+}
 
+// checkObjects checks one rendered set of manifests.
+func checkObjects(set string, docs []doc, configSource string, cat *catalogue, p *problems) {
+	for _, d := range docs {
+		if d.obj["metadata"] != nil && str(d.obj, "metadata", "namespace") != "" {
+			p.add(d.file, "%s: sets metadata.namespace; the manifests are namespace-agnostic", d.id())
+		}
+		if d.kind() == "PrometheusRule" {
+			// The spec must load as a Prometheus rule file, as the operator
+			// hands it to Prometheus.
+			spec, err := yamlMarshal(d.obj["spec"])
+			if err != nil {
+				p.addErr(d.file, err)
+				continue
+			}
+			checkRuleGroups(d.file+" "+d.id()+" spec", spec, cat, nil, p)
+		}
+	}
 	byKind := map[string][]doc{}
 	ids := map[string]bool{}
 	for _, d := range docs {
@@ -178,10 +167,9 @@ func checkManifests(l layout, _ *catalogue, p *problems) {
 		}
 		ids[key] = true
 	}
-	for _, k := range []string{"Deployment", "Job", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler",
-		"NetworkPolicy", "ServiceMonitor", "PrometheusRule", "ConfigMap"} {
+	for _, k := range []string{"Deployment", "Job", "Service", "NetworkPolicy"} {
 		if len(byKind[k]) == 0 {
-			p.add(l.k8s, "no %s", k)
+			p.add(set, "no %s", k)
 		}
 	}
 	if len(byKind["Deployment"]) != 1 {
@@ -192,8 +180,6 @@ func checkManifests(l layout, _ *catalogue, p *problems) {
 	if !matches(stringMap(get(dep.obj, "spec", "selector", "matchLabels")), podLabels) {
 		p.add(dep.file, "%s: spec.selector does not select the pod template's labels", dep.id())
 	}
-	configSource := readConfigSource(l.repo)
-
 	// Pods: Deployment and Job share the conventions.
 	images := map[string]string{}
 	ports := map[string]int{}  // container port name -> number
@@ -271,13 +257,24 @@ func checkManifests(l layout, _ *catalogue, p *problems) {
 		}
 		minR, _ := num(d.obj, "spec", "minReplicas")
 		maxR, _ := num(d.obj, "spec", "maxReplicas")
-		reps, _ := num(dep.obj, "spec", "replicas")
-		if minR < 2 || reps < minR || reps > maxR {
-			p.add(d.file, "%s: want 2 <= minReplicas (%d) <= Deployment replicas (%d) <= maxReplicas (%d)", d.id(), minR, reps, maxR)
+		if minR < 2 || minR > maxR {
+			p.add(d.file, "%s: want 2 <= minReplicas (%d) <= maxReplicas (%d)", d.id(), minR, maxR)
+		}
+		// The HPA owns the replica count: a Deployment that sets one would
+		// reset it on every apply.
+		if _, set := num(dep.obj, "spec", "replicas"); set {
+			p.add(d.file, "%s: the Deployment sets spec.replicas, which every apply would reset under the HPA", d.id())
+		}
+	}
+	// Through an egress proxy, receivers are reached via the proxy only.
+	proxied := false
+	for _, c := range list(dep.obj, "spec", "template", "spec", "containers") {
+		for _, e := range list(c, "env") {
+			proxied = proxied || str(e, "name") == "DISPATCHER_EGRESS_PROXY"
 		}
 	}
 	for _, d := range byKind["NetworkPolicy"] {
-		checkNetworkPolicy(d, podLabels, portNums, p)
+		checkNetworkPolicy(d, podLabels, portNums, proxied, p)
 	}
 	var svcs []doc = byKind["Service"]
 	for _, d := range byKind["ServiceMonitor"] {
@@ -307,42 +304,6 @@ func checkManifests(l layout, _ *catalogue, p *problems) {
 			if path := str(ep, "path"); path != "" && path != "/metrics" {
 				p.add(d.file, "%s: the dispatcher serves metrics at /metrics, not %s", d.id(), path)
 			}
-		}
-	}
-}
-
-func checkKustomization(kfile string, files []string, p *problems) {
-	content, err := os.ReadFile(kfile)
-	if err != nil {
-		p.addErr(kfile, err)
-		return
-	}
-	var k kustomization
-	dec := yaml.NewDecoder(bytes.NewReader(content))
-	dec.KnownFields(true)
-	if err := dec.Decode(&k); err != nil {
-		p.add(kfile, "%v", err)
-		return
-	}
-	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
-		p.add(kfile, "want apiVersion kustomize.config.k8s.io/v1beta1, kind Kustomization")
-	}
-	if k.Namespace != "" {
-		p.add(kfile, "sets namespace %q; the base is namespace-agnostic (set it in an overlay)", k.Namespace)
-	}
-	listed := map[string]bool{}
-	for _, r := range k.Resources {
-		if listed[r] {
-			p.add(kfile, "resource %s listed twice", r)
-		}
-		listed[r] = true
-		if _, err := os.Stat(filepath.Join(filepath.Dir(kfile), r)); err != nil {
-			p.add(kfile, "resource %s does not exist", r)
-		}
-	}
-	for _, f := range files {
-		if !listed[f] {
-			p.add(kfile, "%s is not listed in resources", f)
 		}
 	}
 }
@@ -512,7 +473,7 @@ func checkDeploymentEnv(d doc, where string, c any, env map[string]string, p *pr
 	}
 }
 
-func checkNetworkPolicy(d doc, podLabels map[string]string, portNums map[int]bool, p *problems) {
+func checkNetworkPolicy(d doc, podLabels map[string]string, portNums map[int]bool, proxied bool, p *problems) {
 	if !matches(stringMap(get(d.obj, "spec", "podSelector", "matchLabels")), podLabels) {
 		p.add(d.file, "%s: podSelector does not select the Deployment's pods", d.id())
 	}
@@ -585,7 +546,10 @@ func checkNetworkPolicy(d doc, podLabels map[string]string, portNums map[int]boo
 	if !dns {
 		p.add(d.file, "%s: no egress rule for DNS (port 53)", d.id())
 	}
-	if !public {
+	switch {
+	case proxied && public:
+		p.add(d.file, "%s: deliveries go through the egress proxy, yet egress to the internet is open", d.id())
+	case !proxied && !public:
 		p.add(d.file, "%s: no egress rule for receivers (0.0.0.0/0 minus private ranges)", d.id())
 	}
 }

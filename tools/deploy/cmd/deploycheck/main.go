@@ -2,8 +2,10 @@
 // validator alone cannot: it is run by scripts/check-deploy.sh next to
 // kubeconform.
 //
-//	deploycheck check    [-repo .] [-deploy deploy]   every check below; exit 1 on any problem
-//	deploycheck generate [-repo .] [-deploy deploy]   rewrite the generated manifests
+//	deploycheck check    [-repo .] [-deploy deploy] -rendered NAME=FILE…   every check below; exit 1 on any problem
+//	deploycheck generate [-repo .] [-deploy deploy]   rewrite the chart's copies of the alerts and the dashboard
+//	deploycheck kustomize -dev FILE -prod FILE -out DIR
+//	                                                  write the Kustomize base and overlays from two helm template renderings
 //	deploycheck schemas  -swagger F -crds DIR -out DIR MANIFEST...
 //	                                                  kubeconform schemas for the kinds in MANIFEST
 //	deploycheck metrics  [-repo .]                    print the metric catalogue found in the source
@@ -16,11 +18,16 @@
 //     in docs/operations.md.
 //   - Grafana dashboard: JSON, schemaVersion, the datasource variable, panel
 //     layout, and every PromQL query parsed and checked the same way.
-//   - Generated files: the PrometheusRule and the dashboard ConfigMap are
-//     byte-identical to what generate would write.
-//   - Kubernetes manifests: cross-object consistency (selectors, ports,
-//     probes, images, security context, env vars known to config.go, the
-//     NetworkPolicy's private ranges, the kustomization's resource list).
+//   - Generated files: the chart's files/alerts.yaml and
+//     files/dispatcher-dashboard.json are byte-identical to
+//     deploy/prometheus/alerts.yaml and deploy/grafana/dispatcher-dashboard.json
+//     (one source); deploy/kustomize is what the chart renders for
+//     ci/dev-values.yaml and ci/prod-values.yaml (helm-dev, helm-prod).
+//   - Kubernetes manifests, each rendered set (-rendered: every helm template
+//     value set, every kustomize build overlay): cross-object consistency
+//     (selectors, ports, probes, images, security context, env vars known to
+//     config.go, the NetworkPolicy's private ranges, the PrometheusRule as a
+//     rule file), and kustomize-X equal to helm-X object for object.
 //   - docker-compose.yaml: loaded and schema-validated by compose-go.
 //   - The image has no Dockerfile: make image (tools/image) is its one
 //     definition, and tools/image checks what it builds.
@@ -30,6 +37,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -56,9 +64,20 @@ func run(args []string, stdout, stderr io.Writer) error {
 	repo := fs.String("repo", ".", "repository root")
 	deploy := fs.String("deploy", "", "the deploy directory to check (default <repo>/deploy)")
 	docs := fs.String("docs", "", "operations guide holding the runbook anchors (default <repo>/docs/operations.md)")
+	rendered := map[string]string{}
+	fs.Func("rendered", "check: NAME=FILE, a rendered set of manifests (helm-dev, kustomize-prod, …), repeatable", func(v string) error {
+		name, file, ok := strings.Cut(v, "=")
+		if !ok || name == "" || file == "" {
+			return fmt.Errorf("want NAME=FILE, got %q", v)
+		}
+		rendered[name] = file
+		return nil
+	})
+	devFile := fs.String("dev", "", "kustomize: helm template output for ci/dev-values.yaml")
+	prodFile := fs.String("prod", "", "kustomize: helm template output for ci/prod-values.yaml")
 	swagger := fs.String("swagger", "", "schemas: Kubernetes' api/openapi-spec/swagger.json")
 	crds := fs.String("crds", "", "schemas: directory of CustomResourceDefinition YAML files")
-	out := fs.String("out", "", "schemas: output directory")
+	out := fs.String("out", "", "schemas, kustomize: output directory")
 	if err := fs.Parse(rest); err != nil {
 		return err
 	}
@@ -69,8 +88,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 		*docs = filepath.Join(*repo, "docs", "operations.md")
 	}
 	l := layoutOf(*repo, *deploy, *docs)
+	l.rendered = rendered
 
 	switch cmd {
+	case "kustomize":
+		if *devFile == "" || *prodFile == "" || *out == "" {
+			return errors.New("kustomize needs -dev, -prod and -out")
+		}
+		return writeKustomize(*devFile, *prodFile, *out, stdout)
 	case "check":
 		return runChecks(l, stdout)
 	case "generate":
@@ -105,21 +130,26 @@ type layout struct {
 	repo, deploy, docs string
 	alerts             string
 	dashboard          string
-	k8s                string
 	compose            string
-	promRule           string
-	dashboardCM        string
+	chart              string
+	chartAlerts        string
+	chartDashboard     string
+	kustomize          string
+	// rendered are the rendered sets of manifests to check, by name.
+	rendered map[string]string
 }
 
 func layoutOf(repo, deploy, docs string) layout {
+	chart := filepath.Join(deploy, "helm", "dispatcher")
 	return layout{
 		repo: repo, deploy: deploy, docs: docs,
-		alerts:      filepath.Join(deploy, "prometheus", "alerts.yaml"),
-		dashboard:   filepath.Join(deploy, "grafana", "dispatcher-dashboard.json"),
-		k8s:         filepath.Join(deploy, "kubernetes"),
-		compose:     filepath.Join(deploy, "docker-compose.yaml"),
-		promRule:    filepath.Join(deploy, "kubernetes", "prometheusrule.yaml"),
-		dashboardCM: filepath.Join(deploy, "kubernetes", "grafana-dashboard.yaml"),
+		alerts:         filepath.Join(deploy, "prometheus", "alerts.yaml"),
+		dashboard:      filepath.Join(deploy, "grafana", "dispatcher-dashboard.json"),
+		compose:        filepath.Join(deploy, "docker-compose.yaml"),
+		chart:          chart,
+		chartAlerts:    filepath.Join(chart, "files", "alerts.yaml"),
+		chartDashboard: filepath.Join(chart, "files", "dispatcher-dashboard.json"),
+		kustomize:      filepath.Join(deploy, "kustomize"),
 	}
 }
 
@@ -157,6 +187,7 @@ func runChecks(l layout, stdout io.Writer) error {
 		{"grafana dashboard", checkDashboard},
 		{"generated manifests", checkGenerated},
 		{"kubernetes manifests", checkManifests},
+		{"kustomize overlays", checkOverlays},
 		{"docker compose", checkCompose},
 		{"operations guide", checkDocs},
 		{"coverage of deploy/", checkCoverage},
@@ -181,6 +212,25 @@ func runChecks(l layout, stdout io.Writer) error {
 	return nil
 }
 
+// checkOverlays: deploy/kustomize is what the chart renders, and kustomize
+// builds from each overlay what Helm renders from its value set.
+func checkOverlays(l layout, _ *catalogue, p *problems) {
+	dev, prod := l.rendered["helm-dev"], l.rendered["helm-prod"]
+	if dev == "" || prod == "" {
+		p.add(l.kustomize, "no helm-dev and helm-prod renderings to compare the overlays with (-rendered)")
+		return
+	}
+	checkKustomizeDir(dev, prod, l.kustomize, p)
+	for _, env := range []string{"dev", "prod"} {
+		built := l.rendered["kustomize-"+env]
+		if built == "" {
+			p.add(l.kustomize, "no kustomize-%s rendering (-rendered): overlays/%s was not built", env, env)
+			continue
+		}
+		checkSameObjects(l.rendered["helm-"+env], built, p)
+	}
+}
+
 // checkCoverage fails on any file under deploy/ that no check reads, so a new
 // file cannot slip in unvalidated.
 func checkCoverage(l layout, _ *catalogue, p *problems) {
@@ -194,13 +244,16 @@ func checkCoverage(l layout, _ *catalogue, p *problems) {
 		if d.IsDir() {
 			return nil
 		}
-		if covered[path] {
-			return nil
+		switch {
+		case covered[path]:
+		case strings.HasPrefix(path, l.chart+string(filepath.Separator)):
+			// helm lint and helm template for each value set, the renderings
+			// through kubeconform and checkManifests; files/ by checkGenerated.
+		case strings.HasPrefix(path, l.kustomize+string(filepath.Separator)):
+			// checkOverlays, and kustomize build through kubeconform and checkManifests.
+		default:
+			p.add(path, "no validator covers this file: extend tools/deploy/cmd/deploycheck or move it out of deploy/")
 		}
-		if filepath.Dir(path) == l.k8s && strings.HasSuffix(path, ".yaml") {
-			return nil // kubeconform (schemas) + checkManifests (consistency)
-		}
-		p.add(path, "no validator covers this file: extend tools/deploy/cmd/deploycheck or move it out of deploy/")
 		return nil
 	})
 	p.addErr(l.deploy, err)
