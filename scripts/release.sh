@@ -50,6 +50,13 @@ out=$(cd "$out" && pwd)
 awk -v h="## [$semver]" 'index($0, h) == 1 {p = 1; print; next} p && /^## \[/ {exit} p' "$changelog" > "$out/RELEASE-NOTES.md"
 [ -s "$out/RELEASE-NOTES.md" ] || die "could not extract the [$semver] section of $changelog"
 
+# The chart (and the overlays rendered from it) name the image by the chart's
+# appVersion: a release of another version wants both moved first.
+chart_version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' deploy/helm/dispatcher/Chart.yaml 2>/dev/null || true)
+if [ -n "$chart_version" ] && [ "$chart_version" != "$semver" ]; then
+  echo "release: deploy/helm/dispatcher/Chart.yaml has appVersion $chart_version: for publishing $version set its version and appVersion to $semver and run scripts/check-deploy.sh --write (the overlays name the image by it)" >&2
+fi
+
 # --- what the artifacts say they were built from --------------------------------
 revision=$(git rev-parse HEAD 2>/dev/null || true)
 [ -n "$revision" ] || die "not a git checkout: the artifacts name the commit they were built from"
