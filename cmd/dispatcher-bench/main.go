@@ -20,7 +20,8 @@
 // endpoint each, one Publish per event from 32 concurrent callers), S8 a
 // rate-limited endpoint (10/s, 5,000 deliveries queued at once: 500 s at
 // -scale 1; -scale 0.1 is a 50 s run), S9 event search (ListEvents and
-// GetEvent over 10 million stored events).
+// GetEvent over 10 million stored events), S10 a slow receiver (100 ms, 2,000
+// deliveries queued at once) at max_in_flight 1 and 16.
 //
 // Receivers listen on one loopback port per endpoint, or, with -one-host, all
 // on one port as distinct paths; every scenario reports how many TCP
@@ -51,7 +52,7 @@ import (
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // allScenarios in run order.
-var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8", "S9"}
+var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8", "S9", "S10"}
 
 type config struct {
 	Binary        string

@@ -89,6 +89,8 @@ func targets(res *result) []targetCheck {
 		out = append(out, atLeast("deliveries per baseline commit", 0.15, res.PerBaselineCommit))
 	case res.Scenario == "S8":
 		out = append(out, rateTargets(res)...)
+	case strings.HasPrefix(res.Scenario, "S10"):
+		out = append(out, slowTargets(res)...)
 	}
 	return append(out, atMost("RSS MB", rssTargetMB, res.RSSPeakMB))
 }

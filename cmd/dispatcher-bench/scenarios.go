@@ -57,6 +57,10 @@ type result struct {
 	// S8: the rate the receiver saw and its busiest one-second window.
 	RateLimitRate    float64 `json:"rate_limit_rate_per_s,omitempty"`
 	RateLimitBusiest int     `json:"rate_limit_busiest_second,omitempty"`
+	// S10: the rate the receiver saw and the time per delivery a slot spent
+	// outside the POST.
+	SlowRate   float64 `json:"slow_rate_per_s,omitempty"`
+	OverheadMs float64 `json:"overhead_ms_per_delivery,omitempty"`
 
 	CPUSeconds          float64       `json:"dispatcher_cpu_s"`
 	CPUCores            float64       `json:"dispatcher_cpu_cores"`
@@ -74,12 +78,14 @@ type result struct {
 	ReceiverHosts int   `json:"receiver_hosts,omitempty"`
 	ReceiverConns int64 `json:"receiver_connections"`
 
-	MaxConcurrencyPerEndpoint int                `json:"max_concurrency_per_endpoint"`
-	Backends                  int64              `json:"pg_backends_at_end"`
-	Unsettled                 int64              `json:"unsettled_jobs"`
-	Outcomes                  map[string]float64 `json:"outcomes,omitempty"`
-	Env                       []string           `json:"env,omitempty"`
-	Top                       []stmtDelta        `json:"top_statements,omitempty"`
+	MaxConcurrencyPerEndpoint int `json:"max_concurrency_per_endpoint"`
+	// AllowedInFlight is the endpoints' max_in_flight (0: the default, 1).
+	AllowedInFlight int                `json:"allowed_in_flight,omitempty"`
+	Backends        int64              `json:"pg_backends_at_end"`
+	Unsettled       int64              `json:"unsettled_jobs"`
+	Outcomes        map[string]float64 `json:"outcomes,omitempty"`
+	Env             []string           `json:"env,omitempty"`
+	Top             []stmtDelta        `json:"top_statements,omitempty"`
 	// AttemptHistory is the attempt recorder's share (nil when it wrote nothing).
 	AttemptHistory *historyCost  `json:"attempt_history,omitempty"`
 	Stages         []stage       `json:"stages_ms,omitempty"`
@@ -157,6 +163,15 @@ func (b *bench) runScenario(ctx context.Context, name string) []result {
 		return []result{run(b.rateLimited)}
 	case "S9":
 		return []result{run(b.eventSearch)}
+	case "S10":
+		var out []result
+		for _, n := range s10InFlight {
+			if ctx.Err() != nil {
+				break
+			}
+			out = append(out, run(func(ctx context.Context) result { return b.slowReceiver(ctx, n) }))
+		}
+		return out
 	}
 	return nil
 }
@@ -231,8 +246,8 @@ func (d *deliveryRun) complete(ctx context.Context) error {
 		return err
 	}
 	d.s.stages(ctx, res)
-	if res.MaxConcurrencyPerEndpoint > 1 {
-		res.notef("LEASE VIOLATION: an endpoint had %d concurrent POSTs", res.MaxConcurrencyPerEndpoint)
+	if allowed := max(res.AllowedInFlight, 1); res.MaxConcurrencyPerEndpoint > allowed {
+		res.notef("LEASE VIOLATION: an endpoint had %d concurrent POSTs (max_in_flight %d)", res.MaxConcurrencyPerEndpoint, allowed)
 	}
 	if n := d.s.retries.Load(); n > 0 {
 		res.notef("%d publishes retried after Unavailable", n)

@@ -120,6 +120,8 @@ type endpointSpec struct {
 	types []string
 	// maxPerSecond > 0 sets the endpoint's rate limit.
 	maxPerSecond int32
+	// maxInFlight > 1 lets that many deliveries be in flight at once.
+	maxInFlight int32
 }
 
 // createEndpoints creates the endpoints over gRPC (8 at a time); endpoint i
@@ -136,7 +138,7 @@ func (s *session) createEndpoints(ctx context.Context, specs []endpointSpec) err
 			for i := range jobs {
 				_, err := p.endpoints().CreateEndpoint(s.creds.adminCtx(ctx), &webhooksv1.CreateEndpointRequest{
 					OwnerId: specs[i].owner, Url: s.recv.url(i), Description: "bench " + strconv.Itoa(i), EventTypes: specs[i].types,
-					MaxPerSecond: specs[i].maxPerSecond,
+					MaxPerSecond: specs[i].maxPerSecond, MaxInFlight: specs[i].maxInFlight,
 				})
 				if err != nil {
 					select {

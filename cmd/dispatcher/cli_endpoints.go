@@ -202,6 +202,7 @@ func createFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 	headersFile := fs.String("headers-file", "", `custom headers sent on every delivery, one "Name: value" per line (values are kept sealed)`)
 	scheme := fs.String("signature-scheme", "v1", `how deliveries are signed: "v1" (a shared secret, shown once) or "v1a" (an Ed25519 key pair; receivers verify with its public key)`)
 	maxPerSecond := fs.Int("max-per-second", 0, "at most this many requests per second to the receiver (0: no limit)")
+	maxInFlight := fs.Int("max-in-flight", 1, "at most this many deliveries in flight to the receiver at once (1-64; 1 with --ordered)")
 	ordered := fs.Bool("ordered", false, "deliver in publish order, a failed delivery holding the ones behind it")
 	requestID := fs.String("request-id", "", "idempotency key: running the same create again with it (within 24h) returns the endpoint made the first time")
 	name := fs.String("name", "", "a short name for people (not unique)")
@@ -227,7 +228,7 @@ func createFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 		resp, err := c.client.CreateEndpoint(ctx, &webhooksv1.CreateEndpointRequest{
 			OwnerId: c.conn.owner, Url: *url, Description: *description, EventTypes: types, EmbedId: *embedID,
 			Headers: headers, SignatureScheme: protoScheme, MaxPerSecond: clampInt32(*maxPerSecond), Ordered: *ordered,
-			RequestId: *requestID, Name: *name, Labels: labels.m,
+			MaxInFlight: clampInt32(*maxInFlight), RequestId: *requestID, Name: *name, Labels: labels.m,
 		})
 		if err != nil {
 			return err
@@ -260,6 +261,7 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 	disable := fs.Bool("disable", false, "disable the endpoint")
 	headersFile := fs.String("headers-file", "", `replace the custom headers with this file's ("Name: value" per line; an empty file removes them)`)
 	maxPerSecond := fs.Int("max-per-second", 0, "new rate limit in requests per second (0 removes it)")
+	maxInFlight := fs.Int("max-in-flight", 1, "new limit of deliveries in flight at once (1-64)")
 	ordered := fs.Bool("ordered", false, "deliver in publish order (--ordered=false: in any order)")
 	name := fs.String("name", "", "new name")
 	var labels labelsFlag
@@ -292,6 +294,9 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 			case "max-per-second":
 				req.MaxPerSecond = clampInt32(*maxPerSecond)
 				req.UpdateMask.Paths = append(req.UpdateMask.Paths, "max_per_second")
+			case "max-in-flight":
+				req.MaxInFlight = clampInt32(*maxInFlight)
+				req.UpdateMask.Paths = append(req.UpdateMask.Paths, "max_in_flight")
 			case "ordered":
 				req.Ordered = *ordered
 				req.UpdateMask.Paths = append(req.UpdateMask.Paths, "ordered")
@@ -476,6 +481,9 @@ func printControls(w io.Writer, ep *webhooksv1.Endpoint) {
 	}
 	if n := ep.GetMaxPerSecond(); n > 0 {
 		fmt.Fprintf(w, "rate limit:\t%d/s\n", n)
+	}
+	if n := ep.GetMaxInFlight(); n > 1 {
+		fmt.Fprintf(w, "in flight:\tat most %d at once\n", n)
 	}
 	if ep.GetOrdered() {
 		fmt.Fprintf(w, "order:\tpublish order (ordered)\n")

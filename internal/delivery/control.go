@@ -30,13 +30,19 @@ type control struct {
 	pausedFor time.Duration
 	// maxPerSecond > 0: at most that many requests start per second.
 	maxPerSecond int
-	ordered      bool
+	// maxInFlight: at most that many requests in flight at once (≥ 1; 1
+	// for an ordered endpoint, whatever the row says).
+	maxInFlight int
+	ordered     bool
 }
 
-func newControl(pausedFor float64, maxPerSecond *int32, ordered bool) control {
-	c := control{pausedFor: time.Duration(pausedFor * float64(time.Second)), ordered: ordered}
+func newControl(pausedFor float64, maxPerSecond, maxInFlight *int32, ordered bool) control {
+	c := control{pausedFor: time.Duration(pausedFor * float64(time.Second)), ordered: ordered, maxInFlight: 1}
 	if maxPerSecond != nil && *maxPerSecond > 0 {
 		c.maxPerSecond = int(*maxPerSecond)
+	}
+	if maxInFlight != nil && *maxInFlight > 1 && !ordered {
+		c.maxInFlight = int(*maxInFlight)
 	}
 	return c
 }
@@ -57,7 +63,10 @@ type laneControl struct {
 	rate rateClock
 	// throttled counts consecutive 429s without Retry-After.
 	throttled int
-	order     orderMemory
+	// pausedUntil is the last pause an attempt here asked for: deliveries
+	// that read the endpoint before the pause was written see it here.
+	pausedUntil time.Time
+	order       orderMemory
 }
 
 // gateResult says how a delivery goes on after the gate.
@@ -77,9 +86,9 @@ func (w *Worker) gate(ctx context.Context, j *river.Job[job.DeliverArgs], ep uui
 	if t.leaseTaken {
 		w.lanes.tookLease(ep, c.interval())
 	}
-	if c.pausedFor > 0 {
+	if paused := max(c.pausedFor, w.lanes.pausedFor(ep)); paused > 0 {
 		// After the pause's probe (job.PauseProbeGap).
-		return gateDefer, w.snooze(ctx, c.pausedFor+job.PauseProbeGap, job.SnoozePaused)
+		return gateDefer, w.snooze(ctx, paused+job.PauseProbeGap, job.SnoozePaused)
 	}
 	if c.ordered && j.Args.Seq > 0 {
 		if g, err := w.orderGate(ctx, ep, j.Args.Seq, waitUntil); g != gateSend {
@@ -96,6 +105,7 @@ func (w *Worker) gate(ctx context.Context, j *river.Job[job.DeliverArgs], ep uui
 // a pause to set, a run of 429s, an ordered endpoint's head moving on.
 func (w *Worker) afterAttempt(ctx context.Context, j *river.Job[job.DeliverArgs], ep uuid.UUID, t *target, res result) {
 	if res.pause != nil {
+		w.lanes.pause(ep, time.Now().Add(res.pause.d))
 		w.pauseEndpoint(ctx, ep, *res.pause)
 	}
 	if t.control.ordered && j.Args.Seq > 0 {

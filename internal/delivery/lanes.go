@@ -9,17 +9,29 @@ import (
 )
 
 // lanes is this process's view of the endpoints it delivers to: one lane per
-// endpoint, which lets one local delivery run at a time and queues the others
-// behind it. The lane also holds the process's database lease on the
-// endpoint between deliveries, so a burst to one endpoint costs one lease
-// write, not one per delivery.
+// endpoint, which lets up to the endpoint's max_in_flight local deliveries
+// run at a time (its slots; one unless the endpoint allows more) and queues
+// the others behind them. The lane also holds the process's database lease
+// on the endpoint between deliveries, so a burst to one endpoint costs one
+// lease write, not one per delivery.
+//
+// The lease is one per endpoint, whatever its max_in_flight: the process
+// holding it is the only one sending to the endpoint, and it runs at most
+// max_in_flight deliveries under it. So the limit holds cluster-wide with one
+// row lease and no lock held across a POST; an endpoint's concurrency lives
+// in one process, which partitions (internal/partition) arrange anyway. Until
+// a lane holds the lease it admits one runner, which takes the lease and
+// learns the endpoint's max_in_flight with it; then the lane admits the
+// others. A lowered max_in_flight lets the deliveries in flight finish and
+// admits no new one until fewer than the new limit run.
 //
 // A lease held by a lane is given up when
 //   - the lane has no more work and lingering is off (no listener running),
 //     or it has lingered idle for Config.LeaseLinger;
 //   - another process asked for it (a failed take notifies the holder): an
 //     idle lane releases at once, a busy one after serving the deliveries that
-//     were already queued when the request came, so neither side starves.
+//     were already queued when the request came (admitting none beyond them,
+//     and releasing when the last one in flight ends), so neither side starves.
 type lanes struct {
 	mu         sync.Mutex
 	byEndpoint map[uuid.UUID]*lane
@@ -30,14 +42,19 @@ type lanes struct {
 }
 
 type lane struct {
-	// running: a local delivery has the lane (it may still be waiting for
-	// the database lease).
-	running bool
+	// running counts the local deliveries that have a turn (a slot) on the
+	// lane (they may still be waiting for the database lease).
+	running int
+	// slots is the endpoint's max_in_flight as last read with the lease
+	// (at least 1).
+	slots int
 	// waiters queue for the lane in turn order: by seq for deliveries to
 	// ordered endpoints (a lower seq goes first), else in arrival order.
 	waiters []*waiter
 
-	// The database lease this process holds on the endpoint, if any.
+	// The database lease this process holds on the endpoint, if any. A
+	// token with a zero expires is being taken: the runners that want it
+	// take it with this one token, so they cannot compete for it.
 	token   uuid.UUID
 	expires time.Time
 	// idleSince is when the lane last went idle holding the lease.
@@ -76,8 +93,8 @@ type lease struct {
 	expires time.Time
 }
 
-// enter makes the caller the lane's runner, queuing behind the current one
-// for at most maxWait. seq is the delivery's order key on an ordered
+// enter makes the caller one of the lane's runners, queuing behind the
+// others for at most maxWait. seq is the delivery's order key on an ordered
 // endpoint (0 otherwise): a lower seq is served first. It returns false when
 // the caller should not wait (the queue is full, or the wait ran out): the
 // delivery then snoozes, for slot if that is positive (the rate limit sent
@@ -86,11 +103,11 @@ func (ls *lanes) enter(ctx context.Context, ep uuid.UUID, seq int64, maxWait tim
 	ls.mu.Lock()
 	ln := ls.byEndpoint[ep]
 	if ln == nil {
-		ln = &lane{remote: make(chan struct{}, 1)}
+		ln = &lane{remote: make(chan struct{}, 1), slots: 1}
 		ls.byEndpoint[ep] = ln
 	}
-	if !ln.running {
-		ln.running = true
+	if len(ln.waiters) == 0 && ln.free() {
+		ln.running++
 		ln.idleSince = time.Time{}
 		ls.mu.Unlock()
 		return true, 0
@@ -120,6 +137,34 @@ func (ln *lane) queue(seq int64) *waiter {
 	copy(ln.waiters[i+1:], ln.waiters[i:])
 	ln.waiters[i] = w
 	return w
+}
+
+// free reports whether the lane may admit another runner: one while it holds
+// no lease (that one takes it), up to its slots under the lease, and none
+// while the lease is being handed to another process. Called with ls.mu held.
+func (ln *lane) free() bool {
+	switch {
+	case ln.token == uuid.Nil || ln.expires.IsZero():
+		return ln.running == 0
+	case ln.wanted && ln.burst <= 0:
+		return false
+	default:
+		return ln.running < ln.slots
+	}
+}
+
+// admit hands turns to waiters while the lane has room. Called with ls.mu
+// held.
+func (ln *lane) admit() {
+	for len(ln.waiters) > 0 && ln.free() {
+		next := ln.waiters[0]
+		ln.waiters = ln.waiters[1:]
+		if ln.wanted {
+			ln.burst--
+		}
+		ln.running++
+		next.ch <- struct{}{}
+	}
 }
 
 // await waits for w's turn for at most maxWait.
@@ -169,7 +214,8 @@ func (ls *lanes) requeue(ctx context.Context, ep uuid.UUID, seq int64, maxWait t
 	return true, ls.await(ctx, ln, w, maxWait)
 }
 
-// current returns the lane's lease, for the runner.
+// current returns the lane's lease, for a runner. A zero token means no
+// lease: the runner takes it with takeToken's token.
 func (ls *lanes) current(ep uuid.UUID) lease {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -177,21 +223,47 @@ func (ls *lanes) current(ep uuid.UUID) lease {
 	return lease{token: ln.token, expires: ln.expires}
 }
 
-// hold records the lease the runner took or extended.
-func (ls *lanes) hold(ep uuid.UUID, l lease) {
+// takeToken returns the token to take ep's lease with: the lane's, if a take
+// is under way, else a new one, which the lane records (with a zero expiry)
+// so that runners taking the lease at once take it with one token.
+func (ls *lanes) takeToken(ep uuid.UUID) uuid.UUID {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln := ls.byEndpoint[ep]
-	ln.token, ln.expires = l.token, l.expires
+	if ln.token == uuid.Nil {
+		ln.token, ln.expires = uuid.New(), time.Time{}
+	}
+	return ln.token
 }
 
-// drop forgets the lane's lease: it is lost (taken over after expiring) or
-// about to be released by the caller.
-func (ls *lanes) drop(ep uuid.UUID) {
+// hold records the lease a runner holds with token l.token (took, extended,
+// or only confirmed: a zero l.expires keeps the expiry known) and the
+// endpoint's max_in_flight as read with it, and admits waiters if that
+// leaves room. Nothing changes if the lane has moved to another token
+// meanwhile.
+func (ls *lanes) hold(ep uuid.UUID, l lease, slots int) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln := ls.byEndpoint[ep]
-	ln.token, ln.expires = uuid.Nil, time.Time{}
+	if ln.token != l.token {
+		return
+	}
+	if l.expires.After(ln.expires) {
+		ln.expires = l.expires
+	}
+	ln.slots = max(slots, 1)
+	ln.admit()
+}
+
+// drop forgets the lane's lease if it is still token: it is lost (taken over
+// after expiring), never was taken, or is about to be released by the caller.
+func (ls *lanes) drop(ep, token uuid.UUID) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.byEndpoint[ep]
+	if ln.token == token {
+		ln.token, ln.expires = uuid.Nil, time.Time{}
+	}
 }
 
 // remoteWake returns the channel that announces releases of ep's lease.
@@ -201,16 +273,17 @@ func (ls *lanes) remoteWake(ep uuid.UUID) <-chan struct{} {
 	return ls.byEndpoint[ep].remote
 }
 
-// yield decides, before the runner settles, whether it gives the lease up
-// now: when nothing queues behind it and idle lanes may not linger, or when
-// another process wants the lease and its queued deliveries have been
-// served. It then forgets the lease and returns its token for the runner to
-// release in its settlement; otherwise it returns uuid.Nil.
+// yield decides, before a runner settles, whether it gives the lease up now:
+// when it is the last runner under the lease and nothing queues behind it
+// and idle lanes may not linger, or when another process wants the lease and
+// the deliveries queued when it asked have been served. It then forgets the
+// lease and returns its token for the runner to release in its settlement;
+// otherwise it returns uuid.Nil.
 func (ls *lanes) yield(ep uuid.UUID) uuid.UUID {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln := ls.byEndpoint[ep]
-	if ln.token == uuid.Nil {
+	if ln.token == uuid.Nil || ln.running > 1 {
 		return uuid.Nil
 	}
 	queued := len(ln.waiters) > 0
@@ -222,24 +295,28 @@ func (ls *lanes) yield(ep uuid.UUID) uuid.UUID {
 	return uuid.Nil
 }
 
-// leave ends the runner's turn: the next local delivery gets the lane (and
-// the lease, if the lane still holds one), or the lane goes idle, lingering
-// with its lease or disappearing. It returns a lease token the caller must
-// release when the lane can neither hand it on nor keep it.
+// leave ends a runner's turn: the next local delivery gets its slot (and the
+// lease, if the lane still holds one), or, when it was the last runner, the
+// lane goes idle, lingering with its lease or disappearing. It returns a
+// lease token the caller must release when the lane can neither hand it on
+// nor keep it.
 func (ls *lanes) leave(ep uuid.UUID) uuid.UUID {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln := ls.byEndpoint[ep]
-	if len(ln.waiters) > 0 {
+	ln.running--
+	ln.admit()
+	if ln.running == 0 && len(ln.waiters) > 0 {
+		// The lease is being handed over, but this runner did not yield it
+		// (its settle had to keep it): the next delivery goes on with it.
 		next := ln.waiters[0]
 		ln.waiters = ln.waiters[1:]
-		if ln.wanted {
-			ln.burst--
-		}
+		ln.running++
 		next.ch <- struct{}{}
+	}
+	if ln.running > 0 {
 		return uuid.Nil
 	}
-	ln.running = false
 	if ln.token == uuid.Nil {
 		delete(ls.byEndpoint, ep)
 		return uuid.Nil
@@ -263,7 +340,7 @@ func (ls *lanes) wanted(ep uuid.UUID) uuid.UUID {
 	switch {
 	case ln == nil || ln.token == uuid.Nil:
 		return uuid.Nil
-	case !ln.running:
+	case ln.running == 0:
 		tok := ln.token
 		delete(ls.byEndpoint, ep)
 		return tok
@@ -292,7 +369,7 @@ func (ls *lanes) idle(cutoff time.Time) map[uuid.UUID]uuid.UUID {
 	defer ls.mu.Unlock()
 	var out map[uuid.UUID]uuid.UUID
 	for ep, ln := range ls.byEndpoint {
-		if ln.running || ln.token == uuid.Nil || (!cutoff.IsZero() && ln.idleSince.After(cutoff)) {
+		if ln.running > 0 || ln.token == uuid.Nil || (!cutoff.IsZero() && ln.idleSince.After(cutoff)) {
 			continue
 		}
 		if out == nil {

@@ -100,6 +100,11 @@ type target struct {
 // else counts as busy for now. The final SELECT sees the rows as they were
 // before the UPDATE (one snapshot), which is what it reports of another
 // holder. Each failed take notifies the holder that the lease is wanted.
+// A take with the token that already holds the lease renews it: the runners
+// of one lane take the lease with one token (lanes.takeToken), and whichever
+// comes second must not find it busy. Two takes of one endpoint with
+// different tokens in one batch cannot both win: only the one whose token
+// the row got reports it held.
 const loadSQL = `
 WITH req AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::uuid[]) WITH ORDINALITY
@@ -109,7 +114,7 @@ lockable AS (
     SELECT ep.id
       FROM webhook_endpoints ep JOIN req r ON r.endpoint_id = ep.id
      WHERE r.mode <> 0 AND ep.enabled
-       AND CASE WHEN r.mode = 2 THEN ep.busy_until IS NULL OR ep.busy_until < now()
+       AND CASE WHEN r.mode = 2 THEN ep.busy_until IS NULL OR ep.busy_until < now() OR ep.lease_token = r.token
                 ELSE ep.lease_token = r.token END
      ORDER BY ep.id
        FOR NO KEY UPDATE OF ep SKIP LOCKED
@@ -119,20 +124,20 @@ leased AS (
        SET busy_until = now() + make_interval(secs => $5), lease_token = r.token
       FROM req r, lockable l
      WHERE ep.id = l.id AND r.endpoint_id = l.id
- RETURNING ep.id
+ RETURNING ep.id, ep.lease_token
 ),
 wanted AS (
     SELECT pg_notify($6, 'w:' || r.endpoint_id::text)
       FROM req r JOIN webhook_endpoints ep ON ep.id = r.endpoint_id
-     WHERE r.mode = 2 AND ep.enabled AND ep.busy_until >= now()
+     WHERE r.mode = 2 AND ep.enabled AND ep.busy_until >= now() AND ep.lease_token IS DISTINCT FROM r.token
        AND NOT EXISTS (SELECT FROM leased l WHERE l.id = r.endpoint_id)
 )
 SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
        CASE WHEN r.mode = 0 THEN ep.lease_token IS NOT DISTINCT FROM r.token AND ep.busy_until > now()
-            ELSE EXISTS (SELECT FROM leased l WHERE l.id = r.endpoint_id) END,
+            ELSE EXISTS (SELECT FROM leased l WHERE l.id = r.endpoint_id AND l.lease_token = r.token) END,
        extract(epoch FROM coalesce(ep.busy_until - now(), interval '0'))::float8,
        ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.headers_enc, ep.signing_scheme,
-       extract(epoch FROM coalesce(ep.paused_until - now(), interval '0'))::float8, ep.max_per_second, coalesce(ep.ordered, false),
+       extract(epoch FROM coalesce(ep.paused_until - now(), interval '0'))::float8, ep.max_per_second, coalesce(ep.ordered, false), ep.max_in_flight,
        e.id IS NOT NULL, e.owner_id, e.type, e.subject, e.occurred_at, e.data, e.created_at,
        (SELECT count(*) FROM wanted)
   FROM req r
@@ -149,7 +154,7 @@ SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
        ep.lease_token IS NOT DISTINCT FROM r.token AND ep.busy_until > now(),
        0::float8,
        ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.headers_enc, ep.signing_scheme,
-       extract(epoch FROM coalesce(ep.paused_until - now(), interval '0'))::float8, ep.max_per_second, coalesce(ep.ordered, false),
+       extract(epoch FROM coalesce(ep.paused_until - now(), interval '0'))::float8, ep.max_per_second, coalesce(ep.ordered, false), ep.max_in_flight,
        e.id IS NOT NULL, e.owner_id, e.type, e.subject, e.occurred_at, e.data, e.created_at,
        0::bigint
   FROM unnest($1::uuid[], $2::text[], $3::int[], $4::uuid[]) WITH ORDINALITY AS r(endpoint_id, event_id, mode, token, n)
@@ -193,7 +198,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 			scheme                     *string
 			prevExpires, failingSince  *time.Time
 			pausedFor                  float64
-			maxPerSecond               *int32
+			maxPerSecond, maxInFlight  *int32
 			ordered                    bool
 			evFound                    bool
 			evOwner, evType, evSubject *string
@@ -202,7 +207,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 			notified                   int64
 		)
 		if err := rows.Scan(&n, &found, &enabled, &held, &heldFor, &owner, &url, &secret, &prevSecret, &prevExpires, &failingSince, &headers, &scheme,
-			&pausedFor, &maxPerSecond, &ordered,
+			&pausedFor, &maxPerSecond, &ordered, &maxInFlight,
 			&evFound, &evOwner, &evType, &evSubject, &evOccurred, &evData, &evCreated, &notified); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("load delivery targets: %w", err)
@@ -224,7 +229,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 			t := &target{
 				ownerID: *owner, url: *url, secret: secret, previousSecret: prevSecret,
 				previousExpiresAt: prevExpires, failingSince: failingSince, headers: headers, scheme: *scheme,
-				control:    newControl(pausedFor, maxPerSecond, ordered),
+				control:    newControl(pausedFor, maxPerSecond, maxInFlight, ordered),
 				eventFound: evFound, eventData: evData,
 			}
 			if evFound {
@@ -296,7 +301,7 @@ WITH s AS (
         AS s(id, token, health, release, summary)
 ),
 old AS (
-    SELECT ep.id, ep.enabled, ep.failing_since
+    SELECT ep.id, s.token, ep.enabled, ep.failing_since
       FROM webhook_endpoints ep JOIN s ON s.id = ep.id AND ep.lease_token = s.token
      ORDER BY ep.id
        FOR NO KEY UPDATE OF ep
@@ -313,8 +318,8 @@ upd AS (
            updated_at      = CASE WHEN (s.health = 1 AND old.failing_since IS NOT NULL) OR (s.health = 2 AND old.failing_since IS NULL)
                                   THEN now() ELSE ep.updated_at END
       FROM s, old
-     WHERE ep.id = s.id AND old.id = s.id
- RETURNING ep.id, ep.enabled, old.enabled AS was_enabled, s.release, s.health, s.summary,
+     WHERE ep.id = s.id AND old.id = s.id AND old.token = s.token
+ RETURNING ep.id, s.token, ep.enabled, old.enabled AS was_enabled, s.release, s.health, s.summary,
            ep.owner_id, ep.name, ep.disabled_reason, old.failing_since AS failing_before, ep.failing_since AS failing_after
 ),
 transition AS (
@@ -347,7 +352,7 @@ released AS (
 woken AS (
     SELECT pg_notify($9, '') WHERE EXISTS (SELECT FROM announced)
 )
-SELECT id, enabled, was_enabled, (SELECT count(*) FROM released), (SELECT count(*) FROM woken) FROM upd`
+SELECT id, token, enabled, was_enabled, (SELECT count(*) FROM released), (SELECT count(*) FROM woken) FROM upd`
 
 // Operational events: who gets them, and how their relay is woken.
 type operational struct {
@@ -360,40 +365,74 @@ type operational struct {
 // settle runs one batch of settlements. A settlement whose lease is no longer
 // the caller's (it expired and moved on, or the endpoint is gone) changes
 // nothing: the new holder's settlements stand.
+//
+// Several deliveries to one endpoint may settle in one batch (an endpoint
+// with max_in_flight above 1). They are merged into one row per lease first,
+// since one statement updates a row once: a release if any of them releases,
+// and the health of the last one that has a health change (attempts that
+// ended together have no order among themselves; the next attempt's outcome
+// corrects the state either way).
 func settle(ctx context.Context, pool *pgxpool.Pool, disableAfter time.Duration, channel string, ops operational, reqs []settleReq) ([]settleRes, error) {
+	type key struct{ endpoint, token uuid.UUID }
 	var (
-		ids       = make([]uuid.UUID, len(reqs))
-		tokens    = make([]uuid.UUID, len(reqs))
-		healths   = make([]int32, len(reqs))
-		releases  = make([]bool, len(reqs))
-		summaries = make([]string, len(reqs))
-		index     = make(map[uuid.UUID]int, len(reqs))
+		merged = make([]settleReq, 0, len(reqs))
+		index  = make(map[key]int, len(reqs))
+		of     = make([]int, len(reqs)) // reqs[i] is merged[of[i]]
 	)
 	for i, r := range reqs {
+		k := key{r.endpointID, r.token}
+		m, ok := index[k]
+		if !ok {
+			m = len(merged)
+			index[k] = m
+			merged = append(merged, settleReq{endpointID: r.endpointID, token: r.token})
+		}
+		of[i] = m
+		if r.release {
+			merged[m].release = true
+		}
+		if r.health != healthNone {
+			merged[m].health, merged[m].summary = r.health, r.summary
+		}
+	}
+	var (
+		ids       = make([]uuid.UUID, len(merged))
+		tokens    = make([]uuid.UUID, len(merged))
+		healths   = make([]int32, len(merged))
+		releases  = make([]bool, len(merged))
+		summaries = make([]string, len(merged))
+	)
+	for i, r := range merged {
 		ids[i], tokens[i], healths[i], releases[i], summaries[i] = r.endpointID, r.token, int32(r.health), r.release, r.summary
-		index[r.endpointID] = i
 	}
 	rows, err := pool.Query(ctx, settleSQL, ids, tokens, healths, releases, summaries, disableAfter.Seconds(), channel, ops.owner, ops.channel)
 	if err != nil {
 		return nil, fmt.Errorf("settle endpoints: %w", err)
 	}
-	out := make([]settleRes, len(reqs))
+	disabled := make([]bool, len(merged))
 	for rows.Next() {
 		var (
-			id                  uuid.UUID
+			k                   key
 			enabled, wasEnabled bool
 			released, woken     int64
 		)
-		if err := rows.Scan(&id, &enabled, &wasEnabled, &released, &woken); err != nil {
+		if err := rows.Scan(&k.endpoint, &k.token, &enabled, &wasEnabled, &released, &woken); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("settle endpoints: %w", err)
 		}
-		if i, ok := index[id]; ok {
-			out[i].disabledNow = wasEnabled && !enabled
+		if m, ok := index[k]; ok {
+			disabled[m] = wasEnabled && !enabled
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("settle endpoints: %w", err)
+	}
+	out := make([]settleRes, len(reqs))
+	for i := range reqs {
+		// One merged settlement disabled the endpoint: report it once.
+		if m := of[i]; disabled[m] {
+			out[i].disabledNow, disabled[m] = true, false
+		}
 	}
 	return out, nil
 }

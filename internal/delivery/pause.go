@@ -128,3 +128,20 @@ func (w *Worker) pauseEndpoint(ctx context.Context, ep uuid.UUID, p pause) {
 	w.logger.InfoContext(ctx, "endpoint paused", slog.String("endpoint_id", ep.String()),
 		slog.Duration("for", p.d), slog.String("reason", p.reason), slog.Int64("deliveries_rescheduled", moved))
 }
+
+// pause remembers that ep is paused until then, for the deliveries to it
+// that are in flight in this process (max_in_flight above 1): those that
+// read the endpoint before the pause was written must not send.
+func (ls *lanes) pause(ep uuid.UUID, until time.Time) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ctl := &ls.byEndpoint[ep].ctl
+	ctl.pausedUntil = later(ctl.pausedUntil, until)
+}
+
+// pausedFor is how much longer ep is paused by a pause asked for here.
+func (ls *lanes) pausedFor(ep uuid.UUID) time.Duration {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return time.Until(ls.byEndpoint[ep].ctl.pausedUntil)
+}

@@ -142,7 +142,7 @@ func (ls *lanes) overflow(ep uuid.UUID, budget time.Duration) (wait, paceFrom, i
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln := ls.byEndpoint[ep]
-	if ln == nil || !ln.running || ln.ctl.rate.interval <= 0 {
+	if ln == nil || ln.running == 0 || ln.ctl.rate.interval <= 0 {
 		return 0, 0, 0, false
 	}
 	rc := &ln.ctl.rate

@@ -338,33 +338,33 @@ func (w *Worker) acquire(ctx context.Context, ep uuid.UUID, eventID string, wait
 		cur := w.lanes.current(ep)
 		req := loadReq{endpointID: ep, eventID: eventID, mode: leaseConfirm, token: cur.token}
 		switch {
-		case cur.token == uuid.Nil:
-			req.mode, req.token = leaseTake, uuid.New()
+		case cur.token == uuid.Nil || cur.expires.IsZero():
+			req.mode, req.token = leaseTake, w.lanes.takeToken(ep)
 		case time.Until(cur.expires) < w.cfg.AttemptTimeout+renewMargin:
 			req.mode = leaseExtend
 		}
 		res, err := w.loads.Do(ctx, req)
 		if err != nil {
 			// The statement may have taken the lease even so.
-			w.lanes.hold(ep, lease{token: req.token, expires: time.Now().Add(w.cfg.LeaseTTL)})
+			w.lanes.hold(ep, lease{token: req.token, expires: time.Now().Add(w.cfg.LeaseTTL)}, 1)
 			return nil, req.token, err
 		}
 		switch res.status {
 		case loadHeld:
-			if req.mode != leaseConfirm {
-				w.lanes.hold(ep, lease{token: req.token, expires: res.expires})
-			}
+			w.lanes.hold(ep, lease{token: req.token, expires: res.expires}, res.target.control.maxInFlight)
 			res.target.leaseTaken = req.mode == leaseTake
 			return res.target, req.token, nil
 		case loadGone:
-			w.lanes.drop(ep)
+			w.lanes.drop(ep, req.token)
 			return nil, uuid.Nil, errEndpointGone
 		case loadDisabled:
 			return nil, req.token, errEndpointDisabled
 		}
+		// Busy: our lease lapsed and moved on, or the take found another
+		// holder. Either way the lane holds no lease now.
+		w.lanes.drop(ep, req.token)
 		if req.mode != leaseTake {
-			// Our lease lapsed and moved on: take it like anyone else.
-			w.lanes.drop(ep)
+			// Take it like anyone else.
 			continue
 		}
 		left := time.Until(waitUntil)

@@ -145,11 +145,21 @@ func paramsHash(p CreateParams) []byte {
 		Ordered     bool              `json:"ordered"`
 		// omitempty: a create without them hashes as it did before they
 		// existed.
-		Name   string            `json:"name,omitempty"`
-		Labels map[string]string `json:"labels,omitempty"`
-	}{p.URL, p.Description, p.EventTypes, p.EmbedID, p.Headers, scheme, p.MaxPerSecond, p.Ordered, p.Name, p.Labels})
+		Name        string            `json:"name,omitempty"`
+		Labels      map[string]string `json:"labels,omitempty"`
+		MaxInFlight int32             `json:"max_in_flight,omitempty"`
+	}{p.URL, p.Description, p.EventTypes, p.EmbedID, p.Headers, scheme, p.MaxPerSecond, p.Ordered, p.Name, p.Labels, inFlightKey(p.MaxInFlight)})
 	sum := sha256.Sum256(b)
 	return sum[:]
+}
+
+// inFlightKey is max_in_flight as it takes part in the hash: 0 and 1 are
+// the same request (the default), and hash as before the field existed.
+func inFlightKey(n int32) int32 {
+	if n <= 1 {
+		return 0
+	}
+	return n
 }
 
 func keyHash(key []byte) []byte {

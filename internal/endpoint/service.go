@@ -231,6 +231,7 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (Created, error) {
 		v.add(FieldSignatureScheme, "must be v1 (a shared secret) or v1a (an Ed25519 key pair)")
 	}
 	s.val.maxPerSecond(&v, p.MaxPerSecond)
+	p.MaxInFlight = s.val.maxInFlight(&v, p.MaxInFlight, p.Ordered)
 	s.val.requestID(&v, p.RequestID)
 	s.val.name(&v, p.Name)
 	if p.Labels != nil {
@@ -260,13 +261,15 @@ const (
 	PathEnabled     = "enabled"
 	// PathHeaders (headers.go) replaces the custom headers as a whole.
 
-	// PathMaxPerSecond and PathOrdered are the receiver controls.
+	// PathMaxPerSecond, PathMaxInFlight and PathOrdered are the receiver
+	// controls.
 	PathMaxPerSecond = FieldMaxPerSecond
+	PathMaxInFlight  = FieldMaxInFlight
 	PathOrdered      = FieldOrdered
 )
 
 // updatePaths lists the paths, for messages.
-const updatePaths = "url, description, event_types, embed_id, enabled, headers, max_per_second, ordered, name, labels"
+const updatePaths = "url, description, event_types, embed_id, enabled, headers, max_per_second, max_in_flight, ordered, name, labels"
 
 // UpdateRequest changes the fields its Paths name (PathURL, …) to the values
 // given; the others are ignored.
@@ -282,9 +285,10 @@ type UpdateRequest struct {
 	// Headers replace the custom headers with PathHeaders; empty removes
 	// them all.
 	Headers map[string]string
-	// MaxPerSecond (0: no limit) and Ordered, for PathMaxPerSecond and
-	// PathOrdered.
+	// MaxPerSecond (0: no limit), MaxInFlight (0: the default, 1) and
+	// Ordered, for PathMaxPerSecond, PathMaxInFlight and PathOrdered.
 	MaxPerSecond int32
+	MaxInFlight  int32
 	Ordered      bool
 	// Name and Labels, for PathName and PathLabels (which replaces every
 	// label; empty removes them all).
@@ -327,6 +331,11 @@ func (s *Service) Update(ctx context.Context, r UpdateRequest) (*Endpoint, error
 		case PathMaxPerSecond:
 			s.val.maxPerSecond(&v, r.MaxPerSecond)
 			p.MaxPerSecond = new(r.MaxPerSecond)
+		case PathMaxInFlight:
+			// Against ordered only when both change here; the store
+			// refuses the combination with the endpoint's other value.
+			ordered := slices.Contains(r.Paths, PathOrdered) && r.Ordered
+			p.MaxInFlight = new(s.val.maxInFlight(&v, r.MaxInFlight, ordered))
 		case PathOrdered:
 			p.Ordered = new(r.Ordered)
 		case PathName:

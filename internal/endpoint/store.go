@@ -65,6 +65,9 @@ type Endpoint struct {
 	PauseReason string
 	// MaxPerSecond > 0 limits the endpoint to that many requests a second.
 	MaxPerSecond int32
+	// MaxInFlight is how many deliveries may be in flight to the endpoint at
+	// once (1 to MaxInFlightLimit; 1 for an ordered endpoint).
+	MaxInFlight int32
 	// Ordered endpoints get their deliveries in ingest order.
 	Ordered bool
 	// Name is for people, not unique; Labels are the owner's key/value
@@ -92,14 +95,14 @@ const endpointColumns = `id, owner_id, url, description, event_types, coalesce(e
        created_at, updated_at,
        CASE WHEN paused_until > now() THEN paused_until END,
        CASE WHEN paused_until > now() THEN coalesce(pause_reason, '') ELSE '' END,
-       coalesce(max_per_second, 0), ordered, name, labels`
+       coalesce(max_per_second, 0), ordered, name, labels, max_in_flight`
 
 func scanEndpoint(row pgx.Row) (*Endpoint, error) {
 	var e Endpoint
 	err := row.Scan(&e.ID, &e.OwnerID, &e.URL, &e.Description, &e.EventTypes, &e.EmbedID, &e.Enabled,
 		&e.DisabledReason, &e.FailingSince, &e.PreviousSecretExpiresAt, &e.HeaderNames,
 		&e.SigningScheme, &e.PublicKey, &e.PreviousPublicKey, &e.CreatedAt, &e.UpdatedAt,
-		&e.PausedUntil, &e.PauseReason, &e.MaxPerSecond, &e.Ordered, &e.Name, &e.Labels)
+		&e.PausedUntil, &e.PauseReason, &e.MaxPerSecond, &e.Ordered, &e.Name, &e.Labels, &e.MaxInFlight)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -169,7 +172,9 @@ type CreateParams struct {
 	SigningScheme string
 	// MaxPerSecond: 0 for no limit.
 	MaxPerSecond int32
-	Ordered      bool
+	// MaxInFlight: 0 for the default, 1.
+	MaxInFlight int32
+	Ordered     bool
 	// RequestID, when set, makes the create idempotent (CreateOnce).
 	RequestID string
 	Name      string
@@ -266,10 +271,10 @@ func (s *Store) createOnce(ctx context.Context, p CreateParams, maxPerOwner int)
 		var err error
 		e, err = scanEndpoint(tx.QueryRow(ctx, `
 INSERT INTO webhook_endpoints (id, owner_id, url, description, event_types, secret_enc, embed_id, header_names, headers_enc,
-                               signing_scheme, public_key, max_per_second, ordered, name, labels)
-VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9, $10, nullif($11, ''), nullif($12, 0), $13, $14, $15)
+                               signing_scheme, public_key, max_per_second, ordered, name, labels, max_in_flight)
+VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9, $10, nullif($11, ''), nullif($12, 0), $13, $14, $15, greatest($16::integer, 1))
 RETURNING `+endpointColumns, id, p.OwnerID, p.URL, p.Description, p.EventTypes, sealed, p.EmbedID,
-			headerNames(hs), sealedHeaders, scheme, publicKey, p.MaxPerSecond, p.Ordered, p.Name, labelsOrEmpty(p.Labels)))
+			headerNames(hs), sealedHeaders, scheme, publicKey, p.MaxPerSecond, p.Ordered, p.Name, labelsOrEmpty(p.Labels), p.MaxInFlight))
 		if err != nil || p.RequestID == "" {
 			return err
 		}
@@ -294,9 +299,11 @@ type UpdateParams struct {
 	Headers     []Header // nil: unchanged; empty: none
 	// MaxPerSecond: 0 removes the limit.
 	MaxPerSecond *int32
-	Ordered      *bool
-	Name         *string
-	Labels       map[string]string // nil: unchanged; empty: none
+	// MaxInFlight: 1 to MaxInFlightLimit.
+	MaxInFlight *int32
+	Ordered     *bool
+	Name        *string
+	Labels      map[string]string // nil: unchanged; empty: none
 }
 
 // Update changes the given fields of owner's endpoint id. Enabling clears the
@@ -331,6 +338,7 @@ UPDATE webhook_endpoints
        ordered         = CASE WHEN $19::boolean THEN $20::boolean ELSE ordered END,
        name            = CASE WHEN $21::boolean THEN $22::text ELSE name END,
        labels          = CASE WHEN $23::boolean THEN $24::jsonb ELSE labels END,
+       max_in_flight   = CASE WHEN $25::boolean THEN $26::integer ELSE max_in_flight END,
        updated_at      = now()
  WHERE id = $1 AND owner_id = $2
 RETURNING `+endpointColumns,
@@ -344,12 +352,26 @@ RETURNING `+endpointColumns,
 		p.MaxPerSecond != nil, derefOr(p.MaxPerSecond, 0),
 		p.Ordered != nil, derefOr(p.Ordered, false),
 		p.Name != nil, deref(p.Name),
-		p.Labels != nil, labelsOrEmpty(p.Labels)))
+		p.Labels != nil, labelsOrEmpty(p.Labels),
+		p.MaxInFlight != nil, derefOr(p.MaxInFlight, 1)))
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.ConstraintName == orderedInFlightConstraint {
+		// The change would leave an ordered endpoint with more than one
+		// delivery in flight: name the field the caller changed.
+		field := FieldMaxInFlight
+		if p.MaxInFlight == nil {
+			field = FieldOrdered
+		}
+		return nil, &ValidationError{Violations: []FieldViolation{{Field: field, Description: errOrderedInFlight}}}
+	}
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("update endpoint: %w", err)
 	}
 	return e, err
 }
+
+// orderedInFlightConstraint refuses an ordered endpoint with max_in_flight
+// above 1 (migration 014), whichever of the two an update changes.
+const orderedInFlightConstraint = "webhook_endpoints_ordered_one_in_flight"
 
 func derefOr[T any](p *T, zero T) T {
 	if p == nil {

@@ -113,6 +113,7 @@ func (s *endpointServer) CreateEndpoint(ctx context.Context, req *webhooksv1.Cre
 		SigningScheme: schemeFromProto(req.GetSignatureScheme()),
 
 		MaxPerSecond: req.GetMaxPerSecond(),
+		MaxInFlight:  req.GetMaxInFlight(),
 		Ordered:      req.GetOrdered(),
 		Name:         req.GetName(),
 		Labels:       req.GetLabels(),
@@ -138,6 +139,7 @@ func (s *endpointServer) UpdateEndpoint(ctx context.Context, req *webhooksv1.Upd
 		Headers:     req.GetHeaders(),
 
 		MaxPerSecond: req.GetMaxPerSecond(),
+		MaxInFlight:  req.GetMaxInFlight(),
 		Ordered:      req.GetOrdered(),
 		Name:         req.GetName(),
 		Labels:       req.GetLabels(),
@@ -276,6 +278,7 @@ func toProto(e *endpoint.Endpoint) *webhooksv1.Endpoint {
 
 		PauseReason:  e.PauseReason,
 		MaxPerSecond: e.MaxPerSecond,
+		MaxInFlight:  e.MaxInFlight,
 		Ordered:      e.Ordered,
 		Name:         e.Name,
 		Labels:       e.Labels,

@@ -1298,10 +1298,11 @@ func TestCreateEndpointIdempotent(t *testing.T) {
 			"Scheme": func(r *webhooksv1.CreateEndpointRequest) {
 				r.SignatureScheme = webhooksv1.SignatureScheme_SIGNATURE_SCHEME_V1A
 			},
-			"Embed":   func(r *webhooksv1.CreateEndpointRequest) { r.EmbedId = "emb_1" },
-			"Comment": func(r *webhooksv1.CreateEndpointRequest) { r.Description = "x" },
-			"Rate":    func(r *webhooksv1.CreateEndpointRequest) { r.MaxPerSecond = 5 },
-			"Ordered": func(r *webhooksv1.CreateEndpointRequest) { r.Ordered = true },
+			"Embed":    func(r *webhooksv1.CreateEndpointRequest) { r.EmbedId = "emb_1" },
+			"Comment":  func(r *webhooksv1.CreateEndpointRequest) { r.Description = "x" },
+			"Rate":     func(r *webhooksv1.CreateEndpointRequest) { r.MaxPerSecond = 5 },
+			"Ordered":  func(r *webhooksv1.CreateEndpointRequest) { r.Ordered = true },
+			"InFlight": func(r *webhooksv1.CreateEndpointRequest) { r.MaxInFlight = 4 },
 		} {
 			r := req("req-1")
 			change(r)

@@ -352,6 +352,11 @@ type Endpoint struct {
 	// the other: one that fails holds those behind it until it succeeds or is
 	// given up.
 	Ordered bool `protobuf:"varint,33,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	// At most this many deliveries in flight to the endpoint at once, across
+	// every dispatcher process (1 to 64; 1, the default, is one at a time).
+	// More lets a slow receiver take more than 1/latency deliveries a second;
+	// deliveries then may arrive out of publish order. Always 1 when ordered.
+	MaxInFlight int32 `protobuf:"varint,34,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	// A short name for people (the admin UI's list); not unique.
 	Name string `protobuf:"bytes,40,opt,name=name,proto3" json:"name,omitempty"`
 	// The owner's key/value labels, e.g. {"env": "prod", "team": "billing"};
@@ -529,6 +534,13 @@ func (x *Endpoint) GetOrdered() bool {
 		return x.Ordered
 	}
 	return false
+}
+
+func (x *Endpoint) GetMaxInFlight() int32 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
 }
 
 func (x *Endpoint) GetName() string {
@@ -783,6 +795,9 @@ type CreateEndpointRequest struct {
 	MaxPerSecond int32 `protobuf:"varint,30,opt,name=max_per_second,json=maxPerSecond,proto3" json:"max_per_second,omitempty"`
 	// Deliver in publish order. See Endpoint.
 	Ordered bool `protobuf:"varint,31,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	// 1 to 64 deliveries in flight at once; 0 (unset): 1. More than 1 with
+	// ordered is INVALID_ARGUMENT. See Endpoint.
+	MaxInFlight int32 `protobuf:"varint,32,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	// At most 128 characters, no control characters.
 	Name string `protobuf:"bytes,40,opt,name=name,proto3" json:"name,omitempty"`
 	// At most 16 labels. A key is 1 to 63 of [a-z0-9] and - _ . /, starting
@@ -894,6 +909,13 @@ func (x *CreateEndpointRequest) GetOrdered() bool {
 	return false
 }
 
+func (x *CreateEndpointRequest) GetMaxInFlight() int32 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
+}
+
 func (x *CreateEndpointRequest) GetName() string {
 	if x != nil {
 		return x.Name
@@ -987,7 +1009,9 @@ type UpdateEndpointRequest struct {
 	OwnerId    string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
 	EndpointId string                 `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
 	// Paths among: url, description, event_types, embed_id, enabled, headers,
-	// max_per_second (0 removes the limit), ordered, name, labels.
+	// max_per_second (0 removes the limit), max_in_flight (0 means 1), ordered,
+	// name, labels. An ordered endpoint with max_in_flight above 1 is refused,
+	// naming max_in_flight (or ordered when only that path changes).
 	UpdateMask  *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	Url         string                 `protobuf:"bytes,4,opt,name=url,proto3" json:"url,omitempty"`
 	Description string                 `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
@@ -999,6 +1023,7 @@ type UpdateEndpointRequest struct {
 	Headers      map[string]string `protobuf:"bytes,20,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	MaxPerSecond int32             `protobuf:"varint,30,opt,name=max_per_second,json=maxPerSecond,proto3" json:"max_per_second,omitempty"`
 	Ordered      bool              `protobuf:"varint,31,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	MaxInFlight  int32             `protobuf:"varint,32,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	Name         string            `protobuf:"bytes,40,opt,name=name,proto3" json:"name,omitempty"`
 	// With the "labels" path: replaces every label (empty removes them all).
 	Labels        map[string]string `protobuf:"bytes,41,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -1111,6 +1136,13 @@ func (x *UpdateEndpointRequest) GetOrdered() bool {
 		return x.Ordered
 	}
 	return false
+}
+
+func (x *UpdateEndpointRequest) GetMaxInFlight() int32 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
 }
 
 func (x *UpdateEndpointRequest) GetName() string {
@@ -3111,7 +3143,7 @@ var File_webhooks_v1_endpoints_proto protoreflect.FileDescriptor
 
 const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\n" +
-	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18webhooks/v1/events.proto\"\xdf\a\n" +
+	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18webhooks/v1/events.proto\"\x83\b\n" +
 	"\bEndpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bowner_id\x18\x02 \x01(\tR\aownerId\x12\x10\n" +
@@ -3137,7 +3169,8 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\fpaused_until\x18\x1e \x01(\v2\x1a.google.protobuf.TimestampR\vpausedUntil\x12!\n" +
 	"\fpause_reason\x18\x1f \x01(\tR\vpauseReason\x12$\n" +
 	"\x0emax_per_second\x18  \x01(\x05R\fmaxPerSecond\x12\x18\n" +
-	"\aordered\x18! \x01(\bR\aordered\x12\x12\n" +
+	"\aordered\x18! \x01(\bR\aordered\x12\"\n" +
+	"\rmax_in_flight\x18\" \x01(\x05R\vmaxInFlight\x12\x12\n" +
 	"\x04name\x18( \x01(\tR\x04name\x129\n" +
 	"\x06labels\x18) \x03(\v2!.webhooks.v1.Endpoint.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
@@ -3160,7 +3193,7 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
 	"endpointId\"H\n" +
 	"\x13GetEndpointResponse\x121\n" +
-	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"\xe8\x04\n" +
+	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"\x8c\x05\n" +
 	"\x15CreateEndpointRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12 \n" +
@@ -3171,7 +3204,8 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\aheaders\x18\x14 \x03(\v2/.webhooks.v1.CreateEndpointRequest.HeadersEntryR\aheaders\x12G\n" +
 	"\x10signature_scheme\x18\x15 \x01(\x0e2\x1c.webhooks.v1.SignatureSchemeR\x0fsignatureScheme\x12$\n" +
 	"\x0emax_per_second\x18\x1e \x01(\x05R\fmaxPerSecond\x12\x18\n" +
-	"\aordered\x18\x1f \x01(\bR\aordered\x12\x12\n" +
+	"\aordered\x18\x1f \x01(\bR\aordered\x12\"\n" +
+	"\rmax_in_flight\x18  \x01(\x05R\vmaxInFlight\x12\x12\n" +
 	"\x04name\x18( \x01(\tR\x04name\x12F\n" +
 	"\x06labels\x18) \x03(\v2..webhooks.v1.CreateEndpointRequest.LabelsEntryR\x06labels\x12\x1d\n" +
 	"\n" +
@@ -3185,7 +3219,7 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\x16CreateEndpointResponse\x121\n" +
 	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\x12\x16\n" +
 	"\x06secret\x18\x02 \x01(\tR\x06secret\x12\x1a\n" +
-	"\breplayed\x18\x03 \x01(\bR\breplayed\"\xf8\x04\n" +
+	"\breplayed\x18\x03 \x01(\bR\breplayed\"\x9c\x05\n" +
 	"\x15UpdateEndpointRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
@@ -3200,7 +3234,8 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\aenabled\x18\b \x01(\bR\aenabled\x12I\n" +
 	"\aheaders\x18\x14 \x03(\v2/.webhooks.v1.UpdateEndpointRequest.HeadersEntryR\aheaders\x12$\n" +
 	"\x0emax_per_second\x18\x1e \x01(\x05R\fmaxPerSecond\x12\x18\n" +
-	"\aordered\x18\x1f \x01(\bR\aordered\x12\x12\n" +
+	"\aordered\x18\x1f \x01(\bR\aordered\x12\"\n" +
+	"\rmax_in_flight\x18  \x01(\x05R\vmaxInFlight\x12\x12\n" +
 	"\x04name\x18( \x01(\tR\x04name\x12F\n" +
 	"\x06labels\x18) \x03(\v2..webhooks.v1.UpdateEndpointRequest.LabelsEntryR\x06labels\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
