@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
@@ -41,8 +42,9 @@ const rescueStuckAfter = "25s"
 
 // sink is a receiver that checks every request as it arrives: the signature
 // verifies with the endpoint's secret, webhook-id is the body's id, a repeat
-// of an id carries the same body, and never two requests overlap (one POST in
-// flight per endpoint, cluster-wide).
+// of an id carries the same body, and never more requests overlap than the
+// endpoint's max_in_flight allows (one unless setLimit says more),
+// cluster-wide.
 type sink struct {
 	*httptest.Server
 	name     string
@@ -52,7 +54,9 @@ type sink struct {
 	delay func() time.Duration
 
 	inFlight, peak atomic.Int64
-	requests       atomic.Int64
+	// limit is the endpoint's max_in_flight (0: 1).
+	limit    atomic.Int64
+	requests atomic.Int64
 	broken         atomic.Int64 // requests whose sender died mid-body
 
 	mu       sync.Mutex
@@ -97,8 +101,8 @@ func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
 	defer s.inFlight.Add(-1)
 	for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
 	}
-	if n > 1 {
-		s.problemf("%s: %d POSTs in flight at once (%s)", s.name, n, r.Header.Get("webhook-id"))
+	if limit := max(s.limit.Load(), 1); n > limit {
+		s.problemf("%s: %d POSTs in flight at once, max_in_flight %d (%s)", s.name, n, limit, r.Header.Get("webhook-id"))
 	}
 	s.requests.Add(1)
 
@@ -163,7 +167,7 @@ func (s *sink) check(t *testing.T) {
 	problems := slices.Clone(s.problems)
 	s.mu.Unlock()
 	require.Empty(t, problems, "receiver %s", s.name)
-	require.LessOrEqual(t, s.peak.Load(), int64(1), "receiver %s: never two concurrent POSTs to one endpoint", s.name)
+	require.LessOrEqual(t, s.peak.Load(), max(s.limit.Load(), 1), "receiver %s: never more concurrent POSTs to one endpoint than its max_in_flight", s.name)
 }
 
 // cluster is a set of dispatcher processes on one schema that the test kills
@@ -378,8 +382,9 @@ func envDuration(t *testing.T, key string, def time.Duration) time.Duration {
 // is SIGKILLed mid-work and restarted. River rescues the dead processes' jobs,
 // the endpoint leases they held expire by themselves, and in the end every
 // (endpoint, event) pair has arrived at least once, every repeat carries the
-// same webhook-id and body, no endpoint ever saw two POSTs at once, and no
-// job is left unfinished.
+// same webhook-id and body, no endpoint ever saw more POSTs at once than its
+// max_in_flight (1 for most; 3 for one in five), and no job is left
+// unfinished.
 //
 // CHAOS_EVENTS (default 2000; make test/chaos: 10000), CHAOS_KILLS (4; 6),
 // CHAOS_KILL_EVERY (3s), CHAOS_SETTLE_TIMEOUT and CHAOS_DB_MAX_CONNS (each
@@ -424,6 +429,10 @@ func TestChaosKill(t *testing.T) {
 		})
 		res := createEndpoint(t, c.proc(0), owner(e/perOwner), sinks[e].URL, types[e%perOwner], broadcast)
 		sinks[e].setSecret(t, res.GetSecret())
+		if e%5 == 4 {
+			setMaxInFlight(t, c.proc(0), res.GetEndpoint(), 3)
+			sinks[e].limit.Store(3)
+		}
 	}
 
 	// Event i goes round-robin to endpoint i%50; every 7th goes to all five
@@ -531,6 +540,16 @@ func TestChaosKill(t *testing.T) {
 	require.Positive(t, rescued, "the kills hit running jobs, which River rescued")
 	t.Logf("%d requests for %d deliveries: %d repeats (same webhook-id and body), %d cut off by a kill; %d jobs rescued from killed processes",
 		requests, pairs, duplicates, broken, rescued)
+}
+
+// setMaxInFlight lets n deliveries to ep be in flight at once.
+func setMaxInFlight(t *testing.T, d *dispatcher, ep *webhooksv1.Endpoint, n int32) {
+	t.Helper()
+	res, err := d.endpoints().UpdateEndpoint(adminCtx(t), &webhooksv1.UpdateEndpointRequest{
+		OwnerId: ep.GetOwnerId(), EndpointId: ep.GetId(), UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"max_in_flight"}}, MaxInFlight: n,
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, n, res.GetEndpoint().GetMaxInFlight())
 }
 
 // TestRescueStuckAfterMustExceedDeliverTimeout: a rescue horizon shorter than

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -262,4 +263,47 @@ func TestOrdered(t *testing.T) {
 	require.Equal(t, 1, httpErrors, "only the first delivery's 500")
 	require.Positive(t, rescued, "the kill left the delivery in flight running, for River to rescue")
 	require.Equal(t, n+1+rescued, attempts)
+}
+
+// TestMaxInFlight: an endpoint with max_in_flight 4 gets four deliveries at
+// once from the real binary, never a fifth, and every event once.
+func TestMaxInFlight(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
+	var (
+		now, peak atomic.Int64
+		release   = make(chan struct{})
+	)
+	rc := newReceiver(t)
+	rc.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		n := now.Add(1)
+		defer now.Add(-1) // before the answer is flushed
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	res, err := d.endpoints().CreateEndpoint(adminCtx(t), &webhooksv1.CreateEndpointRequest{
+		OwnerId: "owner-a", Url: rc.URL, Description: "e2e", EventTypes: []string{"*"}, MaxInFlight: 4,
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, 4, res.GetEndpoint().GetMaxInFlight())
+	const n = 20
+	ids := publishN(t, d, n)
+
+	// Held until four are in flight: a fifth could only come now.
+	waitFor(t, 60*time.Second, "four deliveries in flight", func() bool { return now.Load() == 4 })
+	close(release)
+	waitFor(t, 60*time.Second, "every delivery", func() bool { return len(rc.requests()) >= n })
+	require.EqualValues(t, 4, peak.Load(), "four at once, never more")
+	seen := map[string]int{}
+	for _, r := range rc.requests() {
+		seen[r.header.Get("webhook-id")]++
+	}
+	for _, id := range ids {
+		require.Equal(t, 1, seen[id], "event %s delivered once", id)
+	}
 }
