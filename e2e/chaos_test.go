@@ -57,7 +57,7 @@ type sink struct {
 	// limit is the endpoint's max_in_flight (0: 1).
 	limit    atomic.Int64
 	requests atomic.Int64
-	broken         atomic.Int64 // requests whose sender died mid-body
+	broken   atomic.Int64 // requests whose sender died mid-body
 
 	mu       sync.Mutex
 	got      map[string][]receipt // by event id
@@ -549,7 +549,7 @@ func setMaxInFlight(t *testing.T, d *dispatcher, ep *webhooksv1.Endpoint, n int3
 		OwnerId: ep.GetOwnerId(), EndpointId: ep.GetId(), UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"max_in_flight"}}, MaxInFlight: n,
 	})
 	require.NoError(t, err)
-	require.EqualValues(t, n, res.GetEndpoint().GetMaxInFlight())
+	require.Equal(t, n, res.GetEndpoint().GetMaxInFlight())
 }
 
 // TestRescueStuckAfterMustExceedDeliverTimeout: a rescue horizon shorter than

@@ -87,9 +87,9 @@ func (b *bench) slowReceiver(ctx context.Context, inFlight int32) (res result) {
 // slowTargets: with 16 in flight at least 90 % of 16/latency, with one at
 // least 90 % of 1/latency; never more in flight than allowed.
 func slowTargets(res *result) []targetCheck {
-	cap := float64(res.AllowedInFlight) / s10Latency.Seconds()
+	limit := float64(res.AllowedInFlight) / s10Latency.Seconds()
 	return []targetCheck{
-		atLeast(fmt.Sprintf("requests/s (90 %% of %d/%s)", res.AllowedInFlight, s10Latency), 0.9*cap, res.SlowRate),
+		atLeast(fmt.Sprintf("requests/s (90 %% of %d/%s)", res.AllowedInFlight, s10Latency), 0.9*limit, res.SlowRate),
 		atMost("requests in flight at once", float64(res.AllowedInFlight), float64(res.MaxConcurrencyPerEndpoint)),
 	}
 }
