@@ -194,8 +194,11 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		return fmt.Errorf("river client: %w", err)
 	}
 
+	// Deliveries fanned out here, to endpoints this process delivers to,
+	// go to its deliver worker at once instead of through River's fetch.
+	direct := deliverWorker.NewDirect(delivery.DirectConfig{Works: member.Works, Limit: cfg.DeliverWorkers, Middleware: traces.RiverMiddleware()})
 	store := ingest.NewStore(ingest.StoreConfig{
-		Fanout:       fanout.NewInline(decider.Func(), member.Active, m),
+		Fanout:       fanout.NewInline(decider.Func(), member.Active, m).WithHandoff(direct),
 		UnknownTypes: cfg.UnknownTypes,
 	}, pool, riverClient, m, logger)
 
@@ -409,7 +412,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		<-gctx.Done()
 		logger.Info("shutting down")
 		healthServer.Shutdown()
-		shutdown(grpcServer, httpServer, opsServer, riverClient, cfg.ShutdownTimeout, logger)
+		shutdown(grpcServer, httpServer, opsServer, riverClient, direct, cfg.ShutdownTimeout, logger)
 		_ = apiMux.Close()
 		_ = apiPipe.Close()
 		stopLeases()
@@ -423,7 +426,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 // shutdown stops taking work, lets in-flight deliveries finish for up to
 // timeout, then cancels them: River puts a cancelled job back to available
 // without spending an attempt, so another process delivers it.
-func shutdown(grpcServer *grpc.Server, httpServer, opsServer *http.Server, riverClient *river.Client[pgx.Tx], timeout time.Duration, logger *slog.Logger) {
+func shutdown(grpcServer *grpc.Server, httpServer, opsServer *http.Server, riverClient *river.Client[pgx.Tx], direct *delivery.Direct, timeout time.Duration, logger *slog.Logger) {
 	stopped := make(chan struct{})
 	go func() {
 		// HTTP first: its requests are gRPC calls, which GracefulStop
@@ -442,6 +445,11 @@ func shutdown(grpcServer *grpc.Server, httpServer, opsServer *http.Server, river
 
 	softCtx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	// The direct deliveries (nothing new comes in: the API has stopped)
+	// finish or are put back beside River's.
+	directStopped := make(chan struct{})
+	go func() { direct.Stop(softCtx); close(directStopped) }()
+	defer func() { <-directStopped }()
 	if err := riverClient.Stop(softCtx); err != nil {
 		logger.Warn("in-flight jobs did not finish in time; cancelling them", slog.Duration("timeout", timeout))
 		hardCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

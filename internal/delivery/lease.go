@@ -162,6 +162,64 @@ SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
   LEFT JOIN events e ON e.id = r.event_id
  ORDER BY r.n`
 
+// endpointSQL reads the endpoint part of targets, for deliveries whose
+// events are in hand (direct.go), with no lease to take or confirm.
+const endpointSQL = `
+SELECT ep.id, ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.headers_enc, ep.signing_scheme,
+       extract(epoch FROM coalesce(ep.paused_until - now(), interval '0'))::float8, ep.max_per_second, coalesce(ep.ordered, false), ep.max_in_flight
+  FROM webhook_endpoints ep
+ WHERE ep.id = ANY($1) AND ep.enabled`
+
+// readEndpoints runs one batch of endpoint reads: each request is a list of
+// endpoint ids, answered with their targets in order (nil for one that is
+// gone or disabled), without event fields.
+func readEndpoints(ctx context.Context, pool *pgxpool.Pool, reqs [][]uuid.UUID) ([][]*target, error) {
+	var ids []uuid.UUID
+	for _, r := range reqs {
+		ids = append(ids, r...)
+	}
+	rows, err := pool.Query(ctx, endpointSQL, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read delivery endpoints: %w", err)
+	}
+	byID := make(map[uuid.UUID]*target, len(ids))
+	for rows.Next() {
+		var (
+			id                        uuid.UUID
+			owner, url, scheme        string
+			secret, prevSecret, hdrs  []byte
+			prevExpires, failingSince *time.Time
+			pausedFor                 float64
+			maxPerSecond, maxInFlight *int32
+			ordered                   bool
+		)
+		if err := rows.Scan(&id, &owner, &url, &secret, &prevSecret, &prevExpires, &failingSince, &hdrs, &scheme,
+			&pausedFor, &maxPerSecond, &ordered, &maxInFlight); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read delivery endpoints: %w", err)
+		}
+		byID[id] = &target{
+			ownerID: owner, url: url, secret: secret, previousSecret: prevSecret,
+			previousExpiresAt: prevExpires, failingSince: failingSince, headers: hdrs, scheme: scheme,
+			control: newControl(pausedFor, maxPerSecond, maxInFlight, ordered),
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read delivery endpoints: %w", err)
+	}
+	out := make([][]*target, len(reqs))
+	for i, r := range reqs {
+		out[i] = make([]*target, len(r))
+		for k, id := range r {
+			if t := byID[id]; t != nil {
+				c := *t // each delivery gets its own
+				out[i][k] = &c
+			}
+		}
+	}
+	return out, nil
+}
+
 // load runs one batch of loads.
 func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel string, reqs []loadReq) ([]loadRes, error) {
 	var (

@@ -78,8 +78,10 @@ func (ls *lanes) throttled(ep uuid.UUID, is429 bool) int {
 // pauseSQL pauses an endpoint (a longer pause already set stands, with its
 // reason) and moves its queued deliveries to just after the pause's end
 // (job.PauseProbeGap: the delivery that asked for the pause, snoozed until
-// its end, goes first and alone), in one statement. Jobs locked by a fetch at that moment are skipped: they are
-// running now and will see the pause when they load the endpoint. As River
+// its end, goes first and alone), in one statement. Jobs locked by a fetch
+// at that moment are skipped: they are running now and will see the pause
+// when they load the endpoint; so are deliveries handed to a process
+// directly (direct.go), which run now too. As River
 // does for snoozes, a job due within 5 s stays available, a later one is
 // scheduled (River's scheduler makes it available when due). Each moved job
 // records why it waits, as a snooze would (job.DeliverSnooze), for
@@ -98,6 +100,7 @@ queued AS (
       FROM river_job j, ep
      WHERE j.kind = 'webhook.deliver' AND j.args->>'endpoint_id' = $2
        AND j.state IN ('available', 'retryable', 'scheduled') AND j.scheduled_at < ep.paused_until + make_interval(secs => $5)
+       AND j.metadata -> 'output' ->> 'snooze_reason' IS DISTINCT FROM 'direct'
      ORDER BY j.id
        FOR UPDATE OF j SKIP LOCKED
 ),

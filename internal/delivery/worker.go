@@ -169,6 +169,8 @@ type Worker struct {
 	lanes   *lanes
 	loads   *batch.Batcher[loadReq, loadRes]
 	settles *batch.Batcher[settleReq, settleRes]
+	// endpoints reads endpoints for direct deliveries (direct.go).
+	endpoints *batch.Batcher[[]uuid.UUID, []*target]
 	now     func() time.Time
 	// planned holds retry times decided during an attempt (job id →
 	// time.Time), for NextRetry.
@@ -204,6 +206,8 @@ func NewWorker(cfg Config, pool *pgxpool.Pool, client *http.Client, keys KeyOpen
 	w.loads = batch.New(batch.Config{MaxSize: 500, MaxInFlight: 4}, func(ctx context.Context, reqs []loadReq) ([]loadRes, error) {
 		return load(ctx, pool, cfg.LeaseTTL, cfg.Channel, reqs)
 	})
+	w.endpoints = batch.NewWeighted(batch.Config{MaxSize: 2000, MaxInFlight: 2}, func(ids []uuid.UUID) int { return len(ids) },
+		func(ctx context.Context, reqs [][]uuid.UUID) ([][]*target, error) { return readEndpoints(ctx, pool, reqs) })
 	w.settles = batch.New(batch.Config{MaxSize: 500, MaxInFlight: 2}, func(ctx context.Context, reqs []settleReq) ([]settleRes, error) {
 		return settle(ctx, pool, cfg.DisableAfter, cfg.Channel, operational{owner: cfg.OperationalOwner, channel: cfg.OperationalChannel}, reqs)
 	})
@@ -318,11 +322,14 @@ func (w *Worker) snoozeBusy(ctx context.Context, d time.Duration) error {
 }
 
 // snooze puts the job back for d without spending an attempt, and records
-// why (job.DeliverSnooze) for ListDeliveries. Recording fails only outside a
-// River worker (a test calling Work directly); the snooze stands regardless.
+// why (job.DeliverSnooze) for ListDeliveries: as River's output, or for a
+// direct run (direct.go) with it. Recording fails only outside either (a
+// test calling Work directly); the snooze stands regardless.
 func snooze(ctx context.Context, note job.DeliverSnooze, d time.Duration) error {
 	note.Until = time.Now().Add(d).UTC()
-	_ = river.RecordOutput(ctx, note)
+	if !recordDirectOutput(ctx, note) {
+		_ = river.RecordOutput(ctx, note)
+	}
 	return river.JobSnooze(d)
 }
 
@@ -333,6 +340,9 @@ func snooze(ctx context.Context, note job.DeliverSnooze, d time.Duration) error 
 // token of the lease held (or possibly held, after a database error) so the
 // caller can release it.
 func (w *Worker) acquire(ctx context.Context, ep uuid.UUID, eventID string, waitUntil time.Time) (*target, uuid.UUID, error) {
+	if t, token := w.prepared(ctx, ep); t != nil {
+		return t, token, nil
+	}
 	var poll time.Duration
 	for {
 		cur := w.lanes.current(ep)

@@ -118,25 +118,29 @@ const snoozeSlack = 2 * time.Second
 
 // stateRules is the one translation of River's job states into delivery
 // states: a row is in the first rule's state whose River state matches and,
-// for the waiting states, whose scheduled_at is past (due) or ahead. Both the
-// mapping of a row (jobRow.delivery) and the SQL filter of ListDeliveries
-// (stateCondition) are read from it.
+// for the waiting states, whose scheduled_at is past (due) or ahead, and
+// whose note matches. Both the mapping of a row (jobRow.delivery) and the
+// SQL filter of ListDeliveries (stateCondition) are read from it.
 var stateRules = []struct {
 	state DeliveryState
 	river string
 	when  ruleTime
+	note  ruleNote
 }{
-	{DeliveryDelivered, "completed", anyTime},
-	{DeliveryFailed, "discarded", anyTime},
-	{DeliveryCancelled, "cancelled", anyTime},
-	{DeliveryDelivering, "running", anyTime},
-	{DeliveryPending, "pending", anyTime},
-	{DeliveryPending, "available", due},
-	{DeliveryPending, "scheduled", due},
-	{DeliveryPending, "retryable", due},
-	{DeliveryScheduled, "available", ahead},
-	{DeliveryScheduled, "scheduled", ahead},
-	{DeliveryScheduled, "retryable", ahead},
+	{DeliveryDelivered, "completed", anyTime, anyNote},
+	{DeliveryFailed, "discarded", anyTime, anyNote},
+	{DeliveryCancelled, "cancelled", anyTime, anyNote},
+	{DeliveryDelivering, "running", anyTime, anyNote},
+	// Handed to a process directly (job.SnoozeDirect): it runs there now,
+	// and is scheduled only as the net should that process die.
+	{DeliveryDelivering, "scheduled", ahead, direct},
+	{DeliveryPending, "pending", anyTime, anyNote},
+	{DeliveryPending, "available", due, anyNote},
+	{DeliveryPending, "scheduled", due, anyNote},
+	{DeliveryPending, "retryable", due, anyNote},
+	{DeliveryScheduled, "available", ahead, anyNote},
+	{DeliveryScheduled, "scheduled", ahead, notDirect},
+	{DeliveryScheduled, "retryable", ahead, anyNote},
 }
 
 // ruleTime is how a state rule reads scheduled_at.
@@ -148,11 +152,31 @@ const (
 	ahead            // scheduled_at > now
 )
 
+// ruleNote is how a state rule reads the job's note (its output).
+type ruleNote int
+
+const (
+	anyNote   ruleNote = iota
+	direct             // the note says the job was handed off
+	notDirect          // it does not
+)
+
+// directSQL holds for a river_job j whose note says it was handed off.
+const directSQL = "j.metadata -> 'output' ->> 'snooze_reason' = '" + job.SnoozeDirect + "'"
+
+// isDirect reports whether output (a job's output) says it was handed off.
+func isDirect(output []byte) bool {
+	var note job.DeliverSnooze
+	return len(output) > 0 && json.Unmarshal(output, &note) == nil && note.Reason == job.SnoozeDirect
+}
+
 // productState is the delivery state of a job in River state riverState,
-// scheduled at scheduledAt, as of now; 0 for a River state no rule knows.
-func productState(riverState string, scheduledAt, now time.Time) DeliveryState {
+// scheduled at scheduledAt, with output (its note, or nil), as of now; 0
+// for a River state no rule knows.
+func productState(riverState string, scheduledAt time.Time, output []byte, now time.Time) DeliveryState {
+	handed := isDirect(output)
 	for _, r := range stateRules {
-		if r.river != riverState {
+		if r.river != riverState || (r.note == direct && !handed) || (r.note == notDirect && handed) {
 			continue
 		}
 		switch r.when {
@@ -184,11 +208,18 @@ func stateCondition(states []DeliveryState) string {
 		switch r.when {
 		case anyTime:
 		case due:
-			term = "(" + term + " AND j.scheduled_at <= @now)"
+			term += " AND j.scheduled_at <= @now"
 		case ahead:
-			term = "(" + term + " AND j.scheduled_at > @now)"
+			term += " AND j.scheduled_at > @now"
 		}
-		terms = append(terms, term)
+		switch r.note {
+		case anyNote:
+		case direct:
+			term += " AND " + directSQL
+		case notDirect:
+			term += " AND (" + directSQL + ") IS NOT TRUE"
+		}
+		terms = append(terms, "("+term+")")
 	}
 	if len(terms) == 0 {
 		return "false"
@@ -203,7 +234,7 @@ func (r jobRow) delivery(now time.Time) *Delivery {
 		JobID: r.ID, EndpointID: r.EndpointID, EventID: r.EventID, EventType: r.EventType,
 		Attempt: r.Attempt, MaxAttempts: r.MaxAttempts, LastError: humanError(r.LastError),
 		CreatedAt: r.CreatedAt, AttemptedAt: r.AttemptedAt, ScheduledAt: r.ScheduledAt, FinalizedAt: r.FinalizedAt,
-		State: productState(r.State, r.ScheduledAt, now),
+		State: productState(r.State, r.ScheduledAt, r.Output, now),
 	}
 	switch d.State {
 	case DeliveryDelivered:
@@ -222,6 +253,11 @@ func (r jobRow) delivery(now time.Time) *Delivery {
 		}
 	case DeliveryDelivering:
 		d.StateReason = fmt.Sprintf("Attempt %d of %d is in flight.", r.Attempt, r.MaxAttempts)
+		if r.State == "scheduled" {
+			d.Attempt = r.Attempt + 1 // counted when it is written
+			d.StateReason = fmt.Sprintf("Attempt %d of %d is in flight (handed to a worker at once; if that process stops, it goes out again at %s).",
+				r.Attempt+1, r.MaxAttempts, stamp(r.ScheduledAt))
+		}
 	case DeliveryPending:
 		d.StateReason = "Queued: it goes out as soon as a worker takes it."
 		if r.State == "pending" {

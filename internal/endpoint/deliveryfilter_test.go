@@ -23,17 +23,25 @@ func TestStateConditionMatchesMapping(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	riverStates := []string{"available", "cancelled", "completed", "discarded", "pending", "retryable", "running", "scheduled"}
 	want := map[DeliveryState][]int64{}
+	// Each with no note, another job's note, and the note of a delivery
+	// handed off to a process directly.
+	notes := []string{`{}`, `{"output": {"snooze_reason": "rate_limit"}}`, `{"output": {"snooze_reason": "direct"}}`}
 	for _, st := range riverStates {
 		for _, at := range []time.Time{now.Add(-time.Minute), now, now.Add(time.Minute)} {
-			var id int64
-			require.NoError(t, db.Pool.QueryRow(ctx, `
-INSERT INTO river_job (kind, args, state, scheduled_at, max_attempts, finalized_at)
+			for _, md := range notes {
+				var (
+					id     int64
+					output []byte
+				)
+				require.NoError(t, db.Pool.QueryRow(ctx, `
+INSERT INTO river_job (kind, args, state, scheduled_at, max_attempts, finalized_at, metadata)
 VALUES ('webhook.deliver', '{}', $1::river_job_state, $2, 18,
-        CASE WHEN $1 IN ('cancelled', 'completed', 'discarded') THEN now() END)
-RETURNING id`, st, at).Scan(&id))
-			ps := productState(st, at, now)
-			require.NotZero(t, ps, "River state %s has no rule", st)
-			want[ps] = append(want[ps], id)
+        CASE WHEN $1 IN ('cancelled', 'completed', 'discarded') THEN now() END, $3)
+RETURNING id, metadata -> 'output'`, st, at, md).Scan(&id, &output))
+				ps := productState(st, at, output, now)
+				require.NotZero(t, ps, "River state %s has no rule", st)
+				want[ps] = append(want[ps], id)
+			}
 		}
 	}
 	all := []DeliveryState{DeliveryPending, DeliveryScheduled, DeliveryDelivering, DeliveryDelivered, DeliveryFailed, DeliveryCancelled}
@@ -47,7 +55,8 @@ RETURNING id`, st, at).Scan(&id))
 	}
 	var n int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job j WHERE `+stateCondition(all), pgx.NamedArgs{"now": now}).Scan(&n))
-	require.Equal(t, len(riverStates)*3, n, "every row is in some state")
+	require.Equal(t, len(riverStates)*3*len(notes), n, "every row is in some state")
+	require.Len(t, want[DeliveryDelivering], 3*len(notes)+1, "running, and scheduled ahead when handed off")
 }
 
 // TestGlobLikePatternMatchesMatchGlob checks event.GlobLikePattern in

@@ -139,10 +139,17 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 		return fmt.Errorf("fanout: %w", err)
 	}
 	// Metadata nil: the jobs take this run's trace (tracing.JobContext).
-	params := deliverJobs(e, seq, admitted, w.partitions.active(), time.Now(), nil)
+	params := deliverJobs(e, seq, admitted, w.partitions.active(), time.Now(), nil, nil)
 	var enqueued, duplicates int
 	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-		enqueued, duplicates, err = insert(ctx, tx, client, params)
+		results, err := insert(ctx, tx, client, params)
+		for _, r := range results {
+			if r.UniqueSkippedAsDuplicate {
+				duplicates++
+			} else {
+				enqueued++
+			}
+		}
 		return err
 	})
 	if err != nil {
@@ -190,6 +197,7 @@ type Inline struct {
 	decide     scope.Func
 	partitions Partitions
 	metrics    *metrics.Metrics
+	handoff    Handoff
 }
 
 // NewInline returns the inline fanout using decide (scope.Decider.Func) and
@@ -198,15 +206,61 @@ func NewInline(decide scope.Func, partitions Partitions, m *metrics.Metrics) *In
 	return &Inline{decide: decide, partitions: partitions, metrics: m}
 }
 
+// Handoff takes deliveries that this process starts by itself the moment the
+// transaction inserting them commits, so that River need not fetch them:
+// internal/delivery's Direct. A delivery handed off is inserted scheduled
+// Hold from now, with a note saying so (job.SnoozeDirect), and River runs it
+// only if this process has not finished it by then (it died).
+type Handoff interface {
+	// Hold is how long a handed-off delivery's job waits before River may
+	// run it.
+	Hold() time.Duration
+	// Accepts reports whether a delivery in queue may be handed off now.
+	Accepts(queue string) bool
+	// Start starts the handed-off deliveries (job rows as inserted; events[i]
+	// is the event of jobs[i]), once their transaction has committed.
+	Start(jobs []*rivertype.JobRow, events []*webhook.Event)
+}
+
+// Handed is the deliveries EnqueueTx handed off, to start once their
+// transaction has committed (Inline.Start).
+type Handed struct {
+	jobs   []*rivertype.JobRow
+	events []*webhook.Event
+}
+
+// Len is how many deliveries were handed off.
+func (h *Handed) Len() int {
+	if h == nil {
+		return 0
+	}
+	return len(h.jobs)
+}
+
+// WithHandoff makes f hand the deliveries it can to h.
+func (f *Inline) WithHandoff(h Handoff) *Inline {
+	f.handoff = h
+	return f
+}
+
+// Start starts what EnqueueTx handed off; call it once their transaction
+// has committed.
+func (f *Inline) Start(h *Handed) {
+	if h.Len() > 0 && f.handoff != nil {
+		f.handoff.Start(h.jobs, h.events)
+	}
+}
+
 // EnqueueTx enqueues, in tx, the deliveries of every event that can be
 // decided without the access service and a webhook.fanout job for each of
 // the others. The events must be newly stored in tx and may leave the
 // instance. traces, if not nil, holds each event's trace, which its jobs
 // carry on (one statement inserts the jobs of many traces). It returns how
-// many events were deferred to a fanout job.
-func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], events []*webhook.Event, traces []trace.SpanContext) (int, error) {
+// many events were deferred to a fanout job, and the deliveries handed off
+// (see Handoff), which the caller passes to Start once tx has committed.
+func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], events []*webhook.Event, traces []trace.SpanContext) (deferred int, handed *Handed, err error) {
 	if len(events) == 0 {
-		return 0, nil
+		return 0, nil, nil
 	}
 	owners := make([]string, 0, len(events))
 	seen := make(map[string]bool, len(events))
@@ -218,18 +272,15 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 	}
 	byOwner, err := readEndpoints(ctx, tx, owners)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	seqs, err := orderedSeqs(ctx, tx, events, byOwner)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	local := scope.WithoutAccess(ctx)
 	now, active := time.Now(), f.partitions.active()
-	var (
-		params   []river.InsertManyParams
-		deferred int
-	)
+	var params []river.InsertManyParams
 	for i, e := range events {
 		var md []byte
 		if traces != nil {
@@ -246,18 +297,54 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 			continue
 		}
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
-		params = append(params, deliverJobs(e, seqs[e.ID], admitted, active, now, md)...)
+		params = append(params, deliverJobs(e, seqs[e.ID], admitted, active, now, md, f.handoff)...)
 	}
-	enqueued, _, err := insert(ctx, tx, client, params)
+	results, err := insert(ctx, tx, client, params)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
+	}
+	enqueued := 0
+	var byID map[string]*webhook.Event
+	for _, r := range results {
+		if r.UniqueSkippedAsDuplicate {
+			continue
+		}
+		enqueued++
+		if !isHandedOff(r.Job) {
+			continue
+		}
+		if byID == nil {
+			byID = make(map[string]*webhook.Event, len(events))
+			for _, e := range events {
+				byID[e.ID] = e
+			}
+			handed = &Handed{}
+		}
+		var args job.DeliverArgs
+		if json.Unmarshal(r.Job.EncodedArgs, &args) != nil {
+			continue
+		}
+		handed.jobs = append(handed.jobs, r.Job)
+		handed.events = append(handed.events, byID[args.EventID])
 	}
 	if f.metrics != nil {
 		f.metrics.FanoutEnqueuedTotal.Add(float64(enqueued - deferred))
 	}
-	return deferred, nil
+	return deferred, handed, nil
+}
+
+// isHandedOff reports whether an inserted deliver job was handed off: it
+// carries the note deliverJobs gave it.
+func isHandedOff(j *rivertype.JobRow) bool {
+	if j == nil || j.Kind != job.KindDeliver || j.State != rivertype.JobStateScheduled {
+		return false
+	}
+	var md struct {
+		Output job.DeliverSnooze `json:"output"`
+	}
+	return json.Unmarshal(j.Metadata, &md) == nil && md.Output.Reason == job.SnoozeDirect
 }
 
 // querier is a pool or a transaction.
@@ -396,8 +483,9 @@ func decideAll(ctx context.Context, decide scope.Func, e *webhook.Event, candida
 // endpoint gets at most one whatever the input. seq is the event's ingest
 // sequence, the order key of ordered endpoints; a paused endpoint's delivery
 // is scheduled for the end of the pause (instead of the failing cool-down:
-// the receiver said when).
-func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions int, now time.Time, md []byte) []river.InsertManyParams {
+// the receiver said when). A delivery that goes now to an unordered
+// endpoint is handed off if handoff (nil: none) accepts it.
+func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions int, now time.Time, md []byte, handoff Handoff) []river.InsertManyParams {
 	seen := make(map[string]struct{}, len(admitted))
 	params := make([]river.InsertManyParams, 0, len(admitted))
 	for _, c := range admitted {
@@ -413,11 +501,16 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 			// The receiver said when: that replaces the failing cool-down
 			// (and holds a test event too: the receiver asked for nothing).
 			opts.ScheduledAt = c.pausedUntil.Add(job.PauseProbeGap)
-			opts.Metadata = pausedNote(md, opts.ScheduledAt)
+			opts.Metadata = withNote(md, job.DeliverSnooze{Reason: job.SnoozePaused, Until: opts.ScheduledAt.UTC()})
 		case c.failingSince != nil && event.ScopeOf(e.Type) != catalog.ScopeTestOnly:
 			// A test event is what an admin sends after fixing the receiver:
 			// it goes now, failing endpoint or not.
 			opts.ScheduledAt = now.Add(FailingCooldown)
+		case !c.ordered && handoff != nil && handoff.Accepts(opts.Queue):
+			// Ordered endpoints are left to River: their head is decided
+			// among the jobs River can see as due.
+			opts.ScheduledAt = now.Add(handoff.Hold())
+			opts.Metadata = withNote(md, job.DeliverSnooze{Reason: job.SnoozeDirect, Until: opts.ScheduledAt.UTC()})
 		}
 		args := job.DeliverArgs{EndpointID: c.ep.ID, EventID: e.ID}
 		if c.ordered {
@@ -428,15 +521,16 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 	return params
 }
 
-// pausedNote adds to md (a job's metadata, or nil) the note that says, in
-// ListDeliveries, why the delivery waits: its endpoint is paused, as the
-// deliver worker records for the deliveries it reschedules.
-func pausedNote(md []byte, until time.Time) []byte {
+// withNote adds to md (a job's metadata, or nil) the note that says, in
+// ListDeliveries, why the delivery waits (its endpoint is paused, as the
+// deliver worker records for the deliveries it reschedules; or it was handed
+// off).
+func withNote(md []byte, note job.DeliverSnooze) []byte {
 	m := map[string]any{}
 	if len(md) > 0 {
 		_ = json.Unmarshal(md, &m)
 	}
-	m[rivertype.MetadataKeyOutput] = job.DeliverSnooze{Reason: job.SnoozePaused, Until: until.UTC()}
+	m[rivertype.MetadataKeyOutput] = note
 	out, err := json.Marshal(m)
 	if err != nil {
 		return md
@@ -444,21 +538,17 @@ func pausedNote(md []byte, until time.Time) []byte {
 	return out
 }
 
-// insert inserts jobs in tx, in chunks, and returns how many were new and
-// how many already existed (unique by args).
-func insert(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], params []river.InsertManyParams) (enqueued, duplicates int, err error) {
+// insert inserts jobs in tx, in chunks, and returns what River answered for
+// each (a job that already existed, unique by args, is skipped as a
+// duplicate).
+func insert(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
+	out := make([]*rivertype.JobInsertResult, 0, len(params))
 	for chunk := range slices.Chunk(params, insertChunk) {
 		results, err := client.InsertManyTx(ctx, tx, chunk)
 		if err != nil {
-			return 0, 0, err
+			return nil, err
 		}
-		for _, r := range results {
-			if r.UniqueSkippedAsDuplicate {
-				duplicates++
-			} else {
-				enqueued++
-			}
-		}
+		out = append(out, results...)
 	}
-	return enqueued, duplicates, nil
+	return out, nil
 }

@@ -2,6 +2,7 @@ package fanout
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -762,6 +763,13 @@ func TestWorkerWithRiver(t *testing.T) {
 // ingest does, and commits it.
 func (b *testBundle) inlineTx(t *testing.T, eventIDs ...string) int {
 	t.Helper()
+	deferred, _ := b.inlineTxHanded(t, eventIDs...)
+	return deferred
+}
+
+// inlineTxHanded is inlineTx, also returning the deliveries handed off.
+func (b *testBundle) inlineTxHanded(t *testing.T, eventIDs ...string) (int, []*rivertype.JobRow) {
+	t.Helper()
 	ctx := context.Background()
 	var events []*webhook.Event
 	for _, id := range eventIDs {
@@ -772,14 +780,41 @@ func (b *testBundle) inlineTx(t *testing.T, eventIDs ...string) int {
 		e.Data = data
 		events = append(events, e)
 	}
-	var deferred int
+	var (
+		deferred int
+		handed   *Handed
+	)
 	require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
 		var err error
-		deferred, err = b.inline.EnqueueTx(ctx, tx, b.client, events, nil)
+		deferred, handed, err = b.inline.EnqueueTx(ctx, tx, b.client, events, nil)
 		return err
 	}))
-	return deferred
+	if handed == nil {
+		return deferred, nil
+	}
+	for i, j := range handed.jobs {
+		require.Equal(t, gjsonString(t, j.EncodedArgs, "event_id"), handed.events[i].ID, "each job with its event")
+	}
+	return deferred, handed.jobs
 }
+
+// handoff is a fanout.Handoff that accepts the queues it is told to.
+type handoff struct {
+	accept func(queue string) bool
+	mu     sync.Mutex
+	asked  []string
+}
+
+func (h *handoff) Hold() time.Duration { return time.Hour }
+
+func (h *handoff) Accepts(queue string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.asked = append(h.asked, queue)
+	return h.accept(queue)
+}
+
+func (h *handoff) Start([]*rivertype.JobRow, []*webhook.Event) {}
 
 func TestInline(t *testing.T) {
 	t.Parallel()
@@ -861,6 +896,78 @@ func TestInline(t *testing.T) {
 		require.Equal(t, 1, b.fake.Calls())
 		require.Len(t, deliveries(t, b.db.Pool), 4)
 	})
+}
+
+func TestInlineHandoff(t *testing.T) {
+	t.Parallel()
+
+	t.Run("HandsOffWhatGoesNowToAcceptedQueues", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.inline.partitions = func() int { return 12 }
+		eps := b.insertEndpoints(t, 24, []string{"*"}, endpointOpts{})
+		mine := job.DeliverQueue(eps[0], 12)
+		h := &handoff{accept: func(q string) bool { return q == mine }}
+		b.inline.WithHandoff(h)
+		ev := b.insertEvent(t, ownerID, "code.issued", "code://1", "{}")
+
+		_, handed := b.inlineTxHanded(t, ev)
+		require.NotEmpty(t, handed)
+		for _, d := range deliveries(t, b.db.Pool) {
+			if d.Queue != mine {
+				require.Equal(t, "available", d.State, "another process's queue: River's, due now")
+				continue
+			}
+			require.Equal(t, "scheduled", d.State, "handed off: scheduled as a net, an hour out")
+			require.WithinDuration(t, time.Now().Add(time.Hour), d.ScheduledAt, time.Minute)
+		}
+		for _, j := range handed {
+			require.Equal(t, mine, j.Queue)
+			require.Equal(t, ev, gjsonString(t, j.EncodedArgs, "event_id"))
+			require.Equal(t, job.SnoozeDirect, gjsonString(t, j.Metadata, "output", "snooze_reason"), "the note says so, for ListDeliveries and the outcome")
+		}
+
+		// The same event again: nothing new, nothing handed off.
+		_, again := b.inlineTxHanded(t, ev)
+		require.Empty(t, again, "a duplicate is never handed off")
+	})
+
+	t.Run("LeavesWaitingAndOrderedDeliveriesToRiver", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		failing := b.insertEndpoint(t, []string{"*"}, endpointOpts{failing: true})
+		ordered := b.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		paused := b.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		_, err := b.db.Pool.Exec(context.Background(), `UPDATE webhook_endpoints SET ordered = true WHERE id = $1`, ordered)
+		require.NoError(t, err)
+		_, err = b.db.Pool.Exec(context.Background(), `UPDATE webhook_endpoints SET paused_until = now() + interval '1 minute' WHERE id = $1`, paused)
+		require.NoError(t, err)
+		b.inline.WithHandoff(&handoff{accept: func(string) bool { return true }})
+
+		_, handed := b.inlineTxHanded(t, b.insertEvent(t, ownerID, "code.issued", "code://1", "{}"))
+		require.Empty(t, handed, "the cool-down, the order and the pause decide when these go")
+		got := deliveries(t, b.db.Pool)
+		require.Len(t, got, 3)
+		for _, d := range got {
+			if d.EndpointID == failing {
+				require.WithinDuration(t, time.Now().Add(FailingCooldown), d.ScheduledAt, time.Minute, "the cool-down, not the hold")
+			}
+		}
+	})
+}
+
+// gjsonString reads the string at path in a JSON document.
+func gjsonString(t *testing.T, doc []byte, path ...string) string {
+	t.Helper()
+	var v any
+	require.NoError(t, json.Unmarshal(doc, &v))
+	for _, k := range path {
+		m, ok := v.(map[string]any)
+		require.True(t, ok, "%s in %s", k, doc)
+		v = m[k]
+	}
+	s, _ := v.(string)
+	return s
 }
 
 func countFanoutJobs(t *testing.T, pool *pgxpool.Pool) int {

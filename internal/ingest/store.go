@@ -392,15 +392,22 @@ func startCommitSpan(ctx context.Context, plans []*ingestPlan) (context.Context,
 	}
 }
 
-// commit stores one plan in a transaction of its own.
+// commit stores one plan in a transaction of its own, then starts the
+// deliveries the fanout handed off (fanout.Handoff): only once they are
+// committed.
 func (s *Store) commit(ctx context.Context, p *ingestPlan) error {
+	p.handed = nil
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		return s.write(ctx, tx, p)
 	})
 	if err != nil {
 		s.noteConflicts(ctx, p, err)
+		return err
 	}
-	return err
+	if s.fanout != nil {
+		s.fanout.Start(p.handed)
+	}
+	return nil
 }
 
 // ingestPlan is the part of ingest decided without the database.
@@ -416,6 +423,9 @@ type ingestPlan struct {
 	// traces holds each event's trace (the span its jobs belong to); nil
 	// when tracing is off.
 	traces []trace.SpanContext
+	// handed holds the deliveries the fanout handed off in the plan's
+	// transaction, to start once it has committed.
+	handed *fanout.Handed
 }
 
 // setTraces records each event's trace: traces if given, else ctxSpan for
@@ -641,9 +651,11 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 		}
 	}
 	if s.fanout != nil {
-		if _, err := s.fanout.EnqueueTx(ctx, tx, s.river, fresh, traces); err != nil {
+		_, handed, err := s.fanout.EnqueueTx(ctx, tx, s.river, fresh, traces)
+		if err != nil {
 			return fmt.Errorf("fanout: %w", err)
 		}
+		p.handed = handed
 		return nil
 	}
 	// FanoutArgs is unique by event id, and ids are distinct here (a

@@ -125,6 +125,11 @@ const (
 	SnoozeRateLimit = "rate_limit"
 	// SnoozeOrdered: an earlier delivery to the ordered endpoint is pending.
 	SnoozeOrdered = "ordered"
+	// SnoozeDirect is not a snooze: the delivery was handed to the deliver
+	// worker of the process that fanned it out, which runs it at once
+	// (internal/delivery's Direct). The job waits, scheduled, until Until
+	// only in case that process dies first.
+	SnoozeDirect = "direct"
 )
 
 // PauseProbeGap: while an endpoint is paused, its queued deliveries wait

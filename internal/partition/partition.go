@@ -142,6 +142,21 @@ func (m *Member) Owned() []int {
 	return out
 }
 
+// Works reports whether this process works queue now: it owns the queue's
+// partition and is not giving it up. The direct delivery path
+// (internal/delivery) asks it, so that only deliveries this process would
+// fetch anyway skip the fetch.
+func (m *Member) Works(queue string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for p := range m.owned {
+		if !m.removing[p] && job.DeliverPartitionQueue(p) == queue {
+			return true
+		}
+	}
+	return false
+}
+
 // Run heartbeats and rebalances until ctx is done, then leaves: it deletes
 // its row so the others take its partitions at once. Its queues stay with
 // River, which stops them when it stops. queues, if not nil, replaces the

@@ -1,0 +1,383 @@
+package delivery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/standmeet/webhook-dispatcher/internal/batch"
+	"github.com/standmeet/webhook-dispatcher/internal/job"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
+)
+
+// Direct deliveries skip River's fetch. A delivery fanned out in this
+// process (the inline fanout of the ingest transaction), to an endpoint
+// whose queue this process works, is inserted scheduled a Hold from now,
+// with a note saying it was handed off (job.SnoozeDirect), and handed to
+// Direct once its transaction commits. Direct runs it at once, through the
+// same Work as a job River fetched (lanes, lease, controls, attempt
+// history), and then writes its outcome onto the job row as River's
+// executor would: completed, snoozed, retryable, cancelled.
+//
+// What that saves is River's claim, the UPDATE that makes a job running,
+// one of the three writes of every job row and the statement that polls for
+// them; the job is still inserted before anything is sent (durable before
+// attempted), and the outcome is still one batched UPDATE per many
+// deliveries. Retries stay River's: a delivery that fails is left
+// retryable at NextRetry's time, and River runs its next attempt.
+//
+// If the process dies before it has written the outcome, the job is still
+// scheduled, and River makes it available when the Hold ends; it is then
+// delivered again with the same webhook-id, which receivers dedupe. An
+// outcome is written only while the job is still in the state it was
+// inserted in (scheduled, no attempt, the note), so a job River took over
+// after the Hold is River's alone.
+type Direct struct {
+	w     *Worker
+	pool  *pgxpool.Pool
+	cfg   DirectConfig
+	final *batch.Batcher[directOutcome, struct{}]
+
+	running atomic.Int64
+	wg      sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	// ctx is every run's parent; cancel interrupts the runs at shutdown.
+	ctx    context.Context //nolint:containedctx // the runs' lifetime, cancelled by Stop
+	cancel context.CancelFunc
+}
+
+// DirectConfig tunes Direct.
+type DirectConfig struct {
+	// Works reports whether this process works a delivery queue
+	// (internal/partition); deliveries in other queues are left to River.
+	// Nil: every queue.
+	Works func(queue string) bool
+	// Limit is how many direct deliveries may run at once; beyond it new
+	// ones are left to River. Default 200.
+	Limit int
+	// Hold is how long a handed-off job waits before River may run it: the
+	// safety net should this process die. It must exceed the deliver job's
+	// timeout (Worker.Timeout). Default: the worker's RescueAfter.
+	Hold time.Duration
+	// Middleware is River's middleware; each that works jobs
+	// (rivertype.WorkerMiddleware) wraps a direct run as it wraps River's
+	// (tracing: the run's span in the job's trace).
+	Middleware []rivertype.Middleware
+}
+
+// NewDirect returns the direct path of w's deliveries.
+func (w *Worker) NewDirect(cfg DirectConfig) *Direct {
+	if cfg.Limit <= 0 {
+		cfg.Limit = 200
+	}
+	if cfg.Hold <= 0 {
+		cfg.Hold = w.cfg.RescueAfter
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &Direct{w: w, pool: w.pool, cfg: cfg, ctx: ctx, cancel: cancel}
+	// Outcomes wait a little for company: one statement per many, as River's
+	// batch completer does for the jobs it runs. Nothing waits for them but
+	// the job row (and Stop).
+	d.final = batch.New(batch.Config{MaxSize: 1000, MaxInFlight: 1, Linger: directLinger}, func(ctx context.Context, outs []directOutcome) ([]struct{}, error) {
+		return make([]struct{}, len(outs)), finishDirect(ctx, d.pool, outs)
+	})
+	return d
+}
+
+// Hold implements fanout.Handoff.
+func (d *Direct) Hold() time.Duration { return d.cfg.Hold }
+
+// Accepts implements fanout.Handoff: a delivery in queue may be handed off
+// while Direct runs (not stopping), has room, and this process works queue.
+func (d *Direct) Accepts(queue string) bool {
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	return !closed && d.running.Load() < int64(d.cfg.Limit) && (d.cfg.Works == nil || d.cfg.Works(queue))
+}
+
+// Start implements fanout.Handoff: it runs each job, now, with events[i]
+// the event of jobs[i] (as stored with it). Their endpoints are read in one
+// statement for all of them first, so that a delivery to an endpoint whose
+// lease this process holds needs no statement of its own before its POST.
+// Jobs handed off while Direct stops are given back to River at once.
+func (d *Direct) Start(jobs []*rivertype.JobRow, events []*webhook.Event) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		now := time.Now()
+		for _, row := range jobs {
+			d.wg.Go(func() { d.record(directOutcome{id: row.ID, state: rivertype.JobStateAvailable, scheduledAt: now}) })
+		}
+		return
+	}
+	d.running.Add(int64(len(jobs)))
+	d.wg.Go(func() {
+		targets := d.prepare(jobs, events)
+		for i, row := range jobs {
+			d.wg.Go(func() {
+				defer d.running.Add(-1)
+				d.run(row, targets[i])
+			})
+		}
+	})
+}
+
+// prepare reads the targets of jobs (nil for any it cannot).
+func (d *Direct) prepare(jobs []*rivertype.JobRow, events []*webhook.Event) []*target {
+	out := make([]*target, len(jobs))
+	ids := make([]uuid.UUID, 0, len(jobs))
+	index := make([]int, 0, len(jobs))
+	for i, row := range jobs {
+		var args job.DeliverArgs
+		if i >= len(events) || events[i] == nil || json.Unmarshal(row.EncodedArgs, &args) != nil || args.EventID != events[i].ID {
+			continue
+		}
+		ep, err := uuid.Parse(args.EndpointID)
+		if err != nil {
+			continue
+		}
+		ids = append(ids, ep)
+		index = append(index, i)
+	}
+	if len(ids) == 0 {
+		return out
+	}
+	rows, err := d.w.endpoints.Do(context.WithoutCancel(d.ctx), ids)
+	if err != nil {
+		// Each delivery reads its own, as from River.
+		return out
+	}
+	now := time.Now()
+	for k, i := range index {
+		t := rows[k]
+		if t == nil {
+			continue
+		}
+		e := events[i]
+		t.eventFound, t.eventOwnerID, t.eventType, t.eventSubject = true, e.OwnerID, e.Type, e.Subject
+		t.eventOccurredAt, t.eventData, t.eventCreatedAt = e.OccurredAt, e.Data, now
+		out[i] = t
+	}
+	return out
+}
+
+// Stop stops taking deliveries, lets the ones running finish until ctx is
+// done, then interrupts the rest (each is put back to available without
+// spending its attempt, for any process to deliver), and waits for them.
+func (d *Direct) Stop(ctx context.Context) {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	done := make(chan struct{})
+	go func() { d.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		d.cancel()
+		<-done
+	}
+	d.cancel()
+}
+
+// directRun is what a direct run carries in its context for Work: the
+// target read for it (nil: none), and what it recorded that River would
+// have kept as the job's output (a snooze note).
+type directRun struct {
+	pre    *target
+	output []byte
+}
+
+type directRunKey struct{}
+
+func directRunFrom(ctx context.Context) *directRun {
+	r, _ := ctx.Value(directRunKey{}).(*directRun)
+	return r
+}
+
+// recordDirectOutput keeps output for the direct run ctx belongs to, if any,
+// and reports whether it did.
+func recordDirectOutput(ctx context.Context, output any) bool {
+	r := directRunFrom(ctx)
+	if r == nil {
+		return false
+	}
+	r.output, _ = json.Marshal(output)
+	return true
+}
+
+// prepared takes the target read ahead for the direct run ctx belongs to, if
+// there is one and the lane's lease on ep outlives the attempt (so nothing
+// needs confirming): the delivery then costs no statement before its POST.
+// It is taken once; a delivery that must acquire again reads as any other.
+func (w *Worker) prepared(ctx context.Context, ep uuid.UUID) (*target, uuid.UUID) {
+	r := directRunFrom(ctx)
+	if r == nil || r.pre == nil {
+		return nil, uuid.Nil
+	}
+	t := r.pre
+	r.pre = nil
+	cur := w.lanes.current(ep)
+	if cur.token == uuid.Nil || cur.expires.IsZero() || time.Until(cur.expires) < w.cfg.AttemptTimeout+renewMargin {
+		return nil, uuid.Nil
+	}
+	w.lanes.hold(ep, lease{token: cur.token}, t.control.maxInFlight)
+	return t, cur.token
+}
+
+// run delivers one handed-off job (pre: its target, read ahead, or nil) and
+// records its outcome.
+func (d *Direct) run(row *rivertype.JobRow, pre *target) {
+	var args job.DeliverArgs
+	if err := json.Unmarshal(row.EncodedArgs, &args); err != nil {
+		// Not ours to judge: River runs it after the Hold and cancels it.
+		d.w.logger.Error("direct delivery: undecodable args; left to River", slog.Int64("job_id", row.ID), slog.Any("error", err))
+		return
+	}
+	now := time.Now()
+	started := *row
+	started.Attempt, started.AttemptedAt, started.State = 1, &now, rivertype.JobStateRunning
+	j := &river.Job[job.DeliverArgs]{JobRow: &started, Args: args}
+
+	note := &directRun{pre: pre}
+	ctx, cancel := context.WithTimeout(context.WithValue(d.ctx, directRunKey{}, note), d.w.Timeout(j))
+	work := func(ctx context.Context) error { return d.w.Work(ctx, j) }
+	for _, mw := range slices.Backward(d.cfg.Middleware) {
+		if wm, ok := mw.(rivertype.WorkerMiddleware); ok {
+			inner := work
+			work = func(ctx context.Context) error { return wm.Work(ctx, &started, inner) }
+		}
+	}
+	err := work(ctx)
+	cancel()
+	out := d.w.outcome(j, err, note.output, d.ctx.Err() != nil)
+	// Written even while stopping (the attempt happened), and waited for
+	// by Stop, but not by the run: its slot is free for the next one.
+	d.wg.Go(func() { d.record(out) })
+}
+
+// record writes one outcome (in a batch).
+func (d *Direct) record(out directOutcome) {
+	if _, err := d.final.Do(context.WithoutCancel(d.ctx), out); err != nil {
+		// The job stays scheduled until its Hold ends; River then runs it
+		// again (same webhook-id).
+		d.w.logger.Warn("direct delivery: outcome not recorded; River runs it again after the hold",
+			slog.Int64("job_id", out.id), slog.Any("error", err))
+	}
+}
+
+// directLinger is how long an outcome waits for others to be written with.
+const directLinger = 20 * time.Millisecond
+
+// directOutcome is what a direct run leaves on its job row.
+type directOutcome struct {
+	id    int64
+	state rivertype.JobState
+	// attempt is the job's attempt count after this run: 1 if it was an
+	// attempt, 0 if it did not count (a snooze, a shutdown).
+	attempt     int
+	attemptedAt *time.Time
+	scheduledAt time.Time // when the next attempt is due (waiting states)
+	err         []byte    // a rivertype.AttemptError, or nil
+	output      []byte    // the job's output (a snooze note), or nil
+}
+
+// outcome maps what Work returned for a direct run to the job row River's
+// executor would leave. stopping says the run was interrupted by Stop.
+func (w *Worker) outcome(j *river.Job[job.DeliverArgs], err error, output []byte, stopping bool) directOutcome {
+	out := directOutcome{id: j.ID, attempt: j.Attempt, attemptedAt: j.AttemptedAt, output: output}
+	now := time.Now()
+	attemptError := func(e error) []byte {
+		b, _ := json.Marshal(rivertype.AttemptError{At: now.UTC(), Attempt: j.Attempt, Error: e.Error()})
+		return b
+	}
+	var (
+		snooze *river.JobSnoozeError
+		cancel *river.JobCancelError
+	)
+	switch {
+	case err == nil:
+		out.state = rivertype.JobStateCompleted
+	case errors.As(err, &snooze):
+		out.attempt, out.attemptedAt = 0, nil
+		out.scheduledAt = now.Add(snooze.Duration)
+		out.state = rivertype.JobStateScheduled
+		if snooze.Duration <= 5*time.Second {
+			// Due soon: available at its time, as River leaves a short
+			// snooze, so it need not wait for River's scheduler.
+			out.state = rivertype.JobStateAvailable
+		}
+	case errors.As(err, &cancel):
+		out.state, out.err = rivertype.JobStateCancelled, attemptError(err)
+	case stopping && errors.Is(err, context.Canceled):
+		// Shutdown: back to available at once, attempt unspent, for any
+		// process.
+		out.attempt, out.attemptedAt = 0, nil
+		out.state, out.scheduledAt = rivertype.JobStateAvailable, now
+	case j.Attempt >= j.MaxAttempts:
+		out.state, out.err = rivertype.JobStateDiscarded, attemptError(err)
+	default:
+		out.state, out.err = rivertype.JobStateRetryable, attemptError(err)
+		out.scheduledAt = w.NextRetry(j)
+	}
+	return out
+}
+
+// finishDirectSQL writes the outcomes of direct runs onto their jobs, in
+// one statement for many, only where the job is still as it was inserted
+// (scheduled, no attempt, the handed-off note): a job that River made
+// available after its Hold, and perhaps runs now, is left to River. The note
+// goes either way; a snooze's note takes its place.
+const finishDirectSQL = `
+WITH o AS (
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::timestamptz[], $6::jsonb[], $7::jsonb[])
+        AS o(id, state, attempt, attempted_at, scheduled_at, error, output)
+)
+UPDATE river_job j
+   SET state        = o.state::river_job_state,
+       attempt      = o.attempt,
+       attempted_at = o.attempted_at,
+       scheduled_at = coalesce(o.scheduled_at, j.scheduled_at),
+       finalized_at = CASE WHEN o.state IN ('completed', 'cancelled', 'discarded') THEN now() END,
+       errors       = CASE WHEN o.error IS NULL THEN j.errors ELSE array_append(coalesce(j.errors, '{}'), o.error) END,
+       metadata     = (j.metadata - 'output') || CASE WHEN o.output IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('output', o.output) END
+  FROM o
+ WHERE j.id = o.id AND j.state = 'scheduled' AND j.attempt = 0
+   AND j.metadata -> 'output' ->> 'snooze_reason' = 'direct'`
+
+// finishDirect runs one batch of outcomes.
+func finishDirect(ctx context.Context, pool *pgxpool.Pool, outs []directOutcome) error {
+	var (
+		ids       = make([]int64, len(outs))
+		states    = make([]string, len(outs))
+		attempts  = make([]int32, len(outs))
+		attempted = make([]*time.Time, len(outs))
+		scheduled = make([]*time.Time, len(outs))
+		errs      = make([][]byte, len(outs))
+		outputs   = make([][]byte, len(outs))
+	)
+	for i, o := range outs {
+		ids[i], states[i], attempts[i], attempted[i] = o.id, string(o.state), int32(o.attempt), o.attemptedAt
+		if !o.scheduledAt.IsZero() {
+			scheduled[i] = &o.scheduledAt
+		}
+		errs[i], outputs[i] = o.err, o.output
+	}
+	if _, err := pool.Exec(ctx, finishDirectSQL, ids, states, attempts, attempted, scheduled, errs, outputs); err != nil {
+		return fmt.Errorf("record direct deliveries: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,270 @@
+package delivery
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/job"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
+)
+
+// handOff inserts a deliver job as the inline fanout does when it hands a
+// delivery off (scheduled hold from now, with the note) and returns its row.
+func (b *testBundle) handOff(t *testing.T, epID uuid.UUID, eventID string, hold time.Duration) *rivertype.JobRow {
+	t.Helper()
+	until := time.Now().Add(hold)
+	md, err := json.Marshal(map[string]any{"output": job.DeliverSnooze{Reason: job.SnoozeDirect, Until: until.UTC()}})
+	require.NoError(t, err)
+	res, err := b.client.Insert(context.Background(), job.DeliverArgs{EndpointID: epID.String(), EventID: eventID},
+		&river.InsertOpts{ScheduledAt: until, Metadata: md})
+	require.NoError(t, err)
+	require.Equal(t, rivertype.JobStateScheduled, res.Job.State)
+	return res.Job
+}
+
+// directJob is a job's row as a direct run's outcome left it.
+type directJob struct {
+	state       string
+	attempt     int
+	errors      int
+	scheduledIn time.Duration
+	note        string
+	attempted   bool
+	finalized   bool
+}
+
+func (b *testBundle) directJob(t *testing.T, id int64) directJob {
+	t.Helper()
+	var (
+		j  directJob
+		in float64
+	)
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `
+SELECT state::text, attempt, coalesce(cardinality(errors), 0), extract(epoch FROM scheduled_at - now())::float8,
+       coalesce(metadata -> 'output' ->> 'snooze_reason', ''), attempted_at IS NOT NULL, finalized_at IS NOT NULL
+  FROM river_job WHERE id = $1`, id).Scan(&j.state, &j.attempt, &j.errors, &in, &j.note, &j.attempted, &j.finalized))
+	j.scheduledIn = time.Duration(in * float64(time.Second))
+	return j
+}
+
+// waitDirect waits until the job is no longer as it was handed off. A
+// liveness bound only: an attempt takes milliseconds.
+func (b *testBundle) waitDirect(t *testing.T, id int64) directJob {
+	t.Helper()
+	var j directJob
+	require.Eventually(t, func() bool {
+		j = b.directJob(t, id)
+		return j.note != job.SnoozeDirect
+	}, 60*time.Second, 10*time.Millisecond)
+	return j
+}
+
+func TestDirect(t *testing.T) {
+	t.Parallel()
+
+	// No River client works the queues in these tests: whatever happens to
+	// a job is the direct path's doing.
+
+	t.Run("DeliversAtOnceAndCompletesTheJob", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rc := newReceiver(t, status(http.StatusNoContent))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		evID := b.insertEvent(t, "owner-1", "code.issued", "code://x")
+		d := b.worker.NewDirect(DirectConfig{})
+		row := b.handOff(t, epID, evID, time.Hour)
+
+		d.Start([]*rivertype.JobRow{row}, nil)
+		j := b.waitDirect(t, row.ID)
+		require.Equal(t, directJob{state: "completed", attempt: 1, scheduledIn: j.scheduledIn, attempted: true, finalized: true}, j)
+		require.EqualValues(t, 1, rc.hits.Load())
+		rc.mu.Lock()
+		require.Equal(t, evID, rc.requests[0].header.Get("webhook-id"))
+		rc.mu.Unlock()
+		d.Stop(context.Background())
+	})
+
+	t.Run("FailureLeavesItRetryableForRiver", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rc := newReceiver(t, status(http.StatusBadGateway))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		d := b.worker.NewDirect(DirectConfig{})
+		row := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
+
+		d.Start([]*rivertype.JobRow{row}, nil)
+		j := b.waitDirect(t, row.ID)
+		require.Equal(t, "retryable", j.state)
+		require.Equal(t, 1, j.attempt, "the attempt is spent")
+		require.Equal(t, 1, j.errors)
+		require.Less(t, j.scheduledIn, 10*time.Second, "the schedule's first step (5 s), not the hold")
+		require.NotNil(t, b.endpoint(t, epID).failingSince, "health as for any attempt")
+		d.Stop(context.Background())
+	})
+
+	t.Run("RetryAfterSnoozesWithItsNoteAndSpendsNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rc := newReceiver(t, status(http.StatusServiceUnavailable, "Retry-After", "120"))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		d := b.worker.NewDirect(DirectConfig{})
+		row := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
+
+		d.Start([]*rivertype.JobRow{row}, nil)
+		j := b.waitDirect(t, row.ID)
+		require.Equal(t, "scheduled", j.state)
+		require.Zero(t, j.attempt)
+		require.Zero(t, j.errors)
+		require.Equal(t, job.SnoozeRetryAfter, j.note, "ListDeliveries can say why it waits")
+		require.InDelta(t, 120, j.scheduledIn.Seconds(), 30)
+		d.Stop(context.Background())
+	})
+
+	t.Run("CancelledOnA4xx", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rc := newReceiver(t, status(http.StatusGone))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		d := b.worker.NewDirect(DirectConfig{})
+		row := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
+
+		d.Start([]*rivertype.JobRow{row}, nil)
+		j := b.waitDirect(t, row.ID)
+		require.Equal(t, "cancelled", j.state)
+		require.Equal(t, 1, j.errors)
+		require.True(t, j.finalized)
+		var last string
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+			`SELECT errors[array_length(errors, 1)] ->> 'error' FROM river_job WHERE id = $1`, row.ID).Scan(&last))
+		require.True(t, strings.HasPrefix(last, "JobCancelError: HTTP 410"), "recorded as River records a cancel: %q", last)
+		d.Stop(context.Background())
+	})
+
+	t.Run("AJobRiverTookOverIsLeftToRiver", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		release := make(chan struct{})
+		rc := newReceiver(t, func(w http.ResponseWriter, _ *http.Request) {
+			<-release
+			w.WriteHeader(http.StatusOK)
+		})
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		d := b.worker.NewDirect(DirectConfig{})
+		row := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
+
+		d.Start([]*rivertype.JobRow{row}, nil)
+		require.Eventually(t, func() bool { return rc.hits.Load() == 1 }, 60*time.Second, 5*time.Millisecond)
+		// Meanwhile the hold ended and River runs the job itself.
+		_, err := b.db.Pool.Exec(context.Background(),
+			`UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id = $1`, row.ID)
+		require.NoError(t, err)
+		close(release)
+		d.Stop(context.Background())
+		j := b.directJob(t, row.ID)
+		require.Equal(t, "running", j.state, "River's run is River's to finish")
+		require.Equal(t, job.SnoozeDirect, j.note)
+	})
+
+	t.Run("StopPutsRunningDeliveriesBackUnspent", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+			<-r.Context().Done() // hangs until the sender gives up
+		})
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		d := b.worker.NewDirect(DirectConfig{})
+		row := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
+
+		d.Start([]*rivertype.JobRow{row}, nil)
+		require.Eventually(t, func() bool { return rc.hits.Load() == 1 }, 60*time.Second, 5*time.Millisecond)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // no grace: interrupt at once
+		d.Stop(ctx)
+		j := b.directJob(t, row.ID)
+		require.Equal(t, "available", j.state, "back for any process at once")
+		require.Zero(t, j.attempt, "an interrupted attempt is not spent")
+		require.LessOrEqual(t, j.scheduledIn, time.Duration(0))
+		require.False(t, d.Accepts(job.DeliverPartitionQueue(0)), "stopped: takes nothing more")
+	})
+
+	t.Run("HandedOffAfterStopGoesBackToRiver", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		epID, _ := b.createEndpoint(t, "http://127.0.0.1:1/", endpointOpts{enabled: true})
+		d := b.worker.NewDirect(DirectConfig{})
+		d.Stop(context.Background())
+		row := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
+		d.Start([]*rivertype.JobRow{row}, nil)
+		j := b.waitDirect(t, row.ID)
+		require.Equal(t, "available", j.state)
+		require.Zero(t, j.attempt)
+	})
+
+	t.Run("NeedsNoReadOfItsOwnUnderALeaseHeld", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rc := newReceiver(t, status(http.StatusOK))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		runWorker(t, b.worker) // lanes linger with their lease
+		d := b.worker.NewDirect(DirectConfig{})
+		first := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
+		d.Start([]*rivertype.JobRow{first}, nil)
+		require.Equal(t, "completed", b.waitDirect(t, first.ID).state)
+		require.NotEqual(t, uuid.Nil, b.worker.lanes.current(epID).token, "the lane lingers with the lease")
+
+		// An event handed over in memory and not (any more) in the
+		// database: a delivery that read its target would find it pruned.
+		ev := &webhook.Event{ID: "evt_in_memory", OwnerID: "owner-1", Type: "code.issued", Subject: "code://y",
+			OccurredAt: time.Now().UTC().Truncate(time.Microsecond), Data: json.RawMessage(`{}`)}
+		second := b.handOff(t, epID, ev.ID, time.Hour)
+		d.Start([]*rivertype.JobRow{second}, []*webhook.Event{ev})
+		require.Equal(t, "completed", b.waitDirect(t, second.ID).state, "sent with the endpoint read for it and the event in hand")
+		require.EqualValues(t, 2, rc.hits.Load())
+		rc.mu.Lock()
+		require.Equal(t, ev.ID, rc.requests[1].header.Get("webhook-id"))
+		rc.mu.Unlock()
+		d.Stop(context.Background())
+	})
+
+	t.Run("AcceptsOnlyItsQueuesAndUpToItsLimit", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		mine := job.DeliverPartitionQueue(3)
+		d := b.worker.NewDirect(DirectConfig{Works: func(q string) bool { return q == mine }, Limit: 1})
+		require.True(t, d.Accepts(mine))
+		require.False(t, d.Accepts(job.DeliverPartitionQueue(4)), "another process works that queue")
+		d.running.Add(1)
+		require.False(t, d.Accepts(mine), "at the limit: left to River")
+		d.running.Add(-1)
+	})
+
+	t.Run("WhenTheProcessDiesRiverDeliversAfterTheHold", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rc := newReceiver(t, status(http.StatusOK))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		evID := b.insertEvent(t, "owner-1", "code.issued", "code://x")
+		// Handed off, and the process died before it ran: nothing but the
+		// row is left. A short hold stands for the real one.
+		row := b.handOff(t, epID, evID, time.Second)
+		_, err := b.db.Pool.Exec(context.Background(),
+			`UPDATE river_job SET state = 'available' WHERE id = $1 AND scheduled_at <= now() + interval '1 second'`, row.ID)
+		require.NoError(t, err) // River's scheduler would do this when the hold ends
+		runWorker(t, b.worker)
+		startRiver(t, b, b.worker, 2)
+		b.waitAllCompleted(t, 1, 60*time.Second)
+		require.EqualValues(t, 1, rc.hits.Load())
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		require.Equal(t, evID, rc.requests[0].header.Get("webhook-id"), "the same webhook-id")
+	})
+}

@@ -1,0 +1,101 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/fanout"
+	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/scope"
+	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
+)
+
+// committedHandoff accepts every delivery and records, for each it is asked
+// to start, whether another connection already sees its job: whether it was
+// started only after its transaction committed.
+type committedHandoff struct {
+	db *dbtest.DB
+
+	mu        sync.Mutex
+	started   int
+	uncommitted int
+}
+
+func (h *committedHandoff) Hold() time.Duration { return time.Hour }
+func (h *committedHandoff) Accepts(string) bool { return true }
+func (h *committedHandoff) Start(jobs []*rivertype.JobRow, events []*webhook.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, j := range jobs {
+		if events[i] == nil || !strings.Contains(string(j.EncodedArgs), events[i].ID) {
+			h.uncommitted++ // and without its event
+		}
+		var n int
+		if err := h.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE id = $1`, j.ID).Scan(&n); err != nil || n != 1 {
+			h.uncommitted++
+		}
+		h.started++
+	}
+}
+
+func TestStoreHandoff(t *testing.T) {
+	t.Parallel()
+
+	setup := func(t *testing.T) (*Store, *committedHandoff, *dbtest.DB) {
+		t.Helper()
+		db := dbtest.New(t)
+		client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Logger: testLogger(), Schema: db.Schema})
+		require.NoError(t, err)
+		m := metrics.NewForTest()
+		h := &committedHandoff{db: db}
+		inline := fanout.NewInline(scope.NewDecider(nil, m, testLogger()).Func(), nil, m).WithHandoff(h)
+		for i := range 3 {
+			testfactory.Endpoint(context.Background(), t, db.Pool, &testfactory.EndpointOpts{OwnerID: "owner_1", URL: fmt.Sprintf("https://r%d.example.com/", i)})
+		}
+		return NewStore(StoreConfig{Fanout: inline}, db.Pool, client, m, testLogger()), h, db
+	}
+
+	t.Run("StartsDeliveriesOnlyOnceCommitted", func(t *testing.T) {
+		t.Parallel()
+		store, h, _ := setup(t)
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				_, err := store.Ingest(context.Background(), SourceTest, []*webhook.Event{testEvent(fmt.Sprintf("evt_%d", i))})
+				require.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		require.Equal(t, 8*3, h.started, "every delivery of every event, once")
+		require.Zero(t, h.uncommitted, "never before its transaction committed")
+	})
+
+	t.Run("NothingStartedForAConflictOrADuplicate", func(t *testing.T) {
+		t.Parallel()
+		store, h, _ := setup(t)
+		_, err := store.Ingest(context.Background(), SourceTest, []*webhook.Event{testEvent("evt_1")})
+		require.NoError(t, err)
+		_, err = store.Ingest(context.Background(), SourceTest, []*webhook.Event{testEvent("evt_1")})
+		require.NoError(t, err, "a duplicate")
+		changed := testEvent("evt_1")
+		changed.Subject = "wiki://software/project/other"
+		_, err = store.Ingest(context.Background(), SourceTest, []*webhook.Event{changed})
+		require.Error(t, err, "a conflict")
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		require.Equal(t, 3, h.started, "only the first ingest's deliveries")
+	})
+}
