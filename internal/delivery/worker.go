@@ -171,7 +171,7 @@ type Worker struct {
 	settles *batch.Batcher[settleReq, settleRes]
 	// endpoints reads endpoints for direct deliveries (direct.go).
 	endpoints *batch.Batcher[[]uuid.UUID, []*target]
-	now     func() time.Time
+	now       func() time.Time
 	// planned holds retry times decided during an attempt (job id →
 	// time.Time), for NextRetry.
 	planned sync.Map
@@ -207,7 +207,9 @@ func NewWorker(cfg Config, pool *pgxpool.Pool, client *http.Client, keys KeyOpen
 		return load(ctx, pool, cfg.LeaseTTL, cfg.Channel, reqs)
 	})
 	w.endpoints = batch.NewWeighted(batch.Config{MaxSize: 2000, MaxInFlight: 2}, func(ids []uuid.UUID) int { return len(ids) },
-		func(ctx context.Context, reqs [][]uuid.UUID) ([][]*target, error) { return readEndpoints(ctx, pool, reqs) })
+		func(ctx context.Context, reqs [][]uuid.UUID) ([][]*target, error) {
+			return readEndpoints(ctx, pool, reqs)
+		})
 	w.settles = batch.New(batch.Config{MaxSize: 500, MaxInFlight: 2}, func(ctx context.Context, reqs []settleReq) ([]settleRes, error) {
 		return settle(ctx, pool, cfg.DisableAfter, cfg.Channel, operational{owner: cfg.OperationalOwner, channel: cfg.OperationalChannel}, reqs)
 	})

@@ -27,8 +27,8 @@ import (
 type committedHandoff struct {
 	db *dbtest.DB
 
-	mu        sync.Mutex
-	started   int
+	mu          sync.Mutex
+	started     int
 	uncommitted int
 }
 
