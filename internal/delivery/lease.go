@@ -95,9 +95,10 @@ type target struct {
 }
 
 // loadSQL takes or extends the requested leases and reads every target in
-// one statement. Rows to lease are locked in id order with SKIP LOCKED, so
-// concurrent loads never deadlock and never wait: a row locked by someone
-// else counts as busy for now. The final SELECT sees the rows as they were
+// one statement. Rows to lease are locked with SKIP LOCKED, so concurrent
+// loads never deadlock and never wait: a row locked by someone else counts
+// as busy for now. Every row is reached by an index lookup per request, as
+// in confirmSQL. The final SELECT sees the rows as they were
 // before the UPDATE (one snapshot), which is what it reports of another
 // holder. Each failed take notifies the holder that the lease is wanted.
 // A take with the token that already holds the lease renews it: the runners
@@ -111,19 +112,21 @@ WITH req AS (
         AS r(endpoint_id, event_id, mode, token, n)
 ),
 lockable AS (
-    SELECT ep.id
-      FROM webhook_endpoints ep JOIN req r ON r.endpoint_id = ep.id
-     WHERE r.mode <> 0 AND ep.enabled
-       AND CASE WHEN r.mode = 2 THEN ep.busy_until IS NULL OR ep.busy_until < now() OR ep.lease_token = r.token
-                ELSE ep.lease_token = r.token END
-     ORDER BY ep.id
-       FOR NO KEY UPDATE OF ep SKIP LOCKED
+    SELECT ep.id, ep.ctid AS tid
+      FROM req r
+      JOIN LATERAL (
+            SELECT id, ctid FROM webhook_endpoints
+             WHERE id = r.endpoint_id AND enabled
+               AND CASE WHEN r.mode = 2 THEN busy_until IS NULL OR busy_until < now() OR lease_token = r.token
+                        ELSE lease_token = r.token END
+               FOR NO KEY UPDATE SKIP LOCKED) ep ON true
+     WHERE r.mode <> 0
 ),
 leased AS (
     UPDATE webhook_endpoints ep
        SET busy_until = now() + make_interval(secs => $5), lease_token = r.token
       FROM req r, lockable l
-     WHERE ep.id = l.id AND r.endpoint_id = l.id
+     WHERE ep.ctid = l.tid AND r.endpoint_id = l.id
  RETURNING ep.id, ep.lease_token
 ),
 wanted AS (
@@ -141,14 +144,21 @@ SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
        e.id IS NOT NULL, e.owner_id, e.type, e.subject, e.occurred_at, e.data, e.created_at,
        (SELECT count(*) FROM wanted)
   FROM req r
-  LEFT JOIN webhook_endpoints ep ON ep.id = r.endpoint_id
-  LEFT JOIN events e ON e.id = r.event_id
+  LEFT JOIN LATERAL (SELECT * FROM webhook_endpoints WHERE id = r.endpoint_id OFFSET 0) ep ON true
+  LEFT JOIN LATERAL (SELECT * FROM events WHERE id = r.event_id OFFSET 0) e ON true
  ORDER BY r.n`
 
 // confirmSQL is loadSQL for a batch that only confirms leases this process
 // holds, by far the most common one: the same answer without the locking,
 // the UPDATE and the notifications, which cost a third of a delivery's
 // Postgres time when every batch paid for them.
+//
+// Its rows are read by one index lookup per request (a LATERAL subquery
+// that OFFSET 0 keeps from being flattened into a join): pgx prepares every
+// statement and Postgres caches a generic plan after five calls, and one
+// planned on a new, nearly empty database would otherwise hash-join
+// sequential scans of webhook_endpoints and events, and keep doing so as
+// they grow. A plan test holds the shape (TestHotStatementsGenericPlans).
 const confirmSQL = `
 SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
        ep.lease_token IS NOT DISTINCT FROM r.token AND ep.busy_until > now(),
@@ -158,17 +168,18 @@ SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
        e.id IS NOT NULL, e.owner_id, e.type, e.subject, e.occurred_at, e.data, e.created_at,
        0::bigint
   FROM unnest($1::uuid[], $2::text[], $3::int[], $4::uuid[]) WITH ORDINALITY AS r(endpoint_id, event_id, mode, token, n)
-  LEFT JOIN webhook_endpoints ep ON ep.id = r.endpoint_id
-  LEFT JOIN events e ON e.id = r.event_id
+  LEFT JOIN LATERAL (SELECT * FROM webhook_endpoints WHERE id = r.endpoint_id OFFSET 0) ep ON true
+  LEFT JOIN LATERAL (SELECT * FROM events WHERE id = r.event_id OFFSET 0) e ON true
  ORDER BY r.n`
 
 // endpointSQL reads the endpoint part of targets, for deliveries whose
-// events are in hand (direct.go), with no lease to take or confirm.
+// events are in hand (direct.go), with no lease to take or confirm; by index
+// lookups, as confirmSQL.
 const endpointSQL = `
 SELECT ep.id, ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.headers_enc, ep.signing_scheme,
        extract(epoch FROM coalesce(ep.paused_until - now(), interval '0'))::float8, ep.max_per_second, coalesce(ep.ordered, false), ep.max_in_flight
-  FROM webhook_endpoints ep
- WHERE ep.id = ANY($1) AND ep.enabled`
+  FROM unnest($1::uuid[]) AS r(id)
+  JOIN LATERAL (SELECT * FROM webhook_endpoints WHERE id = r.id OFFSET 0) ep ON ep.enabled`
 
 // readEndpoints runs one batch of endpoint reads: each request is a list of
 // endpoint ids, answered with their targets in order (nil for one that is
@@ -239,7 +250,12 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 	if confirmOnly(reqs) {
 		rows, err = pool.Query(ctx, confirmSQL, ids, events, modes, tokens)
 	} else {
-		rows, err = pool.Query(ctx, loadSQL, ids, events, modes, tokens, ttl.Seconds(), channel)
+		// Planned for its parameters on every call, never from a cached
+		// generic plan: its UPDATE would be a sequential scan of
+		// webhook_endpoints in a plan made while the table was small. Takes
+		// and extends are rare (a lease serves many deliveries), so the
+		// describe round trip and the planning cost little.
+		rows, err = pool.Query(ctx, loadSQL, pgx.QueryExecModeDescribeExec, ids, events, modes, tokens, ttl.Seconds(), channel)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load delivery targets: %w", err)
