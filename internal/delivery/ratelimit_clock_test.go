@@ -45,7 +45,7 @@ func TestRateClock(t *testing.T) {
 			// sends, as when River hands the worker a burst.
 			ok, _ := w.lanes.enter(ctx, ep, 0, time.Minute)
 			require.True(t, ok)
-			w.lanes.hold(ep, lease{token: uuid.New(), expires: time.Now().Add(time.Hour)})
+			w.lanes.hold(ep, lease{token: w.lanes.takeToken(ep), expires: time.Now().Add(time.Hour)}, 1)
 			begin := time.Now()
 			for range n {
 				wg.Go(func() {
