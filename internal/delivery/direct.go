@@ -125,6 +125,7 @@ func (d *Direct) Start(jobs []*rivertype.JobRow, events []*webhook.Event) {
 		return
 	}
 	d.running.Add(int64(len(jobs)))
+	d.w.metrics.FanoutHandedOffTotal.Add(float64(len(jobs)))
 	d.wg.Go(func() {
 		targets := d.prepare(jobs, events)
 		for i, row := range jobs {

@@ -44,9 +44,12 @@ type Metrics struct {
 	EgressBlockedTotal     prometheus.Counter
 	EndpointsDisabledTotal prometheus.Counter
 	FanoutEnqueuedTotal    prometheus.Counter
-	FanoutDuration         prometheus.Histogram
-	ScopeDecisionsTotal    *prometheus.CounterVec
-	IngestEventsTotal      *prometheus.CounterVec
+	// FanoutHandedOffTotal counts the enqueued deliveries that went to this
+	// process's deliver worker at once instead of waiting for River's fetch.
+	FanoutHandedOffTotal prometheus.Counter
+	FanoutDuration       prometheus.Histogram
+	ScopeDecisionsTotal  *prometheus.CounterVec
+	IngestEventsTotal    *prometheus.CounterVec
 	// CatalogInfo is 1 series per process: its catalog's digest, valued
 	// with the number of types; CatalogReplicaCatalogs the distinct
 	// catalogs among the live replicas (internal/catalogwatch).
@@ -109,6 +112,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "dispatcher_fanout_deliveries_enqueued_total",
 			Help: "webhook.deliver jobs inserted by fanout.",
 		}),
+		FanoutHandedOffTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatcher_fanout_deliveries_handed_off_total",
+			Help: "webhook.deliver jobs the inline fanout handed to this process's deliver worker at once, without River's fetch.",
+		}),
 		FanoutDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dispatcher_fanout_duration_seconds",
 			Help:    "Duration of one webhook.fanout job.",
@@ -164,7 +171,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(
 		m.DeliveriesTotal, m.AttemptDuration, m.DeliveryLag, m.FirstAttemptDelay,
 		m.SnoozesTotal, m.EndpointPausesTotal, m.EgressBlockedTotal, m.EndpointsDisabledTotal,
-		m.FanoutEnqueuedTotal, m.FanoutDuration, m.ScopeDecisionsTotal,
+		m.FanoutEnqueuedTotal, m.FanoutHandedOffTotal, m.FanoutDuration, m.ScopeDecisionsTotal,
 		m.IngestEventsTotal, m.IngestUnknownTypesTotal, m.CatalogInfo, m.CatalogReplicaCatalogs, m.RelayBatchRows, m.RelayLag, m.RelayPoisonedTotal, m.RelayErrorsTotal,
 		m.AttemptHistoryWriteErrorsTotal, m.AttemptHistoryDroppedTotal,
 	)
