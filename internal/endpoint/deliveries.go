@@ -254,9 +254,10 @@ func (r jobRow) delivery(now time.Time) *Delivery {
 	case DeliveryDelivering:
 		d.StateReason = fmt.Sprintf("Attempt %d of %d is in flight.", r.Attempt, r.MaxAttempts)
 		if r.State == "scheduled" {
-			d.Attempt = r.Attempt + 1 // counted when it is written
-			d.StateReason = fmt.Sprintf("Attempt %d of %d is in flight (handed to a worker at once; if that process stops, it goes out again at %s).",
-				r.Attempt+1, r.MaxAttempts, stamp(r.ScheduledAt))
+			// Handed off: the attempt is counted when its outcome is
+			// written, but it is this one.
+			d.Attempt = r.Attempt + 1
+			d.StateReason = fmt.Sprintf("Attempt %d of %d is in flight.", d.Attempt, r.MaxAttempts)
 		}
 	case DeliveryPending:
 		d.StateReason = "Queued: it goes out as soon as a worker takes it."

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -30,6 +31,7 @@ type committedHandoff struct {
 	mu          sync.Mutex
 	started     int
 	uncommitted int
+	events      []*webhook.Event
 }
 
 func (h *committedHandoff) Hold() time.Duration { return time.Hour }
@@ -47,6 +49,7 @@ func (h *committedHandoff) Start(jobs []*rivertype.JobRow, events []*webhook.Eve
 		}
 		h.started++
 	}
+	h.events = append(h.events, events...)
 }
 
 func TestStoreHandoff(t *testing.T) {
@@ -81,6 +84,34 @@ func TestStoreHandoff(t *testing.T) {
 		defer h.mu.Unlock()
 		require.Equal(t, 8*3, h.started, "every delivery of every event, once")
 		require.Zero(t, h.uncommitted, "never before its transaction committed")
+	})
+
+	t.Run("HandsOverTheEventAsStored", func(t *testing.T) {
+		t.Parallel()
+		store, h, db := setup(t)
+		// Keys out of jsonb's order, spaces, and nanoseconds: what a later
+		// attempt reads back differs from what was published, and a direct
+		// delivery must send what that attempt will.
+		e := testEvent("evt_1")
+		e.Data = json.RawMessage(`{"was_published":true,  "published":true,"op":"updated","note_id":"n1"}`)
+		e.OccurredAt = time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.UTC)
+		_, err := store.Ingest(context.Background(), SourceTest, []*webhook.Event{e})
+		require.NoError(t, err)
+
+		var (
+			data []byte
+			at   time.Time
+		)
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT data, occurred_at FROM events WHERE id = 'evt_1'`).Scan(&data, &at))
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		require.Len(t, h.events, 3)
+		for _, got := range h.events {
+			require.Equal(t, string(data), string(got.Data), "data as stored")
+			require.True(t, at.Equal(got.OccurredAt), "occurred_at as stored: %s, not %s", at, got.OccurredAt)
+			require.Equal(t, e.Subject, got.Subject)
+		}
+		require.Equal(t, 123456789, e.OccurredAt.Nanosecond(), "the caller's event is left as it was")
 	})
 
 	t.Run("NothingStartedForAConflictOrADuplicate", func(t *testing.T) {

@@ -535,25 +535,33 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 	}
 
 	// ON CONFLICT DO NOTHING rather than an upsert: an existing event is never
-	// overwritten. RETURNING names the rows this statement inserted.
+	// overwritten. RETURNING names the rows this statement inserted, with
+	// occurred_at and data as stored (microseconds, jsonb's key order): a
+	// delivery started from these (fanout's hand-off) must send the very
+	// body a later attempt, read back from the table, sends.
 	rows, err := tx.Query(ctx, `
 		INSERT INTO events (id, owner_id, type, subject, occurred_at, data, source)
 		SELECT id, owner_id, type, subject, occurred_at, data::jsonb, source
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $7::text[])
 		     AS t(id, owner_id, type, subject, occurred_at, data, source)
 		ON CONFLICT (id) DO NOTHING
-		RETURNING id`,
+		RETURNING id, occurred_at, data`,
 		ids, owners, types, subjs, times, datas, srcs)
 	if err != nil {
 		return fmt.Errorf("insert events: %w", err)
 	}
-	inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	type storedAs struct {
+		ID         string
+		OccurredAt time.Time
+		Data       []byte
+	}
+	inserted, err := pgx.CollectRows(rows, pgx.RowToStructByPos[storedAs])
 	if err != nil {
 		return fmt.Errorf("insert events: %w", err)
 	}
-	isNew := make(map[string]bool, len(inserted))
-	for _, id := range inserted {
-		isNew[id] = true
+	isNew := make(map[string]storedAs, len(inserted))
+	for _, st := range inserted {
+		isNew[st.ID] = st
 	}
 
 	// Everything not inserted just now, including a repeat of an id earlier
@@ -576,7 +584,7 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 	}
 	for _, i := range p.toStore {
 		e := p.events[i]
-		if firstOf[i] && isNew[e.ID] {
+		if _, fresh := isNew[e.ID]; firstOf[i] && fresh {
 			p.results[i].Outcome = OutcomeStored
 			continue
 		}
@@ -643,11 +651,15 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 		traces = make([]trace.SpanContext, 0, len(inserted))
 	}
 	for _, i := range first {
-		if isNew[p.events[i].ID] {
-			fresh = append(fresh, p.events[i])
-			if traces != nil {
-				traces = append(traces, p.traces[i])
-			}
+		st, ok := isNew[p.events[i].ID]
+		if !ok {
+			continue
+		}
+		e := *p.events[i]
+		e.OccurredAt, e.Data = st.OccurredAt, st.Data
+		fresh = append(fresh, &e)
+		if traces != nil {
+			traces = append(traces, p.traces[i])
 		}
 	}
 	if s.fanout != nil {
