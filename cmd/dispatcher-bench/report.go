@@ -83,6 +83,9 @@ func targets(res *result) []targetCheck {
 		out = append(out, atMost("p99 ms", 100, res.LatencyMs.P99))
 	case res.Scenario == "S5b" && res.LatencyMs != nil:
 		out = append(out, atMost("p50 ms", 50, res.LatencyMs.P50), atMost("p99 ms", 250, res.LatencyMs.P99))
+		if res.PublishMs != nil {
+			out = append(out, atMost("Publish p50 ms", 5, res.PublishMs.P50), atMost("Publish p99 ms", 25, res.PublishMs.P99))
+		}
 	case strings.HasPrefix(res.Scenario, "S6"):
 		out = append(out, atMost("snoozes per delivery", 0.1, res.SnoozesPerUnit))
 	case res.Scenario == "S7":

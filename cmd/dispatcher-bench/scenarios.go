@@ -43,6 +43,9 @@ type result struct {
 	Rate              float64  `json:"rate_per_s"`
 	PerBaselineCommit float64  `json:"per_baseline_commit"`
 	LatencyMs         *latency `json:"latency_ms,omitempty"`
+	// PublishMs is how long one Publish call took (S5, S5b, S7): the
+	// caller's wait for its event to be durable.
+	PublishMs *latency `json:"publish_ms,omitempty"`
 
 	Commits           int64   `json:"commits"`
 	CommitsPerUnit    float64 `json:"commits_per_unit"`
@@ -731,6 +734,7 @@ func (b *bench) fixedRate(ctx context.Context, label string, rate, senders int) 
 	}
 	lag, lagLate := durationQuantiles(sendLag, 50*time.Millisecond)
 	rpcQ, _ := durationQuantiles(rpc, 0)
+	res.PublishMs = &latency{P50: rpcQ[0], P99: rpcQ[1], Max: rpcQ[2]}
 	var lastSend time.Time
 	for i := range sendLag {
 		lastSend = maxTime(lastSend, d.occurred[i].Add(sendLag[i]))
@@ -812,12 +816,16 @@ func (b *bench) peerTableA(ctx context.Context) (res result) {
 		return failed(res, err)
 	}
 	d := &deliveryRun{s: s, m: m, res: &res, events: evs, occurred: make([]time.Time, events), t0: time.Now()}
-	if err := s.publishSingles(ctx, evs, s7Callers, d.occurred); err != nil {
+	rpc := make([]time.Duration, events)
+	if err := s.publishSingles(ctx, evs, s7Callers, d.occurred, rpc); err != nil {
 		return failed(res, err)
 	}
 	res.PublishSeconds = round(time.Since(d.t0).Seconds(), 3)
+	q, _ := durationQuantiles(rpc, 0)
+	res.PublishMs = &latency{P50: q[0], P99: q[1], Max: q[2]}
 	if res.PublishSeconds > 0 {
-		res.notef("publish: %.0f events/s (one Publish per event, %d callers)", float64(events)/res.PublishSeconds, s7Callers)
+		res.notef("publish: %.0f events/s (one Publish per event, %d callers); Publish RPC p50 %.1f / p99 %.1f ms",
+			float64(events)/res.PublishSeconds, s7Callers, q[0], q[1])
 	}
 	if err := d.complete(ctx); err != nil {
 		return failed(res, err)

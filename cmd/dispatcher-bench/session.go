@@ -247,7 +247,7 @@ func (s *session) publishBatches(ctx context.Context, events []*webhooksv1.Event
 // as fast as it can; caller w publishes to process w mod len(procs). Each
 // event's occurred_at is the moment it is sent; occurred[i] records it for
 // events[i]. The first failure stops every caller.
-func (s *session) publishSingles(ctx context.Context, events []*webhooksv1.Event, conc int, occurred []time.Time) error {
+func (s *session) publishSingles(ctx context.Context, events []*webhooksv1.Event, conc int, occurred []time.Time, rpc []time.Duration) error {
 	errs := make(chan error, conc)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -270,6 +270,7 @@ func (s *session) publishSingles(ctx context.Context, events []*webhooksv1.Event
 					_, err := p.events().Publish(s.creds.publisherCtx(ctx), &webhooksv1.PublishRequest{Event: events[i]})
 					return err
 				})
+				rpc[i] = time.Since(now)
 				if err != nil {
 					select {
 					case errs <- fmt.Errorf("publish: %w", err):

@@ -209,14 +209,20 @@ func directRunFrom(ctx context.Context) *directRun {
 	return r
 }
 
-// recordDirectOutput keeps output for the direct run ctx belongs to, if any,
-// and reports whether it did.
-func recordDirectOutput(ctx context.Context, output any) bool {
+// recordDirectOutput keeps note as the output of the direct run ctx belongs
+// to, if any, and reports whether it did.
+func recordDirectOutput(ctx context.Context, note job.DeliverSnooze) bool {
 	r := directRunFrom(ctx)
 	if r == nil {
 		return false
 	}
-	r.output, _ = json.Marshal(output)
+	b, err := json.Marshal(note)
+	if err != nil {
+		// A note is strings, an int and a time: this cannot happen, and a
+		// snooze without its note still snoozes.
+		return true
+	}
+	r.output = b
 	return true
 }
 
@@ -302,7 +308,12 @@ func (w *Worker) outcome(j *river.Job[job.DeliverArgs], err error, output []byte
 	out := directOutcome{id: j.ID, attempt: j.Attempt, attemptedAt: j.AttemptedAt, output: output}
 	now := time.Now()
 	attemptError := func(e error) []byte {
-		b, _ := json.Marshal(rivertype.AttemptError{At: now.UTC(), Attempt: j.Attempt, Error: e.Error()})
+		b, err := json.Marshal(rivertype.AttemptError{At: now.UTC(), Attempt: j.Attempt, Error: e.Error()})
+		if err != nil {
+			// Cannot happen (a UTC time, an int, strings); River's own
+			// marshalling makes the same assumption.
+			return nil
+		}
 		return b
 	}
 	var (
