@@ -370,7 +370,7 @@ RETURNING `+endpointColumns,
 }
 
 // orderedInFlightConstraint refuses an ordered endpoint with max_in_flight
-// above 1 (migration 014), whichever of the two an update changes.
+// above 1 (migration 015), whichever of the two an update changes.
 const orderedInFlightConstraint = "webhook_endpoints_ordered_one_in_flight"
 
 func derefOr[T any](p *T, zero T) T {
