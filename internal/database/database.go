@@ -106,6 +106,12 @@ func dispatcherMigrations() ([]migration, error) {
 		out = append(out, migration{version: v, name: name, sql: string(b)})
 	}
 	slices.SortFunc(out, func(a, b migration) int { return a.version - b.version })
+	for i := 1; i < len(out); i++ {
+		if out[i].version == out[i-1].version {
+			// Two branches took one number: the second would never run.
+			return nil, fmt.Errorf("migrations %q and %q share the number %d: give the newer one the next free number", out[i-1].name, out[i].name, out[i].version)
+		}
+	}
 	return out, nil
 }
 
