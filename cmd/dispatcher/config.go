@@ -88,6 +88,9 @@ type serveConfig struct {
 
 	DeliverWorkers   int
 	FanoutWorkers    int
+	// IngestTxs bounds the ingest transactions running at once
+	// (internal/ingest's group commit).
+	IngestTxs int
 	ShutdownTimeout  time.Duration
 	RescueStuckAfter time.Duration
 	Retention        time.Duration
@@ -141,6 +144,8 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.DurationVar(&c.AccessTimeout, "access-timeout", env.duration("DISPATCHER_ACCESS_TIMEOUT", 2*time.Second), "timeout of one EmbedAdmits call (env DISPATCHER_ACCESS_TIMEOUT)")
 	fs.IntVar(&c.DeliverWorkers, "deliver-workers", env.integer("DISPATCHER_DELIVER_WORKERS", 200), "concurrent deliveries per process (env DISPATCHER_DELIVER_WORKERS)")
 	fs.IntVar(&c.FanoutWorkers, "fanout-workers", env.integer("DISPATCHER_FANOUT_WORKERS", 20), "concurrent fanouts per process (env DISPATCHER_FANOUT_WORKERS)")
+	fs.IntVar(&c.IngestTxs, "ingest-transactions", env.integer("DISPATCHER_INGEST_TRANSACTIONS", ingest.DefaultGroupInFlight),
+		"ingest transactions at once; events published meanwhile share the next one (env DISPATCHER_INGEST_TRANSACTIONS)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("DISPATCHER_SHUTDOWN_TIMEOUT", 20*time.Second), "how long in-flight deliveries may finish after SIGTERM before they are cancelled and re-queued (env DISPATCHER_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&c.RescueStuckAfter, "rescue-stuck-after", env.duration("DISPATCHER_RESCUE_STUCK_AFTER", time.Minute), "how long a job may stay running before River rescues it as the job of a dead worker (SIGKILL, OOM); must exceed the deliver job timeout (20s) (env DISPATCHER_RESCUE_STUCK_AFTER)")
 	fs.DurationVar(&c.Retention, "retention", env.duration("DISPATCHER_RETENTION", 30*24*time.Hour), "how long events are kept (env DISPATCHER_RETENTION)")
@@ -213,6 +218,9 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	}
 	if c.DeliverWorkers < 1 || c.DeliverWorkers > 10000 {
 		return nil, fmt.Errorf("invalid -deliver-workers %d: want 1..10000", c.DeliverWorkers)
+	}
+	if c.IngestTxs < 1 || c.IngestTxs > 1000 {
+		return nil, fmt.Errorf("invalid -ingest-transactions %d: want 1..1000", c.IngestTxs)
 	}
 	if c.FanoutWorkers < 1 || c.FanoutWorkers > 10000 {
 		return nil, fmt.Errorf("invalid -fanout-workers %d: want 1..10000", c.FanoutWorkers)

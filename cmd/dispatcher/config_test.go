@@ -40,6 +40,7 @@ func TestParseServeConfig(t *testing.T) {
 		require.Equal(t, "dispatcher", c.DB.Schema)
 		require.Equal(t, "127.0.0.1:7070", c.GRPCAddr)
 		require.Equal(t, 200, c.DeliverWorkers)
+		require.Equal(t, ingest.DefaultGroupInFlight, c.IngestTxs)
 		require.Equal(t, 30*24*time.Hour, c.Retention)
 		require.Empty(t, c.EgressAllowCIDRs, "no loopback receivers unless configured")
 		require.Empty(t, c.OutboxURL)
@@ -230,6 +231,8 @@ func TestParseServeConfig(t *testing.T) {
 		for _, args := range [][]string{
 			{"--deliver-workers", "0"},
 			{"--fanout-workers", "10001"},
+			{"--ingest-transactions", "0"},
+			{"--ingest-transactions", "1001"},
 			{"--outbox-batch", "0"},
 			{"--retention", "1m"},
 			{"--log-format", "xml"},

@@ -198,8 +198,9 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	// go to its deliver worker at once instead of through River's fetch.
 	direct := deliverWorker.NewDirect(delivery.DirectConfig{Works: member.Works, Limit: cfg.DeliverWorkers, Middleware: traces.RiverMiddleware()})
 	store := ingest.NewStore(ingest.StoreConfig{
-		Fanout:       fanout.NewInline(decider.Func(), member.Active, m).WithHandoff(direct),
-		UnknownTypes: cfg.UnknownTypes,
+		Fanout:        fanout.NewInline(decider.Func(), member.Active, m).WithHandoff(direct),
+		UnknownTypes:  cfg.UnknownTypes,
+		GroupInFlight: cfg.IngestTxs,
 	}, pool, riverClient, m, logger)
 
 	grpcTLS, err := serverTLS("grpc", tlsreload.Config{CertFile: cfg.GRPCTLSCert, KeyFile: cfg.GRPCTLSKey, ClientCAFile: cfg.GRPCTLSClientCA}, logger)

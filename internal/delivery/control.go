@@ -28,6 +28,10 @@ import (
 type control struct {
 	// pausedFor > 0: the endpoint is paused for that much longer.
 	pausedFor time.Duration
+	// pauseRecorded: the endpoint has a pause (paused_until), perhaps over:
+	// the receiver's latest word was Retry-After (or a run of 429s), and no
+	// other failure has been recorded since.
+	pauseRecorded bool
 	// maxPerSecond > 0: at most that many requests start per second.
 	maxPerSecond int
 	// maxInFlight: at most that many requests in flight at once (≥ 1; 1
@@ -37,7 +41,9 @@ type control struct {
 }
 
 func newControl(pausedFor float64, maxPerSecond, maxInFlight *int32, ordered bool) control {
-	c := control{pausedFor: time.Duration(pausedFor * float64(time.Second)), ordered: ordered, maxInFlight: 1}
+	// The statements read paused_until - now(), 0 when there is none: a
+	// pause ended is negative.
+	c := control{pausedFor: time.Duration(pausedFor * float64(time.Second)), pauseRecorded: pausedFor != 0, ordered: ordered, maxInFlight: 1}
 	if maxPerSecond != nil && *maxPerSecond > 0 {
 		c.maxPerSecond = int(*maxPerSecond)
 	}

@@ -344,6 +344,9 @@ type settleReq struct {
 	token      uuid.UUID
 	health     health
 	release    bool
+	// clearPause forgets the endpoint's pause (paused_until, pause_reason):
+	// a failure that is not a pause came after it.
+	clearPause bool
 	// summary goes into disabled_reason if the endpoint is disabled now.
 	summary string
 }
@@ -371,8 +374,8 @@ type settleRes struct {
 // rows wake the operational relay ($9).
 const settleSQL = `
 WITH s AS (
-    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::bool[], $5::text[])
-        AS s(id, token, health, release, summary)
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::bool[], $5::text[], $10::bool[])
+        AS s(id, token, health, release, summary, clear_pause)
 ),
 old AS (
     SELECT ep.id, s.token, ep.enabled, ep.failing_since
@@ -387,6 +390,8 @@ upd AS (
            disabled_reason = CASE WHEN s.health = 2 AND old.failing_since < now() - make_interval(secs => $6)
                                   THEN 'failing continuously since ' || to_char(old.failing_since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ': ' || s.summary
                                   ELSE ep.disabled_reason END,
+           paused_until    = CASE WHEN s.clear_pause AND ep.paused_until <= now() THEN NULL ELSE ep.paused_until END,
+           pause_reason    = CASE WHEN s.clear_pause AND ep.paused_until <= now() THEN NULL ELSE ep.pause_reason END,
            busy_until      = CASE WHEN s.release THEN NULL ELSE ep.busy_until END,
            lease_token     = CASE WHEN s.release THEN NULL ELSE ep.lease_token END,
            updated_at      = CASE WHEN (s.health = 1 AND old.failing_since IS NOT NULL) OR (s.health = 2 AND old.failing_since IS NULL)
@@ -465,6 +470,9 @@ func settle(ctx context.Context, pool *pgxpool.Pool, disableAfter time.Duration,
 		if r.release {
 			merged[m].release = true
 		}
+		if r.clearPause {
+			merged[m].clearPause = true
+		}
 		if r.health != healthNone {
 			merged[m].health, merged[m].summary = r.health, r.summary
 		}
@@ -475,11 +483,12 @@ func settle(ctx context.Context, pool *pgxpool.Pool, disableAfter time.Duration,
 		healths   = make([]int32, len(merged))
 		releases  = make([]bool, len(merged))
 		summaries = make([]string, len(merged))
+		clears    = make([]bool, len(merged))
 	)
 	for i, r := range merged {
-		ids[i], tokens[i], healths[i], releases[i], summaries[i] = r.endpointID, r.token, int32(r.health), r.release, r.summary
+		ids[i], tokens[i], healths[i], releases[i], summaries[i], clears[i] = r.endpointID, r.token, int32(r.health), r.release, r.summary, r.clearPause
 	}
-	rows, err := pool.Query(ctx, settleSQL, ids, tokens, healths, releases, summaries, disableAfter.Seconds(), channel, ops.owner, ops.channel)
+	rows, err := pool.Query(ctx, settleSQL, ids, tokens, healths, releases, summaries, disableAfter.Seconds(), channel, ops.owner, ops.channel, clears)
 	if err != nil {
 		return nil, fmt.Errorf("settle endpoints: %w", err)
 	}

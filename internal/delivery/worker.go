@@ -302,6 +302,9 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.DeliverArgs]) error 
 	s := settleReq{endpointID: endpointID, token: token}
 	if res.settle != nil {
 		s.health, s.summary = res.settle.health(t.failingSince, w.now(), w.cfg.DisableAfter), res.settle.summary
+		// A failure other than a pause ends what an earlier pause said of
+		// the receiver: new deliveries then cool down again (fanout).
+		s.clearPause = !res.settle.success && res.pause == nil && t.control.pauseRecorded
 	}
 	if err := w.endTurn(ctx, endpointID, s); err != nil {
 		// The attempt stands but its effect on the endpoint's health was not
@@ -416,7 +419,7 @@ func (w *Worker) endTurn(ctx context.Context, ep uuid.UUID, s settleReq) error {
 		s.token, s.release = tok, true
 	}
 	var err error
-	if s.health != healthNone || s.release {
+	if s.health != healthNone || s.release || s.clearPause {
 		err = w.settle(ctx, s)
 		if err != nil && s.release {
 			// Retried as a plain release so the endpoint is not blocked

@@ -93,6 +93,8 @@ type candidate struct {
 	failingSince *time.Time
 	// pausedUntil: the receiver asked for nothing before then.
 	pausedUntil *time.Time
+	// pauseRecorded: see endpointRow.
+	pauseRecorded bool
 	// ordered: the endpoint takes its deliveries in ingest order.
 	ordered bool
 }
@@ -359,7 +361,7 @@ type querier interface {
 func readEndpoints(ctx context.Context, q querier, owners []string) (map[string][]endpointRow, error) {
 	rows, err := q.Query(ctx,
 		`SELECT id::text, owner_id, event_types, embed_id, failing_since,
-		        CASE WHEN paused_until > now() THEN paused_until END, ordered
+		        CASE WHEN paused_until > now() THEN paused_until END, paused_until IS NOT NULL, ordered
 		   FROM webhook_endpoints
 		  WHERE owner_id = ANY($1) AND enabled
 		  ORDER BY owner_id, id`, owners)
@@ -370,7 +372,7 @@ func readEndpoints(ctx context.Context, q querier, owners []string) (map[string]
 	out := make(map[string][]endpointRow, len(owners))
 	for rows.Next() {
 		var r endpointRow
-		if err := rows.Scan(&r.id, &r.ownerID, &r.globs, &r.embedID, &r.failingSince, &r.pausedUntil, &r.ordered); err != nil {
+		if err := rows.Scan(&r.id, &r.ownerID, &r.globs, &r.embedID, &r.failingSince, &r.pausedUntil, &r.pauseRecorded, &r.ordered); err != nil {
 			return nil, fmt.Errorf("read endpoints: %w", err)
 		}
 		out[r.ownerID] = append(out[r.ownerID], r)
@@ -387,7 +389,10 @@ type endpointRow struct {
 	embedID      *string
 	failingSince *time.Time
 	pausedUntil  *time.Time
-	ordered      bool
+	// pauseRecorded: a pause is on the endpoint, perhaps over already
+	// (the receiver's latest word was Retry-After; see deliverJobs).
+	pauseRecorded bool
+	ordered       bool
 }
 
 // orderedSeqs returns the ingest sequence of each event that may go to an
@@ -438,7 +443,7 @@ func matching(e *webhook.Event, endpoints []endpointRow) []candidate {
 			continue
 		}
 		c := candidate{ep: scope.Endpoint{ID: r.id, OwnerID: e.OwnerID}, failingSince: r.failingSince,
-			pausedUntil: r.pausedUntil, ordered: r.ordered}
+			pausedUntil: r.pausedUntil, pauseRecorded: r.pauseRecorded, ordered: r.ordered}
 		if r.embedID != nil {
 			c.ep.EmbedID = *r.embedID
 		}
@@ -502,9 +507,13 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 			// (and holds a test event too: the receiver asked for nothing).
 			opts.ScheduledAt = c.pausedUntil.Add(job.PauseProbeGap)
 			opts.Metadata = withNote(md, job.DeliverSnooze{Reason: job.SnoozePaused, Until: opts.ScheduledAt.UTC()})
-		case c.failingSince != nil && event.ScopeOf(e.Type) != catalog.ScopeTestOnly:
+		case c.failingSince != nil && !c.pauseRecorded && event.ScopeOf(e.Type) != catalog.ScopeTestOnly:
 			// A test event is what an admin sends after fixing the receiver:
-			// it goes now, failing endpoint or not.
+			// it goes now, failing endpoint or not. So does a delivery to
+			// an endpoint whose receiver's latest answer was a pause that
+			// is over: it said when it would take more, and that time has
+			// come (the deliver worker forgets the pause at the next other
+			// failure, and the cool-down applies again).
 			opts.ScheduledAt = now.Add(FailingCooldown)
 		case !c.ordered && handoff != nil && handoff.Accepts(opts.Queue):
 			// Ordered endpoints are left to River: their head is decided

@@ -31,6 +31,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
+	"github.com/standmeet/webhook-dispatcher/internal/testtime"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -896,6 +897,47 @@ func TestInline(t *testing.T) {
 		require.Equal(t, 1, b.fake.Calls())
 		require.Len(t, deliveries(t, b.db.Pool), 4)
 	})
+}
+
+// A receiver that answered Retry-After said when it would take more; once
+// that time has passed its endpoint, still failing (no success yet), must
+// not put new deliveries behind the failing cool-down.
+func TestInlineAfterAPause(t *testing.T) {
+	t.Parallel()
+
+	for name, tc := range map[string]struct {
+		pausedUntil string // SQL, or "" for none
+		wantIn      time.Duration
+	}{
+		"PauseOverGoesNow":             {"now() - interval '1 second'", 0},
+		"PauseOnWaitsForItsEnd":        {"now() + interval '30 seconds'", 30*time.Second + job.PauseProbeGap},
+		"OtherFailureKeepsCoolingDown": {"", FailingCooldown},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ep := b.insertEndpoint(t, []string{"*"}, endpointOpts{failing: true})
+			set := time.Now()
+			if tc.pausedUntil != "" {
+				_, err := b.db.Pool.Exec(context.Background(), `UPDATE webhook_endpoints SET paused_until = `+tc.pausedUntil+`, pause_reason = 'HTTP 429 with Retry-After' WHERE id = $1`, ep)
+				require.NoError(t, err)
+			}
+			ev := b.insertEvent(t, ownerID, "code.issued", "code://1", "{}")
+			// Bracketed: the pause was set (by the database's clock) before
+			// `before`, and the fanout ran before `after`.
+			before := time.Now()
+			require.Zero(t, b.inlineTx(t, ev))
+			after := time.Now()
+			got := deliveries(t, b.db.Pool)
+			require.Len(t, got, 1)
+			if tc.pausedUntil == "" || tc.wantIn == 0 {
+				testtime.RequireBetween(t, before.Add(tc.wantIn), after.Add(tc.wantIn), got[0].ScheduledAt)
+			} else {
+				// From the pause's end, set (by the database) after `set`.
+				testtime.RequireBetween(t, set.Add(tc.wantIn), after.Add(tc.wantIn), got[0].ScheduledAt)
+			}
+		})
+	}
 }
 
 func TestInlineHandoff(t *testing.T) {

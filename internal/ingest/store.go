@@ -197,12 +197,16 @@ type StoreConfig struct {
 	// GroupEvents bounds the events of one group transaction. Default 2,000.
 	GroupEvents int
 	// GroupInFlight bounds the group transactions running at once; calls
-	// arriving meanwhile wait and go together in the next. Default 2.
+	// arriving meanwhile wait and go together in the next. Default
+	// DefaultGroupInFlight.
 	GroupInFlight int
 	// UnknownTypes says whether an event of a type in no catalog is
 	// accepted and dropped (the default) or refused.
 	UnknownTypes UnknownTypes
 }
+
+// DefaultGroupInFlight is StoreConfig.GroupInFlight's default.
+const DefaultGroupInFlight = 2
 
 // NewStore returns a Store writing to pool (whose search_path is the
 // dispatcher's schema) and enqueuing through river, which may be an
@@ -212,7 +216,7 @@ func NewStore(cfg StoreConfig, pool *pgxpool.Pool, river *river.Client[pgx.Tx], 
 		cfg.GroupEvents = 2000
 	}
 	if cfg.GroupInFlight <= 0 {
-		cfg.GroupInFlight = 2
+		cfg.GroupInFlight = DefaultGroupInFlight
 	}
 	s := &Store{
 		logger:  logger,
