@@ -86,11 +86,11 @@ type serveConfig struct {
 	AccessTimeout time.Duration
 	AccessToken   string
 
-	DeliverWorkers   int
-	FanoutWorkers    int
+	DeliverWorkers int
+	FanoutWorkers  int
 	// IngestTxs bounds the ingest transactions running at once
 	// (internal/ingest's group commit).
-	IngestTxs int
+	IngestTxs        int
 	ShutdownTimeout  time.Duration
 	RescueStuckAfter time.Duration
 	Retention        time.Duration
