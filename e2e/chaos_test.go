@@ -393,7 +393,7 @@ func envDuration(t *testing.T, key string, def time.Duration) time.Duration {
 // It is deliberately not parallel: three dispatchers under load are as much
 // CPU and as many Postgres connections as a shared 2-core machine should give
 // one test.
-func TestChaosKill(t *testing.T) {
+func TestChaosKill(t *testing.T) { //nolint:paralleltest // three dispatchers under load are all a shared 2-core machine should give one test (above)
 	n := envInt(t, "CHAOS_EVENTS", 2000)
 	kills := envInt(t, "CHAOS_KILLS", 4)
 	killEvery := envDuration(t, "CHAOS_KILL_EVERY", 3*time.Second)

@@ -45,6 +45,8 @@ func waitForDelivery(t *testing.T, d *dispatcher, endpointID, what string, cond 
 
 // TestDeliveryStates drives real deliveries through River to every state a
 // receiver can cause and reads them back as the admin UI does.
+//
+//nolint:paralleltest,tparallel // the subtests watch one running system pass through its states, in order
 func TestDeliveryStates(t *testing.T) {
 	t.Parallel()
 	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})

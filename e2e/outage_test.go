@@ -459,7 +459,7 @@ func TestOutageAccessService(t *testing.T) {
 	require.Positive(t, refusedWhileDown, "the dispatcher asked while the service was down")
 	require.Equal(t, len(before.public), embeddedWhileDown, "no embed-scoped event delivered while the access service is down")
 	// (The standalone endpoint needs no access decision, but today a
-	// fanout is one transaction: its share of those events waits too. The
+	// fanout is one transaction: its share of those events waits too.
 	// The rules allow either, so that is logged, not asserted.)
 	heldForStandalone := 0
 	for _, e := range append(append([]*webhooksv1.Event(nil), during.public...), during.private...) {

@@ -35,6 +35,7 @@ func BenchmarkWrite(b *testing.B) {
 }
 
 func benchmarkWrite(b *testing.B, batch int) {
+	b.Helper()
 	ctx := context.Background()
 	db := dbtest.New(b)
 	endpoints := make([]uuid.UUID, 100)

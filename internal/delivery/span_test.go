@@ -15,7 +15,7 @@ import (
 // span costs nothing: the hot path stays as it was.
 //
 // Not parallel: testing.AllocsPerRun refuses to run in a parallel test.
-func TestHTTPSpanOffIsFree(t *testing.T) {
+func TestHTTPSpanOffIsFree(t *testing.T) { //nolint:paralleltest // testing.AllocsPerRun refuses to run in a parallel test
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://127.0.0.1:8080/hook?token=x", nil)
 	require.NoError(t, err)
 	j := &river.Job[job.DeliverArgs]{Args: job.DeliverArgs{EventID: "e"}}

@@ -54,7 +54,7 @@ func TestJobRowDelivery(t *testing.T) {
 		{"CancelledEndpointGone", row("cancelled", 0, "JobCancelError: endpoint deleted", now, nil), DeliveryCancelled, WaitNone, "The endpoint was deleted.", "The endpoint was deleted."},
 		{"CancelledByOperator", row("cancelled", 1, "JobCancelError: job cancelled remotely", now, nil), DeliveryCancelled, WaitNone, "Cancelled by an operator.", "Cancelled by an operator."},
 		{"RescuedIsExplained", row("retryable", 1, "Stuck job rescued by JobRescuer", later, nil), DeliveryScheduled, WaitRetry, "The attempt did not finish: the process running it stopped or hung.", "Attempt 1"},
-		{"NestedPrefixes", row("cancelled", 1, "JobCancelError: JobCancelError: HTTP 404", now, nil), DeliveryCancelled, WaitNone, "HTTP 404", "HTTP 404"},
+		{"NestedPrefixes", row("cancelled", 1, "JobCancelError: JobCancelError: HTTP 404", now, nil), DeliveryCancelled, WaitNone, "HTTP 404", "HTTP 404"}, //nolint:dupword // the repeated prefix is the case
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -74,11 +74,11 @@ func (v *violations) add(field, desc string) {
 	*v = append(*v, FieldViolation{Field: field, Description: desc})
 }
 
-func (v violations) err() error {
-	if len(v) == 0 {
+func (v *violations) err() error {
+	if len(*v) == 0 {
 		return nil
 	}
-	return &ValidationError{Violations: v}
+	return &ValidationError{Violations: *v}
 }
 
 // validator checks request fields against the service's configuration.

@@ -103,7 +103,8 @@ func TestValidator(t *testing.T) {
 
 	t.Run("ValidationErrorMessage", func(t *testing.T) {
 		t.Parallel()
-		err := violations{{Field: "url", Description: "bad"}, {Field: "event_types[1]", Description: "worse"}}.err()
+		v := violations{{Field: "url", Description: "bad"}, {Field: "event_types[1]", Description: "worse"}}
+		err := v.err()
 		require.ErrorIs(t, err, ErrInvalid)
 		require.Equal(t, "invalid url: bad; event_types[1]: worse", err.Error())
 	})

@@ -103,7 +103,7 @@ type property struct {
 	Type        string   `json:"type"`
 	Format      string   `json:"format"`
 	Enum        []string `json:"enum"`
-	MaxLength   *int     `json:"maxLength"`
+	MaxLength   *int     `json:"maxLength"` //nolint:tagliatelle // a JSON Schema keyword
 	Minimum     *int     `json:"minimum"`
 	Description string   `json:"description"`
 }

@@ -45,7 +45,7 @@ func TestSchemas(t *testing.T) {
 		for _, ti := range slices.Concat(WebhookTypes(), OperationalTypes()) {
 			var s struct {
 				Type                 string `json:"type"`
-				AdditionalProperties *bool  `json:"additionalProperties"`
+				AdditionalProperties *bool  `json:"additionalProperties"` //nolint:tagliatelle // a JSON Schema keyword
 			}
 			require.NoError(t, json.Unmarshal(ti.Schema, &s), ti.Name)
 			require.Equal(t, "object", s.Type, ti.Name)

@@ -50,9 +50,9 @@ func TestReceiverControls(t *testing.T) {
 	t.Parallel()
 
 	// Both ways in: the fanout job and the inline fanout of ingest.
-	paths := map[string]func(b *testBundle, t *testing.T, eventID string){
-		"Job":    func(b *testBundle, t *testing.T, eventID string) { b.work(t, eventID) },
-		"Inline": func(b *testBundle, t *testing.T, eventID string) { require.Zero(t, b.inlineTx(t, eventID)) },
+	paths := map[string]func(t *testing.T, b *testBundle, eventID string){
+		"Job":    func(t *testing.T, b *testBundle, eventID string) { t.Helper(); b.work(t, eventID) },
+		"Inline": func(t *testing.T, b *testBundle, eventID string) { t.Helper(); require.Zero(t, b.inlineTx(t, eventID)) },
 	}
 	for name, fanout := range paths {
 		t.Run(name+"PausedEndpointGetsItsDeliveryAtThePauseEnd", func(t *testing.T) {
@@ -67,7 +67,7 @@ func TestReceiverControls(t *testing.T) {
 			b.setControl(t, over, new(time.Now().Add(-time.Minute)), false)
 			before := time.Now()
 
-			fanout(b, t, b.insertEvent(t, ownerID, "code.issued", "code://1", "{}"))
+			fanout(t, b, b.insertEvent(t, ownerID, "code.issued", "code://1", "{}"))
 
 			byEndpoint := map[string]delivery{}
 			for _, d := range deliveries(t, b.db.Pool) {
@@ -88,7 +88,7 @@ func TestReceiverControls(t *testing.T) {
 			b.setControl(t, ordered, nil, true)
 			ev := b.insertEvent(t, ownerID, "code.issued", "code://1", "{}")
 
-			fanout(b, t, ev)
+			fanout(t, b, ev)
 
 			seqs := b.seqs(t, ev)
 			require.Equal(t, b.eventSeq(t, ev), seqs[ordered], "the order key travels with the delivery")

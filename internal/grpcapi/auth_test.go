@@ -259,7 +259,6 @@ func TestAuthorize(t *testing.T) {
 		requireAuthCode(t, err, codes.PermissionDenied)
 		require.False(t, called)
 	})
-
 }
 
 type fakeStream struct {

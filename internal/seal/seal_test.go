@@ -36,10 +36,10 @@ func testMasterKey(id uint32) []byte {
 	return key
 }
 
-func mustHex(t testing.TB, s string) []byte {
-	t.Helper()
+func mustHex(tb testing.TB, s string) []byte {
+	tb.Helper()
 	b, err := hex.DecodeString(s)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	return b
 }
 
@@ -61,15 +61,15 @@ func setup(t *testing.T) *testBundle {
 	}
 }
 
-func newKeyring(t testing.TB, primary uint32, ids ...uint32) *Keyring {
-	t.Helper()
+func newKeyring(tb testing.TB, primary uint32, ids ...uint32) *Keyring {
+	tb.Helper()
 
 	keys := make(map[uint32][]byte, len(ids))
 	for _, id := range ids {
 		keys[id] = testMasterKey(id)
 	}
 	k, err := NewKeyring(primary, keys)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	return k
 }
 

@@ -32,24 +32,24 @@ import (
 // limit over a few seconds still fails RequireSpaced.
 const Jitter = 500 * time.Millisecond
 
-// RequireBetween fails t unless before <= got <= after: got is a time the
+// RequireBetween fails the test unless before <= got <= after: got is a time the
 // code under test took from a clock between the two readings (directly, or
 // offset by a known duration the caller added to both).
-func RequireBetween(t testing.TB, before, after, got time.Time, msgAndArgs ...any) {
-	t.Helper()
+func RequireBetween(tb testing.TB, before, after, got time.Time, msgAndArgs ...any) {
+	tb.Helper()
 	if got.Before(before) || got.After(after) {
-		require.Fail(t, fmt.Sprintf("%s is not between %s and %s", got.Format(time.RFC3339Nano),
+		require.Fail(tb, fmt.Sprintf("%s is not between %s and %s", got.Format(time.RFC3339Nano),
 			before.Format(time.RFC3339Nano), after.Format(time.RFC3339Nano)), msgAndArgs...)
 	}
 }
 
-// RequireSpaced fails t if the times at (in the order they were seen) are
+// RequireSpaced fails the test if the times at (in the order they were seen) are
 // closer together than a sender starting them at least interval apart could
 // produce: for every i < j, at[j] - at[i] >= (j-i)*interval - Jitter. A
 // request seen late can make the next ones look early by up to its lateness,
 // never more; a burst, or a rate above the limit, crosses the bound.
-func RequireSpaced(t testing.TB, at []time.Time, interval time.Duration, msgAndArgs ...any) {
-	t.Helper()
+func RequireSpaced(tb testing.TB, at []time.Time, interval time.Duration, msgAndArgs ...any) {
+	tb.Helper()
 	worst, wi, wj := time.Duration(0), 0, 0
 	for i := range at {
 		for j := i + 1; j < len(at); j++ {
@@ -59,7 +59,7 @@ func RequireSpaced(t testing.TB, at []time.Time, interval time.Duration, msgAndA
 		}
 	}
 	if worst > 0 {
-		require.Fail(t, fmt.Sprintf("requests %d to %d (%d intervals of %s) came %s apart: %s too close even allowing %s of jitter",
+		require.Fail(tb, fmt.Sprintf("requests %d to %d (%d intervals of %s) came %s apart: %s too close even allowing %s of jitter",
 			wi, wj, wj-wi, interval, at[wj].Sub(at[wi]), worst, Jitter), msgAndArgs...)
 	}
 }

@@ -272,7 +272,7 @@ func parseType(text []byte, file, prefix string, builtin bool) (*Type, error) {
 func (t *Type) compile(schema json.RawMessage, fail func(field, reason string) error) error {
 	var top struct {
 		Type                 any             `json:"type"`
-		AdditionalProperties json.RawMessage `json:"additionalProperties"`
+		AdditionalProperties json.RawMessage `json:"additionalProperties"` //nolint:tagliatelle // a JSON Schema keyword
 		Properties           map[string]struct {
 			Type any `json:"type"`
 		} `json:"properties"`

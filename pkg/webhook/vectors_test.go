@@ -37,6 +37,7 @@ type vector struct {
 
 // timestampHeader is the webhook-timestamp header value the vector sends.
 func (v vector) timestampHeader(t *testing.T) string {
+	t.Helper()
 	var s string
 	if err := json.Unmarshal(v.Timestamp, &s); err == nil {
 		return s
@@ -143,6 +144,7 @@ func TestStandardWebhooksVectors(t *testing.T) {
 // signedTimestamp is the time the signature was computed over: the header's, unless
 // the vector tampered with the header after signing.
 func (v vector) signedTimestamp(t *testing.T) int64 {
+	t.Helper()
 	if v.SignedTimestamp != nil {
 		return *v.SignedTimestamp
 	}

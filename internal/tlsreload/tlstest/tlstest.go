@@ -37,27 +37,27 @@ type Pair struct {
 }
 
 // NewCA makes a CA valid for an hour either side of now.
-func NewCA(t testing.TB, name string) *CA {
-	t.Helper()
+func NewCA(tb testing.TB, name string) *CA {
+	tb.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serials.Add(1)), Subject: pkix.Name{CommonName: name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	return &CA{Cert: cert, key: key, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
 }
 
 // Server issues a server certificate for localhost and 127.0.0.1.
-func (ca *CA) Server(t testing.TB) Pair { t.Helper(); return ca.issue(t, false) }
+func (ca *CA) Server(tb testing.TB) Pair { tb.Helper(); return ca.issue(tb, false) }
 
 // Client issues a client certificate.
-func (ca *CA) Client(t testing.TB) Pair { t.Helper(); return ca.issue(t, true) }
+func (ca *CA) Client(tb testing.TB) Pair { tb.Helper(); return ca.issue(tb, true) }
 
 // Pool returns a pool holding only this CA.
 func (ca *CA) Pool() *x509.CertPool {
@@ -66,10 +66,10 @@ func (ca *CA) Pool() *x509.CertPool {
 	return p
 }
 
-func (ca *CA) issue(t testing.TB, client bool) Pair {
-	t.Helper()
+func (ca *CA) issue(tb testing.TB, client bool) Pair {
+	tb.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serials.Add(1)), Subject: pkix.Name{CommonName: "dispatcher-test"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
@@ -81,9 +81,9 @@ func (ca *CA) issue(t testing.TB, client bool) Pair {
 		tmpl.DNSNames, tmpl.IPAddresses = nil, nil
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	keyDER, err := x509.MarshalECPrivateKey(key)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	return Pair{
 		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
@@ -92,19 +92,19 @@ func (ca *CA) issue(t testing.TB, client bool) Pair {
 }
 
 // TLS returns the pair as a tls.Certificate.
-func (p Pair) TLS(t testing.TB) tls.Certificate {
-	t.Helper()
+func (p Pair) TLS(tb testing.TB) tls.Certificate {
+	tb.Helper()
 	c, err := tls.X509KeyPair(p.CertPEM, p.KeyPEM)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	return c
 }
 
 // Write writes the pair to certFile and keyFile with modification time at,
 // so that a rotation is visible however coarse the file system's clock.
-func (p Pair) Write(t testing.TB, certFile, keyFile string, at time.Time) {
-	t.Helper()
-	require.NoError(t, os.WriteFile(certFile, p.CertPEM, 0o600))
-	require.NoError(t, os.WriteFile(keyFile, p.KeyPEM, 0o600))
-	require.NoError(t, os.Chtimes(certFile, at, at))
-	require.NoError(t, os.Chtimes(keyFile, at, at))
+func (p Pair) Write(tb testing.TB, certFile, keyFile string, at time.Time) {
+	tb.Helper()
+	require.NoError(tb, os.WriteFile(certFile, p.CertPEM, 0o600))
+	require.NoError(tb, os.WriteFile(keyFile, p.KeyPEM, 0o600))
+	require.NoError(tb, os.Chtimes(certFile, at, at))
+	require.NoError(tb, os.Chtimes(keyFile, at, at))
 }
