@@ -4,20 +4,89 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/delivery"
+	"github.com/standmeet/webhook-dispatcher/internal/ingest"
+	"github.com/standmeet/webhook-dispatcher/internal/job"
+	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/scope"
 )
 
 // seriesRE finds the metric names the alert rules and the dashboard read.
 var seriesRE = regexp.MustCompile(`\b(?:dispatcher|go|process)_[a-z_]*[a-z]\b`)
 
+// label is one label of a series and every value the code can emit for it,
+// as the package that emits it exports them.
+type label struct {
+	name   string
+	values []string
+}
+
+// labelled are the series with bounded labels, each with every value its
+// labels can take: the lists the emitting packages export (and the
+// composition root hands to internal/metrics), not a copy of them. The
+// labels are in name order, as the exposition format writes them.
+func labelled() map[string][]label {
+	var states []string
+	for _, s := range rivertype.JobStates() {
+		states = append(states, string(s))
+	}
+	return map[string][]label{
+		"dispatcher_deliveries_total":                        {{"outcome", delivery.Outcomes()}, {"status_class", delivery.StatusClasses()}},
+		"dispatcher_delivery_attempt_duration_seconds_count": {{"status_class", delivery.StatusClasses()}},
+		"dispatcher_delivery_snoozes_total":                  {{"reason", job.SnoozeReasons()}},
+		"dispatcher_endpoint_pauses_total":                   {{"reason", delivery.PauseReasons()}},
+		"dispatcher_scope_decisions_total":                   {{"result", scope.Results()}, {"rule", scope.Rules()}},
+		"dispatcher_ingest_events_total":                     {{"path", ingest.Paths()}, {"result", ingest.Results()}},
+		"dispatcher_queue_jobs":                              {{"kind", job.Kinds()}, {"state", states}},
+		"dispatcher_queue_oldest_available_age_seconds":      {{"kind", job.Kinds()}},
+		"dispatcher_endpoints":                               {{"state", metrics.EndpointStates()}},
+	}
+}
+
+// unbounded are the labelled series whose values are data, not code: the
+// catalog's digest, the unknown type names an owner sends.
+var unbounded = []string{"dispatcher_catalog_types", "dispatcher_ingest_unknown_types_total"}
+
+// seriesLines returns name's series over every combination of the labels'
+// values, as the exposition format writes them, valued 0.
+func seriesLines(name string, labels []label) []string {
+	lines := []string{""}
+	for _, l := range labels {
+		var next []string
+		for _, prefix := range lines {
+			for _, v := range l.values {
+				sep := ","
+				if prefix == "" {
+					sep = ""
+				}
+				next = append(next, prefix+sep+l.name+`="`+v+`"`)
+			}
+		}
+		lines = next
+	}
+	for i, l := range lines {
+		lines[i] = name + "{" + l + "} 0"
+	}
+	return lines
+}
+
+// labelledRE finds the names of the labelled dispatcher series of a scrape.
+var labelledRE = regexp.MustCompile(`(?m)^(dispatcher_[a-z_]*[a-z])\{([^}]*)\}`)
+
+// bucketRE is a histogram bucket's own label.
+var bucketRE = regexp.MustCompile(`,?le="[^"]*"`)
+
 // TestIdleMetrics scrapes a dispatcher that has done nothing yet: every
 // series an alert or the dashboard reads is there, at 0 where nothing
-// happened, for every known label value the rules select.
+// happened, for every label value the code can emit.
 func TestIdleMetrics(t *testing.T) {
 	t.Parallel()
 
@@ -61,5 +130,31 @@ func TestIdleMetrics(t *testing.T) {
 		"dispatcher_state_scrape_success 1",
 	} {
 		require.Contains(t, body, "\n"+line+"\n")
+	}
+
+	// Every value of every bounded label, at 0.
+	series := labelled()
+	var missing []string
+	for name, labels := range series {
+		for _, line := range seriesLines(name, labels) {
+			if !strings.Contains(body, "\n"+line+"\n") {
+				missing = append(missing, line)
+			}
+		}
+	}
+	require.Empty(t, missing, "series the code can emit that an idle dispatcher lacks")
+	// And no labelled series is left out of that check.
+	for _, m := range labelledRE.FindAllStringSubmatch(body, -1) {
+		name := m[1]
+		if bucketRE.ReplaceAllString(m[2], "") == "" {
+			continue // a histogram's buckets without labels of their own
+		}
+		if base, ok := strings.CutSuffix(name, "_bucket"); ok {
+			name = base + "_count" // a histogram's buckets go with its count
+		} else if base, ok := strings.CutSuffix(name, "_sum"); ok {
+			name = base + "_count"
+		}
+		_, bounded := series[name]
+		require.True(t, bounded || slices.Contains(unbounded, name), "%s has labels; list its values in labelled() or it in unbounded", name)
 	}
 }

@@ -112,8 +112,8 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 
 	reg := prometheus.NewRegistry()
 	metrics.RegisterRuntime(reg)
-	m := metrics.New(reg)
-	reg.MustRegister(metrics.NewStateCollector(pool, logger))
+	m := metrics.New(reg, metricLabels())
+	reg.MustRegister(metrics.NewStateCollector(pool, logger, job.Kinds()))
 
 	// Scope: the one decision, handed to fanout as a function.
 	var admitter scope.EmbedAdmitter
@@ -471,4 +471,19 @@ type testPublisher struct{ store *ingest.Store }
 func (p testPublisher) Publish(ctx context.Context, e *webhook.Event) error {
 	_, err := p.store.Ingest(ctx, ingest.SourceTest, []*webhook.Event{e})
 	return err
+}
+
+// metricLabels gathers the label values each package emits, so that every
+// series exists at 0 from the first scrape.
+func metricLabels() metrics.Labels {
+	return metrics.Labels{
+		DeliveryOutcomes: delivery.Outcomes(),
+		StatusClasses:    delivery.StatusClasses(),
+		SnoozeReasons:    job.SnoozeReasons(),
+		PauseReasons:     delivery.PauseReasons(),
+		ScopeRules:       scope.Rules(),
+		ScopeResults:     scope.Results(),
+		IngestPaths:      ingest.Paths(),
+		IngestResults:    ingest.Results(),
+	}
 }

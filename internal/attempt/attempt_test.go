@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
@@ -208,7 +209,7 @@ func TestRecorder(t *testing.T) {
 	t.Run("AFailedBatchIsKeptForTheNextTry", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
-		m := metrics.NewForTest()
+		m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
 		b := setup(t, RecorderConfig{Metrics: m})
 		ep := uuid.New()
 		b.rec.Record(sample(1, ep, time.Now(), OutcomeSuccess, time.Millisecond))
@@ -231,7 +232,7 @@ func TestRecorder(t *testing.T) {
 	t.Run("ABoundedBufferDropsTheOldest", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
-		m := metrics.NewForTest()
+		m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
 		b := setup(t, RecorderConfig{MaxBuffered: 3, Metrics: m})
 		ep := uuid.New()
 		// 3 buffered; the 4th drops the oldest (a tenth of 3, at least 1),

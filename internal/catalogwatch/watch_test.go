@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
@@ -54,7 +55,7 @@ func TestWatcher(t *testing.T) {
 	watcher := func(t *testing.T, b *testBundle, name string, c *catalog.Catalog) (*Watcher, *metrics.Metrics, *bytes.Buffer) {
 		t.Helper()
 		var logs bytes.Buffer
-		m := metrics.NewForTest()
+		m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
 		return New(Config{Replica: name, Interval: time.Minute}, c, b.db.Pool, m, slog.New(slog.NewTextHandler(&logs, nil))), m, &logs
 	}
 

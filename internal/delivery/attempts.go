@@ -8,7 +8,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/standmeet/webhook-dispatcher/internal/attempt"
-	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
@@ -42,25 +41,10 @@ func (w *Worker) recordAttempt(j *river.Job[job.DeliverArgs], endpointID uuid.UU
 		StartedAt: s.start, Duration: s.elapsed, Status: s.status,
 		Body: attempt.Text(s.body, w.cfg.Attempts.BodyBytes()),
 	}
-	switch {
-	case s.err != nil:
-		a.Outcome = attempt.OutcomeConnection
-		var ne interface{ Timeout() bool }
-		switch {
-		case errors.Is(s.err, egress.ErrBlocked):
-			a.Outcome = attempt.OutcomeBlocked
-		case errors.As(s.err, &ne) && ne.Timeout():
-			a.Outcome = attempt.OutcomeTimeout
-		}
-	default:
-		a.Outcome = attempt.ClassifyStatus(s.status, v.kind == verdictSnooze && v.throttled == 0)
-	}
+	a.Outcome = v.outcome
 	if v.kind == verdictSnooze {
 		until := time.Now().Add(max(v.delay, minSnooze)).UTC()
-		a.SnoozedUntil, a.SnoozeReason = &until, job.SnoozeRetryAfter
-		if v.throttled > 0 {
-			a.SnoozeReason = job.SnoozeThrottled
-		}
+		a.SnoozedUntil, a.SnoozeReason = &until, v.snoozeReason()
 	} else if res.err != nil {
 		// The error as the job records it, without River's wrapper.
 		e := res.err

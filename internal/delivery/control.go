@@ -123,7 +123,7 @@ func (w *Worker) afterAttempt(ctx context.Context, j *river.Job[job.DeliverArgs]
 // records why for ListDeliveries.
 func (w *Worker) snooze(ctx context.Context, d time.Duration, reason string) error {
 	w.metrics.SnoozesTotal.WithLabelValues(reason).Inc()
-	w.metrics.DeliveriesTotal.WithLabelValues(outcomeSnoozed.String(), "none").Inc()
+	w.metrics.DeliveriesTotal.WithLabelValues(outcomeSnoozed.String(), classNone).Inc()
 	return snooze(ctx, job.DeliverSnooze{Reason: reason}, max(d, minSnooze))
 }
 

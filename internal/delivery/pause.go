@@ -40,10 +40,10 @@ type pause struct {
 func newPause(status int, v verdict, d time.Duration) *pause {
 	code := strconv.Itoa(status) + " " + http.StatusText(status)
 	if v.throttled > 0 {
-		return &pause{d: d, kind: job.SnoozeThrottled,
+		return &pause{d: d, kind: v.snoozeReason(),
 			reason: fmt.Sprintf("%d consecutive HTTP %s responses without Retry-After", v.throttled, code)}
 	}
-	return &pause{d: d, kind: job.SnoozeRetryAfter, reason: "HTTP " + code + " with Retry-After"}
+	return &pause{d: d, kind: v.snoozeReason(), reason: "HTTP " + code + " with Retry-After"}
 }
 
 // throttle counts 429s without Retry-After in a row (any other response ends
@@ -58,8 +58,9 @@ func (w *Worker) throttle(ep uuid.UUID, status int, v verdict) verdict {
 	if n < throttleRun {
 		return v
 	}
-	d := min(5*time.Second<<min(n-throttleRun, 20), w.cfg.MaxRetryAfter)
-	return verdict{kind: verdictSnooze, delay: d, throttled: n}
+	// Still the answer it was (its class, its outcome), now a pause.
+	v.kind, v.delay, v.throttled = verdictSnooze, min(5*time.Second<<min(n-throttleRun, 20), w.cfg.MaxRetryAfter), n
+	return v
 }
 
 // throttled records one response in ep's run of 429s and returns its length.

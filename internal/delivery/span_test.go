@@ -21,7 +21,7 @@ func TestHTTPSpanOffIsFree(t *testing.T) { //nolint:paralleltest // testing.Allo
 	j := &river.Job[job.DeliverArgs]{Args: job.DeliverArgs{EventID: "e"}}
 	allocs := testing.AllocsPerRun(1000, func() {
 		span := startHTTPSpan(req.Context(), req, "ep", j)
-		endHTTPSpan(span, http.StatusOK, nil)
+		endHTTPSpan(span, http.StatusOK, verdict{})
 	})
 	require.Zero(t, allocs)
 }
@@ -32,6 +32,6 @@ func BenchmarkHTTPSpanOff(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		span := startHTTPSpan(req.Context(), req, "ep", j)
-		endHTTPSpan(span, http.StatusOK, nil)
+		endHTTPSpan(span, http.StatusOK, verdict{})
 	}
 }

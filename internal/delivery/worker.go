@@ -322,7 +322,7 @@ func (e *busyError) Unwrap() error { return errLeaseBusy }
 
 func (w *Worker) snoozeBusy(ctx context.Context, d time.Duration) error {
 	w.metrics.SnoozesTotal.WithLabelValues(job.SnoozeLeaseBusy).Inc()
-	w.metrics.DeliveriesTotal.WithLabelValues(outcomeSnoozed.String(), "none").Inc()
+	w.metrics.DeliveriesTotal.WithLabelValues(outcomeSnoozed.String(), classNone).Inc()
 	return snooze(ctx, job.DeliverSnooze{Reason: job.SnoozeLeaseBusy}, d)
 }
 
@@ -684,15 +684,14 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 		b, _ = egress.ReadBody(resp, w.bodyLimit())
 		summary = truncate(strings.TrimSpace(strings.ToValidUTF8(string(b[:min(int64(len(b)), w.cfg.ErrorBodyBytes)]), "\uFFFD")), int(w.cfg.ErrorBodyBytes))
 	}
-	endHTTPSpan(span, status, err)
-	class := metrics.StatusClass(status)
-	w.metrics.AttemptDuration.WithLabelValues(class).Observe(elapsed.Seconds())
 	v := classify(jobCtx, resp, err, w.now(), w.cfg.MaxRetryAfter)
+	endHTTPSpan(span, status, v)
+	w.metrics.AttemptDuration.WithLabelValues(v.class).Observe(elapsed.Seconds())
 	v = w.throttle(endpointID, status, v)
 
 	outcome, res := w.conclude(jobCtx, j, v, status, summary, err, ev)
 	w.recordAttempt(j, endpointID, t.ownerID, sent{start: start, elapsed: elapsed, status: status, body: b, err: err}, v, res)
-	w.metrics.DeliveriesTotal.WithLabelValues(outcome.String(), class).Inc()
+	w.metrics.DeliveriesTotal.WithLabelValues(outcome.String(), v.class).Inc()
 	attrs := []slog.Attr{slog.Int("status", status), slog.Duration("duration", elapsed), slog.String("outcome", outcome.String())}
 	if res.err != nil && outcome != outcomeSnoozed {
 		attrs = append(attrs, slog.String("error", res.err.Error()))
@@ -739,18 +738,19 @@ func startHTTPSpan(ctx context.Context, req *http.Request, endpointID string, j 
 // endHTTPSpan ends an attempt's span with the response status, or the kind
 // of transport failure (the error's text can quote the URL, so it is not
 // recorded).
-func endHTTPSpan(span trace.Span, status int, err error) {
+func endHTTPSpan(span trace.Span, status int, v verdict) {
 	if span.IsRecording() {
+		var kind string
+		switch v.outcome {
+		case attempt.OutcomeConnection:
+			kind = "transport"
+		case attempt.OutcomeTimeout:
+			kind = "timeout"
+		case attempt.OutcomeBlocked:
+			kind = "blocked"
+		}
 		switch {
-		case err != nil:
-			kind := "transport"
-			var ne interface{ Timeout() bool }
-			if errors.As(err, &ne) && ne.Timeout() {
-				kind = "timeout"
-			}
-			if errors.Is(err, egress.ErrBlocked) {
-				kind = "blocked"
-			}
+		case kind != "":
 			span.SetAttributes(attribute.String("error.type", kind))
 			span.SetStatus(codes.Error, kind)
 		case status >= 400:
@@ -773,9 +773,9 @@ func (w *Worker) conclude(ctx context.Context, j *river.Job[job.DeliverArgs], v 
 		return outcomeCompleted, result{settle: &settlement{success: true}}
 	case verdictSnooze:
 		e := fmt.Errorf("HTTP %d with Retry-After: %s", status, summary)
-		reason := job.SnoozeRetryAfter
+		reason := v.snoozeReason()
 		if v.throttled > 0 {
-			e, reason = fmt.Errorf("HTTP %d, %d in a row without Retry-After: %s", status, v.throttled, summary), job.SnoozeThrottled
+			e = fmt.Errorf("HTTP %d, %d in a row without Retry-After: %s", status, v.throttled, summary)
 		}
 		w.metrics.SnoozesTotal.WithLabelValues(reason).Inc()
 		d := max(v.delay, minSnooze)
@@ -810,7 +810,7 @@ func (w *Worker) conclude(ctx context.Context, j *river.Job[job.DeliverArgs], v 
 }
 
 func (w *Worker) cancel(j *river.Job[job.DeliverArgs], endpointID string, err error) error {
-	w.metrics.DeliveriesTotal.WithLabelValues(outcomeCancelled.String(), "none").Inc()
+	w.metrics.DeliveriesTotal.WithLabelValues(outcomeCancelled.String(), classNone).Inc()
 	w.logger.Info("delivery cancelled", slog.String("endpoint_id", endpointID), slog.String("event_id", j.Args.EventID),
 		slog.Int64("job_id", j.ID), slog.String("reason", err.Error()))
 	return river.JobCancel(err)

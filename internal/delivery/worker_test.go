@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -51,7 +52,7 @@ func setup(t *testing.T) *testBundle {
 	require.NoError(t, err)
 	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
 	require.NoError(t, err)
-	m := metrics.NewForTest()
+	m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
 	// The production client timeout: a receiver that answers at once must
 	// not time out because a busy machine runs the exchange slowly. Tests
 	// of timeouts set their own.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -77,7 +78,7 @@ func setup(t *testing.T) *testBundle {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 
-	m := metrics.NewForTest()
+	m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
 	decider := scope.NewDecider(access.NewClient(conn, 5*time.Second), m, logger)
 	return &testBundle{
 		client:  newInsertOnlyClient(t, db.Pool, db.Schema),
@@ -342,8 +343,8 @@ func TestWorker(t *testing.T) {
 		require.Equal(t, []string{ep}, deliveredTo(t, bundle.db.Pool, published))
 		require.Equal(t, []string{ep}, deliveredTo(t, bundle.db.Pool, unpublishing))
 		require.Empty(t, deliveredTo(t, bundle.db.Pool, draft))
-		require.InDelta(t, 2, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(scope.RulePublishedSlice, metrics.ScopeAdmit)), 0)
-		require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(scope.RulePublishedSlice, metrics.ScopeDeny)), 0)
+		require.InDelta(t, 2, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(scope.RulePublishedSlice, scope.ResultAdmit)), 0)
+		require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(scope.RulePublishedSlice, scope.ResultDeny)), 0)
 		require.Zero(t, bundle.fake.Calls())
 	})
 
@@ -357,7 +358,7 @@ func TestWorker(t *testing.T) {
 
 		require.Equal(t, []string{ep}, deliveredTo(t, bundle.db.Pool, eventID))
 		require.Equal(t, 1, bundle.fake.Calls())
-		require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(scope.RuleEmbed, metrics.ScopeAdmit)), 0)
+		require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(scope.RuleEmbed, scope.ResultAdmit)), 0)
 	})
 
 	t.Run("EmbedDenials", func(t *testing.T) {
@@ -396,7 +397,7 @@ func TestWorker(t *testing.T) {
 					require.Equal(t, []string{standalone}, got)
 				}
 				require.Equal(t, 1, bundle.fake.Calls())
-				require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(scope.RuleEmbed, metrics.ScopeDeny)), 0)
+				require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(scope.RuleEmbed, scope.ResultDeny)), 0)
 			})
 		}
 	})
@@ -458,7 +459,7 @@ func TestWorker(t *testing.T) {
 		// the retry is a plain re-run.
 		require.Empty(t, deliveries(t, bundle.db.Pool))
 		require.Zero(t, testutil.ToFloat64(bundle.metrics.FanoutEnqueuedTotal))
-		require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(scope.RuleEmbed, metrics.ScopeError)), 0)
+		require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(scope.RuleEmbed, scope.ResultError)), 0)
 
 		bundle.fake.SetDown(false)
 		bundle.work(t, eventID)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
@@ -228,7 +229,7 @@ func TestEventServer_Publish(t *testing.T) {
 		db := dbtest.New(t)
 		client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Logger: testLogger(), Schema: db.Schema})
 		require.NoError(t, err)
-		store := ingest.NewStore(ingest.StoreConfig{UnknownTypes: ingest.UnknownTypesRefuse}, db.Pool, client, metrics.NewForTest(), testLogger())
+		store := ingest.NewStore(ingest.StoreConfig{UnknownTypes: ingest.UnknownTypesRefuse}, db.Pool, client, metrics.New(prometheus.NewRegistry(), metrics.Labels{}), testLogger())
 		server := NewEventServer(store, testLogger())
 
 		e := testProtoEvent("evt_1")

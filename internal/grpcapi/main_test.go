@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -27,7 +28,7 @@ func newTestStore(t *testing.T, db *dbtest.DB) (*ingest.Store, *metrics.Metrics)
 	t.Helper()
 	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Logger: testLogger(), Schema: db.Schema})
 	require.NoError(t, err)
-	m := metrics.NewForTest()
+	m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
 	return ingest.NewStore(ingest.StoreConfig{}, db.Pool, client, m, testLogger()), m
 }
 

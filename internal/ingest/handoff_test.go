@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
@@ -60,7 +61,7 @@ func TestStoreHandoff(t *testing.T) {
 		db := dbtest.New(t)
 		client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Logger: testLogger(), Schema: db.Schema})
 		require.NoError(t, err)
-		m := metrics.NewForTest()
+		m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
 		h := &committedHandoff{db: db}
 		inline := fanout.NewInline(scope.NewDecider(nil, m, testLogger()).Func(), nil, m).WithHandoff(h)
 		for i := range 3 {

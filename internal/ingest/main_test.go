@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -30,7 +31,7 @@ func newTestStore(t *testing.T, db *dbtest.DB) (*Store, *metrics.Metrics) {
 
 	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Logger: testLogger(), Schema: db.Schema})
 	require.NoError(t, err)
-	m := metrics.NewForTest()
+	m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
 	return NewStore(StoreConfig{}, db.Pool, client, m, testLogger()), m
 }
 

@@ -93,6 +93,22 @@ const (
 	resultConflict = "conflict"
 )
 
+// Paths returns every Source: the "path" label's values of
+// dispatcher_ingest_events_total.
+func Paths() []string {
+	return []string{string(SourceGRPC), string(SourceOutbox), string(SourceTest), string(SourceOperational)}
+}
+
+// Results returns every result of one event, accepted (an Outcome) or not:
+// the "result" label's values of dispatcher_ingest_events_total.
+func Results() []string {
+	out := []string{resultInvalid, resultConflict}
+	for o := OutcomeStored; o <= OutcomeDroppedUnknown; o++ {
+		out = append(out, o.String())
+	}
+	return out
+}
+
 // Result is what ingest did with one event, in the order events were given.
 type Result struct {
 	EventID string

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -65,7 +66,7 @@ func TestUnknownTypes(t *testing.T) {
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
 
-		bundle := &testBundle{logs: &logLines{}, metrics: metrics.NewForTest(), now: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}
+		bundle := &testBundle{logs: &logLines{}, metrics: metrics.New(prometheus.NewRegistry(), metrics.Labels{}), now: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}
 		logger := slog.New(slog.NewJSONHandler(bundle.logs, nil))
 		bundle.unknown = newUnknownTypes(bundle.metrics, logger, func() time.Time { return bundle.now })
 		return bundle
@@ -133,7 +134,7 @@ func TestStore_UnknownTypesRefused(t *testing.T) {
 	db := dbtest.New(t)
 	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Logger: testLogger(), Schema: db.Schema})
 	require.NoError(t, err)
-	m := metrics.NewForTest()
+	m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
 	logs := &logLines{}
 	store := NewStore(StoreConfig{UnknownTypes: UnknownTypesRefuse}, db.Pool, client, m, slog.New(slog.NewJSONHandler(logs, nil)))
 

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
@@ -24,7 +26,7 @@ func BenchmarkValidate(b *testing.B) {
 			Subject: "app://bench/" + strconv.Itoa(i), OccurredAt: time.Now().Add(-time.Minute), Data: ti.Example,
 		}
 	}
-	store := NewStore(StoreConfig{}, nil, nil, metrics.NewForTest(), testLogger())
+	store := NewStore(StoreConfig{}, nil, nil, metrics.New(prometheus.NewRegistry(), metrics.Labels{}), testLogger())
 
 	b.Run("RulesOnly", func(b *testing.B) {
 		b.ReportAllocs()

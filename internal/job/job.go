@@ -68,6 +68,10 @@ const (
 	KindPrune   = "webhook.prune_events"
 )
 
+// Kinds returns every job kind the dispatcher inserts: the "kind" label of
+// the queue metrics.
+func Kinds() []string { return []string{KindFanout, KindDeliver, KindPrune} }
+
 // DeliverMaxAttempts bounds a delivery: 5 s, 5 min, 30 min, 2 h, 5 h, then 10 h each; the 18th
 // failed attempt (about 5.3 days after the first) discards the delivery.
 const DeliverMaxAttempts = 18
@@ -112,8 +116,9 @@ func (DeliverArgs) InsertOpts() river.InsertOpts {
 	}
 }
 
-// Why a delivery was snoozed (DeliverSnooze.Reason). They are also the
-// "reason" label of dispatcher_delivery_snoozes_total.
+// Why a delivery was snoozed (DeliverSnooze.Reason). All but SnoozeDirect
+// are also the "reason" label of dispatcher_delivery_snoozes_total
+// (SnoozeReasons).
 const (
 	SnoozeLeaseBusy  = "lease_busy"
 	SnoozeRetryAfter = "retry_after"
@@ -131,6 +136,13 @@ const (
 	// only in case that process dies first.
 	SnoozeDirect = "direct"
 )
+
+// SnoozeReasons returns every reason a delivery is snoozed for: the values of
+// dispatcher_delivery_snoozes_total's "reason" label. SnoozeDirect is not
+// one (nothing waits; it is not counted).
+func SnoozeReasons() []string {
+	return []string{SnoozeLeaseBusy, SnoozeRetryAfter, SnoozeThrottled, SnoozePaused, SnoozeRateLimit, SnoozeOrdered}
+}
 
 // PauseProbeGap: while an endpoint is paused, its queued deliveries wait
 // until this long after the pause's end, so that the delivery whose answer

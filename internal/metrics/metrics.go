@@ -4,33 +4,28 @@
 package metrics
 
 import (
-	"strconv"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-// Scope decision results.
-const (
-	ScopeAdmit = "admit"
-	ScopeDeny  = "deny"
-	ScopeError = "error"
-)
-
-// The known values of each label. New creates every series with them at 0,
-// so that a dashboard or an alert finds 0 from the start instead of nothing
-// until the first event (rate() over a series that appears mid-window misses
-// its first increase, and absent series make ratios vanish). The packages that
-// emit a value own it; their tests check that it is listed here.
-var (
-	DeliveryOutcomes = []string{"completed", "retryable", "snoozed", "cancelled", "discarded"}
-	StatusClasses    = []string{"none", "1xx", "2xx", "3xx", "4xx", "5xx"}
-	SnoozeReasons    = []string{"lease_busy", "retry_after"}
-	ScopeRules       = []string{"raw", "internal", "owner", "test_target", "published_slice", "embed", "unscoped"}
-	ScopeResults     = []string{ScopeAdmit, ScopeDeny, ScopeError}
-	IngestPaths      = []string{"grpc", "outbox", "test", "operational"}
-	IngestResults    = []string{"stored", "duplicate", "dropped_internal", "dropped_unknown", "dropped_raw", "invalid", "conflict"}
-)
+// Labels are the values of each bounded label, as the packages that emit
+// them export them (internal/delivery, internal/job, internal/scope,
+// internal/ingest); the composition root gathers them. New creates every
+// series of them at 0, so that a dashboard or an alert finds 0 from the
+// start instead of nothing until the first event (rate() over a series that
+// appears mid-window misses its first increase, and absent series make
+// ratios vanish). A value left out still counts when emitted; it just
+// appears late.
+type Labels struct {
+	DeliveryOutcomes []string // "outcome" of dispatcher_deliveries_total
+	StatusClasses    []string // "status_class" of the deliveries and the attempt durations
+	SnoozeReasons    []string // "reason" of dispatcher_delivery_snoozes_total
+	PauseReasons     []string // "reason" of dispatcher_endpoint_pauses_total
+	ScopeRules       []string // "rule" of dispatcher_scope_decisions_total
+	ScopeResults     []string // "result" of dispatcher_scope_decisions_total
+	IngestPaths      []string // "path" of dispatcher_ingest_events_total
+	IngestResults    []string // "result" of dispatcher_ingest_events_total
+}
 
 // Metrics holds the dispatcher's collectors. Construct it once per process
 // (or per test) with New.
@@ -67,9 +62,9 @@ type Metrics struct {
 	AttemptHistoryDroppedTotal     prometheus.Counter
 }
 
-// New creates the collectors and registers them (and the Go and process
-// collectors) with reg.
-func New(reg prometheus.Registerer) *Metrics {
+// New creates the collectors, each series of known's values at 0, and
+// registers them with reg.
+func New(reg prometheus.Registerer, known Labels) *Metrics {
 	latency := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 15}
 	lag := []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 7200, 36000}
 	m := &Metrics{
@@ -175,43 +170,34 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.IngestEventsTotal, m.IngestUnknownTypesTotal, m.CatalogInfo, m.CatalogReplicaCatalogs, m.RelayBatchRows, m.RelayLag, m.RelayPoisonedTotal, m.RelayErrorsTotal,
 		m.AttemptHistoryWriteErrorsTotal, m.AttemptHistoryDroppedTotal,
 	)
-	for _, class := range StatusClasses {
+	for _, class := range known.StatusClasses {
 		m.AttemptDuration.WithLabelValues(class)
-		for _, outcome := range DeliveryOutcomes {
+		for _, outcome := range known.DeliveryOutcomes {
 			m.DeliveriesTotal.WithLabelValues(outcome, class)
 		}
 	}
-	for _, reason := range SnoozeReasons {
+	for _, reason := range known.SnoozeReasons {
 		m.SnoozesTotal.WithLabelValues(reason)
 	}
-	for _, rule := range ScopeRules {
-		for _, result := range ScopeResults {
+	for _, reason := range known.PauseReasons {
+		m.EndpointPausesTotal.WithLabelValues(reason)
+	}
+	for _, rule := range known.ScopeRules {
+		for _, result := range known.ScopeResults {
 			m.ScopeDecisionsTotal.WithLabelValues(rule, result)
 		}
 	}
-	for _, path := range IngestPaths {
-		for _, result := range IngestResults {
+	for _, path := range known.IngestPaths {
+		for _, result := range known.IngestResults {
 			m.IngestEventsTotal.WithLabelValues(path, result)
 		}
 	}
 	return m
 }
 
-// NewForTest returns Metrics on a private registry.
-func NewForTest() *Metrics { return New(prometheus.NewRegistry()) }
-
 // RegisterRuntime adds the Go and process collectors.
 func RegisterRuntime(reg prometheus.Registerer) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-}
-
-// StatusClass maps an HTTP status to its class label ("2xx" … "5xx"), or
-// "none" when there was no response.
-func StatusClass(status int) string {
-	if status < 100 || status > 599 {
-		return "none"
-	}
-	return strconv.Itoa(status/100) + "xx"
 }
 
 // Sum adds up the values of every series c collects (counters and gauges):

@@ -12,33 +12,37 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 )
+
+// known stands for the label values the composition root gathers from the
+// packages that emit them.
+var known = metrics.Labels{
+	DeliveryOutcomes: []string{"completed", "retryable", "snoozed", "cancelled", "discarded"},
+	StatusClasses:    []string{"none", "1xx", "2xx", "3xx", "4xx", "5xx"},
+	SnoozeReasons:    []string{"lease_busy", "retry_after", "ordered"},
+	PauseReasons:     []string{"retry_after", "throttled"},
+	ScopeRules:       []string{"raw", "internal", "owner", "test_target", "published_slice", "embed", "unscoped"},
+	ScopeResults:     []string{"admit", "deny", "error"},
+	IngestPaths:      []string{"grpc", "outbox", "test", "operational"},
+	IngestResults:    []string{"stored", "duplicate", "dropped_internal", "dropped_unknown", "dropped_raw", "invalid", "conflict"},
+}
 
 func TestMetricsLintClean(t *testing.T) {
 	t.Parallel()
 
 	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
+	m := metrics.New(reg, known)
 	m.DeliveriesTotal.WithLabelValues("completed", "2xx").Inc()
 	m.SnoozesTotal.WithLabelValues("lease_busy").Inc()
 	m.AttemptDuration.WithLabelValues("2xx").Observe(0.01)
 	m.IngestEventsTotal.WithLabelValues("grpc", "stored").Inc()
-	m.ScopeDecisionsTotal.WithLabelValues("embed", metrics.ScopeAdmit).Inc()
+	m.ScopeDecisionsTotal.WithLabelValues("embed", "admit").Inc()
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
 	require.Empty(t, problems)
-}
-
-func TestStatusClass(t *testing.T) {
-	t.Parallel()
-
-	require.Equal(t, "2xx", metrics.StatusClass(204))
-	require.Equal(t, "4xx", metrics.StatusClass(410))
-	require.Equal(t, "5xx", metrics.StatusClass(599))
-	require.Equal(t, "none", metrics.StatusClass(0))
-	require.Equal(t, "none", metrics.StatusClass(600))
 }
 
 func TestStateCollector(t *testing.T) {
@@ -52,7 +56,7 @@ func TestStateCollector(t *testing.T) {
 	_, err := db.Pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at) VALUES ('{}', 'webhook.deliver', 18, 'deliver', 'available', now() - interval '90 seconds')`)
 	require.NoError(t, err)
 
-	c := metrics.NewStateCollector(db.Pool, slog.New(slog.DiscardHandler))
+	c := metrics.NewStateCollector(db.Pool, slog.New(slog.DiscardHandler), job.Kinds())
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 	problems, err := testutil.GatherAndLint(reg)
@@ -91,27 +95,28 @@ func TestZeroSeries(t *testing.T) {
 	t.Run("EveryKnownLabelValueStartsAtZero", func(t *testing.T) {
 		t.Parallel()
 		reg := prometheus.NewRegistry()
-		metrics.New(reg)
+		metrics.New(reg, known)
 		deliveries := gauges(t, reg, "dispatcher_deliveries_total")
-		require.Len(t, deliveries, len(metrics.DeliveryOutcomes)*len(metrics.StatusClasses))
+		require.Len(t, deliveries, len(known.DeliveryOutcomes)*len(known.StatusClasses))
 		for _, s := range []string{`outcome="retryable",status_class="5xx"`, `outcome="completed",status_class="2xx"`, `outcome="cancelled",status_class="none"`} {
 			v, ok := deliveries[s]
 			require.True(t, ok, s)
 			require.Zero(t, v)
 		}
-		require.Len(t, gauges(t, reg, "dispatcher_delivery_snoozes_total"), 2)
+		require.Len(t, gauges(t, reg, "dispatcher_delivery_snoozes_total"), 3)
+		require.Equal(t, map[string]float64{`reason="retry_after"`: 0, `reason="throttled"`: 0}, gauges(t, reg, "dispatcher_endpoint_pauses_total"))
 		require.Len(t, gauges(t, reg, "dispatcher_ingest_events_total"), 4*7)
 		scope := gauges(t, reg, "dispatcher_scope_decisions_total")
 		require.Contains(t, scope, `result="error",rule="embed"`)
 		require.Len(t, scope, 7*3)
-		require.Len(t, gauges(t, reg, "dispatcher_delivery_attempt_duration_seconds"), len(metrics.StatusClasses))
+		require.Len(t, gauges(t, reg, "dispatcher_delivery_attempt_duration_seconds"), len(known.StatusClasses))
 	})
 
 	t.Run("StateSeriesOfAnEmptyDatabase", func(t *testing.T) {
 		t.Parallel()
 		db := dbtest.New(t)
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(metrics.NewStateCollector(db.Pool, slog.New(slog.DiscardHandler)))
+		reg.MustRegister(metrics.NewStateCollector(db.Pool, slog.New(slog.DiscardHandler), job.Kinds()))
 		oldest := gauges(t, reg, "dispatcher_queue_oldest_available_age_seconds")
 		require.Equal(t, map[string]float64{`kind="webhook.prune_events"`: 0, `kind="webhook.deliver"`: 0, `kind="webhook.fanout"`: 0}, oldest)
 		require.Len(t, gauges(t, reg, "dispatcher_queue_jobs"), 3*8)
@@ -146,9 +151,9 @@ func gauges(t *testing.T, reg *prometheus.Registry, name string) map[string]floa
 func TestSum(t *testing.T) {
 	t.Parallel()
 
-	m := metrics.NewForTest()
+	m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
 	require.Zero(t, metrics.Sum(m.ScopeDecisionsTotal))
-	m.ScopeDecisionsTotal.WithLabelValues("embed", metrics.ScopeAdmit).Inc()
-	m.ScopeDecisionsTotal.WithLabelValues("owner", metrics.ScopeDeny).Add(2)
+	m.ScopeDecisionsTotal.WithLabelValues("embed", "admit").Inc()
+	m.ScopeDecisionsTotal.WithLabelValues("owner", "deny").Add(2)
 	require.InDelta(t, 3, metrics.Sum(m.ScopeDecisionsTotal), 0)
 }

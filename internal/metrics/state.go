@@ -8,8 +8,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river/rivertype"
-
-	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
 // StateCollector reads queue depth, the oldest available job's age, endpoint
@@ -20,6 +18,7 @@ import (
 type StateCollector struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
+	kinds  []string
 
 	jobs      *prometheus.Desc
 	oldest    *prometheus.Desc
@@ -29,14 +28,17 @@ type StateCollector struct {
 	up        *prometheus.Desc
 }
 
-// knownKinds are the job kinds the dispatcher inserts.
-var knownKinds = []string{job.KindFanout, job.KindDeliver, job.KindPrune}
+// EndpointStates returns the "state" label's values of dispatcher_endpoints,
+// every one reported at each scrape.
+func EndpointStates() []string { return []string{"enabled", "failing", "disabled"} }
 
-// NewStateCollector builds the collector over the dispatcher's pool.
-func NewStateCollector(pool *pgxpool.Pool, logger *slog.Logger) *StateCollector {
+// NewStateCollector builds the collector over the dispatcher's pool. kinds
+// are the job kinds the dispatcher inserts (internal/job's Kinds).
+func NewStateCollector(pool *pgxpool.Pool, logger *slog.Logger, kinds []string) *StateCollector {
 	return &StateCollector{
 		pool:   pool,
 		logger: logger,
+		kinds:  kinds,
 		jobs: prometheus.NewDesc("dispatcher_queue_jobs",
 			"River jobs by kind and state (cluster-wide).", []string{"kind", "state"}, nil),
 		oldest: prometheus.NewDesc("dispatcher_queue_oldest_available_age_seconds",
@@ -78,7 +80,7 @@ func (c *StateCollector) collect(ctx context.Context, ch chan<- prometheus.Metri
 	type kindState struct{ kind, state string }
 	counts := map[kindState]int64{}
 	ages := map[string]float64{}
-	for _, kind := range knownKinds {
+	for _, kind := range c.kinds {
 		ages[kind] = 0
 		for _, state := range rivertype.JobStates() {
 			counts[kindState{kind, string(state)}] = 0
@@ -136,9 +138,10 @@ SELECT count(*) FILTER (WHERE enabled AND failing_since IS NULL),
 	if err != nil {
 		return err
 	}
-	ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, float64(enabled), "enabled")
-	ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, float64(failing), "failing")
-	ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, float64(disabled), "disabled")
+	states := EndpointStates()
+	for i, n := range []int64{enabled, failing, disabled} { // in states' order
+		ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, float64(n), states[i])
+	}
 	ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, float64(paused))
 
 	var leaders int64

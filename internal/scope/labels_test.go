@@ -5,14 +5,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/testutil"
 )
 
-// TestMetricLabelsAreKnown keeps the rule names this package emits in step
-// with the list internal/metrics creates at 0.
+// TestMetricLabelsAreKnown: the lists internal/metrics creates at 0 name
+// every rule and result this package declares.
 func TestMetricLabelsAreKnown(t *testing.T) {
 	t.Parallel()
 
-	require.ElementsMatch(t, metrics.ScopeRules,
-		[]string{RuleRaw, RuleInternal, RuleOwner, RuleTestTarget, RulePublishedSlice, RuleEmbed, RuleUnscoped})
+	require.ElementsMatch(t, testutil.StringConsts(t, "Rule"), Rules())
+	require.ElementsMatch(t, testutil.StringConsts(t, "Result"), Results())
 }

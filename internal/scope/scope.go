@@ -74,6 +74,21 @@ const (
 	RuleUnscoped       = "unscoped"
 )
 
+// Rules returns every rule name: the "rule" label's values.
+func Rules() []string {
+	return []string{RuleRaw, RuleInternal, RuleOwner, RuleTestTarget, RulePublishedSlice, RuleEmbed, RuleUnscoped}
+}
+
+// Decision results, the "result" label of the scope decisions metric.
+const (
+	ResultAdmit = "admit"
+	ResultDeny  = "deny"
+	ResultError = "error" // the access service could not decide
+)
+
+// Results returns every decision result: the "result" label's values.
+func Results() []string { return []string{ResultAdmit, ResultDeny, ResultError} }
+
 // Reasons carried by a Decision (logged, never used as a metric label except
 // through the bounded rule).
 const (
@@ -154,12 +169,12 @@ func (d *Decider) Decide(ctx context.Context, e *webhook.Event, ep Endpoint) (De
 		return dec, err // not decided: neither counted nor logged
 	}
 
-	result := metrics.ScopeDeny
+	result := ResultDeny
 	switch {
 	case err != nil || dec.Reason == ReasonAccessError:
-		result = metrics.ScopeError
+		result = ResultError
 	case dec.Admit:
-		result = metrics.ScopeAdmit
+		result = ResultAdmit
 	}
 	if d.metrics != nil {
 		d.metrics.ScopeDecisionsTotal.WithLabelValues(dec.Rule, result).Inc()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
@@ -57,7 +58,7 @@ func TestDecider(t *testing.T) {
 		var (
 			admitter = &stubAdmitter{admits: true, reason: "admitted"}
 			logs     = &bytes.Buffer{}
-			m        = metrics.NewForTest()
+			m        = metrics.New(prometheus.NewRegistry(), metrics.Labels{})
 		)
 		logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		return &testBundle{
@@ -88,9 +89,9 @@ func TestDecider(t *testing.T) {
 		require.Equal(t, rule, dec.Rule)
 		require.NotEmpty(t, dec.Reason)
 
-		result := metrics.ScopeDeny
+		result := ResultDeny
 		if admit {
-			result = metrics.ScopeAdmit
+			result = ResultAdmit
 		}
 		require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(rule, result)), 0)
 		return dec
@@ -105,7 +106,7 @@ func TestDecider(t *testing.T) {
 			dec, err := bundle.decider.Decide(context.Background(), e, bundle.endpoint)
 			require.NoError(t, err)
 			require.Equal(t, Decision{Rule: RuleRaw, Reason: ReasonRawSubject}, dec)
-			require.InDelta(t, i+1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(RuleRaw, metrics.ScopeDeny)), 0)
+			require.InDelta(t, i+1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(RuleRaw, ResultDeny)), 0)
 		}
 	})
 
@@ -264,7 +265,7 @@ func TestDecider(t *testing.T) {
 		require.ErrorIs(t, err, ErrUnavailable)
 		require.False(t, dec.Admit)
 		require.Equal(t, RuleEmbed, dec.Rule)
-		require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(RuleEmbed, metrics.ScopeError)), 0)
+		require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(RuleEmbed, ResultError)), 0)
 	})
 
 	t.Run("EmbedPermanentErrorDenies", func(t *testing.T) {
@@ -277,7 +278,7 @@ func TestDecider(t *testing.T) {
 		dec, err := bundle.decider.Decide(context.Background(), newEvent(event.TypeNoteChanged, `{"published":true}`), bundle.endpoint)
 		require.NoError(t, err)
 		require.Equal(t, Decision{Rule: RuleEmbed, Reason: ReasonAccessError}, dec)
-		require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(RuleEmbed, metrics.ScopeError)), 0)
+		require.InDelta(t, 1, testutil.ToFloat64(bundle.metrics.ScopeDecisionsTotal.WithLabelValues(RuleEmbed, ResultError)), 0)
 		require.Contains(t, bundle.logs.String(), `"level":"ERROR"`)
 	})
 
@@ -339,7 +340,7 @@ func TestDecider(t *testing.T) {
 		require.Equal(t, "evt_1", line["event_id"])
 		require.Equal(t, bundle.endpoint.ID, line["endpoint_id"])
 		require.Equal(t, RuleUnscoped, line["rule"])
-		require.Equal(t, metrics.ScopeAdmit, line["result"])
+		require.Equal(t, ResultAdmit, line["result"])
 	})
 
 	t.Run("FuncIsDecide", func(t *testing.T) {

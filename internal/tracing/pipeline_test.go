@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
@@ -117,7 +118,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	logger := slog.New(slog.DiscardHandler)
 	db := dbtest.New(t)
 	kr, _ := testfactory.Keyring(t, 1)
-	m := metrics.NewForTest()
+	m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
 
 	rcv := &receiver{statuses: opts.statuses}
 	srv := httptest.NewServer(rcv)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"google.golang.org/grpc"
@@ -131,7 +132,7 @@ func newServer(pool *pgxpool.Pool, schema string, o serverOpts) (*grpc.Server, n
 	if err != nil {
 		return nil, nil, err
 	}
-	store := ingest.NewStore(ingest.StoreConfig{}, pool, riverClient, metrics.NewForTest(), logger)
+	store := ingest.NewStore(ingest.StoreConfig{}, pool, riverClient, metrics.New(prometheus.NewRegistry(), metrics.Labels{}), logger)
 	authn, err := auth.New(auth.Tokens{Publisher: []string{publisherToken}, Admin: []string{adminToken}}, logger)
 	if err != nil {
 		return nil, nil, err
