@@ -21,7 +21,8 @@ import (
 	"github.com/google/uuid"
 )
 
-// Outcome is how one attempt ended, as recorded.
+// Outcome is how one attempt ended, as recorded. internal/delivery
+// classifies each attempt (its classify).
 type Outcome int
 
 // Outcomes. Every one but OutcomeSuccess is a failure class of the
@@ -55,23 +56,6 @@ func ParseOutcome(s string) Outcome {
 		}
 	}
 	return 0
-}
-
-// ClassifyStatus is the outcome of an attempt that got an HTTP answer.
-// retryAfter: the answer was honoured as a Retry-After snooze.
-func ClassifyStatus(status int, retryAfter bool) Outcome {
-	switch {
-	case retryAfter:
-		return OutcomeRetryAfter
-	case status >= 200 && status < 300:
-		return OutcomeSuccess
-	case status >= 400 && status < 500:
-		return OutcomeHTTP4xx
-	case status >= 500:
-		return OutcomeHTTP5xx
-	default:
-		return OutcomeHTTPOther
-	}
 }
 
 // Attempt is one recorded delivery attempt.
