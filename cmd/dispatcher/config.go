@@ -17,6 +17,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
+	"github.com/standmeet/webhook-dispatcher/internal/retention"
 	"github.com/standmeet/webhook-dispatcher/internal/tracing"
 	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
@@ -148,7 +149,7 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 		"ingest transactions at once; events published meanwhile share the next one (env DISPATCHER_INGEST_TRANSACTIONS)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("DISPATCHER_SHUTDOWN_TIMEOUT", 20*time.Second), "how long in-flight deliveries may finish after SIGTERM before they are cancelled and re-queued (env DISPATCHER_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&c.RescueStuckAfter, "rescue-stuck-after", env.duration("DISPATCHER_RESCUE_STUCK_AFTER", time.Minute), "how long a job may stay running before River rescues it as the job of a dead worker (SIGKILL, OOM); must exceed the deliver job timeout (20s) (env DISPATCHER_RESCUE_STUCK_AFTER)")
-	fs.DurationVar(&c.Retention, "retention", env.duration("DISPATCHER_RETENTION", 30*24*time.Hour), "how long events are kept (env DISPATCHER_RETENTION)")
+	fs.DurationVar(&c.Retention, "retention", env.duration("DISPATCHER_RETENTION", 30*24*time.Hour), "how long events, the attempt history and finished River jobs are kept (at least 5m; env DISPATCHER_RETENTION)")
 	fs.IntVar(&c.AttemptBodyBytes, "attempt-body-bytes", env.integer("DISPATCHER_ATTEMPT_BODY_BYTES", attempt.DefaultBodyBytes), "how much of each response body the attempt history keeps, as text; 0 keeps none (env DISPATCHER_ATTEMPT_BODY_BYTES)")
 	fs.DurationVar(&c.DisableAfter, "disable-after", env.duration("DISPATCHER_DISABLE_AFTER", 5*24*time.Hour), "how long an endpoint may fail continuously (no successful delivery) before it is disabled (env DISPATCHER_DISABLE_AFTER)")
 	fs.StringVar(&c.OperationalOwner, "operational-events-owner", env.get("DISPATCHER_OPERATIONAL_EVENTS_OWNER"), "owner id to which the dispatcher sends endpoint.failing, endpoint.disabled and endpoint.recovered for every other owner's endpoints; give that owner an endpoint (your URL) subscribed to endpoint.*; empty sends none (env DISPATCHER_OPERATIONAL_EVENTS_OWNER)")
@@ -234,8 +235,13 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	if c.AttemptBodyBytes < 0 || c.AttemptBodyBytes > attempt.DefaultBodyBytes {
 		return nil, fmt.Errorf("invalid -attempt-body-bytes %d: want 0..%d", c.AttemptBodyBytes, attempt.DefaultBodyBytes)
 	}
-	if c.Retention < time.Hour {
-		return nil, fmt.Errorf("invalid -retention %s: want at least 1h", c.Retention)
+	// The retention is also how long an event id and a delivery's unique key
+	// are remembered (internal/retention.MinRetention), so it must outlast
+	// any late retry, a fanout re-run after -rescue-stuck-after included.
+	if minRetention := max(retention.MinRetention, 2*c.RescueStuckAfter); c.Retention < minRetention {
+		return nil, fmt.Errorf("invalid -retention %s: want at least %s (%s, and twice -rescue-stuck-after): "+
+			"an event id is deduplicated, and a delivery unique, only while the event and the delivery's job are kept, "+
+			"so a publisher's retry or a fanout re-run after a crash that comes later would deliver it again", c.Retention, minRetention, retention.MinRetention)
 	}
 	if c.DisableAfter < time.Second || c.DisableAfter > 30*24*time.Hour {
 		return nil, fmt.Errorf("invalid -disable-after %s: want 1s..720h", c.DisableAfter)

@@ -64,6 +64,19 @@ func TestParseServeConfig(t *testing.T) {
 		require.ErrorContains(t, err, `invalid -unknown-types "drop": want accept or refuse`)
 	})
 
+	t.Run("Retention", func(t *testing.T) {
+		t.Parallel()
+		c, err := parse(setup(t), "--retention", "5m")
+		require.NoError(t, err, "minutes: short enough for a test or a soak")
+		require.Equal(t, 5*time.Minute, c.Retention)
+
+		_, err = parse(setup(t), "--retention", "4m59s")
+		require.ErrorContains(t, err, "invalid -retention 4m59s: want at least 5m0s (5m0s, and twice -rescue-stuck-after)")
+		require.ErrorContains(t, err, "a publisher's retry or a fanout re-run after a crash that comes later would deliver it again", "it says why")
+		_, err = parse(setup(t), "--rescue-stuck-after", "10m", "--retention", "15m")
+		require.ErrorContains(t, err, "invalid -retention 15m0s: want at least 20m0s", "a fanout re-run comes after -rescue-stuck-after")
+	})
+
 	t.Run("OperationalEvents", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

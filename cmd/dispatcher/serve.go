@@ -165,7 +165,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	river.AddWorker(workers, deliverWorker)
 	river.AddWorker(workers, retention.NewWorker(pool, logger))
 
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+	riverConfig := &river.Config{
 		Schema: cfg.DB.Schema,
 		Queues: map[string]river.QueueConfig{
 			job.QueueFanout: {MaxWorkers: cfg.FanoutWorkers},
@@ -174,10 +174,9 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 			job.QueueDeliver:     {MaxWorkers: max(1, cfg.DeliverWorkers/10)},
 			job.QueueMaintenance: {MaxWorkers: 1},
 		},
-		Workers:      workers,
-		Middleware:   traces.RiverMiddleware(),
-		PeriodicJobs: []*river.PeriodicJob{retention.PeriodicJob(cfg.Retention, time.Hour)},
-		Logger:       logger.With(slog.String("component", "river")),
+		Workers:    workers,
+		Middleware: traces.RiverMiddleware(),
+		Logger:     logger.With(slog.String("component", "river")),
 		// A job whose worker died (SIGKILL) is rescued after this; longer
 		// than any job's timeout (the deliver worker's is 20 s, checked
 		// above). Jobs without a timeout of their own get River's default
@@ -186,10 +185,11 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		JobTimeout:           min(time.Minute, cfg.RescueStuckAfter),
 		FetchCooldown:        20 * time.Millisecond,
 		FetchPollInterval:    250 * time.Millisecond,
-		// Discarded deliveries stay listable (and re-deliverable) for a week.
-		DiscardedJobRetentionPeriod: 7 * 24 * time.Hour,
-		CancelledJobRetentionPeriod: 7 * 24 * time.Hour,
-	})
+	}
+	// Finished jobs are kept no longer than the retention (delivered ones a
+	// day, failed ones a week at most), and the prune job runs.
+	retention.Configure(riverConfig, cfg.Retention)
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), riverConfig)
 	if err != nil {
 		return fmt.Errorf("river client: %w", err)
 	}

@@ -53,8 +53,9 @@ func (s *Store) ListDeliveries(ctx context.Context, owner string, endpointID uui
 	// WHERE kind = 'webhook.deliver', walked backwards; the filters are
 	// checked on the way. The kind is a literal, not a parameter, so that
 	// even a generic plan can prove the partial index applies. An endpoint's
-	// jobs are bounded by River's retention (completed and cancelled jobs
-	// are kept a day, discarded ones a week).
+	// jobs are bounded by River's retention (internal/retention: completed
+	// jobs are kept a day, discarded and cancelled ones a week, never more
+	// than -retention).
 	rows, err := s.pool.Query(ctx, deliverySelect+`
  WHERE j.kind = '`+job.KindDeliver+`'
    AND j.args->>'endpoint_id' = @endpoint_id::text

@@ -3,12 +3,14 @@ package retention
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
@@ -86,4 +88,216 @@ VALUES ('o', 'old', '\x00', now() - interval '25 hours'), ('o', 'new', '\x00', n
 		t.Parallel()
 		require.NotNil(t, PeriodicJob(DefaultRetention, time.Hour))
 	})
+
+	t.Run("KeepsEventsPendingJobsNeed", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		db := dbtest.New(t)
+		client := insertOnlyClient(t, db)
+		old := new(time.Now().Add(-time.Hour))
+		// Each kind of pending job holds its event, whatever its state.
+		delivering := testfactory.Event(ctx, t, db.Pool, &testfactory.EventOpts{CreatedAt: old})
+		retrying := testfactory.Event(ctx, t, db.Pool, &testfactory.EventOpts{CreatedAt: old})
+		fanningOut := testfactory.Event(ctx, t, db.Pool, &testfactory.EventOpts{CreatedAt: old})
+		delivered := testfactory.Event(ctx, t, db.Pool, &testfactory.EventOpts{CreatedAt: old})
+		insertJob(ctx, t, db, client, job.DeliverArgs{EndpointID: uuid.NewString(), EventID: delivering}, "available", nil)
+		insertJob(ctx, t, db, client, job.DeliverArgs{EndpointID: uuid.NewString(), EventID: retrying}, "retryable", nil)
+		insertJob(ctx, t, db, client, job.FanoutArgs{EventID: fanningOut}, "scheduled", nil)
+		insertJob(ctx, t, db, client, job.DeliverArgs{EndpointID: uuid.NewString(), EventID: delivered}, "completed", old)
+		plain := testfactory.Events(ctx, t, db.Pool, 5, &testfactory.EventOpts{CreatedAt: old})
+
+		w := NewWorker(db.Pool, slog.New(slog.DiscardHandler))
+		require.NoError(t, w.Work(ctx, &river.Job[job.PruneArgs]{JobRow: &rivertype.JobRow{}, Args: job.PruneArgs{Retention: time.Minute}}))
+
+		require.ElementsMatch(t, []string{delivering, retrying, fanningOut}, eventIDs(ctx, t, db),
+			"events of jobs still to run stay; the finished job's event and the others go (%d)", len(plain))
+	})
+
+	t.Run("WalksPastHeldEventsInBatches", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		db := dbtest.New(t)
+		// One created_at for all, as a group commit gives them: the walk
+		// must not stall on a tie, nor on held events at a batch's start.
+		at := new(time.Now().Add(-time.Hour))
+		ids := testfactory.Events(ctx, t, db.Pool, 11, &testfactory.EventOpts{CreatedAt: at})
+		slices.Sort(ids)
+		held := []string{ids[0], ids[1], ids[2], ids[5], ids[10]}
+		young := testfactory.Event(ctx, t, db.Pool, nil)
+
+		var horizon time.Time
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT now() - interval '1 minute'`).Scan(&horizon))
+		n, err := pruneEvents(ctx, db.Pool, horizon, held, 2)
+		require.NoError(t, err)
+		require.EqualValues(t, 6, n, "every event before the horizon but the held ones")
+		require.ElementsMatch(t, append(held, young), eventIDs(ctx, t, db))
+	})
+}
+
+// TestConfigure runs the retention as the dispatcher does (River's cleaner
+// and the prune job, as Configure sets them up) over a database where every
+// kind of row is either past the retention or not.
+func TestConfigure(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Periods", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			retention                       time.Duration
+			completed, discarded, cancelled time.Duration
+			interval                        time.Duration
+		}{
+			{DefaultRetention, 24 * time.Hour, 7 * 24 * time.Hour, 7 * 24 * time.Hour, time.Hour},
+			{3 * 24 * time.Hour, 24 * time.Hour, 3 * 24 * time.Hour, 3 * 24 * time.Hour, time.Hour},
+			{2 * time.Hour, 2 * time.Hour, 2 * time.Hour, 2 * time.Hour, 24 * time.Minute},
+			{MinRetention, MinRetention, MinRetention, MinRetention, time.Minute},
+		} {
+			c := &river.Config{}
+			Configure(c, tc.retention)
+			require.Equal(t, tc.completed, c.CompletedJobRetentionPeriod, "%s", tc.retention)
+			require.Equal(t, tc.discarded, c.DiscardedJobRetentionPeriod, "%s", tc.retention)
+			require.Equal(t, tc.cancelled, c.CancelledJobRetentionPeriod, "%s", tc.retention)
+			require.Len(t, c.PeriodicJobs, 1)
+			require.Equal(t, tc.interval, Interval(tc.retention), "%s", tc.retention)
+		}
+	})
+
+	t.Run("RemovesWhatIsPastTheRetention", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		db := dbtest.New(t)
+		const retention = 10 * time.Minute
+		now := time.Now()
+		past, within := new(now.Add(-2*retention)), new(now.Add(-retention/2))
+		client := insertOnlyClient(t, db)
+
+		// Events: past the retention with nothing pending (pruned), past it
+		// with a delivery still to run (kept), within it (kept).
+		pastEvents := testfactory.Events(ctx, t, db.Pool, 3, &testfactory.EventOpts{CreatedAt: past})
+		pendingEvent := testfactory.Event(ctx, t, db.Pool, &testfactory.EventOpts{CreatedAt: past})
+		recentEvent := testfactory.Event(ctx, t, db.Pool, &testfactory.EventOpts{CreatedAt: within})
+
+		// River's jobs: finished before the retention (removed), finished
+		// within it (kept), and still to run though created long before
+		// (never removed, whatever their age).
+		deliver := func(eventID string) job.DeliverArgs {
+			return job.DeliverArgs{EndpointID: uuid.NewString(), EventID: eventID}
+		}
+		gone := []int64{
+			insertJob(ctx, t, db, client, deliver(pastEvents[0]), "completed", past),
+			insertJob(ctx, t, db, client, deliver(pastEvents[1]), "discarded", past),
+			insertJob(ctx, t, db, client, deliver(pastEvents[2]), "cancelled", past),
+			insertJob(ctx, t, db, client, job.FanoutArgs{EventID: pastEvents[0]}, "completed", past),
+		}
+		kept := []int64{
+			insertJob(ctx, t, db, client, deliver(recentEvent), "completed", within),
+			insertJob(ctx, t, db, client, deliver(recentEvent), "discarded", within),
+			insertJob(ctx, t, db, client, deliver(pendingEvent), "available", nil),
+			insertJob(ctx, t, db, client, deliver(pendingEvent), "retryable", nil),
+			insertJob(ctx, t, db, client, deliver(pendingEvent), "scheduled", nil),
+		}
+		_, err := db.Pool.Exec(ctx, `UPDATE river_job SET created_at = $1 WHERE id = ANY($2)`, *past, kept[2:])
+		require.NoError(t, err)
+
+		// Attempts, and the statistics' buckets they roll up into: minute
+		// buckets are kept two hours whatever the retention, so one from
+		// three hours ago goes.
+		rec := attempt.NewRecorder(attempt.RecorderConfig{}, db.Pool, nil)
+		ep := uuid.New()
+		for _, at := range []time.Time{now.Add(-3 * time.Hour), *past, *within} {
+			rec.Record(attempt.Attempt{DeliveryID: 1, Number: 1, OwnerID: "owner-1", EndpointID: ep, EventID: "ev",
+				StartedAt: at, Outcome: attempt.OutcomeSuccess, Status: 200})
+		}
+		require.NoError(t, rec.Flush(ctx))
+
+		startClient(t, db, retention)
+
+		// River's cleaner and the prune job both run as the client starts
+		// (its leader's first pass); wait for the prune job and the cleaner.
+		require.Eventually(t, func() bool {
+			var pruned bool
+			var left int
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT
+    EXISTS (SELECT FROM river_job WHERE kind = $1 AND state = 'completed'),
+    (SELECT count(*) FROM river_job WHERE id = ANY($2))`, job.KindPrune, gone).Scan(&pruned, &left))
+			return pruned && left == 0
+		}, 30*time.Second, 50*time.Millisecond, "a liveness bound, generous for a loaded machine")
+
+		var jobsLeft []int64
+		rows, err := db.Pool.Query(ctx, `SELECT id FROM river_job WHERE kind <> $1 ORDER BY id`, job.KindPrune)
+		require.NoError(t, err)
+		jobsLeft, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		require.NoError(t, err)
+		require.Equal(t, kept, jobsLeft, "finished jobs within the retention, and every job still to run, stay")
+
+		require.ElementsMatch(t, []string{pendingEvent, recentEvent}, eventIDs(ctx, t, db),
+			"events past the retention go, except one a delivery still needs")
+
+		left, err := attempt.List(ctx, db.Pool, "owner-1", 1, 0, 10)
+		require.NoError(t, err)
+		require.Len(t, left, 1, "attempts past the retention go")
+		require.WithinDuration(t, *within, left[0].StartedAt, time.Millisecond)
+
+		var minutes, hours int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE span = 60), count(*) FILTER (WHERE span = 3600) FROM endpoint_stats`).Scan(&minutes, &hours))
+		require.Equal(t, 2, minutes, "minute buckets older than two hours go; the last two hours' stay")
+		require.Positive(t, hours, "hour buckets stay for the week's window")
+	})
+}
+
+func insertOnlyClient(t *testing.T, db *dbtest.DB) *river.Client[pgx.Tx] {
+	t.Helper()
+	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema, Logger: slog.New(slog.DiscardHandler), TestOnly: true})
+	require.NoError(t, err)
+	return client
+}
+
+// insertJob inserts a job and puts it in state; a finished job was finalized
+// at finalized.
+func insertJob(ctx context.Context, t *testing.T, db *dbtest.DB, client *river.Client[pgx.Tx], args river.JobArgs, state string, finalized *time.Time) int64 {
+	t.Helper()
+	res, err := client.Insert(ctx, args, nil)
+	require.NoError(t, err)
+	scheduled := time.Now()
+	if state == "retryable" || state == "scheduled" {
+		scheduled = scheduled.Add(time.Hour)
+	}
+	_, err = db.Pool.Exec(ctx, `UPDATE river_job SET state = $2, finalized_at = $3, scheduled_at = $4 WHERE id = $1`,
+		res.Job.ID, state, finalized, scheduled)
+	require.NoError(t, err)
+	return res.Job.ID
+}
+
+// startClient starts River as the dispatcher configures it for retention,
+// working only the maintenance queue: the jobs still to run stay unworked.
+func startClient(t *testing.T, db *dbtest.DB, retention time.Duration) {
+	t.Helper()
+	workers := river.NewWorkers()
+	river.AddWorker(workers, NewWorker(db.Pool, slog.New(slog.DiscardHandler)))
+	c := &river.Config{
+		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Queues:   map[string]river.QueueConfig{job.QueueMaintenance: {MaxWorkers: 1}},
+		Schema:   db.Schema,
+		TestOnly: true,
+		Workers:  workers,
+	}
+	Configure(c, retention)
+	client, err := river.NewClient(riverpgxv5.New(db.Pool), c)
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		require.NoError(t, client.Stop(ctx))
+	})
+}
+
+func eventIDs(ctx context.Context, t *testing.T, db *dbtest.DB) []string {
+	t.Helper()
+	rows, err := db.Pool.Query(ctx, `SELECT id FROM events`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return ids
 }
