@@ -97,7 +97,11 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		logger.InfoContext(ctx, "tracing on: exporting spans with OTLP", slog.String("protocol", cfg.Tracing.Protocol))
 	}
 
-	pool, err := database.Open(ctx, cfg.DB.URL, cfg.DB.Schema, int32(cfg.DB.MaxConns))
+	// This process's id among the replicas (internal/partition), and River's
+	// client id, so the others can tell its jobs; its sessions carry it, so
+	// they can tell at once when it has died.
+	memberID := partition.NewID()
+	pool, named, err := database.OpenAs(ctx, cfg.DB.URL, cfg.DB.Schema, int32(cfg.DB.MaxConns), partition.BackendName(memberID))
 	if err != nil {
 		return err
 	}
@@ -148,7 +152,17 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 
 	// Spreads deliveries over the processes by endpoint (see
 	// internal/partition); its queues are added once River runs.
-	member := partition.New(partition.Config{Workers: cfg.DeliverWorkers}, pool, nil, logger)
+	memberCfg := partition.Config{ID: memberID, Workers: cfg.DeliverWorkers, Hold: cfg.RescueStuckAfter,
+		Rescued: func(running, handedOff int) {
+			m.JobsRescuedTotal.WithLabelValues(partition.RescuedRunning).Add(float64(running))
+			m.JobsRescuedTotal.WithLabelValues(partition.RescuedHandedOff).Add(float64(handedOff))
+		}}
+	if named {
+		memberCfg.Backend = partition.BackendName(memberID)
+	} else {
+		logger.InfoContext(ctx, "the database URL sets application_name: other replicas notice this one died only once its heartbeat expires")
+	}
+	member := partition.New(memberCfg, pool, nil, logger)
 
 	workers := river.NewWorkers()
 	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), member.Active, m, logger))
@@ -167,6 +181,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 
 	riverConfig := &river.Config{
 		Schema: cfg.DB.Schema,
+		ID:     member.ID(),
 		Queues: map[string]river.QueueConfig{
 			job.QueueFanout: {MaxWorkers: cfg.FanoutWorkers},
 			// Deliveries live in partition queues that the member adds and
@@ -196,7 +211,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 
 	// Deliveries fanned out here, to endpoints this process delivers to,
 	// go to its deliver worker at once instead of through River's fetch.
-	direct := deliverWorker.NewDirect(delivery.DirectConfig{Works: member.Works, Limit: cfg.DeliverWorkers, Middleware: traces.RiverMiddleware()})
+	direct := deliverWorker.NewDirect(delivery.DirectConfig{Works: member.Works, Member: member.ID(), Limit: cfg.DeliverWorkers, Middleware: traces.RiverMiddleware()})
 	store := ingest.NewStore(ingest.StoreConfig{
 		Fanout:        fanout.NewInline(decider.Func(), member.Active, m).WithHandoff(direct),
 		UnknownTypes:  cfg.UnknownTypes,
@@ -485,5 +500,6 @@ func metricLabels() metrics.Labels {
 		ScopeResults:     scope.Results(),
 		IngestPaths:      ingest.Paths(),
 		IngestResults:    ingest.Results(),
+		RescueKinds:      partition.RescueKinds(),
 	}
 }

@@ -4,6 +4,7 @@
 package database
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,39 +43,55 @@ func ValidateSchema(schema string) error {
 // PoolConfig parses url and points every connection's search_path at schema,
 // so the dispatcher's SQL stays unqualified.
 func PoolConfig(url, schema string) (*pgxpool.Config, error) {
+	cfg, _, err := poolConfig(url, schema, "")
+	return cfg, err
+}
+
+// poolConfig is PoolConfig with the sessions' application_name set to name
+// ("dispatcher" if empty) unless url sets one; named reports whether name
+// was set.
+func poolConfig(url, schema, name string) (cfg *pgxpool.Config, named bool, err error) {
 	if err := ValidateSchema(schema); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err = pgxpool.ParseConfig(url)
 	if err != nil {
 		// pgx's message may echo the URL, password included; keep it out.
-		return nil, errors.New("invalid database URL: cannot be parsed as a Postgres connection string")
+		return nil, false, errors.New("invalid database URL: cannot be parsed as a Postgres connection string")
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = "dispatcher"
+		cfg.ConnConfig.RuntimeParams["application_name"] = cmp.Or(name, "dispatcher")
+		named = name != ""
 	}
-	return cfg, nil
+	return cfg, named, nil
 }
 
 // Open connects a pool and checks the server answers.
 func Open(ctx context.Context, url, schema string, maxConns int32) (*pgxpool.Pool, error) {
-	cfg, err := PoolConfig(url, schema)
+	pool, _, err := OpenAs(ctx, url, schema, maxConns, "")
+	return pool, err
+}
+
+// OpenAs is Open with every session's application_name set to name, unless
+// url sets one; named reports whether the sessions carry name.
+func OpenAs(ctx context.Context, url, schema string, maxConns int32, name string) (pool *pgxpool.Pool, named bool, err error) {
+	cfg, named, err := poolConfig(url, schema, name)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err = pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("open database pool: %w", err)
+		return nil, false, fmt.Errorf("open database pool: %w", err)
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to database %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+		return nil, false, fmt.Errorf("connect to database %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 	}
-	return pool, nil
+	return pool, named, nil
 }
 
 type migration struct {

@@ -27,7 +27,7 @@ func startRiver(t *testing.T, b *testBundle, w *Worker, workers int) {
 	ws := river.NewWorkers()
 	river.AddWorker(ws, w)
 	queues := map[string]river.QueueConfig{}
-	for _, q := range job.DeliverQueues() {
+	for _, q := range job.DeliverQueues(job.DeliverPartitionsMin) {
 		queues[q] = river.QueueConfig{MaxWorkers: workers}
 	}
 	c, err := river.NewClient(riverpgxv5.New(b.db.Pool), &river.Config{

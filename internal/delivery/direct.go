@@ -65,6 +65,10 @@ type DirectConfig struct {
 	// (internal/partition); deliveries in other queues are left to River.
 	// Nil: every queue.
 	Works func(queue string) bool
+	// Member is this process's member id (internal/partition), written into
+	// each handed-off job's note: if the process dies, the others give its
+	// handed-off jobs back at once instead of after the Hold.
+	Member string
 	// Limit is how many direct deliveries may run at once; beyond it new
 	// ones are left to River. Default 200.
 	Limit int
@@ -99,6 +103,9 @@ func (w *Worker) NewDirect(cfg DirectConfig) *Direct {
 
 // Hold implements fanout.Handoff.
 func (d *Direct) Hold() time.Duration { return d.cfg.Hold }
+
+// Member implements fanout.Handoff.
+func (d *Direct) Member() string { return d.cfg.Member }
 
 // Accepts implements fanout.Handoff: a delivery in queue may be handed off
 // while Direct runs (not stopping), has room, and this process works queue.

@@ -36,8 +36,9 @@ import (
 // returns it), and the deliveries behind it are held until just after it.
 // The head holds them until it succeeds, is cancelled or is discarded, so
 // nothing overtakes it. All of it is in river_job, so it holds across
-// processes and through a crash: a head whose worker died stays running
-// until River's rescuer makes it retryable, and holds the others meanwhile.
+// processes and through a crash: a head whose process died stays running
+// until it is given back (internal/partition, within seconds) or rescued by
+// River, and holds the others meanwhile.
 //
 // A delivery that finished here may still read as running until River's
 // batch completer writes it; the lane remembers those seqs for a while, so
@@ -61,6 +62,9 @@ const (
 	// orderSchedulerLag: a retryable or scheduled job is made available by
 	// River's scheduler, every 5 s.
 	orderSchedulerLag = 5 * time.Second
+	// stuckHeadRecheck: how often the deliveries behind a head that has
+	// run past its timeout look again.
+	stuckHeadRecheck = 5 * time.Second
 )
 
 // head is an ordered endpoint's live delivery with the lowest seq.
@@ -168,14 +172,16 @@ func (w *Worker) orderGate(ctx context.Context, ep uuid.UUID, seq int64, waitUnt
 // holdFor estimates how long the deliveries behind h wait before they look
 // again: until h's next attempt is due; for a running head, until its
 // attempt must have ended (the job's timeout) or, for one running longer
-// (its worker died), until River's rescuer should have made it retryable.
+// (its process died), a few seconds at a time: the live processes give a
+// dead one's jobs back within seconds (internal/partition), and River's
+// rescuer takes a hung one's after RescueAfter.
 func (w *Worker) holdFor(h *head) time.Duration {
 	switch h.state {
 	case "running":
 		if left := w.Timeout(nil) - h.runningFor; left > 0 {
 			return left + orderMargin
 		}
-		return max(w.cfg.RescueAfter-h.runningFor, 2*time.Second) + orderMargin
+		return min(max(w.cfg.RescueAfter-h.runningFor, 2*time.Second), stuckHeadRecheck) + orderMargin
 	case "available":
 		return max(h.dueIn, 0) + orderMargin
 	default:

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
@@ -44,10 +45,25 @@ func RetryWindow() time.Duration {
 }
 
 // nextRetry implements River's NextRetry for deliveries. River passes the row
-// before the current error is appended, so len(Errors) counts the earlier
-// failures; a manual retry keeps the errors, hence the clamp in Backoff.
+// before the current error is appended, so its errors are the earlier
+// attempts'; a manual retry keeps the errors, hence the clamp in Backoff.
 func nextRetry(j *river.Job[job.DeliverArgs], now time.Time) time.Time {
-	d := Backoff(len(j.Errors) + 1)
+	d := Backoff(receiverFailures(j.Errors) + 1)
 	spread := time.Duration((rand.Float64()*2 - 1) * jitter * float64(d))
 	return now.Add(d + spread)
+}
+
+// receiverFailures counts the failed attempts among errs that the receiver
+// failed: an attempt cut off by the death of the process running it
+// (job.JobCut, or River's rescue of it) counts as an attempt, since its
+// request may have left, but says nothing of the receiver, so it does not
+// step the schedule on.
+func receiverFailures(errs []rivertype.AttemptError) int {
+	n := 0
+	for _, e := range errs {
+		if e.Error != job.JobCut && e.Error != job.RiverRescued {
+			n++
+		}
+	}
+	return n
 }

@@ -576,7 +576,7 @@ func TestWithRiver(t *testing.T) {
 		ws := river.NewWorkers()
 		river.AddWorker(ws, w)
 		queues := map[string]river.QueueConfig{}
-		for _, q := range job.DeliverQueues() {
+		for _, q := range job.DeliverQueues(job.DeliverPartitionsMin) {
 			queues[q] = river.QueueConfig{MaxWorkers: workers}
 		}
 		c, err := river.NewClient(riverpgxv5.New(b.db.Pool), &river.Config{

@@ -323,7 +323,7 @@ func humanError(raw string) string {
 var errorSentences = map[string]string{
 	"<nil>":                                 "",
 	"job cancelled remotely":                "Cancelled by an operator.",
-	"Stuck job rescued by JobRescuer":       "The attempt did not finish: the process running it stopped or hung.",
+	job.RiverRescued:                        "The attempt did not finish: the process running it stopped or hung.",
 	"endpoint deleted":                      "The endpoint was deleted.",
 	"endpoint disabled":                     "The endpoint is disabled.",
 	"event pruned":                          "The event was pruned by retention before it was delivered.",

@@ -217,6 +217,10 @@ type Handoff interface {
 	// Hold is how long a handed-off delivery's job waits before River may
 	// run it.
 	Hold() time.Duration
+	// Member names the process that takes the deliveries (its
+	// internal/partition member id), for their note: should it die, the
+	// others give them back without waiting for the Hold.
+	Member() string
 	// Accepts reports whether a delivery in queue may be handed off now.
 	Accepts(queue string) bool
 	// Start starts the handed-off deliveries (job rows as inserted; events[i]
@@ -519,7 +523,7 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 			// Ordered endpoints are left to River: their head is decided
 			// among the jobs River can see as due.
 			opts.ScheduledAt = now.Add(handoff.Hold())
-			opts.Metadata = withNote(md, job.DeliverSnooze{Reason: job.SnoozeDirect, Until: opts.ScheduledAt.UTC()})
+			opts.Metadata = withNote(md, job.DeliverSnooze{Reason: job.SnoozeDirect, Until: opts.ScheduledAt.UTC(), By: handoff.Member()})
 		}
 		args := job.DeliverArgs{EndpointID: c.ep.ID, EventID: e.ID}
 		if c.ordered {

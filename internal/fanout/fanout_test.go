@@ -809,6 +809,8 @@ type handoff struct {
 
 func (h *handoff) Hold() time.Duration { return time.Hour }
 
+func (h *handoff) Member() string { return "test-member" }
+
 func (h *handoff) Accepts(queue string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()

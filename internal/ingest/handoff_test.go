@@ -36,6 +36,7 @@ type committedHandoff struct {
 }
 
 func (h *committedHandoff) Hold() time.Duration { return time.Hour }
+func (h *committedHandoff) Member() string      { return "test-member" }
 func (h *committedHandoff) Accepts(string) bool { return true }
 func (h *committedHandoff) Start(jobs []*rivertype.JobRow, events []*webhook.Event) {
 	h.mu.Lock()

@@ -23,38 +23,60 @@ const (
 	QueueDeliver = "deliver"
 )
 
-// DeliverPartitions is how many queues deliveries may be spread over, by
+// Deliveries are spread over partition queues (deliver_0, deliver_1, …) by
 // endpoint, so that several processes can each fetch whole endpoints' work:
 // every delivery to one endpoint lands in one queue, and each queue is worked
-// by one process at a time (internal/partition). With n processes the first
-// min(n, DeliverPartitions) queues take new deliveries; the others only
-// drain what was queued while the processes were fewer or more. Twelve
-// divides evenly among 1, 2, 3, 4 and 6 processes. It is a constant, not a
-// setting: changing it would leave jobs in queues nobody works.
-const DeliverPartitions = 12
+// by one process at a time (internal/partition). The number of partitions
+// that take new deliveries follows the cluster: one per live process (the
+// "active" count), so each process has one busy queue of its own and a 13th
+// process delivers like the first. Partitions beyond the active count only
+// drain what was queued while there were more processes.
+//
+// DeliverPartitionsMin is the fewest partition queues that are always
+// worked, busy or not: twelve, the fixed count before partitions followed
+// the cluster, whose queues may still hold jobs an older version queued.
+const DeliverPartitionsMin = 12
 
 // DeliverQueue returns the queue of new deliveries to endpointID when active
-// partitions take new work (the number of live processes, at most
-// DeliverPartitions; below 1 counts as 1).
+// partitions take new work (below 1 counts as 1).
+//
+// The endpoint's partition is a jump consistent hash of its id over the
+// active partitions (Lamping and Veach, "A Fast, Minimal Memory, Consistent
+// Hash Algorithm"): when a process joins or leaves, and active grows or
+// shrinks by one, only the endpoints that must move do (about 1/active of
+// them, all to or from the last partition), instead of nearly all as with
+// hash mod active.
 func DeliverQueue(endpointID string, active int) string {
-	active = min(max(active, 1), DeliverPartitions)
-	return DeliverPartitionQueue(DeliverPartition(endpointID) % active)
+	return DeliverPartitionQueue(DeliverPartition(endpointID, active))
 }
 
-// DeliverPartition returns endpointID's position among the partitions:
-// FNV-1a of the id as given (endpoint ids are canonical lower-case UUIDs).
-func DeliverPartition(endpointID string) int {
-	h := fnv.New32a()
+// DeliverPartition returns endpointID's partition among active ones (below 1
+// counts as 1): the jump hash of FNV-1a (64 bits) of the id as given
+// (endpoint ids are canonical lower-case UUIDs).
+func DeliverPartition(endpointID string, active int) int {
+	h := fnv.New64a()
 	_, _ = h.Write([]byte(endpointID))
-	return int(h.Sum32() % DeliverPartitions)
+	return jumpHash(h.Sum64(), max(active, 1))
+}
+
+// jumpHash maps key to one of buckets buckets such that going from n to n+1
+// buckets moves only the keys that land in the new one.
+func jumpHash(key uint64, buckets int) int {
+	b, j := int64(-1), int64(0)
+	for j < int64(buckets) {
+		b = j
+		key = key*2862933555777941757 + 1
+		j = int64(float64(b+1) * (float64(int64(1)<<31) / float64((key>>33)+1)))
+	}
+	return int(b)
 }
 
 // DeliverPartitionQueue names partition p's queue.
 func DeliverPartitionQueue(p int) string { return "deliver_" + strconv.Itoa(p) }
 
-// DeliverQueues returns every partition's queue, in partition order.
-func DeliverQueues() []string {
-	out := make([]string, DeliverPartitions)
+// DeliverQueues returns the queues of partitions 0 to n-1, in order.
+func DeliverQueues(n int) []string {
+	out := make([]string, n)
 	for p := range out {
 		out[p] = DeliverPartitionQueue(p)
 	}
@@ -161,7 +183,23 @@ type DeliverSnooze struct {
 	Until  time.Time `json:"snooze_until"`
 	// Status is the HTTP status that carried the Retry-After.
 	Status int `json:"status,omitempty"`
+	// By is the process (its internal/partition member id) that took a
+	// handed-off delivery (SnoozeDirect): if that process dies, the others
+	// give the delivery back at once instead of after the hold.
+	By string `json:"by,omitempty"`
 }
+
+// JobCut is the error recorded on a job whose process died while it ran, by
+// the process that gives it back (internal/partition). Whether its request
+// had left cannot be known, so the attempt counts, but the receiver did not
+// fail: the delivery goes again at once, and the retry schedule, which steps
+// on the receiver's failures, does not move (internal/delivery).
+const JobCut = "The attempt did not finish: the process running it died, and its request may have reached the receiver."
+
+// RiverRescued is the error River's own rescuer records on a job that ran
+// longer than RescueStuckJobsAfter: like JobCut, the process running it
+// died or hung.
+const RiverRescued = "Stuck job rescued by JobRescuer"
 
 // PruneArgs deletes events older than the retention period.
 type PruneArgs struct {

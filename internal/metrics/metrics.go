@@ -10,7 +10,7 @@ import (
 
 // Labels are the values of each bounded label, as the packages that emit
 // them export them (internal/delivery, internal/job, internal/scope,
-// internal/ingest); the composition root gathers them. New creates every
+// internal/ingest, internal/partition); the composition root gathers them. New creates every
 // series of them at 0, so that a dashboard or an alert finds 0 from the
 // start instead of nothing until the first event (rate() over a series that
 // appears mid-window misses its first increase, and absent series make
@@ -25,6 +25,7 @@ type Labels struct {
 	ScopeResults     []string // "result" of dispatcher_scope_decisions_total
 	IngestPaths      []string // "path" of dispatcher_ingest_events_total
 	IngestResults    []string // "result" of dispatcher_ingest_events_total
+	RescueKinds      []string // "kind" of dispatcher_jobs_rescued_total
 }
 
 // Metrics holds the dispatcher's collectors. Construct it once per process
@@ -42,9 +43,13 @@ type Metrics struct {
 	// FanoutHandedOffTotal counts the enqueued deliveries that went to this
 	// process's deliver worker at once instead of waiting for River's fetch.
 	FanoutHandedOffTotal prometheus.Counter
-	FanoutDuration       prometheus.Histogram
-	ScopeDecisionsTotal  *prometheus.CounterVec
-	IngestEventsTotal    *prometheus.CounterVec
+	// JobsRescuedTotal counts the jobs of dead replicas this process gave
+	// back (internal/partition), by what they were: "running" (fetched and
+	// running) or "handed_off" (a direct delivery not yet finished).
+	JobsRescuedTotal    *prometheus.CounterVec
+	FanoutDuration      prometheus.Histogram
+	ScopeDecisionsTotal *prometheus.CounterVec
+	IngestEventsTotal   *prometheus.CounterVec
 	// CatalogInfo is 1 series per process: its catalog's digest, valued
 	// with the number of types; CatalogReplicaCatalogs the distinct
 	// catalogs among the live replicas (internal/catalogwatch).
@@ -111,6 +116,10 @@ func New(reg prometheus.Registerer, known Labels) *Metrics {
 			Name: "dispatcher_fanout_deliveries_handed_off_total",
 			Help: "webhook.deliver jobs the inline fanout handed to this process's deliver worker at once, without River's fetch.",
 		}),
+		JobsRescuedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatcher_jobs_rescued_total",
+			Help: "Jobs of dead replicas this process made available again at once, by what they were (running, handed_off).",
+		}, []string{"kind"}),
 		FanoutDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dispatcher_fanout_duration_seconds",
 			Help:    "Duration of one webhook.fanout job.",
@@ -166,7 +175,7 @@ func New(reg prometheus.Registerer, known Labels) *Metrics {
 	reg.MustRegister(
 		m.DeliveriesTotal, m.AttemptDuration, m.DeliveryLag, m.FirstAttemptDelay,
 		m.SnoozesTotal, m.EndpointPausesTotal, m.EgressBlockedTotal, m.EndpointsDisabledTotal,
-		m.FanoutEnqueuedTotal, m.FanoutHandedOffTotal, m.FanoutDuration, m.ScopeDecisionsTotal,
+		m.FanoutEnqueuedTotal, m.FanoutHandedOffTotal, m.JobsRescuedTotal, m.FanoutDuration, m.ScopeDecisionsTotal,
 		m.IngestEventsTotal, m.IngestUnknownTypesTotal, m.CatalogInfo, m.CatalogReplicaCatalogs, m.RelayBatchRows, m.RelayLag, m.RelayPoisonedTotal, m.RelayErrorsTotal,
 		m.AttemptHistoryWriteErrorsTotal, m.AttemptHistoryDroppedTotal,
 	)
@@ -181,6 +190,9 @@ func New(reg prometheus.Registerer, known Labels) *Metrics {
 	}
 	for _, reason := range known.PauseReasons {
 		m.EndpointPausesTotal.WithLabelValues(reason)
+	}
+	for _, kind := range known.RescueKinds {
+		m.JobsRescuedTotal.WithLabelValues(kind)
 	}
 	for _, rule := range known.ScopeRules {
 		for _, result := range known.ScopeResults {
