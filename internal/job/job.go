@@ -23,6 +23,10 @@ const (
 	QueueDeliver = "deliver"
 )
 
+// DeliverPartitionsMin is the fewest partition queues that are always
+// worked, busy or not: twelve, the fixed count before partitions followed
+// the cluster, whose queues may still hold jobs an older version queued.
+//
 // Deliveries are spread over partition queues (deliver_0, deliver_1, …) by
 // endpoint, so that several processes can each fetch whole endpoints' work:
 // every delivery to one endpoint lands in one queue, and each queue is worked
@@ -31,10 +35,6 @@ const (
 // "active" count), so each process has one busy queue of its own and a 13th
 // process delivers like the first. Partitions beyond the active count only
 // drain what was queued while there were more processes.
-//
-// DeliverPartitionsMin is the fewest partition queues that are always
-// worked, busy or not: twelve, the fixed count before partitions followed
-// the cluster, whose queues may still hold jobs an older version queued.
 const DeliverPartitionsMin = 12
 
 // DeliverQueue returns the queue of new deliveries to endpointID when active
@@ -59,7 +59,7 @@ func DeliverPartition(endpointID string, active int) int {
 	return jumpHash(h.Sum64(), max(active, 1))
 }
 
-// jumpHash maps key to one of buckets buckets such that going from n to n+1
+// jumpHash maps key to a bucket among the given number such that going from n to n+1
 // buckets moves only the keys that land in the new one.
 func jumpHash(key uint64, buckets int) int {
 	b, j := int64(-1), int64(0)

@@ -489,7 +489,8 @@ func (m *Member) rescuable(beat time.Duration, gone *bool) bool {
 // grace is how long a member without sessions keeps its jobs.
 func (m *Member) grace() time.Duration { return 2 * m.cfg.Heartbeat }
 
-// raise records that partitions partitions may hold deliveries.
+// raise records that the first n partitions (n = partitions) may hold
+// deliveries.
 func (m *Member) raise(ctx context.Context, partitions int) error {
 	if _, err := m.pool.Exec(ctx, `
 		INSERT INTO delivery_partitions (partitions) VALUES ($1)
