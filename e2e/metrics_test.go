@@ -16,6 +16,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/partition"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
 )
 
@@ -48,6 +49,7 @@ func labelled() map[string][]label {
 		"dispatcher_queue_jobs":                              {{"kind", job.Kinds()}, {"state", states}},
 		"dispatcher_queue_oldest_available_age_seconds":      {{"kind", job.Kinds()}},
 		"dispatcher_endpoints":                               {{"state", metrics.EndpointStates()}},
+		"dispatcher_jobs_rescued_total":                      {{"kind", partition.RescueKinds()}},
 	}
 }
 

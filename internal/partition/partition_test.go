@@ -19,6 +19,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
+	"github.com/standmeet/webhook-dispatcher/internal/testutil"
 )
 
 func TestMain(m *testing.M) { dbtest.VerifyTestMain(m) }
@@ -774,4 +775,10 @@ func TestMemberWithRiver(t *testing.T) {
 		t.Parallel()
 		deliver(t, 14)
 	})
+}
+
+// TestRescueKinds: the list the metric is created from names every kind.
+func TestRescueKinds(t *testing.T) {
+	t.Parallel()
+	require.ElementsMatch(t, testutil.StringConsts(t, "Rescued"), RescueKinds())
 }
