@@ -14,15 +14,18 @@ import (
 	"riverqueue.com/riverui"
 
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
+	"github.com/standmeet/webhook-dispatcher/internal/riverlevel"
 )
 
 // mountRiverUI serves River UI at /riverui/ behind the operator token, so the
 // job links of ListDeliveries open a real page. Job args hold only ids, but
 // args are hidden by default anyway.
 func mountRiverUI(ctx context.Context, mux *http.ServeMux, client *river.Client[pgx.Tx], authn *auth.Authenticator, logger *slog.Logger) error {
+	// Its background queries fail at ERROR while Postgres restarts, and run
+	// again by themselves: warnings (riverlevel).
 	h, err := riverui.NewHandler(&riverui.HandlerOpts{
 		Endpoints:                riverui.NewEndpoints(client, nil),
-		Logger:                   logger.With(slog.String("component", "riverui")),
+		Logger:                   slog.New(riverlevel.Handler(logger.Handler())).With(slog.String("component", "riverui")),
 		Prefix:                   "/riverui",
 		JobListHideArgsByDefault: true,
 	})

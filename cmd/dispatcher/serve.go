@@ -46,6 +46,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/partition"
 	"github.com/standmeet/webhook-dispatcher/internal/portmux"
 	"github.com/standmeet/webhook-dispatcher/internal/retention"
+	"github.com/standmeet/webhook-dispatcher/internal/riverlevel"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
 	"github.com/standmeet/webhook-dispatcher/internal/tlsreload"
@@ -191,7 +192,9 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		},
 		Workers:    workers,
 		Middleware: traces.RiverMiddleware(),
-		Logger:     logger.With(slog.String("component", "river")),
+		// River logs at ERROR failures it retries by itself (every loop,
+		// while Postgres restarts); riverlevel makes those warnings.
+		Logger: slog.New(riverlevel.Handler(logger.Handler())).With(slog.String("component", "river")),
 		// A job whose worker died (SIGKILL) is rescued after this; longer
 		// than any job's timeout (the deliver worker's is 20 s, checked
 		// above). Jobs without a timeout of their own get River's default

@@ -48,6 +48,8 @@ type Direct struct {
 	pool  *pgxpool.Pool
 	cfg   DirectConfig
 	final *batch.Batcher[directOutcome, struct{}]
+	// finish writes a batch of outcomes: finishDirect, or a test's stand-in.
+	finish func(ctx context.Context, outs []directOutcome) error
 
 	running atomic.Int64
 	wg      sync.WaitGroup
@@ -92,11 +94,12 @@ func (w *Worker) NewDirect(cfg DirectConfig) *Direct {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Direct{w: w, pool: w.pool, cfg: cfg, ctx: ctx, cancel: cancel}
+	d.finish = func(ctx context.Context, outs []directOutcome) error { return finishDirect(ctx, d.pool, outs) }
 	// Outcomes wait a little for company: one statement per many, as River's
 	// batch completer does for the jobs it runs. Nothing waits for them but
 	// the job row (and Stop).
 	d.final = batch.New(batch.Config{MaxSize: 1000, MaxInFlight: 1, Linger: directLinger}, func(ctx context.Context, outs []directOutcome) ([]struct{}, error) {
-		return make([]struct{}, len(outs)), finishDirect(ctx, d.pool, outs)
+		return make([]struct{}, len(outs)), d.finish(ctx, outs)
 	})
 	return d
 }
@@ -127,7 +130,9 @@ func (d *Direct) Start(jobs []*rivertype.JobRow, events []*webhook.Event) {
 	if d.closed {
 		now := time.Now()
 		for _, row := range jobs {
-			d.wg.Go(func() { d.record(directOutcome{id: row.ID, state: rivertype.JobStateAvailable, scheduledAt: now}) })
+			d.wg.Go(func() {
+				d.record(directOutcome{id: row.ID, state: rivertype.JobStateAvailable, scheduledAt: now}, row.ScheduledAt)
+			})
 		}
 		return
 	}
@@ -280,16 +285,50 @@ func (d *Direct) run(row *rivertype.JobRow, pre *target) {
 	out := d.w.outcome(j, err, note.output, d.ctx.Err() != nil)
 	// Written even while stopping (the attempt happened), and waited for
 	// by Stop, but not by the run: its slot is free for the next one.
-	d.wg.Go(func() { d.record(out) })
+	d.wg.Go(func() { d.record(out, row.ScheduledAt) })
 }
 
-// record writes one outcome (in a batch).
-func (d *Direct) record(out directOutcome) {
-	if _, err := d.final.Do(context.WithoutCancel(d.ctx), out); err != nil {
-		// The job stays scheduled until its Hold ends; River then runs it
-		// again (same webhook-id).
-		d.w.logger.Warn("direct delivery: outcome not recorded; River runs it again after the hold",
-			slog.Int64("job_id", out.id), slog.Any("error", err))
+// Backoff between tries to record an outcome the database refused.
+const (
+	recordBackoff    = 100 * time.Millisecond
+	recordMaxBackoff = 2 * time.Second
+)
+
+// record writes one outcome (in a batch). A write the database refuses (it
+// is restarting, failing over, unreachable) is tried again with backoff
+// until the job's hold ends (until, the job's scheduled_at as handed off):
+// after that River may run the job itself, and the outcome is no longer
+// ours to write (finishDirect would leave such a job alone anyway). Giving
+// up sooner would cost the delivery a repeat and its receiver a wait of the
+// whole hold, for an outage of seconds. Stop ends the tries once its grace
+// is over.
+func (d *Direct) record(out directOutcome, until time.Time) {
+	backoff := recordBackoff
+	for tries := 1; ; tries++ {
+		_, err := d.final.Do(context.WithoutCancel(d.ctx), out)
+		if err == nil {
+			if tries > 1 {
+				d.w.logger.Debug("direct delivery: outcome recorded after the database refused it", slog.Int64("job_id", out.id), slog.Int("tries", tries))
+			}
+			return
+		}
+		giveUp := func() {
+			// The job stays scheduled until its Hold ends; River then
+			// runs it again (same webhook-id).
+			d.w.logger.Warn("direct delivery: outcome not recorded; River runs it again after the hold",
+				slog.Int64("job_id", out.id), slog.Int("tries", tries), slog.Any("error", err))
+		}
+		if time.Now().Add(backoff).After(until) {
+			giveUp()
+			return
+		}
+		select {
+		case <-time.After(backoff):
+		case <-d.ctx.Done():
+			giveUp()
+			return
+		}
+		backoff = min(2*backoff, recordMaxBackoff)
 	}
 }
 

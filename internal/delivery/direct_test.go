@@ -3,8 +3,10 @@ package delivery
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,6 +149,60 @@ func TestDirect(t *testing.T) {
 			`SELECT errors[array_length(errors, 1)] ->> 'error' FROM river_job WHERE id = $1`, row.ID).Scan(&last))
 		require.True(t, strings.HasPrefix(last, "JobCancelError: HTTP 410"), "recorded as River records a cancel: %q", last)
 		d.Stop(context.Background())
+	})
+
+	t.Run("AnOutcomeTheDatabaseRefusedIsWrittenOnceItAnswers", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rc := newReceiver(t, status(http.StatusNoContent))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		d := b.worker.NewDirect(DirectConfig{})
+		// The database refuses the first three writes, as while it restarts.
+		var refused atomic.Int32
+		finish := d.finish
+		d.finish = func(ctx context.Context, outs []directOutcome) error {
+			if refused.Add(1) <= 3 {
+				return errors.New("failed to connect: connection refused")
+			}
+			return finish(ctx, outs)
+		}
+		row := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
+
+		d.Start([]*rivertype.JobRow{row}, nil)
+		j := b.waitDirect(t, row.ID)
+		require.Equal(t, "completed", j.state, "recorded, not left to wait out the hold")
+		require.EqualValues(t, 4, refused.Load())
+		require.EqualValues(t, 1, rc.hits.Load(), "delivered once")
+		d.Stop(context.Background())
+	})
+
+	t.Run("AnOutcomeIsTriedNoLongerThanTheHold", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rc := newReceiver(t, status(http.StatusNoContent))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		d := b.worker.NewDirect(DirectConfig{})
+		var refused atomic.Int32
+		d.finish = func(context.Context, []directOutcome) error {
+			refused.Add(1)
+			return errors.New("failed to connect: connection refused")
+		}
+		// A hold of a second: the tries (100 ms, 200 ms, 400 ms …) stop
+		// before it ends, and the job is River's again.
+		row := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Second)
+
+		d.Start([]*rivertype.JobRow{row}, nil)
+		// A liveness bound, generous for a loaded machine: Stop waits for
+		// the tries, which end with the hold.
+		stopped := make(chan struct{})
+		go func() { d.Stop(context.Background()); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the tries outlived the hold")
+		}
+		require.GreaterOrEqual(t, refused.Load(), int32(2), "tried again")
+		require.Equal(t, job.SnoozeDirect, b.directJob(t, row.ID).note, "left as handed off, for River")
 	})
 
 	t.Run("AJobRiverTookOverIsLeftToRiver", func(t *testing.T) {

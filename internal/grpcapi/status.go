@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
+
+	"github.com/standmeet/webhook-dispatcher/internal/database"
 )
 
 // maxNamedFields bounds the field names an InvalidArgument message lists; the
@@ -61,12 +63,25 @@ func withDetails(st *status.Status, details ...protoadapt.MessageV1) error {
 // business. code is what the service promises for such errors: Unavailable
 // where retrying is always safe (publishing is idempotent), Internal
 // elsewhere.
+//
+// Two kinds of error are not the service's to judge. One that ends the
+// caller's own call (its deadline, its cancellation) is answered as such,
+// but only when the caller's context says so: a timeout of the server's own
+// (a statement's, a batch's) is the database being slow or away. That, and
+// an error that says the database cannot be reached (it restarts, fails
+// over), is Unavailable whatever the method, logged as a warning: nothing is
+// wrong with the call, and the same call succeeds once the database answers.
 func unexpected(ctx context.Context, logger *slog.Logger, method, owner string, code codes.Code, err error) error {
-	switch {
-	case errors.Is(err, context.Canceled):
+	switch ctxErr := ctx.Err(); {
+	case errors.Is(ctxErr, context.Canceled):
 		return status.Error(codes.Canceled, "request cancelled")
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(ctxErr, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "request deadline exceeded")
+	}
+	if database.Unreachable(err) || errors.Is(err, context.DeadlineExceeded) {
+		logger.WarnContext(ctx, "grpc call failed: database unreachable or not answering in time; the caller may retry",
+			slog.String("method", method), slog.String("owner_id", owner), slog.Any("error", err))
+		return status.Error(codes.Unavailable, "the database is unreachable for now; retry later")
 	}
 	logger.ErrorContext(ctx, "grpc call failed", slog.String("method", method), slog.String("owner_id", owner), slog.Any("error", err))
 	if code == codes.Unavailable {
