@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -102,7 +103,9 @@ func newPGCluster(t *testing.T) *pgCluster {
 		t.Skipf("%v: install the Postgres server (apt-get install postgresql) to run this test", err)
 	}
 	c := &pgCluster{bindir: bindir}
-	c.dir, err = os.MkdirTemp("", "dispatcher-e2e-pg")
+	// Not t.TempDir: running as root, the postgres user must enter it, and
+	// t.TempDir's parent is private to this user.
+	c.dir, err = os.MkdirTemp("", "dispatcher-e2e-pg") //nolint:usetesting // see above
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(c.dir) })
 	if os.Geteuid() == 0 {
@@ -206,11 +209,7 @@ func (r *codeRecorder) intercept(ctx context.Context, method string, req, reply 
 func (r *codeRecorder) counts() map[codes.Code]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[codes.Code]int, len(r.codes))
-	for k, v := range r.codes {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(r.codes)
 }
 
 // TestOutagePostgresRestart restarts the dispatcher's Postgres server, once

@@ -24,7 +24,7 @@ func TestUnreachable(t *testing.T) {
 	addr := l.Addr().String()
 	require.NoError(t, l.Close())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	_, refused := pgx.Connect(ctx, "postgres://postgres@"+addr+"/postgres?sslmode=disable&connect_timeout=10")
 	require.Error(t, refused)
 

@@ -21,7 +21,7 @@ func TestUnexpected(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	expired, cancel2 := context.WithTimeout(context.Background(), 0)
-	defer cancel2()
+	t.Cleanup(cancel2)
 
 	for _, tc := range []struct {
 		name    string
