@@ -107,10 +107,11 @@ test/race: ## Run every test with the race detector.
 	TEST_LOCK=$(CURDIR)/bin/.test.lock $(GO) test -race $(TEST_FLAGS) -p $(TEST_P) $(if $(TEST_EXEC),-exec $(TEST_EXEC)) -parallel $(TEST_PARALLEL) ./...
 
 .PHONY: generate
-generate: ## Regenerate pkg/api (gRPC and the HTTP/JSON gateway) and docs/openapi from proto/ with buf, docs/events.md from the event schemas, and pkg/client's event builders from the catalog.
+generate: ## Regenerate pkg/api (gRPC and the HTTP/JSON gateway) and docs/openapi from proto/ with buf, docs/events.md from the event schemas, pkg/client's event builders from the catalog, and docs/design.md's import arrows from go list.
 	$(BUF) generate
 	$(GO) run ./internal/event/eventsdoc -o docs/events.md
 	$(GO) run ./internal/clientgen -o pkg/client/events.go
+	$(GO) run ./internal/importsdoc -o docs/design.md
 
 .PHONY: lint
 lint: lint/buf lint/go ## buf lint, go vet, gofmt.
@@ -129,9 +130,11 @@ lint/golangci: ## golangci-lint (built from the module proxy).
 	$(GO) tool -modfile=tools/lint/go.mod golangci-lint run --allow-serial-runners ./...
 
 .PHONY: check/generated
-check/generated: generate ## Fail if regenerating changes any committed file (pkg/api, docs/openapi, docs/events.md, pkg/client).
-	@git diff --exit-code -- pkg/api docs/openapi docs/events.md pkg/client || (echo "generated code is out of date: run make generate and commit" && exit 1)
-	@test -z "$$(git status --porcelain -- pkg/api docs/openapi docs/events.md pkg/client)" || (git status --porcelain -- pkg/api docs/openapi docs/events.md pkg/client; echo "generated code is out of date" && exit 1)
+GENERATED := pkg/api docs/openapi docs/events.md pkg/client docs/design.md
+
+check/generated: generate ## Fail if regenerating changes any committed file (pkg/api, docs/openapi, docs/events.md, pkg/client, docs/design.md's import arrows).
+	@git diff --exit-code -- $(GENERATED) || (echo "generated code is out of date: run make generate and commit" && exit 1)
+	@test -z "$$(git status --porcelain -- $(GENERATED))" || (git status --porcelain -- $(GENERATED); echo "generated code is out of date" && exit 1)
 
 .PHONY: check/tidy
 check/tidy: ## Fail if go.mod/go.sum of the module or of a tools/ module is not tidy.
