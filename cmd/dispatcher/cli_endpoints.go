@@ -502,6 +502,8 @@ func endpointStatus(ep *webhooksv1.Endpoint) string {
 		return "disabled (" + ep.GetDisabledReason() + ")"
 	case !ep.GetEnabled():
 		return "disabled"
+	case ep.GetFailingSince() != nil && ep.GetNextProbeAt() != nil:
+		return "failing since " + fmtTime(ep.GetFailingSince()) + ", next probe " + fmtTime(ep.GetNextProbeAt())
 	case ep.GetFailingSince() != nil:
 		return "failing since " + fmtTime(ep.GetFailingSince())
 	default:

@@ -355,6 +355,9 @@ type settleReq struct {
 type settleRes struct {
 	// disabledNow: this settlement disabled the endpoint.
 	disabledNow bool
+	// recovered: this settlement ended the endpoint's failing state; its
+	// held deliveries are due for release (probe.go).
+	recovered bool
 }
 
 // settleSQL is the endpoint health state machine in one statement for many
@@ -390,6 +393,15 @@ upd AS (
            disabled_reason = CASE WHEN s.health = 2 AND old.failing_since < now() - make_interval(secs => $6)
                                   THEN 'failing continuously since ' || to_char(old.failing_since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ': ' || s.summary
                                   ELSE ep.disabled_reason END,
+           -- Recovery probing (probe.go): the first failure schedules the
+           -- first probe; a recovery asks for the held deliveries' release
+           -- (probe_at due, failing_since NULL); disabling ends both.
+           probe_at        = CASE WHEN s.health = 2 AND old.failing_since < now() - make_interval(secs => $6) THEN NULL
+                                  WHEN s.health = 2 AND old.failing_since IS NULL THEN now() + make_interval(secs => $11)
+                                  WHEN s.health = 1 AND old.failing_since IS NOT NULL THEN now()
+                                  ELSE ep.probe_at END,
+           probes          = CASE WHEN (s.health = 1 AND old.failing_since IS NOT NULL) OR (s.health = 2 AND old.failing_since IS NULL)
+                                  THEN 0 ELSE ep.probes END,
            paused_until    = CASE WHEN s.clear_pause AND ep.paused_until <= now() THEN NULL ELSE ep.paused_until END,
            pause_reason    = CASE WHEN s.clear_pause AND ep.paused_until <= now() THEN NULL ELSE ep.pause_reason END,
            busy_until      = CASE WHEN s.release THEN NULL ELSE ep.busy_until END,
@@ -431,7 +443,9 @@ released AS (
 woken AS (
     SELECT pg_notify($9, '') WHERE EXISTS (SELECT FROM announced)
 )
-SELECT id, token, enabled, was_enabled, (SELECT count(*) FROM released), (SELECT count(*) FROM woken) FROM upd`
+SELECT id, token, enabled, was_enabled, health = 1 AND failing_before IS NOT NULL,
+       (SELECT count(*) FROM released), (SELECT count(*) FROM woken)
+  FROM upd`
 
 // Operational events: who gets them, and how their relay is woken.
 type operational struct {
@@ -488,23 +502,25 @@ func settle(ctx context.Context, pool *pgxpool.Pool, disableAfter time.Duration,
 	for i, r := range merged {
 		ids[i], tokens[i], healths[i], releases[i], summaries[i], clears[i] = r.endpointID, r.token, int32(r.health), r.release, r.summary, r.clearPause
 	}
-	rows, err := pool.Query(ctx, settleSQL, ids, tokens, healths, releases, summaries, disableAfter.Seconds(), channel, ops.owner, ops.channel, clears)
+	rows, err := pool.Query(ctx, settleSQL, ids, tokens, healths, releases, summaries, disableAfter.Seconds(), channel, ops.owner, ops.channel, clears, probeFirst.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("settle endpoints: %w", err)
 	}
 	disabled := make([]bool, len(merged))
+	recovered := make([]bool, len(merged))
 	for rows.Next() {
 		var (
-			k                   key
-			enabled, wasEnabled bool
-			released, woken     int64
+			k                             key
+			enabled, wasEnabled, recovers bool
+			released, woken               int64
 		)
-		if err := rows.Scan(&k.endpoint, &k.token, &enabled, &wasEnabled, &released, &woken); err != nil {
+		if err := rows.Scan(&k.endpoint, &k.token, &enabled, &wasEnabled, &recovers, &released, &woken); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("settle endpoints: %w", err)
 		}
 		if m, ok := index[k]; ok {
 			disabled[m] = wasEnabled && !enabled
+			recovered[m] = recovers
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -515,6 +531,9 @@ func settle(ctx context.Context, pool *pgxpool.Pool, disableAfter time.Duration,
 		// One merged settlement disabled the endpoint: report it once.
 		if m := of[i]; disabled[m] {
 			out[i].disabledNow, disabled[m] = true, false
+		}
+		if m := of[i]; recovered[m] {
+			out[i].recovered, recovered[m] = true, false
 		}
 	}
 	return out, nil

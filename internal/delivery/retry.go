@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"time"
 
@@ -47,8 +48,19 @@ func RetryWindow() time.Duration {
 // nextRetry implements River's NextRetry for deliveries. River passes the row
 // before the current error is appended, so its errors are the earlier
 // attempts'; a manual retry keeps the errors, hence the clamp in Backoff.
+//
+// A failed recovery probe (probe.go) keeps the delivery's place in the
+// schedule: its retry is the time it was due before the probe took it, and
+// the probes it carried do not count as steps.
 func nextRetry(j *river.Job[job.DeliverArgs], now time.Time) time.Time {
-	d := Backoff(receiverFailures(j.Errors) + 1)
+	var mark probeMark
+	if len(j.Metadata) > 0 {
+		_ = json.Unmarshal(j.Metadata, &mark)
+	}
+	if mark.Due != nil && mark.Due.After(now) {
+		return *mark.Due
+	}
+	d := Backoff(receiverFailures(j.Errors) + 1 - mark.Probes)
 	spread := time.Duration((rand.Float64()*2 - 1) * jitter * float64(d))
 	return now.Add(d + spread)
 }

@@ -175,6 +175,9 @@ type Worker struct {
 	// planned holds retry times decided during an attempt (job id →
 	// time.Time), for NextRetry.
 	planned sync.Map
+	// recovered wakes the prober (probe.go) when a settlement here ended
+	// an endpoint's failing state, so its held deliveries go at once.
+	recovered chan struct{}
 }
 
 // KeyOpener opens an endpoint's sealed signing keys as read with the lease,
@@ -200,6 +203,8 @@ func NewWorker(cfg Config, pool *pgxpool.Pool, client *http.Client, keys KeyOpen
 		logger:  logger,
 		lanes:   newLanes(cfg.LocalWaiters),
 		now:     time.Now,
+
+		recovered: make(chan struct{}, 1),
 	}
 	// A few statements in flight at once keep latency low when the pool is
 	// busy; everything that arrives meanwhile waits for the next one.
@@ -442,6 +447,12 @@ func (w *Worker) settle(ctx context.Context, s settleReq) error {
 	if err != nil {
 		return err
 	}
+	if res.recovered {
+		select {
+		case w.recovered <- struct{}{}:
+		default: // a look is due anyway
+		}
+	}
 	if res.disabledNow {
 		w.metrics.EndpointsDisabledTotal.Inc()
 		w.logger.WarnContext(ctx, "endpoint disabled after continuous failure",
@@ -483,8 +494,9 @@ func (w *Worker) release(ctx context.Context, leases map[uuid.UUID]uuid.UUID) {
 	wg.Wait()
 }
 
-// Run listens for lease announcements from other processes and releases
-// leases that have lingered idle, until ctx is done; then it releases every
+// Run listens for lease announcements from other processes, releases
+// leases that have lingered idle and runs recovery probing (probe.go), until
+// ctx is done; then it releases every
 // lease this process still holds idle. While it runs, idle lanes keep their
 // lease for LeaseLinger. The composition root runs it beside River and
 // cancels it once River has stopped.
@@ -532,6 +544,7 @@ func (w *Worker) Run(ctx context.Context) {
 		Logger: w.logger.With(slog.String("component", "lease listener")),
 	}
 	wg.Go(func() { l.Run(ctx) })
+	wg.Go(func() { w.probe(ctx) })
 
 	ticker := time.NewTicker(max(w.cfg.LeaseLinger/4, 10*time.Millisecond))
 	defer ticker.Stop()

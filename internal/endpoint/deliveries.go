@@ -294,7 +294,8 @@ func (r jobRow) wait() (WaitReason, string) {
 		if r.Attempt == 0 && r.LastError == "" {
 			// Nothing has been tried and no snooze explains it: the fanout
 			// scheduled it late because the endpoint is failing.
-			return WaitEndpointFailing, "The endpoint is failing, so a new delivery first waits a cool-down, until " + at + "."
+			return WaitEndpointFailing, "The endpoint is failing, so a new delivery first waits a cool-down, until " + at +
+				", or until a recovery probe finds the receiver back, which releases it at once."
 		}
 	}
 	return WaitRetry, fmt.Sprintf("Attempt %d of %d failed; the next is at %s.", r.Attempt, r.MaxAttempts, at)

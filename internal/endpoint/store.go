@@ -35,15 +35,18 @@ const DisabledByOwner = "disabled by owner"
 
 // Endpoint is one stored receiver, without its secrets.
 type Endpoint struct {
-	ID                      uuid.UUID
-	OwnerID                 string
-	URL                     string
-	Description             string
-	EventTypes              []string
-	EmbedID                 string // "" when standalone
-	Enabled                 bool
-	DisabledReason          string
-	FailingSince            *time.Time
+	ID             uuid.UUID
+	OwnerID        string
+	URL            string
+	Description    string
+	EventTypes     []string
+	EmbedID        string // "" when standalone
+	Enabled        bool
+	DisabledReason string
+	FailingSince   *time.Time
+	// NextProbeAt: while failing, when the next recovery probe is due
+	// (internal/delivery's probe.go).
+	NextProbeAt             *time.Time
 	PreviousSecretExpiresAt *time.Time
 	// SigningScheme is SchemeV1 (shared secret) or SchemeV1a (key pair).
 	SigningScheme string
@@ -95,14 +98,16 @@ const endpointColumns = `id, owner_id, url, description, event_types, coalesce(e
        created_at, updated_at,
        CASE WHEN paused_until > now() THEN paused_until END,
        CASE WHEN paused_until > now() THEN coalesce(pause_reason, '') ELSE '' END,
-       coalesce(max_per_second, 0), ordered, name, labels, max_in_flight`
+       coalesce(max_per_second, 0), ordered, name, labels, max_in_flight,
+       CASE WHEN failing_since IS NOT NULL AND enabled THEN probe_at END`
 
 func scanEndpoint(row pgx.Row) (*Endpoint, error) {
 	var e Endpoint
 	err := row.Scan(&e.ID, &e.OwnerID, &e.URL, &e.Description, &e.EventTypes, &e.EmbedID, &e.Enabled,
 		&e.DisabledReason, &e.FailingSince, &e.PreviousSecretExpiresAt, &e.HeaderNames,
 		&e.SigningScheme, &e.PublicKey, &e.PreviousPublicKey, &e.CreatedAt, &e.UpdatedAt,
-		&e.PausedUntil, &e.PauseReason, &e.MaxPerSecond, &e.Ordered, &e.Name, &e.Labels, &e.MaxInFlight)
+		&e.PausedUntil, &e.PauseReason, &e.MaxPerSecond, &e.Ordered, &e.Name, &e.Labels, &e.MaxInFlight,
+		&e.NextProbeAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -329,6 +334,10 @@ UPDATE webhook_endpoints
        embed_id        = CASE WHEN $9::boolean THEN nullif($10::text, '') ELSE embed_id END,
        enabled         = CASE WHEN $11::boolean THEN true WHEN $12::boolean THEN false ELSE enabled END,
        failing_since   = CASE WHEN $11 THEN NULL ELSE failing_since END,
+       -- Clearing the failing state releases the deliveries it held
+       -- (internal/delivery's probe.go); disabling stops the probing.
+       probe_at        = CASE WHEN $11 AND failing_since IS NOT NULL THEN now() WHEN $12 THEN NULL ELSE probe_at END,
+       probes          = CASE WHEN $11 THEN 0 ELSE probes END,
        disabled_reason = CASE WHEN $11 THEN NULL
                               WHEN $12 THEN CASE WHEN enabled THEN $13::text ELSE coalesce(disabled_reason, $13::text) END
                               ELSE disabled_reason END,

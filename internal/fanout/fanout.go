@@ -38,11 +38,6 @@ import (
 )
 
 const (
-	// FailingCooldown delays a delivery to an endpoint that is failing, so a
-	// broken receiver is not hammered by every new event (docs/spec.md#the-pipeline).
-	// A webhook.test event is not delayed.
-	FailingCooldown = 5 * time.Minute
-
 	// decideConcurrency bounds concurrent scope decisions per fanout. Most are
 	// in-memory, but embed-bound endpoints each cost an access-service call,
 	// and a fanout to thousands of them must neither run them one by one nor
@@ -518,7 +513,7 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 			// is over: it said when it would take more, and that time has
 			// come (the deliver worker forgets the pause at the next other
 			// failure, and the cool-down applies again).
-			opts.ScheduledAt = now.Add(FailingCooldown)
+			opts.ScheduledAt = now.Add(job.FailingCooldown)
 		case !c.ordered && handoff != nil && handoff.Accepts(opts.Queue):
 			// Ordered endpoints are left to River: their head is decided
 			// among the jobs River can see as due.

@@ -485,7 +485,7 @@ func TestWorker(t *testing.T) {
 		require.WithinDuration(t, before, byEndpoint[healthy].ScheduledAt, 30*time.Second)
 
 		require.Equal(t, string(rivertype.JobStateScheduled), byEndpoint[failing].State)
-		require.WithinDuration(t, before.Add(FailingCooldown), byEndpoint[failing].ScheduledAt, 30*time.Second)
+		require.WithinDuration(t, before.Add(job.FailingCooldown), byEndpoint[failing].ScheduledAt, 30*time.Second)
 		// The cool-down changes only the schedule: queue and attempts are the delivery's.
 		require.Equal(t, job.DeliverPartitionQueue(0), byEndpoint[failing].Queue)
 		require.Equal(t, job.DeliverMaxAttempts, byEndpoint[failing].MaxAttempts)
@@ -845,7 +845,7 @@ func TestInline(t *testing.T) {
 		require.Contains(t, got, [2]string{ep1, ev1})
 		require.Contains(t, got, [2]string{ep2, ev2})
 		require.Contains(t, got, [2]string{failing, ev1})
-		require.WithinDuration(t, time.Now().Add(FailingCooldown), got[[2]string{failing, ev1}].ScheduledAt, time.Minute,
+		require.WithinDuration(t, time.Now().Add(job.FailingCooldown), got[[2]string{failing, ev1}].ScheduledAt, time.Minute,
 			"a failing endpoint's delivery cools down, as in the fanout job")
 		require.Zero(t, countFanoutJobs(t, b.db.Pool), "nothing left for a fanout job")
 		require.Zero(t, b.fake.Calls())
@@ -914,7 +914,7 @@ func TestInlineAfterAPause(t *testing.T) {
 	}{
 		"PauseOverGoesNow":             {"now() - interval '1 second'", 0},
 		"PauseOnWaitsForItsEnd":        {"now() + interval '30 seconds'", 30*time.Second + job.PauseProbeGap},
-		"OtherFailureKeepsCoolingDown": {"", FailingCooldown},
+		"OtherFailureKeepsCoolingDown": {"", job.FailingCooldown},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -995,7 +995,7 @@ func TestInlineHandoff(t *testing.T) {
 		require.Len(t, got, 3)
 		for _, d := range got {
 			if d.EndpointID == failing {
-				require.WithinDuration(t, time.Now().Add(FailingCooldown), d.ScheduledAt, time.Minute, "the cool-down, not the hold")
+				require.WithinDuration(t, time.Now().Add(job.FailingCooldown), d.ScheduledAt, time.Minute, "the cool-down, not the hold")
 			}
 		}
 	})

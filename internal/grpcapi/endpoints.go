@@ -291,6 +291,9 @@ func toProto(e *endpoint.Endpoint) *webhooksv1.Endpoint {
 	if e.PausedUntil != nil {
 		out.PausedUntil = timestamppb.New(*e.PausedUntil)
 	}
+	if e.NextProbeAt != nil {
+		out.NextProbeAt = timestamppb.New(*e.NextProbeAt)
+	}
 	if e.FailingSince != nil {
 		out.FailingSince = timestamppb.New(*e.FailingSince)
 	}

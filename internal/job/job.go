@@ -166,6 +166,15 @@ func SnoozeReasons() []string {
 	return []string{SnoozeLeaseBusy, SnoozeRetryAfter, SnoozeThrottled, SnoozePaused, SnoozeRateLimit, SnoozeOrdered}
 }
 
+// FailingCooldown delays a new delivery to an endpoint that is failing, so
+// a broken receiver is not hammered by every new event (docs/spec.md, the
+// pipeline). It is also the longest wait between two recovery probes of a
+// failing endpoint (internal/delivery's probe.go): held deliveries are
+// released as soon as a probe succeeds, so the cool-down bounds how long
+// they wait after the receiver is back only if every probe fails.
+// A webhook.test event is not delayed.
+const FailingCooldown = 5 * time.Minute
+
 // PauseProbeGap: while an endpoint is paused, its queued deliveries wait
 // until this long after the pause's end, so that the delivery whose answer
 // paused it goes first, alone, as a probe: if the receiver pauses the

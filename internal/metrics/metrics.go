@@ -39,7 +39,13 @@ type Metrics struct {
 	EndpointPausesTotal    *prometheus.CounterVec
 	EgressBlockedTotal     prometheus.Counter
 	EndpointsDisabledTotal prometheus.Counter
-	FanoutEnqueuedTotal    prometheus.Counter
+	// EndpointProbesTotal counts recovery probes: a failing endpoint's
+	// waiting delivery sent ahead of its time to learn whether the receiver
+	// is back; HeldReleasedTotal the waiting deliveries released when it
+	// was (internal/delivery's probe.go).
+	EndpointProbesTotal prometheus.Counter
+	HeldReleasedTotal   prometheus.Counter
+	FanoutEnqueuedTotal prometheus.Counter
 	// FanoutHandedOffTotal counts the enqueued deliveries that went to this
 	// process's deliver worker at once instead of waiting for River's fetch.
 	FanoutHandedOffTotal prometheus.Counter
@@ -108,6 +114,14 @@ func New(reg prometheus.Registerer, known Labels) *Metrics {
 			Name: "dispatcher_endpoints_disabled_total",
 			Help: "Endpoints disabled automatically after continuous failure.",
 		}),
+		EndpointProbesTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatcher_endpoint_probes_total",
+			Help: "Recovery probes: a failing endpoint's waiting delivery sent ahead of its time to learn whether the receiver is back.",
+		}),
+		HeldReleasedTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatcher_endpoint_held_deliveries_released_total",
+			Help: "Deliveries held by a failing endpoint (cool-down, retry steps) released at once because the endpoint recovered.",
+		}),
 		FanoutEnqueuedTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatcher_fanout_deliveries_enqueued_total",
 			Help: "webhook.deliver jobs inserted by fanout.",
@@ -175,6 +189,7 @@ func New(reg prometheus.Registerer, known Labels) *Metrics {
 	reg.MustRegister(
 		m.DeliveriesTotal, m.AttemptDuration, m.DeliveryLag, m.FirstAttemptDelay,
 		m.SnoozesTotal, m.EndpointPausesTotal, m.EgressBlockedTotal, m.EndpointsDisabledTotal,
+		m.EndpointProbesTotal, m.HeldReleasedTotal,
 		m.FanoutEnqueuedTotal, m.FanoutHandedOffTotal, m.JobsRescuedTotal, m.FanoutDuration, m.ScopeDecisionsTotal,
 		m.IngestEventsTotal, m.IngestUnknownTypesTotal, m.CatalogInfo, m.CatalogReplicaCatalogs, m.RelayBatchRows, m.RelayLag, m.RelayPoisonedTotal, m.RelayErrorsTotal,
 		m.AttemptHistoryWriteErrorsTotal, m.AttemptHistoryDroppedTotal,

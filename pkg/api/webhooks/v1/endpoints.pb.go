@@ -320,8 +320,14 @@ type Endpoint struct {
 	DisabledReason string `protobuf:"bytes,8,opt,name=disabled_reason,json=disabledReason,proto3" json:"disabled_reason,omitempty"`
 	// Set while deliveries fail; cleared by the next success.
 	FailingSince *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=failing_since,json=failingSince,proto3" json:"failing_since,omitempty"`
-	CreatedAt    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// While failing: when the next recovery probe is due. A probe is one of the
+	// endpoint's waiting deliveries sent ahead of its time, alone; its success
+	// ends the failing state and releases every delivery the failure held
+	// (cool-down, retry steps) at once. Probes back off from 5 s, doubling up
+	// to the 5-minute cool-down. Unset when not failing.
+	NextProbeAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=next_probe_at,json=nextProbeAt,proto3" json:"next_probe_at,omitempty"`
+	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	// While set, deliveries are signed with the previous secret too.
 	PreviousSecretExpiresAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=previous_secret_expires_at,json=previousSecretExpiresAt,proto3" json:"previous_secret_expires_at,omitempty"`
 	// Names of the custom headers sent on every delivery. Their values are
@@ -455,6 +461,13 @@ func (x *Endpoint) GetDisabledReason() string {
 func (x *Endpoint) GetFailingSince() *timestamppb.Timestamp {
 	if x != nil {
 		return x.FailingSince
+	}
+	return nil
+}
+
+func (x *Endpoint) GetNextProbeAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextProbeAt
 	}
 	return nil
 }
@@ -3143,7 +3156,7 @@ var File_webhooks_v1_endpoints_proto protoreflect.FileDescriptor
 
 const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\n" +
-	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18webhooks/v1/events.proto\"\x83\b\n" +
+	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18webhooks/v1/events.proto\"\xc3\b\n" +
 	"\bEndpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bowner_id\x18\x02 \x01(\tR\aownerId\x12\x10\n" +
@@ -3154,7 +3167,8 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\bembed_id\x18\x06 \x01(\tR\aembedId\x12\x18\n" +
 	"\aenabled\x18\a \x01(\bR\aenabled\x12'\n" +
 	"\x0fdisabled_reason\x18\b \x01(\tR\x0edisabledReason\x12?\n" +
-	"\rfailing_since\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\ffailingSince\x129\n" +
+	"\rfailing_since\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\ffailingSince\x12>\n" +
+	"\rnext_probe_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\vnextProbeAt\x129\n" +
 	"\n" +
 	"created_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
@@ -3537,95 +3551,96 @@ var file_webhooks_v1_endpoints_proto_goTypes = []any{
 }
 var file_webhooks_v1_endpoints_proto_depIdxs = []int32{
 	48, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
-	48, // 1: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
-	48, // 2: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
-	48, // 3: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 4: webhooks.v1.Endpoint.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	48, // 5: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
-	42, // 6: webhooks.v1.Endpoint.labels:type_name -> webhooks.v1.Endpoint.LabelsEntry
-	43, // 7: webhooks.v1.ListEndpointsRequest.labels:type_name -> webhooks.v1.ListEndpointsRequest.LabelsEntry
-	4,  // 8: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
-	4,  // 9: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	44, // 10: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
-	0,  // 11: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	45, // 12: webhooks.v1.CreateEndpointRequest.labels:type_name -> webhooks.v1.CreateEndpointRequest.LabelsEntry
-	4,  // 13: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	49, // 14: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
-	46, // 15: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	47, // 16: webhooks.v1.UpdateEndpointRequest.labels:type_name -> webhooks.v1.UpdateEndpointRequest.LabelsEntry
-	4,  // 17: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	50, // 18: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	48, // 19: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 20: webhooks.v1.ListDeliveriesRequest.states:type_name -> webhooks.v1.DeliveryState
-	48, // 21: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
-	48, // 22: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,  // 23: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
-	48, // 24: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	48, // 25: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
-	48, // 26: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
-	48, // 27: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
-	2,  // 28: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	20, // 29: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
-	20, // 30: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	20, // 31: webhooks.v1.GetDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	48, // 32: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
-	51, // 33: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
-	51, // 34: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
-	29, // 35: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
-	48, // 36: webhooks.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	50, // 37: webhooks.v1.Attempt.duration:type_name -> google.protobuf.Duration
-	3,  // 38: webhooks.v1.Attempt.outcome:type_name -> webhooks.v1.AttemptOutcome
-	2,  // 39: webhooks.v1.Attempt.snooze_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	48, // 40: webhooks.v1.Attempt.snoozed_until:type_name -> google.protobuf.Timestamp
-	32, // 41: webhooks.v1.ListAttemptsResponse.attempts:type_name -> webhooks.v1.Attempt
-	36, // 42: webhooks.v1.GetEndpointStatsResponse.stats:type_name -> webhooks.v1.EndpointStats
-	37, // 43: webhooks.v1.EndpointStats.last_hour:type_name -> webhooks.v1.AttemptStats
-	37, // 44: webhooks.v1.EndpointStats.last_day:type_name -> webhooks.v1.AttemptStats
-	37, // 45: webhooks.v1.EndpointStats.last_week:type_name -> webhooks.v1.AttemptStats
-	50, // 46: webhooks.v1.AttemptStats.latency_p50:type_name -> google.protobuf.Duration
-	50, // 47: webhooks.v1.AttemptStats.latency_p95:type_name -> google.protobuf.Duration
-	48, // 48: webhooks.v1.ListEventsRequest.occurred_after:type_name -> google.protobuf.Timestamp
-	48, // 49: webhooks.v1.ListEventsRequest.occurred_before:type_name -> google.protobuf.Timestamp
-	52, // 50: webhooks.v1.ListEventsResponse.events:type_name -> webhooks.v1.Event
-	52, // 51: webhooks.v1.GetEventResponse.event:type_name -> webhooks.v1.Event
-	20, // 52: webhooks.v1.GetEventResponse.deliveries:type_name -> webhooks.v1.Delivery
-	5,  // 53: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
-	7,  // 54: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
-	9,  // 55: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
-	11, // 56: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
-	13, // 57: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
-	15, // 58: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
-	17, // 59: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
-	19, // 60: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
-	22, // 61: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
-	24, // 62: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
-	26, // 63: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
-	38, // 64: webhooks.v1.EndpointService.ListEvents:input_type -> webhooks.v1.ListEventsRequest
-	40, // 65: webhooks.v1.EndpointService.GetEvent:input_type -> webhooks.v1.GetEventRequest
-	28, // 66: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
-	31, // 67: webhooks.v1.EndpointService.ListAttempts:input_type -> webhooks.v1.ListAttemptsRequest
-	34, // 68: webhooks.v1.EndpointService.GetEndpointStats:input_type -> webhooks.v1.GetEndpointStatsRequest
-	6,  // 69: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
-	8,  // 70: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
-	10, // 71: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
-	12, // 72: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
-	14, // 73: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
-	16, // 74: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
-	18, // 75: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
-	21, // 76: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
-	23, // 77: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
-	25, // 78: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
-	27, // 79: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
-	39, // 80: webhooks.v1.EndpointService.ListEvents:output_type -> webhooks.v1.ListEventsResponse
-	41, // 81: webhooks.v1.EndpointService.GetEvent:output_type -> webhooks.v1.GetEventResponse
-	30, // 82: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
-	33, // 83: webhooks.v1.EndpointService.ListAttempts:output_type -> webhooks.v1.ListAttemptsResponse
-	35, // 84: webhooks.v1.EndpointService.GetEndpointStats:output_type -> webhooks.v1.GetEndpointStatsResponse
-	69, // [69:85] is the sub-list for method output_type
-	53, // [53:69] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	48, // 1: webhooks.v1.Endpoint.next_probe_at:type_name -> google.protobuf.Timestamp
+	48, // 2: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
+	48, // 3: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
+	48, // 4: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 5: webhooks.v1.Endpoint.signature_scheme:type_name -> webhooks.v1.SignatureScheme
+	48, // 6: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
+	42, // 7: webhooks.v1.Endpoint.labels:type_name -> webhooks.v1.Endpoint.LabelsEntry
+	43, // 8: webhooks.v1.ListEndpointsRequest.labels:type_name -> webhooks.v1.ListEndpointsRequest.LabelsEntry
+	4,  // 9: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
+	4,  // 10: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	44, // 11: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
+	0,  // 12: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
+	45, // 13: webhooks.v1.CreateEndpointRequest.labels:type_name -> webhooks.v1.CreateEndpointRequest.LabelsEntry
+	4,  // 14: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	49, // 15: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
+	46, // 16: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	47, // 17: webhooks.v1.UpdateEndpointRequest.labels:type_name -> webhooks.v1.UpdateEndpointRequest.LabelsEntry
+	4,  // 18: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	50, // 19: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	48, // 20: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 21: webhooks.v1.ListDeliveriesRequest.states:type_name -> webhooks.v1.DeliveryState
+	48, // 22: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
+	48, // 23: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,  // 24: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
+	48, // 25: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	48, // 26: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
+	48, // 27: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
+	48, // 28: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
+	2,  // 29: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
+	20, // 30: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
+	20, // 31: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	20, // 32: webhooks.v1.GetDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	48, // 33: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
+	51, // 34: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
+	51, // 35: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
+	29, // 36: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
+	48, // 37: webhooks.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	50, // 38: webhooks.v1.Attempt.duration:type_name -> google.protobuf.Duration
+	3,  // 39: webhooks.v1.Attempt.outcome:type_name -> webhooks.v1.AttemptOutcome
+	2,  // 40: webhooks.v1.Attempt.snooze_reason:type_name -> webhooks.v1.DeliveryWaitReason
+	48, // 41: webhooks.v1.Attempt.snoozed_until:type_name -> google.protobuf.Timestamp
+	32, // 42: webhooks.v1.ListAttemptsResponse.attempts:type_name -> webhooks.v1.Attempt
+	36, // 43: webhooks.v1.GetEndpointStatsResponse.stats:type_name -> webhooks.v1.EndpointStats
+	37, // 44: webhooks.v1.EndpointStats.last_hour:type_name -> webhooks.v1.AttemptStats
+	37, // 45: webhooks.v1.EndpointStats.last_day:type_name -> webhooks.v1.AttemptStats
+	37, // 46: webhooks.v1.EndpointStats.last_week:type_name -> webhooks.v1.AttemptStats
+	50, // 47: webhooks.v1.AttemptStats.latency_p50:type_name -> google.protobuf.Duration
+	50, // 48: webhooks.v1.AttemptStats.latency_p95:type_name -> google.protobuf.Duration
+	48, // 49: webhooks.v1.ListEventsRequest.occurred_after:type_name -> google.protobuf.Timestamp
+	48, // 50: webhooks.v1.ListEventsRequest.occurred_before:type_name -> google.protobuf.Timestamp
+	52, // 51: webhooks.v1.ListEventsResponse.events:type_name -> webhooks.v1.Event
+	52, // 52: webhooks.v1.GetEventResponse.event:type_name -> webhooks.v1.Event
+	20, // 53: webhooks.v1.GetEventResponse.deliveries:type_name -> webhooks.v1.Delivery
+	5,  // 54: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
+	7,  // 55: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
+	9,  // 56: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
+	11, // 57: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
+	13, // 58: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
+	15, // 59: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
+	17, // 60: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
+	19, // 61: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
+	22, // 62: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
+	24, // 63: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
+	26, // 64: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
+	38, // 65: webhooks.v1.EndpointService.ListEvents:input_type -> webhooks.v1.ListEventsRequest
+	40, // 66: webhooks.v1.EndpointService.GetEvent:input_type -> webhooks.v1.GetEventRequest
+	28, // 67: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
+	31, // 68: webhooks.v1.EndpointService.ListAttempts:input_type -> webhooks.v1.ListAttemptsRequest
+	34, // 69: webhooks.v1.EndpointService.GetEndpointStats:input_type -> webhooks.v1.GetEndpointStatsRequest
+	6,  // 70: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
+	8,  // 71: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
+	10, // 72: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
+	12, // 73: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
+	14, // 74: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
+	16, // 75: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
+	18, // 76: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
+	21, // 77: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
+	23, // 78: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
+	25, // 79: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
+	27, // 80: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
+	39, // 81: webhooks.v1.EndpointService.ListEvents:output_type -> webhooks.v1.ListEventsResponse
+	41, // 82: webhooks.v1.EndpointService.GetEvent:output_type -> webhooks.v1.GetEventResponse
+	30, // 83: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
+	33, // 84: webhooks.v1.EndpointService.ListAttempts:output_type -> webhooks.v1.ListAttemptsResponse
+	35, // 85: webhooks.v1.EndpointService.GetEndpointStats:output_type -> webhooks.v1.GetEndpointStatsResponse
+	70, // [70:86] is the sub-list for method output_type
+	54, // [54:70] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_endpoints_proto_init() }

@@ -1,0 +1,316 @@
+package delivery
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/job"
+	"github.com/standmeet/webhook-dispatcher/internal/testtime"
+)
+
+// heldJob is what the probing tests read of a delivery.
+type heldJob struct {
+	state       string
+	attempt     int
+	maxAttempts int
+	scheduledAt time.Time
+	metadata    []byte
+}
+
+func (b *testBundle) heldJob(t *testing.T, id int64) heldJob {
+	t.Helper()
+	var h heldJob
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`SELECT state::text, attempt, max_attempts, scheduled_at, metadata FROM river_job WHERE id = $1`, id).
+		Scan(&h.state, &h.attempt, &h.maxAttempts, &h.scheduledAt, &h.metadata))
+	return h
+}
+
+// hold inserts deliveries to ep waiting until at, as the fanout's failing
+// cool-down leaves them (scheduled, nothing tried), and returns their ids.
+func (b *testBundle) hold(t *testing.T, ep uuid.UUID, at time.Time, events ...string) []int64 {
+	t.Helper()
+	params := make([]river.InsertManyParams, len(events))
+	for i, ev := range events {
+		params[i] = river.InsertManyParams{
+			Args:       job.DeliverArgs{EndpointID: ep.String(), EventID: ev},
+			InsertOpts: &river.InsertOpts{ScheduledAt: at},
+		}
+	}
+	res, err := b.client.InsertMany(context.Background(), params)
+	require.NoError(t, err)
+	ids := make([]int64, len(res))
+	for i, r := range res {
+		require.Equal(t, rivertype.JobStateScheduled, r.Job.State)
+		ids[i] = r.Job.ID
+	}
+	return ids
+}
+
+// failedOnce makes job id look like a delivery that failed attempts times
+// and waits its retry step until at (River can't produce this row without
+// running it).
+func (b *testBundle) failedOnce(t *testing.T, id int64, attempts int, at time.Time) {
+	t.Helper()
+	_, err := b.db.Pool.Exec(context.Background(), `
+UPDATE river_job SET state = 'retryable', attempt = $2, scheduled_at = $3, attempted_at = now(),
+       errors = array_fill('{"at": "2026-12-01T00:00:00Z", "attempt": 1, "error": "HTTP 503"}'::jsonb, ARRAY[$4::int])
+ WHERE id = $1`, id, attempts, at, attempts)
+	require.NoError(t, err)
+}
+
+type probeState struct {
+	probeAt *time.Time
+	probes  int
+}
+
+func (b *testBundle) probeState(t *testing.T, ep uuid.UUID) probeState {
+	t.Helper()
+	var p probeState
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`SELECT probe_at, probes FROM webhook_endpoints WHERE id = $1`, ep).Scan(&p.probeAt, &p.probes))
+	return p
+}
+
+func (b *testBundle) setProbe(t *testing.T, ep uuid.UUID, sql string, args ...any) {
+	t.Helper()
+	_, err := b.db.Pool.Exec(context.Background(), `UPDATE webhook_endpoints SET `+sql+` WHERE id = $1`, append([]any{ep}, args...)...)
+	require.NoError(t, err)
+}
+
+// dbNow reads Postgres's clock (probe times are computed by it).
+func (b *testBundle) dbNow(t *testing.T) time.Time {
+	t.Helper()
+	var now time.Time
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&now))
+	return now
+}
+
+func TestProbeOnce(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	later := time.Now().Add(5 * time.Minute)
+
+	type probeBundle struct {
+		*testBundle
+		ep     uuid.UUID
+		events []string
+	}
+	setup := func(t *testing.T) *probeBundle {
+		t.Helper()
+		b := setup(t)
+		ep, _ := b.createEndpoint(t, "http://127.0.0.1:1/", endpointOpts{ownerID: "acme", enabled: true, failingSince: new(time.Now().Add(-time.Minute))})
+		b.setProbe(t, ep, `probe_at = now() - interval '1 second'`)
+		var events []string
+		for range 4 {
+			events = append(events, b.insertEvent(t, "acme", "corpus.note.changed", "n"))
+		}
+		return &probeBundle{testBundle: b, ep: ep, events: events}
+	}
+
+	t.Run("SendsOneWaitingDeliveryAheadAndBacksOff", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ids := b.hold(t, b.ep, later, b.events[:3]...)
+
+		before := b.dbNow(t)
+		probes, released, err := probeOnce(ctx, b.db.Pool)
+		after := b.dbNow(t)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, probes)
+		require.Zero(t, released)
+
+		require.Equal(t, "available", b.heldJob(t, ids[0]).state, "the oldest goes")
+		for _, id := range ids[1:] {
+			require.Equal(t, "scheduled", b.heldJob(t, id).state, "the others stay held")
+		}
+		first := b.heldJob(t, ids[0])
+		require.Equal(t, job.DeliverMaxAttempts, first.maxAttempts, "a delivery never tried spends its own first attempt")
+		require.NotContains(t, string(first.metadata), "probe_due")
+
+		p := b.probeState(t, b.ep)
+		require.Equal(t, 1, p.probes)
+		require.NotNil(t, p.probeAt)
+		testtime.RequireBetween(t, before.Add(2*probeFirst), after.Add(2*probeFirst), *p.probeAt)
+
+		// Not due again yet: nothing more goes.
+		probes, _, err = probeOnce(ctx, b.db.Pool)
+		require.NoError(t, err)
+		require.Zero(t, probes)
+
+		// The backoff doubles and stops at the cool-down.
+		b.setProbe(t, b.ep, `probe_at = now(), probes = 20`)
+		before = b.dbNow(t)
+		_, _, err = probeOnce(ctx, b.db.Pool)
+		after = b.dbNow(t)
+		require.NoError(t, err)
+		p = b.probeState(t, b.ep)
+		testtime.RequireBetween(t, before.Add(job.FailingCooldown), after.Add(job.FailingCooldown), *p.probeAt)
+	})
+
+	t.Run("PrefersFewestAttemptsAndKeepsTheRetryStep", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ids := b.hold(t, b.ep, later, b.events[:2]...)
+		retryAt := time.Now().Add(4 * time.Minute).Truncate(time.Microsecond)
+		b.failedOnce(t, ids[0], 2, retryAt)
+
+		_, _, err := probeOnce(ctx, b.db.Pool)
+		require.NoError(t, err)
+		require.Equal(t, "available", b.heldJob(t, ids[1]).state, "the delivery that has spent no attempt goes first")
+		require.Equal(t, "retryable", b.heldJob(t, ids[0]).state)
+
+		// Only the failed one is left waiting.
+		_, err = b.db.Pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, ids[1])
+		require.NoError(t, err)
+		b.setProbe(t, b.ep, `probe_at = now()`)
+		probes, _, err := probeOnce(ctx, b.db.Pool)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, probes)
+		h := b.heldJob(t, ids[0])
+		require.Equal(t, "available", h.state)
+		require.Equal(t, job.DeliverMaxAttempts+1, h.maxAttempts, "the probe's attempt is not taken from the schedule")
+
+		var mark probeMark
+		require.NoError(t, json.Unmarshal(h.metadata, &mark))
+		require.NotNil(t, mark.Due)
+		require.True(t, retryAt.Equal(*mark.Due), "due %v, want %v", *mark.Due, retryAt)
+		require.Equal(t, 1, mark.Probes)
+
+		// If the probe fails, the delivery's retry is where it was, and
+		// the probe is not a step of the schedule.
+		now := time.Now()
+		j := &river.Job[job.DeliverArgs]{JobRow: &rivertype.JobRow{Metadata: h.metadata, Errors: make([]rivertype.AttemptError, 2)}}
+		require.True(t, retryAt.Equal(nextRetry(j, now)))
+		j.Errors = make([]rivertype.AttemptError, 3)
+		next := nextRetry(j, retryAt.Add(time.Second))
+		require.InDelta(t, Backoff(3).Seconds(), next.Sub(retryAt.Add(time.Second)).Seconds(), Backoff(3).Seconds()*jitter+1,
+			"two failures of the schedule and one probe: the third step")
+	})
+
+	t.Run("OrderedProbesTheHead", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.setControl(t, b.ep, 0, true)
+		// The head (lowest seq) has the higher job id.
+		ids := b.queue(t, b.ep, []string{b.events[1], b.events[0]}, true)
+		for _, id := range ids {
+			b.failedOnce(t, id, 1, later)
+		}
+
+		probes, _, err := probeOnce(ctx, b.db.Pool)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, probes)
+		require.Equal(t, "available", b.heldJob(t, ids[1]).state, "the head")
+		require.Equal(t, "retryable", b.heldJob(t, ids[0]).state)
+	})
+
+	t.Run("PausedEndpointWaitsForThePause", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ids := b.hold(t, b.ep, later, b.events[0])
+		b.setProbe(t, b.ep, `paused_until = now() + interval '1 minute'`)
+
+		probes, released, err := probeOnce(ctx, b.db.Pool)
+		require.NoError(t, err)
+		require.Zero(t, probes)
+		require.Zero(t, released)
+		require.Equal(t, "scheduled", b.heldJob(t, ids[0]).state)
+		var pausedUntil time.Time
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT paused_until FROM webhook_endpoints WHERE id = $1`, b.ep).Scan(&pausedUntil))
+		require.Equal(t, pausedUntil, *b.probeState(t, b.ep).probeAt, "looked at again when the pause ends")
+	})
+
+	t.Run("RecoveryReleasesEveryHeldDeliveryPaced", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.setProbe(t, b.ep, `failing_since = NULL, max_per_second = 2`)
+		ids := b.hold(t, b.ep, later, b.events[:3]...)
+		b.failedOnce(t, ids[2], 2, later)
+		direct := b.handOff(t, b.ep, b.events[3], time.Minute)
+
+		probes, released, err := probeOnce(ctx, b.db.Pool)
+		require.NoError(t, err)
+		require.Zero(t, probes)
+		require.EqualValues(t, 3, released)
+
+		first := b.heldJob(t, ids[0]).scheduledAt
+		for k, id := range ids {
+			h := b.heldJob(t, id)
+			require.Equal(t, "available", h.state)
+			require.Equal(t, time.Duration(k)*500*time.Millisecond, h.scheduledAt.Sub(first), "spaced by max_per_second, in order")
+		}
+		require.Equal(t, "scheduled", b.heldJob(t, direct.ID).state, "a delivery handed off directly is in flight, not held")
+		require.Equal(t, probeState{}, b.probeState(t, b.ep), "nothing left to release")
+	})
+
+	t.Run("DisabledEndpointStopsProbing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ids := b.hold(t, b.ep, later, b.events[0])
+		b.setProbe(t, b.ep, `enabled = false`)
+
+		probes, released, err := probeOnce(ctx, b.db.Pool)
+		require.NoError(t, err)
+		require.Zero(t, probes+released)
+		require.Equal(t, "scheduled", b.heldJob(t, ids[0]).state)
+		require.Nil(t, b.probeState(t, b.ep).probeAt)
+	})
+}
+
+// TestRecoveryProbing runs the worker with River and its probing against a
+// receiver that is down for its first requests: the deliveries that failed
+// (and then wait the 5-minute second retry step) and one held by the failing
+// cool-down all arrive once the receiver is back, long before any of those
+// waits would have ended.
+func TestRecoveryProbing(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t)
+	const down = 6 // the receiver fails its first six requests
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if hits.Add(1) <= down {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	ep, _ := b.createEndpoint(t, srv.URL, endpointOpts{ownerID: "acme", enabled: true})
+	var events []string
+	for range 4 {
+		events = append(events, b.insertEvent(t, "acme", "corpus.note.changed", "n"))
+	}
+
+	startRiver(t, b, b.worker, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { b.worker.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	b.queue(t, ep, events[:3], false)
+	require.Eventually(t, func() bool { return b.endpoint(t, ep).failingSince != nil },
+		30*time.Second, 20*time.Millisecond) // a liveness bound, generous for a loaded machine
+	// A delivery fanned out now waits the failing cool-down.
+	b.hold(t, ep, time.Now().Add(job.FailingCooldown), events[3])
+
+	// Without probing, the deliveries wait the 5-minute second retry step
+	// and the cool-down: the bound is a liveness bound, well short of them.
+	b.waitAllCompleted(t, len(events), 2*time.Minute)
+	require.Nil(t, b.endpoint(t, ep).failingSince, "recovered")
+	require.Positive(t, testutil.ToFloat64(b.metrics.EndpointProbesTotal))
+	require.Positive(t, testutil.ToFloat64(b.metrics.HeldReleasedTotal))
+}
