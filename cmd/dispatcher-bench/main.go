@@ -21,7 +21,9 @@
 // rate-limited endpoint (10/s, 5,000 deliveries queued at once: 500 s at
 // -scale 1; -scale 0.1 is a 50 s run), S9 event search (ListEvents and
 // GetEvent over 10 million stored events), S10 a slow receiver (100 ms, 2,000
-// deliveries queued at once) at max_in_flight 1 and 16.
+// deliveries queued at once) at max_in_flight 1 and 16, S11 hung receivers
+// (20 of 100 endpoints never answer while the others get 500 events/s; run
+// without them too, S11h0, for the healthy p99 to compare with).
 //
 // Receivers listen on one loopback port per endpoint, or, with -one-host, all
 // on one port as distinct paths; every scenario reports how many TCP
@@ -52,7 +54,7 @@ import (
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // allScenarios in run order.
-var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8", "S9", "S10"}
+var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8", "S9", "S10", "S11"}
 
 type config struct {
 	Binary        string

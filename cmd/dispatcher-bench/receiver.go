@@ -31,6 +31,9 @@ type receipt struct {
 // client pool.
 type receivers struct {
 	latency time.Duration
+	// hung: endpoints 0..hung-1 never answer (S11): their requests are held
+	// until the sender gives up, and nothing of them is recorded.
+	hung    int
 	servers []*http.Server
 	ports   []int
 
@@ -108,6 +111,10 @@ func (r *receivers) serve(w http.ResponseWriter, req *http.Request) {
 	if err != nil || idx < 0 || idx >= len(r.inflight) || req.Method != http.MethodPost || id == "" {
 		r.bad.Add(1)
 		http.Error(w, "not a bench endpoint", http.StatusNotFound)
+		return
+	}
+	if idx < r.hung {
+		<-req.Context().Done()
 		return
 	}
 	n := r.inflight[idx].Add(1)

@@ -48,6 +48,7 @@ func (r *report) finish() {
 		res.Targets = targets(res)
 	}
 	r.scaleOutTarget()
+	r.hungTarget()
 }
 
 // rssTargetMB is the RSS ceiling of every scenario.

@@ -148,9 +148,9 @@ func (b *bench) runScenario(ctx context.Context, name string) []result {
 	case "S4d":
 		return []result{run(b.relayDeliver)}
 	case "S5":
-		return []result{run(func(ctx context.Context) result { return b.fixedRate(ctx, "S5", 200, 64) })}
+		return []result{run(func(ctx context.Context) result { return b.fixedRate(ctx, "S5", 200, 64, 0) })}
 	case "S5b":
-		return []result{run(func(ctx context.Context) result { return b.fixedRate(ctx, "S5b", 1000, 2000) })}
+		return []result{run(func(ctx context.Context) result { return b.fixedRate(ctx, "S5b", 1000, 2000, 0) })}
 	case "S6":
 		var out []result
 		for _, n := range b.cfg.S6Procs {
@@ -166,6 +166,17 @@ func (b *bench) runScenario(ctx context.Context, name string) []result {
 		return []result{run(b.rateLimited)}
 	case "S9":
 		return []result{run(b.eventSearch)}
+	case "S11":
+		var out []result
+		for _, hung := range []int{0, s11Hung} {
+			if ctx.Err() != nil {
+				break
+			}
+			out = append(out, run(func(ctx context.Context) result {
+				return b.fixedRate(ctx, fmt.Sprintf("S11h%d", hung), s11Rate, 256, hung)
+			}))
+		}
+		return out
 	case "S10":
 		var out []result
 		for _, n := range s10InFlight {
@@ -646,11 +657,24 @@ func (b *bench) relayDeliver(ctx context.Context) (res result) {
 // because at 1,000/s the dispatcher's own Publish latency passes 500 ms on a
 // 2-core box and fewer callers made the publisher, not the dispatcher, the
 // limit.
-func (b *bench) fixedRate(ctx context.Context, label string, rate, senders int) (res result) {
+//
+// With hung > 0 (S11) the receivers of the first hung endpoints never
+// answer (each attempt to them ends at the attempt timeout): the figures are
+// the other endpoints' deliveries, which must not wait for workers that the
+// hung endpoints' deliveries hold.
+func (b *bench) fixedRate(ctx context.Context, label string, rate, senders, hung int) (res result) {
 	dur := time.Duration(math.Max(3, 20*b.cfg.Scale) * float64(time.Second))
+	if hung > 0 {
+		// Long enough for the hung endpoints to fail and stay failing.
+		dur = time.Duration(math.Max(20, 40*b.cfg.Scale) * float64(time.Second))
+	}
 	events := int(dur.Seconds() * float64(rate))
-	res = result{Scenario: label, Unit: "delivery", Endpoints: 100, Events: events, Expected: int64(events),
+	healthy := events - hung*(events/100) - min(hung, events%100)
+	res = result{Scenario: label, Unit: "delivery", Endpoints: 100, Events: events, Expected: int64(healthy),
 		Title: fmt.Sprintf("latency at %d/s offered for %s (one delivery per event, one Publish per event)", rate, dur)}
+	if hung > 0 || strings.HasPrefix(label, "S11") {
+		res.Title = fmt.Sprintf("hung receivers: %d of 100 endpoints never answer; the others' latency at %d/s offered for %s", hung, rate, dur)
+	}
 	defer func() { r := recover(); b.recovered(&res, r) }()
 
 	s, err := b.newSession(label)
@@ -662,6 +686,7 @@ func (b *bench) fixedRate(ctx context.Context, label string, rate, senders int) 
 	if s.recv, err = b.newReceivers(100, 100, b.cfg.Latency, events); err != nil {
 		return failed(res, err)
 	}
+	s.recv.hung = hung
 	if err := s.start(ctx, 1); err != nil {
 		return failed(res, err)
 	}

@@ -93,3 +93,30 @@ func slowTargets(res *result) []targetCheck {
 		atMost("requests in flight at once", float64(res.AllowedInFlight), float64(res.MaxConcurrencyPerEndpoint)),
 	}
 }
+
+// S11: hung receivers. s11Hung of the 100 endpoints never answer while
+// healthy traffic runs at s11Rate; the healthy endpoints' p99 must stay
+// within 2× of the same run without hung endpoints (S11h0).
+const (
+	s11Rate = 500
+	s11Hung = 20
+)
+
+// hungTarget compares the S11 runs of a report: the healthy endpoints' p99
+// with hung receivers at most twice that without. It is attached to the run
+// with hung receivers and checked only when both completed.
+func (r *report) hungTarget() {
+	var base, hung *result
+	for i := range r.Results {
+		switch r.Results[i].Scenario {
+		case "S11h0":
+			base = &r.Results[i]
+		case fmt.Sprintf("S11h%d", s11Hung):
+			hung = &r.Results[i]
+		}
+	}
+	if base == nil || hung == nil || base.Error != "" || hung.Error != "" || base.LatencyMs == nil || hung.LatencyMs == nil {
+		return
+	}
+	hung.Targets = append(hung.Targets, atMost("healthy p99 ms (2 × the run without hung receivers)", 2*base.LatencyMs.P99, hung.LatencyMs.P99))
+}

@@ -72,6 +72,12 @@ type lane struct {
 	// ctl is what this process remembers of the receiver's wishes
 	// (control.go): the rate limit's clock, a run of 429s, ordered holds.
 	ctl laneControl
+
+	// failing: the endpoint was failing when a runner here last read it or
+	// last ended an attempt. While it is and every slot is taken, a new
+	// delivery does not wait for a turn in a deliver worker: it is held
+	// (failingBusy).
+	failing bool
 }
 
 // waiter is one delivery queued for a lane; its turn is signalled on ch.
@@ -379,6 +385,42 @@ func (ls *lanes) idle(cutoff time.Time) map[uuid.UUID]uuid.UUID {
 		delete(ls.byEndpoint, ep)
 	}
 	return out
+}
+
+// setFailing records whether ep's endpoint is failing, as a runner of its
+// lane just learned.
+func (ls *lanes) setFailing(ep uuid.UUID, failing bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ln := ls.byEndpoint[ep]; ln != nil {
+		ln.failing = failing
+	}
+}
+
+// failingBusy reports whether a delivery to ep would wait for a turn on the
+// lane of a failing endpoint. Such a wait would hold a deliver worker for
+// nothing: a failing endpoint's slots are taken by a probe or a retry, and a
+// receiver that hangs keeps them until the attempt timeout, so the waiting
+// deliveries of a few hung receivers could take every worker. They are held
+// in the queue instead (the worker snoozes them until the failing cool-down
+// ends), and the first success releases them (probe.go).
+func (ls *lanes) failingBusy(ep uuid.UUID) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.byEndpoint[ep]
+	return ln != nil && ln.failing && (len(ln.waiters) > 0 || !ln.free())
+}
+
+// waiting counts the deliveries waiting for a turn on any lane: each holds a
+// deliver worker.
+func (ls *lanes) waiting() int {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	n := 0
+	for _, ln := range ls.byEndpoint {
+		n += len(ln.waiters)
+	}
+	return n
 }
 
 // setLinger turns lingering on or off. Off, idle lanes are released by the

@@ -314,3 +314,63 @@ func TestRecoveryProbing(t *testing.T) {
 	require.Positive(t, testutil.ToFloat64(b.metrics.EndpointProbesTotal))
 	require.Positive(t, testutil.ToFloat64(b.metrics.HeldReleasedTotal))
 }
+
+// TestFailingEndpointHoldsNoWorkers: deliveries to a failing endpoint whose
+// slot is taken by a request that hangs do not wait for their turn in a
+// deliver worker (a few hung receivers would take every worker); they are
+// held in the queue, and the first success releases them.
+func TestFailingEndpointHoldsNoWorkers(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t)
+	hung := newGatedReceiver(t, func(int64) int { return http.StatusNoContent })
+	ep, _ := b.createEndpoint(t, hung.URL, endpointOpts{ownerID: "acme", enabled: true, failingSince: new(time.Now().Add(-time.Minute))})
+	var events []string
+	for range 4 {
+		events = append(events, b.insertEvent(t, "acme", "corpus.note.changed", "n"))
+	}
+
+	startRiver(t, b, b.worker, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { b.worker.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	ids := b.queue(t, ep, events[:1], false)
+	hung.inFlightEventually(t, 1)
+	ids = append(ids, b.queue(t, ep, events[1:], false)...)
+
+	// A liveness bound, generous for a loaded machine: waiting in a lane
+	// would keep them running (then snoozed as lease_busy) instead.
+	require.Eventually(t, func() bool {
+		for _, id := range ids[1:] {
+			h := b.heldJob(t, id)
+			var md struct {
+				Output job.DeliverSnooze `json:"output"`
+			}
+			if h.state != "scheduled" || json.Unmarshal(h.metadata, &md) != nil || md.Output.Reason != job.SnoozeFailing {
+				return false
+			}
+			if time.Until(h.scheduledAt) < job.FailingCooldown-time.Minute || h.attempt != 0 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 20*time.Millisecond, "the others are held, without spending an attempt")
+	require.Zero(t, b.worker.lanes.waiting())
+	require.EqualValues(t, 1, hung.now.Load(), "the hung request alone is in flight")
+
+	// The hung request succeeds at last: the endpoint recovers and the held
+	// deliveries go, long before the cool-down (a liveness bound).
+	hung.releaseAny()
+	go func() {
+		for range 3 {
+			select {
+			case hung.any <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	b.waitAllCompleted(t, len(ids), 2*time.Minute)
+}

@@ -254,6 +254,9 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.DeliverArgs]) error 
 	if err := w.rateOverflow(ctx, j, endpointID); err != nil {
 		return err
 	}
+	if w.lanes.failingBusy(endpointID) {
+		return w.snooze(ctx, job.FailingCooldown, job.SnoozeFailing)
+	}
 	if ok, slot := w.lanes.enter(ctx, endpointID, j.Args.Seq, w.cfg.LocalWait); !ok {
 		if slot > 0 {
 			return w.snooze(ctx, slot, job.SnoozeRateLimit)
@@ -306,6 +309,7 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.DeliverArgs]) error 
 	w.afterAttempt(ctx, j, endpointID, t, res)
 	s := settleReq{endpointID: endpointID, token: token}
 	if res.settle != nil {
+		w.lanes.setFailing(endpointID, !res.settle.success)
 		s.health, s.summary = res.settle.health(t.failingSince, w.now(), w.cfg.DisableAfter), res.settle.summary
 		// A failure other than a pause ends what an earlier pause said of
 		// the receiver: new deliveries then cool down again (fanout).
@@ -372,6 +376,7 @@ func (w *Worker) acquire(ctx context.Context, ep uuid.UUID, eventID string, wait
 		switch res.status {
 		case loadHeld:
 			w.lanes.hold(ep, lease{token: req.token, expires: res.expires}, res.target.control.maxInFlight)
+			w.lanes.setFailing(ep, res.target.failingSince != nil)
 			res.target.leaseTaken = req.mode == leaseTake
 			return res.target, req.token, nil
 		case loadGone:
@@ -556,6 +561,7 @@ func (w *Worker) Run(ctx context.Context) {
 			if listening.Load() {
 				releaseAsync(w.lanes.idle(time.Now().Add(-w.cfg.LeaseLinger)))
 			}
+			w.metrics.WorkersWaiting.Set(float64(w.lanes.waiting()))
 		}
 	}
 }

@@ -287,6 +287,8 @@ func (r jobRow) wait() (WaitReason, string) {
 				return WaitEndpointPaused, "The receiver paused the endpoint (Retry-After, or 429s in a row) until " + at + "."
 			case job.SnoozeRateLimit:
 				return WaitRateLimit, "Waiting for a slot under the endpoint's max_per_second, at " + at + "."
+			case job.SnoozeFailing:
+				return WaitEndpointFailing, "The endpoint is failing and a delivery to it is in flight: held until a recovery probe finds the receiver back, at the latest until " + at + "."
 			case job.SnoozeOrdered:
 				return WaitOrdered, "The endpoint is ordered: waiting for an earlier delivery; next look at " + at + "."
 			}

@@ -152,6 +152,10 @@ const (
 	SnoozeRateLimit = "rate_limit"
 	// SnoozeOrdered: an earlier delivery to the ordered endpoint is pending.
 	SnoozeOrdered = "ordered"
+	// SnoozeFailing: the endpoint is failing and its slots are taken (by a
+	// probe, or a receiver that hangs): the delivery is held, without a
+	// worker, until a success releases it or the failing cool-down ends.
+	SnoozeFailing = "endpoint_failing"
 	// SnoozeDirect is not a snooze: the delivery was handed to the deliver
 	// worker of the process that fanned it out, which runs it at once
 	// (internal/delivery's Direct). The job waits, scheduled, until Until
@@ -163,7 +167,7 @@ const (
 // dispatcher_delivery_snoozes_total's "reason" label. SnoozeDirect is not
 // one (nothing waits; it is not counted).
 func SnoozeReasons() []string {
-	return []string{SnoozeLeaseBusy, SnoozeRetryAfter, SnoozeThrottled, SnoozePaused, SnoozeRateLimit, SnoozeOrdered}
+	return []string{SnoozeLeaseBusy, SnoozeRetryAfter, SnoozeThrottled, SnoozePaused, SnoozeRateLimit, SnoozeOrdered, SnoozeFailing}
 }
 
 // FailingCooldown delays a new delivery to an endpoint that is failing, so

@@ -45,6 +45,9 @@ type Metrics struct {
 	// was (internal/delivery's probe.go).
 	EndpointProbesTotal prometheus.Counter
 	HeldReleasedTotal   prometheus.Counter
+	// WorkersWaiting samples the deliver workers held by deliveries that
+	// wait for their endpoint's turn (internal/delivery's lanes).
+	WorkersWaiting      prometheus.Gauge
 	FanoutEnqueuedTotal prometheus.Counter
 	// FanoutHandedOffTotal counts the enqueued deliveries that went to this
 	// process's deliver worker at once instead of waiting for River's fetch.
@@ -118,6 +121,10 @@ func New(reg prometheus.Registerer, known Labels) *Metrics {
 			Name: "dispatcher_endpoint_probes_total",
 			Help: "Recovery probes: a failing endpoint's waiting delivery sent ahead of its time to learn whether the receiver is back.",
 		}),
+		WorkersWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dispatcher_deliver_workers_waiting",
+			Help: "Deliver workers held by deliveries waiting for their endpoint's turn (another delivery to it is in flight), sampled twice a second.",
+		}),
 		HeldReleasedTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatcher_endpoint_held_deliveries_released_total",
 			Help: "Deliveries held by a failing endpoint (cool-down, retry steps) released at once because the endpoint recovered.",
@@ -189,7 +196,7 @@ func New(reg prometheus.Registerer, known Labels) *Metrics {
 	reg.MustRegister(
 		m.DeliveriesTotal, m.AttemptDuration, m.DeliveryLag, m.FirstAttemptDelay,
 		m.SnoozesTotal, m.EndpointPausesTotal, m.EgressBlockedTotal, m.EndpointsDisabledTotal,
-		m.EndpointProbesTotal, m.HeldReleasedTotal,
+		m.EndpointProbesTotal, m.HeldReleasedTotal, m.WorkersWaiting,
 		m.FanoutEnqueuedTotal, m.FanoutHandedOffTotal, m.JobsRescuedTotal, m.FanoutDuration, m.ScopeDecisionsTotal,
 		m.IngestEventsTotal, m.IngestUnknownTypesTotal, m.CatalogInfo, m.CatalogReplicaCatalogs, m.RelayBatchRows, m.RelayLag, m.RelayPoisonedTotal, m.RelayErrorsTotal,
 		m.AttemptHistoryWriteErrorsTotal, m.AttemptHistoryDroppedTotal,
