@@ -83,9 +83,9 @@ func (b *testBundle) probeState(t *testing.T, ep uuid.UUID) probeState {
 	return p
 }
 
-func (b *testBundle) setProbe(t *testing.T, ep uuid.UUID, sql string, args ...any) {
+func (b *testBundle) setProbe(t *testing.T, ep uuid.UUID, sql string) {
 	t.Helper()
-	_, err := b.db.Pool.Exec(context.Background(), `UPDATE webhook_endpoints SET `+sql+` WHERE id = $1`, append([]any{ep}, args...)...)
+	_, err := b.db.Pool.Exec(context.Background(), `UPDATE webhook_endpoints SET `+sql+` WHERE id = $1`, ep)
 	require.NoError(t, err)
 }
 
