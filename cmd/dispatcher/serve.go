@@ -184,10 +184,9 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		Schema: cfg.DB.Schema,
 		ID:     member.ID(),
 		Queues: map[string]river.QueueConfig{
-			job.QueueFanout: {MaxWorkers: cfg.FanoutWorkers},
 			// Deliveries live in partition queues that the member adds and
-			// removes; this one only drains what an older version queued.
-			job.QueueDeliver:     {MaxWorkers: max(1, cfg.DeliverWorkers/10)},
+			// removes.
+			job.QueueFanout:      {MaxWorkers: cfg.FanoutWorkers},
 			job.QueueMaintenance: {MaxWorkers: 1},
 		},
 		Workers:    workers,

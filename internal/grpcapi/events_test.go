@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -227,14 +224,12 @@ func TestEventServer_Publish(t *testing.T) {
 	t.Run("UnknownTypeRefusedWhenStrict", func(t *testing.T) {
 		t.Parallel()
 		db := dbtest.New(t)
-		client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Logger: testLogger(), Schema: db.Schema})
-		require.NoError(t, err)
-		store := ingest.NewStore(ingest.StoreConfig{UnknownTypes: ingest.UnknownTypesRefuse}, db.Pool, client, metrics.New(prometheus.NewRegistry(), metrics.Labels{}), testLogger())
+		store, _ := newTestStoreConfig(t, db, ingest.StoreConfig{UnknownTypes: ingest.UnknownTypesRefuse})
 		server := NewEventServer(store, testLogger())
 
 		e := testProtoEvent("evt_1")
 		e.Type = "corpus.note.chnaged"
-		_, err = server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
+		_, err := server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
 		br := requireInvalidField(t, err, "event.type")
 		require.Contains(t, br.GetFieldViolations()[0].GetDescription(), "no event catalog")
 		require.Equal(t, 0, countEvents(t, db))

@@ -13,9 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/fanout"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
+	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
 func TestMain(m *testing.M) { dbtest.VerifyTestMain(m) }
@@ -23,13 +26,33 @@ func TestMain(m *testing.M) { dbtest.VerifyTestMain(m) }
 func testLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // newTestStore returns an ingest Store on db with an insert-only River client
-// (no queues, never started) and its own metrics.
+// (no queues, never started) and its own metrics; see newTestStoreConfig.
 func newTestStore(t *testing.T, db *dbtest.DB) (*ingest.Store, *metrics.Metrics) {
+	t.Helper()
+	return newTestStoreConfig(t, db, ingest.StoreConfig{})
+}
+
+// newTestStoreConfig returns an ingest Store with cfg, fanning out as the
+// dispatcher does (the inline fanout). The owners the tests publish for
+// (owner_1, owner_2) have an endpoint each that takes every type, and the
+// scope of every endpoint needs the access service (as an embed-scoped
+// type's does), so each event stored fans out through exactly one
+// webhook.fanout job: countFanoutJobs counts them.
+func newTestStoreConfig(t *testing.T, db *dbtest.DB, cfg ingest.StoreConfig) (*ingest.Store, *metrics.Metrics) {
 	t.Helper()
 	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Logger: testLogger(), Schema: db.Schema})
 	require.NoError(t, err)
 	m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
-	return ingest.NewStore(ingest.StoreConfig{}, db.Pool, client, m, testLogger()), m
+	for _, owner := range []string{"owner_1", "owner_2"} {
+		testfactory.Endpoint(context.Background(), t, db.Pool, &testfactory.EndpointOpts{OwnerID: owner})
+	}
+	cfg.Fanout = fanout.NewInline(needsAccess, nil, m)
+	return ingest.NewStore(cfg, db.Pool, client, m, testLogger()), m
+}
+
+// needsAccess decides no endpoint without the access service.
+func needsAccess(context.Context, *webhook.Event, scope.Endpoint) (scope.Decision, error) {
+	return scope.Decision{}, scope.ErrNeedsAccess
 }
 
 // testOccurredAt is one instant for every test event, so that two calls with

@@ -22,9 +22,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/batch"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/fanout"
-	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
-	"github.com/standmeet/webhook-dispatcher/internal/tracing"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -206,9 +204,9 @@ type Store struct {
 
 // StoreConfig tunes a Store. Zero values take the defaults.
 type StoreConfig struct {
-	// Fanout, if set, fans stored events out in the ingest transaction
-	// wherever that needs no access-service call; otherwise (and for the
-	// events that do need one) each event gets a webhook.fanout job.
+	// Fanout fans stored events out in the ingest transaction: their
+	// deliveries, or a webhook.fanout job for an event whose endpoints'
+	// scope needs the access service. Required to ingest.
 	Fanout *fanout.Inline
 	// GroupEvents bounds the events of one group transaction. Default 2,000.
 	GroupEvents int
@@ -424,9 +422,7 @@ func (s *Store) commit(ctx context.Context, p *ingestPlan) error {
 		s.noteConflicts(ctx, p, err)
 		return err
 	}
-	if s.fanout != nil {
-		s.fanout.Start(p.handed)
-	}
+	s.fanout.Start(p.handed)
 	return nil
 }
 
@@ -682,28 +678,11 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 			traces = append(traces, p.traces[i])
 		}
 	}
-	if s.fanout != nil {
-		_, handed, err := s.fanout.EnqueueTx(ctx, tx, s.river, fresh, traces)
-		if err != nil {
-			return fmt.Errorf("fanout: %w", err)
-		}
-		p.handed = handed
-		return nil
+	_, handed, err := s.fanout.EnqueueTx(ctx, tx, s.river, fresh, traces)
+	if err != nil {
+		return fmt.Errorf("fanout: %w", err)
 	}
-	// FanoutArgs is unique by event id, and ids are distinct here (a
-	// repeated unique key in one InsertMany would abort the statement).
-	params := make([]river.InsertManyParams, len(fresh))
-	for i, e := range fresh {
-		params[i] = river.InsertManyParams{Args: job.FanoutArgs{EventID: e.ID}}
-		if traces != nil {
-			if md := tracing.JobMetadata(traces[i]); md != nil {
-				params[i].InsertOpts = &river.InsertOpts{Metadata: md}
-			}
-		}
-	}
-	if _, err := s.river.InsertManyTx(ctx, tx, params); err != nil {
-		return fmt.Errorf("enqueue fanout: %w", err)
-	}
+	p.handed = handed
 	return nil
 }
 

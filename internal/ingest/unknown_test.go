@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/fanout"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -136,7 +137,7 @@ func TestStore_UnknownTypesRefused(t *testing.T) {
 	require.NoError(t, err)
 	m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
 	logs := &logLines{}
-	store := NewStore(StoreConfig{UnknownTypes: UnknownTypesRefuse}, db.Pool, client, m, slog.New(slog.NewJSONHandler(logs, nil)))
+	store := NewStore(StoreConfig{UnknownTypes: UnknownTypesRefuse, Fanout: fanout.NewInline(needsAccess, nil, m)}, db.Pool, client, m, slog.New(slog.NewJSONHandler(logs, nil)))
 
 	unknown := testEvent("evt_unknown")
 	unknown.Type = "corpus.note.chnaged"

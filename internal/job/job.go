@@ -18,9 +18,6 @@ import (
 const (
 	QueueFanout      = "fanout"
 	QueueMaintenance = "maintenance"
-	// QueueDeliver held every delivery before deliveries were partitioned;
-	// it is still worked, for jobs an older version enqueued.
-	QueueDeliver = "deliver"
 )
 
 // DeliverPartitionsMin is the fewest partition queues that are always

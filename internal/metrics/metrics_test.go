@@ -53,7 +53,7 @@ func TestStateCollector(t *testing.T) {
 	testfactory.Endpoint(ctx, t, db.Pool, nil)
 	testfactory.Endpoint(ctx, t, db.Pool, &testfactory.EndpointOpts{FailingSince: new(time.Now())})
 	testfactory.Endpoint(ctx, t, db.Pool, &testfactory.EndpointOpts{Disabled: true, FailingSince: new(time.Now())})
-	_, err := db.Pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at) VALUES ('{}', 'webhook.deliver', 18, 'deliver', 'available', now() - interval '90 seconds')`)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at) VALUES ('{}', 'webhook.deliver', 18, 'deliver_0', 'available', now() - interval '90 seconds')`)
 	require.NoError(t, err)
 
 	c := metrics.NewStateCollector(db.Pool, slog.New(slog.DiscardHandler), job.Kinds())

@@ -23,6 +23,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 	"github.com/standmeet/webhook-dispatcher/pkg/client"
@@ -71,8 +72,14 @@ var fastRetry = client.Retry{MaxAttempts: 4, InitialBackoff: 5 * time.Millisecon
 func setup(t *testing.T, opts ...client.Option) *testBundle {
 	t.Helper()
 	db := dbtest.New(t)
+	// owner_1 and owner_2 have an endpoint each whose scope needs the access
+	// service (as an embed-scoped type's does), so each event stored fans
+	// out through exactly one webhook.fanout job, which the tests count.
+	for _, owner := range []string{"owner_1", "owner_2"} {
+		testfactory.Endpoint(t.Context(), t, db.Pool, &testfactory.EndpointOpts{OwnerID: owner})
+	}
 	f := &fault{}
-	srv, lis, err := newServer(db.Pool, db.Schema, serverOpts{interceptors: []grpc.UnaryServerInterceptor{f.intercept}})
+	srv, lis, err := newServer(db.Pool, db.Schema, serverOpts{interceptors: []grpc.UnaryServerInterceptor{f.intercept}, decide: needsAccess})
 	require.NoError(t, err)
 	t.Cleanup(srv.Stop)
 	c, err := client.Dial(lis.Addr().String(),
@@ -486,4 +493,9 @@ func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	roots := x509.NewCertPool()
 	roots.AddCert(leaf)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, roots
+}
+
+// needsAccess decides no endpoint without the access service.
+func needsAccess(context.Context, *webhook.Event, scope.Endpoint) (scope.Decision, error) {
+	return scope.Decision{}, scope.ErrNeedsAccess
 }

@@ -27,9 +27,11 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
+	"github.com/standmeet/webhook-dispatcher/internal/fanout"
 	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
@@ -121,6 +123,9 @@ type serverOpts struct {
 	addr         string // default: a free loopback port
 	interceptors []grpc.UnaryServerInterceptor
 	tls          *tls.Config
+	// decide is the fanout's scope decision; default: the dispatcher's,
+	// without an access service.
+	decide scope.Func
 }
 
 // newServer serves the dispatcher's EventService (grpcapi over a real ingest
@@ -132,7 +137,12 @@ func newServer(pool *pgxpool.Pool, schema string, o serverOpts) (*grpc.Server, n
 	if err != nil {
 		return nil, nil, err
 	}
-	store := ingest.NewStore(ingest.StoreConfig{}, pool, riverClient, metrics.New(prometheus.NewRegistry(), metrics.Labels{}), logger)
+	m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
+	decide := o.decide
+	if decide == nil {
+		decide = scope.NewDecider(nil, m, logger).Func()
+	}
+	store := ingest.NewStore(ingest.StoreConfig{Fanout: fanout.NewInline(decide, nil, m)}, pool, riverClient, m, logger)
 	authn, err := auth.New(auth.Tokens{Publisher: []string{publisherToken}, Admin: []string{adminToken}}, logger)
 	if err != nil {
 		return nil, nil, err
