@@ -61,6 +61,10 @@ type loadRes struct {
 	// heldUntil is the other holder's busy_until (loadBusy), as a duration
 	// from the statement's time, so clocks need not agree.
 	heldFor time.Duration
+	// ours (loadBusy): the lease is still this token's, unexpired. The take
+	// or extend was skipped because another statement had the row locked
+	// at that moment; nobody else holds the lease.
+	ours bool
 	// expires is a conservative local deadline of our lease (loadHeld after
 	// a take or an extend): the statement was sent before Postgres computed
 	// busy_until, so the real expiry is later.
@@ -142,7 +146,8 @@ SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
        ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.headers_enc, ep.signing_scheme,
        extract(epoch FROM coalesce(ep.paused_until - now(), interval '0'))::float8, ep.max_per_second, coalesce(ep.ordered, false), ep.max_in_flight,
        e.id IS NOT NULL, e.owner_id, e.type, e.subject, e.occurred_at, e.data, e.created_at,
-       (SELECT count(*) FROM wanted)
+       (SELECT count(*) FROM wanted),
+       ep.lease_token IS NOT DISTINCT FROM r.token AND ep.busy_until > now()
   FROM req r
   LEFT JOIN LATERAL (SELECT * FROM webhook_endpoints WHERE id = r.endpoint_id OFFSET 0) ep ON true
   LEFT JOIN LATERAL (SELECT * FROM events WHERE id = r.event_id OFFSET 0) e ON true
@@ -166,7 +171,8 @@ SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
        ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.headers_enc, ep.signing_scheme,
        extract(epoch FROM coalesce(ep.paused_until - now(), interval '0'))::float8, ep.max_per_second, coalesce(ep.ordered, false), ep.max_in_flight,
        e.id IS NOT NULL, e.owner_id, e.type, e.subject, e.occurred_at, e.data, e.created_at,
-       0::bigint
+       0::bigint,
+       ep.lease_token IS NOT DISTINCT FROM r.token AND ep.busy_until > now()
   FROM unnest($1::uuid[], $2::text[], $3::int[], $4::uuid[]) WITH ORDINALITY AS r(endpoint_id, event_id, mode, token, n)
   LEFT JOIN LATERAL (SELECT * FROM webhook_endpoints WHERE id = r.endpoint_id OFFSET 0) ep ON true
   LEFT JOIN LATERAL (SELECT * FROM events WHERE id = r.event_id OFFSET 0) e ON true
@@ -279,10 +285,11 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 			evOccurred, evCreated      *time.Time
 			evData                     []byte
 			notified                   int64
+			ours                       *bool
 		)
 		if err := rows.Scan(&n, &found, &enabled, &held, &heldFor, &owner, &url, &secret, &prevSecret, &prevExpires, &failingSince, &headers, &scheme,
 			&pausedFor, &maxPerSecond, &ordered, &maxInFlight,
-			&evFound, &evOwner, &evType, &evSubject, &evOccurred, &evData, &evCreated, &notified); err != nil {
+			&evFound, &evOwner, &evType, &evSubject, &evOccurred, &evData, &evCreated, &notified, &ours); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("load delivery targets: %w", err)
 		}
@@ -295,6 +302,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 		case !held:
 			res.status = loadBusy
 			res.heldFor = time.Duration(heldFor * float64(time.Second))
+			res.ours = ours != nil && *ours
 		default:
 			res.status = loadHeld
 			if reqs[n-1].mode != leaseConfirm {

@@ -191,4 +191,42 @@ func TestLease(t *testing.T) {
 		<-done
 		require.Nil(t, b.endpoint(t, epID).busyUntil, "released on the way out, not left to expire")
 	})
+
+	t.Run("AnExtendThatFindsTheRowLockedKeepsTheLease", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		runWorker(t, b.worker)
+		rc := newReceiver(t, status(http.StatusOK))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		require.NoError(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://1"))))
+		var token uuid.UUID
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT lease_token FROM webhook_endpoints WHERE id = $1`, epID).Scan(&token))
+
+		// The lingering lease is about to need extending, and another
+		// statement has the row locked when the next delivery extends it:
+		// the extend is skipped (SKIP LOCKED), not refused.
+		b.worker.lanes.mu.Lock()
+		b.worker.lanes.byEndpoint[epID].expires = time.Now().Add(10 * time.Second)
+		b.worker.lanes.mu.Unlock()
+		tx, err := b.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR NO KEY UPDATE`, epID)
+		require.NoError(t, err)
+		j := b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://2"))
+		worked := make(chan error, 1)
+		go func() { worked <- b.work(t, j) }()
+		time.Sleep(300 * time.Millisecond) // the extend runs into the lock meanwhile (or, on a slow machine, after it)
+		require.EqualValues(t, 1, rc.hits.Load(), "no attempt without a lease that outlives it")
+		require.NoError(t, tx.Rollback(ctx))
+
+		// The lease was not forgotten: the delivery goes under it, extended,
+		// instead of snoozing for a lease its own process holds in the
+		// database and nobody holds in memory.
+		require.NoError(t, <-worked)
+		require.EqualValues(t, 2, rc.hits.Load())
+		var after uuid.UUID
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT lease_token FROM webhook_endpoints WHERE id = $1`, epID).Scan(&after))
+		require.Equal(t, token, after, "the same lease, extended")
+		require.Zero(t, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(job.SnoozeLeaseBusy)))
+	})
 }

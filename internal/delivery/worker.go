@@ -385,6 +385,25 @@ func (w *Worker) acquire(ctx context.Context, ep uuid.UUID, eventID string, wait
 		case loadDisabled:
 			return nil, req.token, errEndpointDisabled
 		}
+		left := time.Until(waitUntil)
+		if res.ours {
+			// Still ours: the row was locked by another statement at that
+			// moment (a settle, another batch). Forgetting the lease here
+			// would leave it held in the database, by nobody, until it
+			// expires, with every delivery to the endpoint waiting for it.
+			// Try again in a moment.
+			if left <= 0 {
+				return nil, req.token, &busyError{heldFor: res.heldFor}
+			}
+			timer := time.NewTimer(min(10*time.Millisecond, left))
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				return nil, req.token, ctx.Err()
+			}
+			continue
+		}
 		// Busy: our lease lapsed and moved on, or the take found another
 		// holder. Either way the lane holds no lease now.
 		w.lanes.drop(ep, req.token)
@@ -392,7 +411,6 @@ func (w *Worker) acquire(ctx context.Context, ep uuid.UUID, eventID string, wait
 			// Take it like anyone else.
 			continue
 		}
-		left := time.Until(waitUntil)
 		if left <= 0 {
 			return nil, uuid.Nil, &busyError{heldFor: res.heldFor}
 		}
