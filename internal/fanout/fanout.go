@@ -28,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/standmeet/webhook-dispatcher/internal/decision"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
@@ -125,8 +126,9 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 	if err != nil {
 		return fmt.Errorf("fanout: event %s: %w", e.ID, err)
 	}
-	candidates := matching(e, byOwner[e.OwnerID])
-	admitted, err := decideAll(ctx, w.decide, e, candidates)
+	var rec decision.Builder
+	candidates := matching(e, byOwner[e.OwnerID], &rec)
+	admitted, err := decideAll(ctx, w.decide, e, candidates, &rec)
 	if err != nil {
 		return err
 	}
@@ -136,7 +138,7 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 		return fmt.Errorf("fanout: %w", err)
 	}
 	// Metadata nil: the jobs take this run's trace (tracing.JobContext).
-	params := deliverJobs(e, seq, admitted, w.partitions.active(), time.Now(), nil, nil)
+	params, _ := deliverJobs(e, seq, admitted, w.partitions.active(), time.Now(), nil, nil, &rec)
 	var enqueued, duplicates int
 	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		results, err := insert(ctx, tx, client, params)
@@ -147,7 +149,15 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 				enqueued++
 			}
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		// The decision is recorded with the deliveries it made, so an event
+		// says where it went exactly when it has gone there.
+		if _, err := tx.Exec(ctx, `UPDATE events SET fanout = $2 WHERE id = $1`, e.ID, rec.Encode()); err != nil {
+			return fmt.Errorf("record decision: %w", err)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("fanout: enqueue %d deliveries of event %s: %w", len(params), e.ID, err)
@@ -252,16 +262,43 @@ func (f *Inline) Start(h *Handed) {
 	}
 }
 
-// EnqueueTx enqueues, in tx, the deliveries of every event that can be
-// decided without the access service and a webhook.fanout job for each of
-// the others. The events must be newly stored in tx and may leave the
-// instance. traces, if not nil, holds each event's trace, which its jobs
-// carry on (one statement inserts the jobs of many traces). It returns how
-// many events were deferred to a fanout job, and the deliveries handed off
-// (see Handoff), which the caller passes to Start once tx has committed.
-func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], events []*webhook.Event, traces []trace.SpanContext) (deferred int, handed *Handed, err error) {
+// Plan is the inline fanout's decision for events about to be stored:
+// their deliveries, or a fanout job for those that need the access service,
+// and each one's record (decision.Builder). It is made before the events are
+// inserted so that the record goes into the same INSERT, costing no
+// statement and no second version of the row.
+type Plan struct {
+	plans []eventPlan
+}
+
+type eventPlan struct {
+	// deferred: the decision needs the access service; a fanout job makes
+	// it (and records it).
+	deferred bool
+	record   []byte
+	jobs     []river.InsertManyParams
+	// ordered holds the indexes in jobs of deliveries to ordered endpoints,
+	// whose order key (the event's seq) is known only once it is stored.
+	ordered []int
+}
+
+// Record is the decision record of the i-th planned event, as stored in
+// events.fanout; nil for an event deferred to a fanout job, which records it.
+func (p *Plan) Record(i int) []byte {
+	if p == nil {
+		return nil
+	}
+	return p.plans[i].record
+}
+
+// Plan decides, in tx, the deliveries of events (that may leave the instance
+// and are about to be stored in tx) wherever that needs no access service.
+// traces, if not nil, holds each event's trace, which its jobs carry on (one
+// statement inserts the jobs of many traces).
+func (f *Inline) Plan(ctx context.Context, tx pgx.Tx, events []*webhook.Event, traces []trace.SpanContext) (*Plan, error) {
+	p := &Plan{plans: make([]eventPlan, len(events))}
 	if len(events) == 0 {
-		return 0, nil, nil
+		return p, nil
 	}
 	owners := make([]string, 0, len(events))
 	seen := make(map[string]bool, len(events))
@@ -273,34 +310,65 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 	}
 	byOwner, err := readEndpoints(ctx, tx, owners)
 	if err != nil {
-		return 0, nil, err
-	}
-	seqs, err := orderedSeqs(ctx, tx, events, byOwner)
-	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	local := scope.WithoutAccess(ctx)
 	now, active := time.Now(), f.partitions.active()
-	var params []river.InsertManyParams
 	for i, e := range events {
 		var md []byte
 		if traces != nil {
 			md = tracing.JobMetadata(traces[i])
 		}
-		admitted, err := decideAll(local, f.decide, e, matching(e, byOwner[e.OwnerID]))
+		var rec decision.Builder
+		admitted, err := decideAll(local, f.decide, e, matching(e, byOwner[e.OwnerID], &rec), &rec)
 		if errors.Is(err, scope.ErrNeedsAccess) {
-			deferred++
-			p := river.InsertManyParams{Args: job.FanoutArgs{EventID: e.ID}}
+			p.plans[i].deferred = true
+			p.plans[i].jobs = []river.InsertManyParams{{Args: job.FanoutArgs{EventID: e.ID}}}
 			if md != nil {
-				p.InsertOpts = &river.InsertOpts{Metadata: md}
+				p.plans[i].jobs[0].InsertOpts = &river.InsertOpts{Metadata: md}
 			}
-			params = append(params, p)
 			continue
 		}
 		if err != nil {
-			return 0, nil, err
+			return nil, err
 		}
-		params = append(params, deliverJobs(e, seqs[e.ID], admitted, active, now, md, f.handoff)...)
+		p.plans[i].jobs, p.plans[i].ordered = deliverJobs(e, 0, admitted, active, now, md, f.handoff, &rec)
+		p.plans[i].record = rec.Encode()
+	}
+	return p, nil
+}
+
+// Stored is a planned event that its INSERT stored: Index is its place in
+// the planned events, Event the event as stored (occurred_at and data as the
+// table holds them, which a delivery handed off sends), Seq its ingest
+// sequence.
+type Stored struct {
+	Index int
+	Event *webhook.Event
+	Seq   int64
+}
+
+// EnqueueTx enqueues, in tx, the planned jobs of the stored events: their
+// deliveries, or a webhook.fanout job for each that needs the access
+// service. It returns how many events were deferred to a fanout job, and the
+// deliveries handed off (see Handoff), which the caller passes to Start once
+// tx has committed.
+func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], p *Plan, stored []Stored) (deferred int, handed *Handed, err error) {
+	if len(stored) == 0 {
+		return 0, nil, nil
+	}
+	var params []river.InsertManyParams
+	for _, st := range stored {
+		ep := p.plans[st.Index]
+		if ep.deferred {
+			deferred++
+		}
+		for _, j := range ep.ordered {
+			args, _ := ep.jobs[j].Args.(job.DeliverArgs)
+			args.Seq = st.Seq
+			ep.jobs[j].Args = args
+		}
+		params = append(params, ep.jobs...)
 	}
 	results, err := insert(ctx, tx, client, params)
 	if err != nil {
@@ -317,9 +385,9 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 			continue
 		}
 		if byID == nil {
-			byID = make(map[string]*webhook.Event, len(events))
-			for _, e := range events {
-				byID[e.ID] = e
+			byID = make(map[string]*webhook.Event, len(stored))
+			for _, st := range stored {
+				byID[st.Event.ID] = st.Event
 			}
 			handed = &Handed{}
 		}
@@ -353,16 +421,18 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// readEndpoints returns the owners' enabled endpoints, each owner's ordered
-// by id. The order matters beyond determinism: two replicas fanning out the
-// same event insert the same unique keys in the same order, so they queue
-// behind each other instead of deadlocking.
+// readEndpoints returns the owners' endpoints, each owner's ordered by id.
+// The order matters beyond determinism: two replicas fanning out the same
+// event insert the same unique keys in the same order, so they queue behind
+// each other instead of deadlocking; and the decision record samples the
+// first endpoints by id. Disabled endpoints are read too, only to be
+// recorded as such.
 func readEndpoints(ctx context.Context, q querier, owners []string) (map[string][]endpointRow, error) {
 	rows, err := q.Query(ctx,
 		`SELECT id::text, owner_id, event_types, embed_id, failing_since,
-		        CASE WHEN paused_until > now() THEN paused_until END, paused_until IS NOT NULL, ordered
+		        CASE WHEN paused_until > now() THEN paused_until END, paused_until IS NOT NULL, ordered, enabled
 		   FROM webhook_endpoints
-		  WHERE owner_id = ANY($1) AND enabled
+		  WHERE owner_id = ANY($1)
 		  ORDER BY owner_id, id`, owners)
 	if err != nil {
 		return nil, fmt.Errorf("read endpoints: %w", err)
@@ -371,7 +441,7 @@ func readEndpoints(ctx context.Context, q querier, owners []string) (map[string]
 	out := make(map[string][]endpointRow, len(owners))
 	for rows.Next() {
 		var r endpointRow
-		if err := rows.Scan(&r.id, &r.ownerID, &r.globs, &r.embedID, &r.failingSince, &r.pausedUntil, &r.pauseRecorded, &r.ordered); err != nil {
+		if err := rows.Scan(&r.id, &r.ownerID, &r.globs, &r.embedID, &r.failingSince, &r.pausedUntil, &r.pauseRecorded, &r.ordered, &r.enabled); err != nil {
 			return nil, fmt.Errorf("read endpoints: %w", err)
 		}
 		out[r.ownerID] = append(out[r.ownerID], r)
@@ -392,53 +462,25 @@ type endpointRow struct {
 	// (the receiver's latest word was Retry-After; see deliverJobs).
 	pauseRecorded bool
 	ordered       bool
+	enabled       bool
 }
 
-// orderedSeqs returns the ingest sequence of each event that may go to an
-// ordered endpoint (the order key its deliveries carry), read in tx where the
-// events were just stored; nothing is read when no endpoint is ordered.
-func orderedSeqs(ctx context.Context, tx pgx.Tx, events []*webhook.Event, byOwner map[string][]endpointRow) (map[string]int64, error) {
-	var ids []string
-	for _, e := range events {
-		if slices.ContainsFunc(byOwner[e.OwnerID], func(r endpointRow) bool { return r.ordered }) {
-			ids = append(ids, e.ID)
-		}
-	}
-	out := make(map[string]int64, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
-	rows, err := tx.Query(ctx, `SELECT id, seq FROM events WHERE id = ANY($1)`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("read event sequence: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			id  string
-			seq int64
-		)
-		if err := rows.Scan(&id, &seq); err != nil {
-			return nil, fmt.Errorf("read event sequence: %w", err)
-		}
-		out[id] = seq
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read event sequence: %w", err)
-	}
-	return out, nil
-}
-
-// matching keeps the endpoints subscribed to e's type (all of them for
-// webhook.test), in the order given.
-func matching(e *webhook.Event, endpoints []endpointRow) []candidate {
+// matching keeps the enabled endpoints subscribed to e's type (all of them
+// for webhook.test), in the order given, and records why it drops the
+// others in rec.
+func matching(e *webhook.Event, endpoints []endpointRow, rec *decision.Builder) []candidate {
 	var out []candidate
 	testOnly := event.ScopeOf(e.Type) == catalog.ScopeTestOnly
 	for _, r := range endpoints {
+		switch {
+		case !r.enabled:
+			rec.Add(decision.Disabled, r.id)
+			continue
 		// A test goes to the endpoint it names whatever that endpoint
 		// subscribes to: "send test" must work on any endpoint. Scope's
 		// test_target rule keeps it from every other endpoint.
-		if !testOnly && !event.MatchAny(r.globs, e.Type) {
+		case !testOnly && !event.MatchAny(r.globs, e.Type):
+			rec.Add(decision.NotSubscribed, r.id)
 			continue
 		}
 		c := candidate{ep: scope.Endpoint{ID: r.id, OwnerID: e.OwnerID}, failingSince: r.failingSince,
@@ -452,11 +494,12 @@ func matching(e *webhook.Event, endpoints []endpointRow) []candidate {
 }
 
 // decideAll asks scope about every candidate, a bounded number at a time, and
-// returns the admitted ones in candidate order. The first error cancels the
-// rest: one unanswerable endpoint already means the fanout must be retried
-// (or, inline, handed to a fanout job).
-func decideAll(ctx context.Context, decide scope.Func, e *webhook.Event, candidates []candidate) ([]candidate, error) {
-	admit := make([]bool, len(candidates))
+// returns the admitted ones in candidate order, recording in rec why each
+// other one was refused. The first error cancels the rest: one unanswerable
+// endpoint already means the fanout must be retried (or, inline, handed to a
+// fanout job).
+func decideAll(ctx context.Context, decide scope.Func, e *webhook.Event, candidates []candidate, rec *decision.Builder) ([]candidate, error) {
+	decisions := make([]scope.Decision, len(candidates))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(decideConcurrency)
 	for i, c := range candidates {
@@ -465,7 +508,7 @@ func decideAll(ctx context.Context, decide scope.Func, e *webhook.Event, candida
 			if err != nil {
 				return fmt.Errorf("fanout: scope of event %s for endpoint %s: %w", e.ID, c.ep.ID, err)
 			}
-			admit[i] = dec.Admit
+			decisions[i] = dec
 			return nil
 		})
 	}
@@ -474,24 +517,46 @@ func decideAll(ctx context.Context, decide scope.Func, e *webhook.Event, candida
 	}
 	var out []candidate
 	for i, c := range candidates {
-		if admit[i] {
+		if decisions[i].Admit {
 			out = append(out, c)
+		} else {
+			rec.Add(refusal(decisions[i]), c.ep.ID)
 		}
 	}
 	return out, nil
 }
 
+// refusal is the recorded reason of a scope decision that refused.
+func refusal(dec scope.Decision) decision.Reason {
+	switch {
+	case dec.Rule == scope.RuleTestTarget:
+		return decision.NotTestTarget
+	case dec.Rule == scope.RulePublishedSlice:
+		return decision.NotPublished
+	case dec.Rule == scope.RuleEmbed && dec.Reason == scope.ReasonNoAccessService:
+		return decision.NoAccessService
+	case dec.Rule == scope.RuleEmbed && dec.Reason == scope.ReasonAccessError:
+		return decision.AccessError
+	case dec.Rule == scope.RuleEmbed:
+		return decision.EmbedDenied
+	default:
+		return decision.Refused
+	}
+}
+
 // deliverJobs returns one webhook.deliver job per admitted endpoint, in the
-// endpoint's partition queue, with metadata md (the event's trace, or nil).
-// River fails a whole insert when one unique key appears twice in it, so an
-// endpoint gets at most one whatever the input. seq is the event's ingest
-// sequence, the order key of ordered endpoints; a paused endpoint's delivery
-// is scheduled for the end of the pause (instead of the failing cool-down:
-// the receiver said when). A delivery that goes now to an unordered
-// endpoint is handed off if handoff (nil: none) accepts it.
-func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions int, now time.Time, md []byte, handoff Handoff) []river.InsertManyParams {
+// endpoint's partition queue, with metadata md (the event's trace, or nil),
+// and records in rec how each goes. River fails a whole insert when one
+// unique key appears twice in it, so an endpoint gets at most one whatever
+// the input. seq is the event's ingest sequence, the order key of ordered
+// endpoints; ordered lists the indexes of their jobs, for a caller that
+// learns seq only later. A paused endpoint's delivery is scheduled for the
+// end of the pause (instead of the failing cool-down: the receiver said
+// when). A delivery that goes now to an unordered endpoint is handed off if
+// handoff (nil: none) accepts it.
+func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions int, now time.Time, md []byte, handoff Handoff, rec *decision.Builder) (params []river.InsertManyParams, ordered []int) {
 	seen := make(map[string]struct{}, len(admitted))
-	params := make([]river.InsertManyParams, 0, len(admitted))
+	params = make([]river.InsertManyParams, 0, len(admitted))
 	for _, c := range admitted {
 		if _, dup := seen[c.ep.ID]; dup {
 			continue
@@ -500,12 +565,14 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 		// Only the queue (and the schedule) are set, so attempts and
 		// uniqueness still come from DeliverArgs.InsertOpts.
 		opts := &river.InsertOpts{Queue: job.DeliverQueue(c.ep.ID, partitions), Metadata: md}
+		how := decision.Queued
 		switch {
 		case c.pausedUntil != nil:
 			// The receiver said when: that replaces the failing cool-down
 			// (and holds a test event too: the receiver asked for nothing).
 			opts.ScheduledAt = c.pausedUntil.Add(job.PauseProbeGap)
 			opts.Metadata = withNote(md, job.DeliverSnooze{Reason: job.SnoozePaused, Until: opts.ScheduledAt.UTC()})
+			how = decision.Paused
 		case c.failingSince != nil && !c.pauseRecorded && event.ScopeOf(e.Type) != catalog.ScopeTestOnly:
 			// A test event is what an admin sends after fixing the receiver:
 			// it goes now, failing endpoint or not. So does a delivery to
@@ -514,19 +581,23 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 			// come (the deliver worker forgets the pause at the next other
 			// failure, and the cool-down applies again).
 			opts.ScheduledAt = now.Add(job.FailingCooldown)
+			how = decision.CoolingDown
 		case !c.ordered && handoff != nil && handoff.Accepts(opts.Queue):
 			// Ordered endpoints are left to River: their head is decided
 			// among the jobs River can see as due.
 			opts.ScheduledAt = now.Add(handoff.Hold())
 			opts.Metadata = withNote(md, job.DeliverSnooze{Reason: job.SnoozeDirect, Until: opts.ScheduledAt.UTC(), By: handoff.Member()})
+			how = decision.HandedOff
 		}
+		rec.Add(how, c.ep.ID)
 		args := job.DeliverArgs{EndpointID: c.ep.ID, EventID: e.ID}
 		if c.ordered {
 			args.Seq = seq
+			ordered = append(ordered, len(params))
 		}
 		params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
 	}
-	return params
+	return params, ordered
 }
 
 // withNote adds to md (a job's metadata, or nil) the note that says, in

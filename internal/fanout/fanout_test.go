@@ -769,26 +769,43 @@ func (b *testBundle) inlineTx(t *testing.T, eventIDs ...string) int {
 	return deferred
 }
 
-// inlineTxHanded is inlineTx, also returning the deliveries handed off.
+// inlineTxHanded is inlineTx, also returning the deliveries handed off. The
+// events are stored already, so their records are written as ingest's
+// INSERT would have.
 func (b *testBundle) inlineTxHanded(t *testing.T, eventIDs ...string) (int, []*rivertype.JobRow) {
 	t.Helper()
 	ctx := context.Background()
-	var events []*webhook.Event
-	for _, id := range eventIDs {
+	var (
+		events []*webhook.Event
+		stored []Stored
+	)
+	for i, id := range eventIDs {
 		e := &webhook.Event{ID: id}
-		var data []byte
-		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT owner_id, type, subject, occurred_at, data FROM events WHERE id = $1`, id).
-			Scan(&e.OwnerID, &e.Type, &e.Subject, &e.OccurredAt, &data))
+		var (
+			data []byte
+			seq  int64
+		)
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT owner_id, type, subject, occurred_at, data, seq FROM events WHERE id = $1`, id).
+			Scan(&e.OwnerID, &e.Type, &e.Subject, &e.OccurredAt, &data, &seq))
 		e.Data = data
 		events = append(events, e)
+		stored = append(stored, Stored{Index: i, Event: e, Seq: seq})
 	}
 	var (
 		deferred int
 		handed   *Handed
 	)
 	require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
-		var err error
-		deferred, handed, err = b.inline.EnqueueTx(ctx, tx, b.client, events, nil)
+		plan, err := b.inline.Plan(ctx, tx, events, nil)
+		if err != nil {
+			return err
+		}
+		for i, e := range events {
+			if _, err := tx.Exec(ctx, `UPDATE events SET fanout = $2 WHERE id = $1`, e.ID, plan.Record(i)); err != nil {
+				return err
+			}
+		}
+		deferred, handed, err = b.inline.EnqueueTx(ctx, tx, b.client, plan, stored)
 		return err
 	}))
 	if handed == nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/decision"
 	"github.com/standmeet/webhook-dispatcher/internal/fanout"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
@@ -130,5 +131,70 @@ func TestStoreHandoff(t *testing.T) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		require.Equal(t, 3, h.started, "only the first ingest's deliveries")
+	})
+}
+
+// The inline fanout's decision goes into the INSERT that stores the event;
+// an event left to a fanout job (or a Store without the inline fanout) is
+// stored without one, for the job to record.
+func TestStoreRecordsTheDecision(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	readRecord := func(t *testing.T, db *dbtest.DB, id string) *decision.Record {
+		t.Helper()
+		var enc []byte
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT fanout FROM events WHERE id = $1`, id).Scan(&enc))
+		if enc == nil {
+			return nil
+		}
+		rec, err := decision.Decode(enc)
+		require.NoError(t, err)
+		return rec
+	}
+
+	t.Run("InTheInsert", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.New(t)
+		client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Logger: testLogger(), Schema: db.Schema})
+		require.NoError(t, err)
+		m := metrics.NewForTest()
+		store := NewStore(StoreConfig{Fanout: fanout.NewInline(scope.NewDecider(nil, m, testLogger()).Func(), nil, m)}, db.Pool, client, m, testLogger())
+		standalone := testfactory.Endpoint(ctx, t, db.Pool, &testfactory.EndpointOpts{OwnerID: "owner_1"}).String()
+		booking := testfactory.Endpoint(ctx, t, db.Pool, &testfactory.EndpointOpts{OwnerID: "owner_1", EventTypes: []string{"booking.*"}}).String()
+
+		draft := testEvent("evt_draft")
+		draft.Data = json.RawMessage(`{"op":"updated","note_id":"n1","published":false,"was_published":false}`)
+		lone := testEvent("evt_lone")
+		lone.OwnerID = "owner_2"
+		_, err = store.Ingest(ctx, SourceTest, []*webhook.Event{testEvent("evt_1"), draft, lone})
+		require.NoError(t, err)
+
+		require.Equal(t, []decision.Outcome{
+			{Reason: decision.NotSubscribed, Count: 1, EndpointIDs: []string{booking}},
+			{Reason: decision.Queued, Count: 1, EndpointIDs: []string{standalone}},
+		}, readRecord(t, db, "evt_1").Outcomes)
+		require.Equal(t, []decision.Outcome{
+			{Reason: decision.NotSubscribed, Count: 1, EndpointIDs: []string{booking}},
+			{Reason: decision.NotPublished, Count: 1, EndpointIDs: []string{standalone}},
+		}, readRecord(t, db, "evt_draft").Outcomes)
+		require.Empty(t, readRecord(t, db, "evt_lone").Outcomes, "an owner without endpoints: decided, nowhere to go")
+
+		// A duplicate leaves the first decision as it was.
+		_, err = db.Pool.Exec(ctx, `UPDATE webhook_endpoints SET enabled = false WHERE id = $1`, standalone)
+		require.NoError(t, err)
+		results, err := store.Ingest(ctx, SourceTest, []*webhook.Event{testEvent("evt_1")})
+		require.NoError(t, err)
+		require.Equal(t, OutcomeDuplicate, results[0].Outcome)
+		require.Equal(t, decision.Queued, readRecord(t, db, "evt_1").Outcomes[1].Reason)
+	})
+
+	t.Run("NotWithoutTheInlineFanout", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.New(t)
+		store, _ := newTestStore(t, db)
+		_, err := store.Ingest(ctx, SourceTest, []*webhook.Event{testEvent("evt_1")})
+		require.NoError(t, err)
+		require.Nil(t, readRecord(t, db, "evt_1"), "the fanout job records it")
 	})
 }

@@ -550,19 +550,43 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 		srcs = append(srcs, string(p.sources[i]))
 	}
 
+	// The fanout is decided before the events are inserted, so that each
+	// one's decision record (events.fanout) goes into the same INSERT: no
+	// second statement, no second version of the row. What it decides for
+	// an event that turns out to be a duplicate is dropped.
+	planned := make([]*webhook.Event, len(first))
+	var traces []trace.SpanContext // each event's, for its jobs
+	if p.traces != nil {
+		traces = make([]trace.SpanContext, len(first))
+	}
+	for j, i := range first {
+		planned[j] = p.events[i]
+		if traces != nil {
+			traces[j] = p.traces[i]
+		}
+	}
+	plan, err := s.fanout.Plan(ctx, tx, planned, traces)
+	if err != nil {
+		return fmt.Errorf("fanout: %w", err)
+	}
+	records := make([][]byte, len(first))
+	for j := range first {
+		records[j] = plan.Record(j)
+	}
+
 	// ON CONFLICT DO NOTHING rather than an upsert: an existing event is never
 	// overwritten. RETURNING names the rows this statement inserted, with
 	// occurred_at and data as stored (microseconds, jsonb's key order): a
 	// delivery started from these (fanout's hand-off) must send the very
 	// body a later attempt, read back from the table, sends.
 	rows, err := tx.Query(ctx, `
-		INSERT INTO events (id, owner_id, type, subject, occurred_at, data, source)
-		SELECT id, owner_id, type, subject, occurred_at, data::jsonb, source
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $7::text[])
-		     AS t(id, owner_id, type, subject, occurred_at, data, source)
+		INSERT INTO events (id, owner_id, type, subject, occurred_at, data, source, fanout)
+		SELECT id, owner_id, type, subject, occurred_at, data::jsonb, source, fanout
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $7::text[], $8::bytea[])
+		     AS t(id, owner_id, type, subject, occurred_at, data, source, fanout)
 		ON CONFLICT (id) DO NOTHING
-		RETURNING id, occurred_at, data`,
-		ids, owners, types, subjs, times, datas, srcs)
+		RETURNING id, occurred_at, data, seq`,
+		ids, owners, types, subjs, times, datas, srcs, records)
 	if err != nil {
 		return fmt.Errorf("insert events: %w", err)
 	}
@@ -570,6 +594,7 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 		ID         string
 		OccurredAt time.Time
 		Data       []byte
+		Seq        int64
 	}
 	inserted, err := pgx.CollectRows(rows, pgx.RowToStructByPos[storedAs])
 	if err != nil {
@@ -661,24 +686,17 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 	// is never stored without its fanout, nor fanned out without being
 	// stored. Only newly stored events fan out, so a duplicate publish never
 	// delivers twice.
-	fresh := make([]*webhook.Event, 0, len(inserted))
-	var traces []trace.SpanContext // each fresh event's, for its jobs
-	if p.traces != nil {
-		traces = make([]trace.SpanContext, 0, len(inserted))
-	}
-	for _, i := range first {
+	stored := make([]fanout.Stored, 0, len(inserted))
+	for j, i := range first {
 		st, ok := isNew[p.events[i].ID]
 		if !ok {
 			continue
 		}
 		e := *p.events[i]
 		e.OccurredAt, e.Data = st.OccurredAt, st.Data
-		fresh = append(fresh, &e)
-		if traces != nil {
-			traces = append(traces, p.traces[i])
-		}
+		stored = append(stored, fanout.Stored{Index: j, Event: &e, Seq: st.Seq})
 	}
-	_, handed, err := s.fanout.EnqueueTx(ctx, tx, s.river, fresh, traces)
+	_, handed, err := s.fanout.EnqueueTx(ctx, tx, s.river, plan, stored)
 	if err != nil {
 		return fmt.Errorf("fanout: %w", err)
 	}
