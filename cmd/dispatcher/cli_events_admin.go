@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -111,6 +112,10 @@ func printEventDeliveries(w io.Writer, resp *webhooksv1.GetEventResponse) error 
 		return err
 	}
 	fmt.Fprintln(w)
+	if err := printFanout(w, resp.GetFanout()); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DELIVERY\tENDPOINT\tSTATE\tATTEMPT\tLAST ERROR")
 	for _, d := range resp.GetDeliveries() {
@@ -124,4 +129,47 @@ func printEventDeliveries(w io.Writer, resp *webhooksv1.GetEventResponse) error 
 		fmt.Fprintln(w, "(no deliveries)")
 	}
 	return nil
+}
+
+// printFanout prints where the event went and why not: one line per endpoint
+// the decision names, then how many more each reason had beyond those.
+func printFanout(w io.Writer, f *webhooksv1.FanoutDecision) error {
+	switch {
+	case !f.GetRecorded():
+		fmt.Fprintln(w, "where it went: not recorded (the fanout is waiting for the access service, or the event was stored before decisions were recorded)")
+		return nil
+	case f.GetEndpoints() == 0:
+		fmt.Fprintln(w, "where it went: nowhere; the owner had no endpoints")
+		return nil
+	}
+	fmt.Fprintf(w, "where it went (the owner's %d endpoints when it was fanned out):\n", f.GetEndpoints())
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "OUTCOME\tENDPOINT")
+	for _, o := range f.GetOutcomes() {
+		label := fanoutLabel(o.GetReason())
+		for _, id := range o.GetEndpointIds() {
+			fmt.Fprintf(tw, "%s\t%s\n", label, id)
+		}
+		if more := int(o.GetCount()) - len(o.GetEndpointIds()); more > 0 {
+			fmt.Fprintf(tw, "%s\t(and %d more)\n", label, more)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, o := range f.GetOutcomes() {
+		if !o.GetDelivered() {
+			fmt.Fprintf(w, "  %s: %s\n", fanoutLabel(o.GetReason()), o.GetDescription())
+		}
+	}
+	return nil
+}
+
+// fanoutLabel is a FanoutReason in a few words: "not subscribed",
+// "delivery queued".
+func fanoutLabel(r webhooksv1.FanoutReason) string {
+	if r == webhooksv1.FanoutReason_FANOUT_REASON_UNSPECIFIED {
+		return "unknown"
+	}
+	return strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(r.String(), "FANOUT_REASON_"), "_", " "))
 }

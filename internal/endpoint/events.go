@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/standmeet/webhook-dispatcher/internal/decision"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -129,6 +130,10 @@ func (s *Service) ListEvents(ctx context.Context, r ListEventsRequest) (Page[*we
 type EventWithDeliveries struct {
 	Event      *webhook.Event
 	Deliveries []*Delivery
+	// Fanout is the fanout's decision for each of the owner's endpoints;
+	// nil while it is not recorded (the fanout job waits for the access
+	// service, or the event predates the record).
+	Fanout *decision.Record
 }
 
 // GetEvent returns one of owner's events with its deliveries.
@@ -225,12 +230,28 @@ SELECT ` + deliveryColumns + `
 // GetEvent returns owner's event id and its deliveries (at most
 // MaxEventDeliveries, oldest first), or ErrEventNotFound.
 func (s *Store) GetEvent(ctx context.Context, owner, id string) (*EventWithDeliveries, error) {
-	ev, err := scanEvent(s.pool.QueryRow(ctx, `SELECT `+eventColumns+` FROM events WHERE id = $1 AND owner_id = $2`, id, owner))
+	var (
+		ev     webhook.Event
+		fanout []byte
+	)
+	err := s.pool.QueryRow(ctx, `SELECT `+eventColumns+`, fanout FROM events WHERE id = $1 AND owner_id = $2`, id, owner).
+		Scan(&ev.ID, &ev.OwnerID, &ev.Type, &ev.Subject, &ev.OccurredAt, &ev.Data, &fanout)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrEventNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get event: %w", err)
+	}
+	out := &EventWithDeliveries{Event: &ev}
+	if fanout != nil {
+		// The record holds only this owner's endpoints: the fanout reads
+		// nothing else (internal/fanout), so the event's ownership, checked
+		// above, covers it as it covers the deliveries. One this build
+		// cannot read (a newer format, during an upgrade) shows as not
+		// recorded rather than fail the event's page.
+		if rec, err := decision.Decode(fanout); err == nil {
+			out.Fanout = rec
+		}
 	}
 	now := time.Now()
 	// Fanout only ever routes an event to its owner's endpoints, so the
@@ -249,5 +270,6 @@ func (s *Store) GetEvent(ctx context.Context, owner, id string) (*EventWithDeliv
 	if err != nil {
 		return nil, fmt.Errorf("get event deliveries: %w", err)
 	}
-	return &EventWithDeliveries{Event: ev, Deliveries: ds}, nil
+	out.Deliveries = ds
+	return out, nil
 }

@@ -306,6 +306,106 @@ func (AttemptOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{3}
 }
 
+// FanoutReason is why an endpoint got, or did not get, a delivery of an
+// event.
+type FanoutReason int32
+
+const (
+	// A reason this server does not know (recorded by a newer one).
+	FanoutReason_FANOUT_REASON_UNSPECIFIED FanoutReason = 0
+	// None of the endpoint's event_types matches the event's type.
+	FanoutReason_FANOUT_REASON_NOT_SUBSCRIBED FanoutReason = 1
+	// The endpoint was disabled.
+	FanoutReason_FANOUT_REASON_DISABLED FanoutReason = 2
+	// A webhook.test event, which goes only to the endpoint it names.
+	FanoutReason_FANOUT_REASON_NOT_TEST_TARGET FanoutReason = 3
+	// Scope: a standalone endpoint sees a note only when data.published or
+	// data.was_published is true (the published slice).
+	FanoutReason_FANOUT_REASON_NOT_PUBLISHED FanoutReason = 4
+	// Scope: the access service said the embed's access code does not admit
+	// the event (a revoked or expired code, a deleted embed, out of scope).
+	FanoutReason_FANOUT_REASON_EMBED_DENIED FanoutReason = 5
+	// Scope: the endpoint is bound to an embed and the dispatcher has no
+	// access service configured to ask, so it admits nothing.
+	FanoutReason_FANOUT_REASON_NO_ACCESS_SERVICE FanoutReason = 6
+	// Scope: the access service refused the question itself (not a transient
+	// failure, which is retried), so the endpoint was denied.
+	FanoutReason_FANOUT_REASON_ACCESS_ERROR FanoutReason = 7
+	// Scope: another rule refused (not expected for a stored event).
+	FanoutReason_FANOUT_REASON_REFUSED FanoutReason = 8
+	// A delivery was queued to go now.
+	FanoutReason_FANOUT_REASON_DELIVERY_QUEUED FanoutReason = 9
+	// A delivery was queued and started at once by the process that stored
+	// the event.
+	FanoutReason_FANOUT_REASON_DELIVERY_HANDED_OFF FanoutReason = 10
+	// A delivery was queued behind the failing endpoint's cool-down.
+	FanoutReason_FANOUT_REASON_DELIVERY_COOLING_DOWN FanoutReason = 11
+	// A delivery was queued for the end of the receiver's pause
+	// (Endpoint.paused_until).
+	FanoutReason_FANOUT_REASON_DELIVERY_PAUSED FanoutReason = 12
+)
+
+// Enum value maps for FanoutReason.
+var (
+	FanoutReason_name = map[int32]string{
+		0:  "FANOUT_REASON_UNSPECIFIED",
+		1:  "FANOUT_REASON_NOT_SUBSCRIBED",
+		2:  "FANOUT_REASON_DISABLED",
+		3:  "FANOUT_REASON_NOT_TEST_TARGET",
+		4:  "FANOUT_REASON_NOT_PUBLISHED",
+		5:  "FANOUT_REASON_EMBED_DENIED",
+		6:  "FANOUT_REASON_NO_ACCESS_SERVICE",
+		7:  "FANOUT_REASON_ACCESS_ERROR",
+		8:  "FANOUT_REASON_REFUSED",
+		9:  "FANOUT_REASON_DELIVERY_QUEUED",
+		10: "FANOUT_REASON_DELIVERY_HANDED_OFF",
+		11: "FANOUT_REASON_DELIVERY_COOLING_DOWN",
+		12: "FANOUT_REASON_DELIVERY_PAUSED",
+	}
+	FanoutReason_value = map[string]int32{
+		"FANOUT_REASON_UNSPECIFIED":           0,
+		"FANOUT_REASON_NOT_SUBSCRIBED":        1,
+		"FANOUT_REASON_DISABLED":              2,
+		"FANOUT_REASON_NOT_TEST_TARGET":       3,
+		"FANOUT_REASON_NOT_PUBLISHED":         4,
+		"FANOUT_REASON_EMBED_DENIED":          5,
+		"FANOUT_REASON_NO_ACCESS_SERVICE":     6,
+		"FANOUT_REASON_ACCESS_ERROR":          7,
+		"FANOUT_REASON_REFUSED":               8,
+		"FANOUT_REASON_DELIVERY_QUEUED":       9,
+		"FANOUT_REASON_DELIVERY_HANDED_OFF":   10,
+		"FANOUT_REASON_DELIVERY_COOLING_DOWN": 11,
+		"FANOUT_REASON_DELIVERY_PAUSED":       12,
+	}
+)
+
+func (x FanoutReason) Enum() *FanoutReason {
+	p := new(FanoutReason)
+	*p = x
+	return p
+}
+
+func (x FanoutReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FanoutReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_webhooks_v1_endpoints_proto_enumTypes[4].Descriptor()
+}
+
+func (FanoutReason) Type() protoreflect.EnumType {
+	return &file_webhooks_v1_endpoints_proto_enumTypes[4]
+}
+
+func (x FanoutReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FanoutReason.Descriptor instead.
+func (FanoutReason) EnumDescriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{4}
+}
+
 type Endpoint struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -3103,7 +3203,10 @@ type GetEventResponse struct {
 	Event *Event                 `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
 	// Its deliveries, one per endpoint it was fanned out to (at most 1000),
 	// oldest first.
-	Deliveries    []*Delivery `protobuf:"bytes,2,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	Deliveries []*Delivery `protobuf:"bytes,2,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	// Where the event went and why not: the fanout's decision for every
+	// endpoint the owner had when the event was fanned out.
+	Fanout        *FanoutDecision `protobuf:"bytes,3,opt,name=fanout,proto3" json:"fanout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3150,6 +3253,167 @@ func (x *GetEventResponse) GetDeliveries() []*Delivery {
 		return x.Deliveries
 	}
 	return nil
+}
+
+func (x *GetEventResponse) GetFanout() *FanoutDecision {
+	if x != nil {
+		return x.Fanout
+	}
+	return nil
+}
+
+// FanoutDecision is what the fanout decided for one event, endpoint by
+// endpoint of the event's owner (never another owner's), recorded once when
+// it decided: later changes to an endpoint do not change it. Bounded: per
+// reason the exact count and the first 16 endpoint ids, so for an owner with
+// at most 16 endpoints per reason it names every endpoint.
+type FanoutDecision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False while the fanout has not decided yet (an embed-bound endpoint is
+	// waiting for the access service), and for an event stored before
+	// dispatchers recorded decisions. Everything below is empty then.
+	Recorded bool `protobuf:"varint,1,opt,name=recorded,proto3" json:"recorded,omitempty"`
+	// How many endpoints the owner had: the sum of the outcomes' counts.
+	Endpoints int32 `protobuf:"varint,2,opt,name=endpoints,proto3" json:"endpoints,omitempty"`
+	// One per reason that applied to at least one endpoint, endpoints that got
+	// a delivery first.
+	Outcomes      []*FanoutOutcome `protobuf:"bytes,3,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FanoutDecision) Reset() {
+	*x = FanoutDecision{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FanoutDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FanoutDecision) ProtoMessage() {}
+
+func (x *FanoutDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FanoutDecision.ProtoReflect.Descriptor instead.
+func (*FanoutDecision) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *FanoutDecision) GetRecorded() bool {
+	if x != nil {
+		return x.Recorded
+	}
+	return false
+}
+
+func (x *FanoutDecision) GetEndpoints() int32 {
+	if x != nil {
+		return x.Endpoints
+	}
+	return 0
+}
+
+func (x *FanoutDecision) GetOutcomes() []*FanoutOutcome {
+	if x != nil {
+		return x.Outcomes
+	}
+	return nil
+}
+
+// FanoutOutcome is one reason of a FanoutDecision and the endpoints it
+// applied to.
+type FanoutOutcome struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Reason FanoutReason           `protobuf:"varint,1,opt,name=reason,proto3,enum=webhooks.v1.FanoutReason" json:"reason,omitempty"`
+	// Whether these endpoints got a delivery (perhaps one that waits): true
+	// for the FANOUT_REASON_DELIVERY_* reasons.
+	Delivered bool `protobuf:"varint,2,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	// How many of the owner's endpoints this reason applied to.
+	Count int32 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	// The first of them by id, at most 16; fewer than count means more exist.
+	EndpointIds []string `protobuf:"bytes,4,rep,name=endpoint_ids,json=endpointIds,proto3" json:"endpoint_ids,omitempty"`
+	// The reason in one sentence for people.
+	Description   string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FanoutOutcome) Reset() {
+	*x = FanoutOutcome{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FanoutOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FanoutOutcome) ProtoMessage() {}
+
+func (x *FanoutOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FanoutOutcome.ProtoReflect.Descriptor instead.
+func (*FanoutOutcome) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *FanoutOutcome) GetReason() FanoutReason {
+	if x != nil {
+		return x.Reason
+	}
+	return FanoutReason_FANOUT_REASON_UNSPECIFIED
+}
+
+func (x *FanoutOutcome) GetDelivered() bool {
+	if x != nil {
+		return x.Delivered
+	}
+	return false
+}
+
+func (x *FanoutOutcome) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *FanoutOutcome) GetEndpointIds() []string {
+	if x != nil {
+		return x.EndpointIds
+	}
+	return nil
+}
+
+func (x *FanoutOutcome) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
 }
 
 var File_webhooks_v1_endpoints_proto protoreflect.FileDescriptor
@@ -3423,12 +3687,23 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"G\n" +
 	"\x0fGetEventRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x19\n" +
-	"\bevent_id\x18\x02 \x01(\tR\aeventId\"s\n" +
+	"\bevent_id\x18\x02 \x01(\tR\aeventId\"\xa8\x01\n" +
 	"\x10GetEventResponse\x12(\n" +
 	"\x05event\x18\x01 \x01(\v2\x12.webhooks.v1.EventR\x05event\x125\n" +
 	"\n" +
 	"deliveries\x18\x02 \x03(\v2\x15.webhooks.v1.DeliveryR\n" +
-	"deliveries*f\n" +
+	"deliveries\x123\n" +
+	"\x06fanout\x18\x03 \x01(\v2\x1b.webhooks.v1.FanoutDecisionR\x06fanout\"\x82\x01\n" +
+	"\x0eFanoutDecision\x12\x1a\n" +
+	"\brecorded\x18\x01 \x01(\bR\brecorded\x12\x1c\n" +
+	"\tendpoints\x18\x02 \x01(\x05R\tendpoints\x126\n" +
+	"\boutcomes\x18\x03 \x03(\v2\x1a.webhooks.v1.FanoutOutcomeR\boutcomes\"\xbb\x01\n" +
+	"\rFanoutOutcome\x121\n" +
+	"\x06reason\x18\x01 \x01(\x0e2\x19.webhooks.v1.FanoutReasonR\x06reason\x12\x1c\n" +
+	"\tdelivered\x18\x02 \x01(\bR\tdelivered\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x05R\x05count\x12!\n" +
+	"\fendpoint_ids\x18\x04 \x03(\tR\vendpointIds\x12 \n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescription*f\n" +
 	"\x0fSignatureScheme\x12 \n" +
 	"\x1cSIGNATURE_SCHEME_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SIGNATURE_SCHEME_V1\x10\x01\x12\x18\n" +
@@ -3459,7 +3734,22 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\x17ATTEMPT_OUTCOME_TIMEOUT\x10\x05\x12\x1e\n" +
 	"\x1aATTEMPT_OUTCOME_CONNECTION\x10\x06\x12\x1b\n" +
 	"\x17ATTEMPT_OUTCOME_BLOCKED\x10\a\x12\x1f\n" +
-	"\x1bATTEMPT_OUTCOME_RETRY_AFTER\x10\b2\xe4\n" +
+	"\x1bATTEMPT_OUTCOME_RETRY_AFTER\x10\b*\xc5\x03\n" +
+	"\fFanoutReason\x12\x1d\n" +
+	"\x19FANOUT_REASON_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cFANOUT_REASON_NOT_SUBSCRIBED\x10\x01\x12\x1a\n" +
+	"\x16FANOUT_REASON_DISABLED\x10\x02\x12!\n" +
+	"\x1dFANOUT_REASON_NOT_TEST_TARGET\x10\x03\x12\x1f\n" +
+	"\x1bFANOUT_REASON_NOT_PUBLISHED\x10\x04\x12\x1e\n" +
+	"\x1aFANOUT_REASON_EMBED_DENIED\x10\x05\x12#\n" +
+	"\x1fFANOUT_REASON_NO_ACCESS_SERVICE\x10\x06\x12\x1e\n" +
+	"\x1aFANOUT_REASON_ACCESS_ERROR\x10\a\x12\x19\n" +
+	"\x15FANOUT_REASON_REFUSED\x10\b\x12!\n" +
+	"\x1dFANOUT_REASON_DELIVERY_QUEUED\x10\t\x12%\n" +
+	"!FANOUT_REASON_DELIVERY_HANDED_OFF\x10\n" +
+	"\x12'\n" +
+	"#FANOUT_REASON_DELIVERY_COOLING_DOWN\x10\v\x12!\n" +
+	"\x1dFANOUT_REASON_DELIVERY_PAUSED\x10\f2\xe4\n" +
 	"\n" +
 	"\x0fEndpointService\x12V\n" +
 	"\rListEndpoints\x12!.webhooks.v1.ListEndpointsRequest\x1a\".webhooks.v1.ListEndpointsResponse\x12P\n" +
@@ -3492,155 +3782,161 @@ func file_webhooks_v1_endpoints_proto_rawDescGZIP() []byte {
 	return file_webhooks_v1_endpoints_proto_rawDescData
 }
 
-var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(SignatureScheme)(0),             // 0: webhooks.v1.SignatureScheme
 	(DeliveryState)(0),               // 1: webhooks.v1.DeliveryState
 	(DeliveryWaitReason)(0),          // 2: webhooks.v1.DeliveryWaitReason
 	(AttemptOutcome)(0),              // 3: webhooks.v1.AttemptOutcome
-	(*Endpoint)(nil),                 // 4: webhooks.v1.Endpoint
-	(*ListEndpointsRequest)(nil),     // 5: webhooks.v1.ListEndpointsRequest
-	(*ListEndpointsResponse)(nil),    // 6: webhooks.v1.ListEndpointsResponse
-	(*GetEndpointRequest)(nil),       // 7: webhooks.v1.GetEndpointRequest
-	(*GetEndpointResponse)(nil),      // 8: webhooks.v1.GetEndpointResponse
-	(*CreateEndpointRequest)(nil),    // 9: webhooks.v1.CreateEndpointRequest
-	(*CreateEndpointResponse)(nil),   // 10: webhooks.v1.CreateEndpointResponse
-	(*UpdateEndpointRequest)(nil),    // 11: webhooks.v1.UpdateEndpointRequest
-	(*UpdateEndpointResponse)(nil),   // 12: webhooks.v1.UpdateEndpointResponse
-	(*DeleteEndpointRequest)(nil),    // 13: webhooks.v1.DeleteEndpointRequest
-	(*DeleteEndpointResponse)(nil),   // 14: webhooks.v1.DeleteEndpointResponse
-	(*RotateSecretRequest)(nil),      // 15: webhooks.v1.RotateSecretRequest
-	(*RotateSecretResponse)(nil),     // 16: webhooks.v1.RotateSecretResponse
-	(*SendTestRequest)(nil),          // 17: webhooks.v1.SendTestRequest
-	(*SendTestResponse)(nil),         // 18: webhooks.v1.SendTestResponse
-	(*ListDeliveriesRequest)(nil),    // 19: webhooks.v1.ListDeliveriesRequest
-	(*Delivery)(nil),                 // 20: webhooks.v1.Delivery
-	(*ListDeliveriesResponse)(nil),   // 21: webhooks.v1.ListDeliveriesResponse
-	(*RetryDeliveryRequest)(nil),     // 22: webhooks.v1.RetryDeliveryRequest
-	(*RetryDeliveryResponse)(nil),    // 23: webhooks.v1.RetryDeliveryResponse
-	(*GetDeliveryRequest)(nil),       // 24: webhooks.v1.GetDeliveryRequest
-	(*GetDeliveryResponse)(nil),      // 25: webhooks.v1.GetDeliveryResponse
-	(*RedeliverRequest)(nil),         // 26: webhooks.v1.RedeliverRequest
-	(*RedeliverResponse)(nil),        // 27: webhooks.v1.RedeliverResponse
-	(*ListEventTypesRequest)(nil),    // 28: webhooks.v1.ListEventTypesRequest
-	(*EventType)(nil),                // 29: webhooks.v1.EventType
-	(*ListEventTypesResponse)(nil),   // 30: webhooks.v1.ListEventTypesResponse
-	(*ListAttemptsRequest)(nil),      // 31: webhooks.v1.ListAttemptsRequest
-	(*Attempt)(nil),                  // 32: webhooks.v1.Attempt
-	(*ListAttemptsResponse)(nil),     // 33: webhooks.v1.ListAttemptsResponse
-	(*GetEndpointStatsRequest)(nil),  // 34: webhooks.v1.GetEndpointStatsRequest
-	(*GetEndpointStatsResponse)(nil), // 35: webhooks.v1.GetEndpointStatsResponse
-	(*EndpointStats)(nil),            // 36: webhooks.v1.EndpointStats
-	(*AttemptStats)(nil),             // 37: webhooks.v1.AttemptStats
-	(*ListEventsRequest)(nil),        // 38: webhooks.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),       // 39: webhooks.v1.ListEventsResponse
-	(*GetEventRequest)(nil),          // 40: webhooks.v1.GetEventRequest
-	(*GetEventResponse)(nil),         // 41: webhooks.v1.GetEventResponse
-	nil,                              // 42: webhooks.v1.Endpoint.LabelsEntry
-	nil,                              // 43: webhooks.v1.ListEndpointsRequest.LabelsEntry
-	nil,                              // 44: webhooks.v1.CreateEndpointRequest.HeadersEntry
-	nil,                              // 45: webhooks.v1.CreateEndpointRequest.LabelsEntry
-	nil,                              // 46: webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	nil,                              // 47: webhooks.v1.UpdateEndpointRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 48: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 49: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),      // 50: google.protobuf.Duration
-	(*structpb.Struct)(nil),          // 51: google.protobuf.Struct
-	(*Event)(nil),                    // 52: webhooks.v1.Event
+	(FanoutReason)(0),                // 4: webhooks.v1.FanoutReason
+	(*Endpoint)(nil),                 // 5: webhooks.v1.Endpoint
+	(*ListEndpointsRequest)(nil),     // 6: webhooks.v1.ListEndpointsRequest
+	(*ListEndpointsResponse)(nil),    // 7: webhooks.v1.ListEndpointsResponse
+	(*GetEndpointRequest)(nil),       // 8: webhooks.v1.GetEndpointRequest
+	(*GetEndpointResponse)(nil),      // 9: webhooks.v1.GetEndpointResponse
+	(*CreateEndpointRequest)(nil),    // 10: webhooks.v1.CreateEndpointRequest
+	(*CreateEndpointResponse)(nil),   // 11: webhooks.v1.CreateEndpointResponse
+	(*UpdateEndpointRequest)(nil),    // 12: webhooks.v1.UpdateEndpointRequest
+	(*UpdateEndpointResponse)(nil),   // 13: webhooks.v1.UpdateEndpointResponse
+	(*DeleteEndpointRequest)(nil),    // 14: webhooks.v1.DeleteEndpointRequest
+	(*DeleteEndpointResponse)(nil),   // 15: webhooks.v1.DeleteEndpointResponse
+	(*RotateSecretRequest)(nil),      // 16: webhooks.v1.RotateSecretRequest
+	(*RotateSecretResponse)(nil),     // 17: webhooks.v1.RotateSecretResponse
+	(*SendTestRequest)(nil),          // 18: webhooks.v1.SendTestRequest
+	(*SendTestResponse)(nil),         // 19: webhooks.v1.SendTestResponse
+	(*ListDeliveriesRequest)(nil),    // 20: webhooks.v1.ListDeliveriesRequest
+	(*Delivery)(nil),                 // 21: webhooks.v1.Delivery
+	(*ListDeliveriesResponse)(nil),   // 22: webhooks.v1.ListDeliveriesResponse
+	(*RetryDeliveryRequest)(nil),     // 23: webhooks.v1.RetryDeliveryRequest
+	(*RetryDeliveryResponse)(nil),    // 24: webhooks.v1.RetryDeliveryResponse
+	(*GetDeliveryRequest)(nil),       // 25: webhooks.v1.GetDeliveryRequest
+	(*GetDeliveryResponse)(nil),      // 26: webhooks.v1.GetDeliveryResponse
+	(*RedeliverRequest)(nil),         // 27: webhooks.v1.RedeliverRequest
+	(*RedeliverResponse)(nil),        // 28: webhooks.v1.RedeliverResponse
+	(*ListEventTypesRequest)(nil),    // 29: webhooks.v1.ListEventTypesRequest
+	(*EventType)(nil),                // 30: webhooks.v1.EventType
+	(*ListEventTypesResponse)(nil),   // 31: webhooks.v1.ListEventTypesResponse
+	(*ListAttemptsRequest)(nil),      // 32: webhooks.v1.ListAttemptsRequest
+	(*Attempt)(nil),                  // 33: webhooks.v1.Attempt
+	(*ListAttemptsResponse)(nil),     // 34: webhooks.v1.ListAttemptsResponse
+	(*GetEndpointStatsRequest)(nil),  // 35: webhooks.v1.GetEndpointStatsRequest
+	(*GetEndpointStatsResponse)(nil), // 36: webhooks.v1.GetEndpointStatsResponse
+	(*EndpointStats)(nil),            // 37: webhooks.v1.EndpointStats
+	(*AttemptStats)(nil),             // 38: webhooks.v1.AttemptStats
+	(*ListEventsRequest)(nil),        // 39: webhooks.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),       // 40: webhooks.v1.ListEventsResponse
+	(*GetEventRequest)(nil),          // 41: webhooks.v1.GetEventRequest
+	(*GetEventResponse)(nil),         // 42: webhooks.v1.GetEventResponse
+	(*FanoutDecision)(nil),           // 43: webhooks.v1.FanoutDecision
+	(*FanoutOutcome)(nil),            // 44: webhooks.v1.FanoutOutcome
+	nil,                              // 45: webhooks.v1.Endpoint.LabelsEntry
+	nil,                              // 46: webhooks.v1.ListEndpointsRequest.LabelsEntry
+	nil,                              // 47: webhooks.v1.CreateEndpointRequest.HeadersEntry
+	nil,                              // 48: webhooks.v1.CreateEndpointRequest.LabelsEntry
+	nil,                              // 49: webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	nil,                              // 50: webhooks.v1.UpdateEndpointRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 51: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 52: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),      // 53: google.protobuf.Duration
+	(*structpb.Struct)(nil),          // 54: google.protobuf.Struct
+	(*Event)(nil),                    // 55: webhooks.v1.Event
 }
 var file_webhooks_v1_endpoints_proto_depIdxs = []int32{
-	48, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
-	48, // 1: webhooks.v1.Endpoint.next_probe_at:type_name -> google.protobuf.Timestamp
-	48, // 2: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
-	48, // 3: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
-	48, // 4: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	51, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
+	51, // 1: webhooks.v1.Endpoint.next_probe_at:type_name -> google.protobuf.Timestamp
+	51, // 2: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
+	51, // 3: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
+	51, // 4: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: webhooks.v1.Endpoint.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	48, // 6: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
-	42, // 7: webhooks.v1.Endpoint.labels:type_name -> webhooks.v1.Endpoint.LabelsEntry
-	43, // 8: webhooks.v1.ListEndpointsRequest.labels:type_name -> webhooks.v1.ListEndpointsRequest.LabelsEntry
-	4,  // 9: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
-	4,  // 10: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	44, // 11: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
+	51, // 6: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
+	45, // 7: webhooks.v1.Endpoint.labels:type_name -> webhooks.v1.Endpoint.LabelsEntry
+	46, // 8: webhooks.v1.ListEndpointsRequest.labels:type_name -> webhooks.v1.ListEndpointsRequest.LabelsEntry
+	5,  // 9: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
+	5,  // 10: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	47, // 11: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
 	0,  // 12: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	45, // 13: webhooks.v1.CreateEndpointRequest.labels:type_name -> webhooks.v1.CreateEndpointRequest.LabelsEntry
-	4,  // 14: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	49, // 15: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
-	46, // 16: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	47, // 17: webhooks.v1.UpdateEndpointRequest.labels:type_name -> webhooks.v1.UpdateEndpointRequest.LabelsEntry
-	4,  // 18: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	50, // 19: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	48, // 20: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	48, // 13: webhooks.v1.CreateEndpointRequest.labels:type_name -> webhooks.v1.CreateEndpointRequest.LabelsEntry
+	5,  // 14: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	52, // 15: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
+	49, // 16: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	50, // 17: webhooks.v1.UpdateEndpointRequest.labels:type_name -> webhooks.v1.UpdateEndpointRequest.LabelsEntry
+	5,  // 18: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	53, // 19: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	51, // 20: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 21: webhooks.v1.ListDeliveriesRequest.states:type_name -> webhooks.v1.DeliveryState
-	48, // 22: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
-	48, // 23: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
+	51, // 22: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
+	51, // 23: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
 	1,  // 24: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
-	48, // 25: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	48, // 26: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
-	48, // 27: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
-	48, // 28: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
+	51, // 25: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	51, // 26: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
+	51, // 27: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
+	51, // 28: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
 	2,  // 29: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	20, // 30: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
-	20, // 31: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	20, // 32: webhooks.v1.GetDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	48, // 33: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
-	51, // 34: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
-	51, // 35: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
-	29, // 36: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
-	48, // 37: webhooks.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	50, // 38: webhooks.v1.Attempt.duration:type_name -> google.protobuf.Duration
+	21, // 30: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
+	21, // 31: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	21, // 32: webhooks.v1.GetDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	51, // 33: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
+	54, // 34: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
+	54, // 35: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
+	30, // 36: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
+	51, // 37: webhooks.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	53, // 38: webhooks.v1.Attempt.duration:type_name -> google.protobuf.Duration
 	3,  // 39: webhooks.v1.Attempt.outcome:type_name -> webhooks.v1.AttemptOutcome
 	2,  // 40: webhooks.v1.Attempt.snooze_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	48, // 41: webhooks.v1.Attempt.snoozed_until:type_name -> google.protobuf.Timestamp
-	32, // 42: webhooks.v1.ListAttemptsResponse.attempts:type_name -> webhooks.v1.Attempt
-	36, // 43: webhooks.v1.GetEndpointStatsResponse.stats:type_name -> webhooks.v1.EndpointStats
-	37, // 44: webhooks.v1.EndpointStats.last_hour:type_name -> webhooks.v1.AttemptStats
-	37, // 45: webhooks.v1.EndpointStats.last_day:type_name -> webhooks.v1.AttemptStats
-	37, // 46: webhooks.v1.EndpointStats.last_week:type_name -> webhooks.v1.AttemptStats
-	50, // 47: webhooks.v1.AttemptStats.latency_p50:type_name -> google.protobuf.Duration
-	50, // 48: webhooks.v1.AttemptStats.latency_p95:type_name -> google.protobuf.Duration
-	48, // 49: webhooks.v1.ListEventsRequest.occurred_after:type_name -> google.protobuf.Timestamp
-	48, // 50: webhooks.v1.ListEventsRequest.occurred_before:type_name -> google.protobuf.Timestamp
-	52, // 51: webhooks.v1.ListEventsResponse.events:type_name -> webhooks.v1.Event
-	52, // 52: webhooks.v1.GetEventResponse.event:type_name -> webhooks.v1.Event
-	20, // 53: webhooks.v1.GetEventResponse.deliveries:type_name -> webhooks.v1.Delivery
-	5,  // 54: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
-	7,  // 55: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
-	9,  // 56: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
-	11, // 57: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
-	13, // 58: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
-	15, // 59: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
-	17, // 60: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
-	19, // 61: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
-	22, // 62: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
-	24, // 63: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
-	26, // 64: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
-	38, // 65: webhooks.v1.EndpointService.ListEvents:input_type -> webhooks.v1.ListEventsRequest
-	40, // 66: webhooks.v1.EndpointService.GetEvent:input_type -> webhooks.v1.GetEventRequest
-	28, // 67: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
-	31, // 68: webhooks.v1.EndpointService.ListAttempts:input_type -> webhooks.v1.ListAttemptsRequest
-	34, // 69: webhooks.v1.EndpointService.GetEndpointStats:input_type -> webhooks.v1.GetEndpointStatsRequest
-	6,  // 70: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
-	8,  // 71: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
-	10, // 72: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
-	12, // 73: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
-	14, // 74: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
-	16, // 75: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
-	18, // 76: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
-	21, // 77: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
-	23, // 78: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
-	25, // 79: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
-	27, // 80: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
-	39, // 81: webhooks.v1.EndpointService.ListEvents:output_type -> webhooks.v1.ListEventsResponse
-	41, // 82: webhooks.v1.EndpointService.GetEvent:output_type -> webhooks.v1.GetEventResponse
-	30, // 83: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
-	33, // 84: webhooks.v1.EndpointService.ListAttempts:output_type -> webhooks.v1.ListAttemptsResponse
-	35, // 85: webhooks.v1.EndpointService.GetEndpointStats:output_type -> webhooks.v1.GetEndpointStatsResponse
-	70, // [70:86] is the sub-list for method output_type
-	54, // [54:70] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	51, // 41: webhooks.v1.Attempt.snoozed_until:type_name -> google.protobuf.Timestamp
+	33, // 42: webhooks.v1.ListAttemptsResponse.attempts:type_name -> webhooks.v1.Attempt
+	37, // 43: webhooks.v1.GetEndpointStatsResponse.stats:type_name -> webhooks.v1.EndpointStats
+	38, // 44: webhooks.v1.EndpointStats.last_hour:type_name -> webhooks.v1.AttemptStats
+	38, // 45: webhooks.v1.EndpointStats.last_day:type_name -> webhooks.v1.AttemptStats
+	38, // 46: webhooks.v1.EndpointStats.last_week:type_name -> webhooks.v1.AttemptStats
+	53, // 47: webhooks.v1.AttemptStats.latency_p50:type_name -> google.protobuf.Duration
+	53, // 48: webhooks.v1.AttemptStats.latency_p95:type_name -> google.protobuf.Duration
+	51, // 49: webhooks.v1.ListEventsRequest.occurred_after:type_name -> google.protobuf.Timestamp
+	51, // 50: webhooks.v1.ListEventsRequest.occurred_before:type_name -> google.protobuf.Timestamp
+	55, // 51: webhooks.v1.ListEventsResponse.events:type_name -> webhooks.v1.Event
+	55, // 52: webhooks.v1.GetEventResponse.event:type_name -> webhooks.v1.Event
+	21, // 53: webhooks.v1.GetEventResponse.deliveries:type_name -> webhooks.v1.Delivery
+	43, // 54: webhooks.v1.GetEventResponse.fanout:type_name -> webhooks.v1.FanoutDecision
+	44, // 55: webhooks.v1.FanoutDecision.outcomes:type_name -> webhooks.v1.FanoutOutcome
+	4,  // 56: webhooks.v1.FanoutOutcome.reason:type_name -> webhooks.v1.FanoutReason
+	6,  // 57: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
+	8,  // 58: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
+	10, // 59: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
+	12, // 60: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
+	14, // 61: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
+	16, // 62: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
+	18, // 63: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
+	20, // 64: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
+	23, // 65: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
+	25, // 66: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
+	27, // 67: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
+	39, // 68: webhooks.v1.EndpointService.ListEvents:input_type -> webhooks.v1.ListEventsRequest
+	41, // 69: webhooks.v1.EndpointService.GetEvent:input_type -> webhooks.v1.GetEventRequest
+	29, // 70: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
+	32, // 71: webhooks.v1.EndpointService.ListAttempts:input_type -> webhooks.v1.ListAttemptsRequest
+	35, // 72: webhooks.v1.EndpointService.GetEndpointStats:input_type -> webhooks.v1.GetEndpointStatsRequest
+	7,  // 73: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
+	9,  // 74: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
+	11, // 75: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
+	13, // 76: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
+	15, // 77: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
+	17, // 78: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
+	19, // 79: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
+	22, // 80: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
+	24, // 81: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
+	26, // 82: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
+	28, // 83: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
+	40, // 84: webhooks.v1.EndpointService.ListEvents:output_type -> webhooks.v1.ListEventsResponse
+	42, // 85: webhooks.v1.EndpointService.GetEvent:output_type -> webhooks.v1.GetEventResponse
+	31, // 86: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
+	34, // 87: webhooks.v1.EndpointService.ListAttempts:output_type -> webhooks.v1.ListAttemptsResponse
+	36, // 88: webhooks.v1.EndpointService.GetEndpointStats:output_type -> webhooks.v1.GetEndpointStatsResponse
+	73, // [73:89] is the sub-list for method output_type
+	57, // [57:73] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_endpoints_proto_init() }
@@ -3654,8 +3950,8 @@ func file_webhooks_v1_endpoints_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_webhooks_v1_endpoints_proto_rawDesc), len(file_webhooks_v1_endpoints_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   44,
+			NumEnums:      5,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

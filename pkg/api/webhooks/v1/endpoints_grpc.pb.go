@@ -88,7 +88,8 @@ type EndpointServiceClient interface {
 	// publisher token must not read what it writes for any owner.
 	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
 	// GetEvent returns one of the owner's events with its deliveries to every
-	// endpoint and their states.
+	// endpoint and their states, and the fanout's decision for each of the
+	// owner's endpoints: where the event went and why not.
 	GetEvent(ctx context.Context, in *GetEventRequest, opts ...grpc.CallOption) (*GetEventResponse, error)
 	// ListEventTypes lists the event types whose Exposure is Webhook, each with
 	// its data schema and an example.
@@ -326,7 +327,8 @@ type EndpointServiceServer interface {
 	// publisher token must not read what it writes for any owner.
 	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
 	// GetEvent returns one of the owner's events with its deliveries to every
-	// endpoint and their states.
+	// endpoint and their states, and the fanout's decision for each of the
+	// owner's endpoints: where the event went and why not.
 	GetEvent(context.Context, *GetEventRequest) (*GetEventResponse, error)
 	// ListEventTypes lists the event types whose Exposure is Webhook, each with
 	// its data schema and an example.
