@@ -3,7 +3,6 @@ package e2e
 import (
 	"net"
 	"net/http"
-	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -159,7 +158,7 @@ func TestWhereItWent(t *testing.T) {
 			require.NoError(t, err, out)
 			require.Contains(t, out, "where it went (the owner's 7 endpoints when it was fanned out):")
 			for _, label := range want {
-				require.Regexp(t, regexp.MustCompile(`(?m)^`+label+` +[0-9a-f-]{36}$`), out, "%s names its endpoints", label)
+				require.Regexp(t, `(?m)^`+label+` +[0-9a-f-]{36}$`, out, "%s names its endpoints", label)
 			}
 			require.NotContains(t, out, foreign)
 		}

@@ -1,7 +1,9 @@
 // Package fanout implements the webhook.fanout River worker: for one stored
-// event it reads the owner's enabled endpoints, keeps those whose event_types
-// globs match, asks scope about each, and enqueues one webhook.deliver job per
-// admitted endpoint in a single transaction (docs/spec.md#the-pipeline).
+// event it reads the owner's endpoints, keeps the enabled ones whose
+// event_types globs match, asks scope about each, and enqueues one
+// webhook.deliver job per admitted endpoint in a single transaction
+// (docs/spec.md#the-pipeline). What it decided for every endpoint is
+// recorded on the event (internal/decision, docs/design.md).
 //
 // Running a fanout twice, or on two replicas at once, is harmless: deliveries
 // are unique by (endpoint, event), so the second run inserts nothing. That is

@@ -158,7 +158,7 @@ func TestStoreRecordsTheDecision(t *testing.T) {
 		db := dbtest.New(t)
 		client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Logger: testLogger(), Schema: db.Schema})
 		require.NoError(t, err)
-		m := metrics.NewForTest()
+		m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
 		store := NewStore(StoreConfig{Fanout: fanout.NewInline(scope.NewDecider(nil, m, testLogger()).Func(), nil, m)}, db.Pool, client, m, testLogger())
 		standalone := testfactory.Endpoint(ctx, t, db.Pool, &testfactory.EndpointOpts{OwnerID: "owner_1"}).String()
 		booking := testfactory.Endpoint(ctx, t, db.Pool, &testfactory.EndpointOpts{OwnerID: "owner_1", EventTypes: []string{"booking.*"}}).String()
