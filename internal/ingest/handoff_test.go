@@ -135,8 +135,8 @@ func TestStoreHandoff(t *testing.T) {
 }
 
 // The inline fanout's decision goes into the INSERT that stores the event;
-// an event left to a fanout job (or a Store without the inline fanout) is
-// stored without one, for the job to record.
+// an event left to a fanout job is stored without one, for the job to
+// record.
 func TestStoreRecordsTheDecision(t *testing.T) {
 	t.Parallel()
 
@@ -189,12 +189,13 @@ func TestStoreRecordsTheDecision(t *testing.T) {
 		require.Equal(t, decision.Queued, readRecord(t, db, "evt_1").Outcomes[1].Reason)
 	})
 
-	t.Run("NotWithoutTheInlineFanout", func(t *testing.T) {
+	t.Run("NotForAnEventLeftToAFanoutJob", func(t *testing.T) {
 		t.Parallel()
 		db := dbtest.New(t)
 		store, _ := newTestStore(t, db)
 		_, err := store.Ingest(ctx, SourceTest, []*webhook.Event{testEvent("evt_1")})
 		require.NoError(t, err)
+		require.Equal(t, 1, countFanoutJobs(t, db, "evt_1"), "the access service must be asked")
 		require.Nil(t, readRecord(t, db, "evt_1"), "the fanout job records it")
 	})
 }
