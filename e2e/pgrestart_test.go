@@ -28,6 +28,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/standmeet/webhook-dispatcher/internal/database"
@@ -220,10 +221,11 @@ func (r *codeRecorder) counts() map[codes.Code]int {
 // the main application's database), so the restart hits everything at once,
 // as it would in production.
 //
-// While the server is down, each process's /healthz answers 503 and Publish
-// answers Unavailable (and only that: no call of the run gets any other
-// error), which pkg/client retries. Once it is back, /healthz answers 200
-// again, the relay and River carry on by themselves, and in the end every
+// While the server is down, each process's /healthz answers 503, the gRPC
+// health of its API services NOT_SERVING (the server's own, "", stays
+// SERVING: the process is alive), and Publish answers Unavailable (and only
+// that: no call of the run gets any other error), which pkg/client retries.
+// Once it is back, both health checks say ready again, the relay and River carry on by themselves, and in the end every
 // event is stored once and delivered to every endpoint at least once (a
 // repeat only with the same webhook-id and body). Nothing the restarts
 // cause is logged at ERROR: what is tried again is a warning, River's
@@ -373,6 +375,15 @@ func TestOutagePostgresRestart(t *testing.T) {
 		code, _ := d.get(t, "/healthz")
 		return code
 	}
+	// The gRPC health of a service ("": the server as a whole).
+	grpcHealth := func(d *dispatcher, service string) healthpb.HealthCheckResponse_ServingStatus {
+		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		res, err := healthpb.NewHealthClient(d.conn).Check(hctx, &healthpb.HealthCheckRequest{Service: service})
+		require.NoError(t, err)
+		return res.GetStatus()
+	}
+	const eventService = "webhooks.v1.EventService"
 
 	begin := time.Now()
 	type restart struct {
@@ -413,6 +424,9 @@ func TestOutagePostgresRestart(t *testing.T) {
 			d := c.proc(i)
 			waitFor(t, 30*time.Second, fmt.Sprintf("process %d's /healthz to answer 503 with the database down", i),
 				func() bool { return healthz(d) == http.StatusServiceUnavailable })
+			waitFor(t, 30*time.Second, fmt.Sprintf("process %d's gRPC health of %s to be NOT_SERVING with the database down", i, eventService),
+				func() bool { return grpcHealth(d, eventService) == healthpb.HealthCheckResponse_NOT_SERVING })
+			require.Equal(t, healthpb.HealthCheckResponse_SERVING, grpcHealth(d, ""), "process %d: alive, for a liveness check", i)
 			err := probe(d)
 			require.Equal(t, codes.Unavailable, status.Code(err), "process %d: Publish with the database down: %v", i, err)
 		}
@@ -434,6 +448,8 @@ func TestOutagePostgresRestart(t *testing.T) {
 			d := c.proc(i)
 			waitFor(t, 30*time.Second, fmt.Sprintf("process %d's /healthz to answer 200 with the database back", i),
 				func() bool { return healthz(d) == http.StatusOK })
+			waitFor(t, 30*time.Second, fmt.Sprintf("process %d's gRPC health of %s to be SERVING with the database back", i, eventService),
+				func() bool { return grpcHealth(d, eventService) == healthpb.HealthCheckResponse_SERVING })
 		}
 		r.back = time.Since(begin)
 		restarts = append(restarts, r)
@@ -503,6 +519,9 @@ func TestOutagePostgresRestart(t *testing.T) {
 				continue
 			}
 			errorLines++
+			if errorLines <= 10 {
+				t.Logf("process %d logged at ERROR (not about the database being away): %s", i, strings.TrimSpace(line))
+			}
 			msg, _ := rec["msg"].(string)
 			require.NotContains(t, msg, "giving up", "process %d: %s", i, line)
 			for _, key := range []string{"err", "error"} {

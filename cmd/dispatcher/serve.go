@@ -331,7 +331,8 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	}
 	// The server as a whole ("") and each API service by name, for clients
 	// and meshes that check the service they call.
-	for _, name := range []string{"", webhooksv1.EventService_ServiceDesc.ServiceName, webhooksv1.EndpointService_ServiceDesc.ServiceName} {
+	apiServices := []string{webhooksv1.EventService_ServiceDesc.ServiceName, webhooksv1.EndpointService_ServiceDesc.ServiceName}
+	for _, name := range append([]string{""}, apiServices...) {
 		healthServer.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
 
@@ -351,6 +352,8 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		slog.String("ops_addr", opsLis.Addr().String()), slog.String("schema", cfg.DB.Schema))
 
 	g, gctx := errgroup.WithContext(ctx)
+	// The API services' health follows the database, as /healthz does.
+	g.Go(func() error { followDatabase(gctx, pool, healthServer, apiServices, healthEvery, logger); return nil })
 	// Replicas with different catalogs: detected and reported, nothing more.
 	catalogs := catalogwatch.New(catalogwatch.Config{}, cfg.Catalog, pool, m, logger)
 	g.Go(func() error { catalogs.Run(gctx); return nil })

@@ -110,6 +110,11 @@ var knownEnv = map[string]bool{"GOMEMLIMIT": true, "GOMAXPROCS": true, "GODEBUG"
 // gRPC graceful stop 5 s + StopAndCancel 10 s + ops server 2 s).
 const serveShutdownOverhead = 17 * time.Second
 
+// readinessService is the gRPC health service a plaintext readiness probe
+// asks for: the API, which cmd/dispatcher (followDatabase) marks
+// NOT_SERVING while Postgres is unreachable.
+const readinessService = "webhooks.v1.EventService"
+
 // requiredExcepts are the ranges the receivers' egress rule must exclude.
 var requiredExcepts = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10"}
 
@@ -434,6 +439,15 @@ func checkDeploymentEnv(d doc, where string, c any, env map[string]string, p *pr
 			if !ok || port != ports["grpc"] {
 				p.add(d.file, "%s: %s must be a grpc probe on the gRPC port %d", where, probe, ports["grpc"])
 			}
+		}
+		// Readiness asks for the API service, which is NOT_SERVING while
+		// Postgres is unreachable; the server as a whole ("") stays
+		// SERVING, for liveness.
+		if svc := str(c, "readinessProbe", "grpc", "service"); svc != readinessService {
+			p.add(d.file, "%s: readinessProbe must ask for the gRPC health of %s (not ready while Postgres is unreachable), got %q", where, readinessService, svc)
+		}
+		if svc := str(c, "livenessProbe", "grpc", "service"); svc != "" {
+			p.add(d.file, "%s: livenessProbe must ask for the server as a whole (no service), got %q: a restart does not bring Postgres back", where, svc)
 		}
 	} else {
 		if env["DISPATCHER_OPS_TLS_CERT"] == "" {
