@@ -15,6 +15,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/attempt"
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
 	"github.com/standmeet/webhook-dispatcher/internal/database"
+	"github.com/standmeet/webhook-dispatcher/internal/delivery"
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	"github.com/standmeet/webhook-dispatcher/internal/retention"
@@ -149,9 +150,9 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 		"ingest transactions at once; events published meanwhile share the next one (env DISPATCHER_INGEST_TRANSACTIONS)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("DISPATCHER_SHUTDOWN_TIMEOUT", 20*time.Second), "how long in-flight deliveries may finish after SIGTERM before they are cancelled and re-queued (env DISPATCHER_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&c.RescueStuckAfter, "rescue-stuck-after", env.duration("DISPATCHER_RESCUE_STUCK_AFTER", time.Minute), "how long a job may stay running before River rescues it as the job of a dead worker (SIGKILL, OOM); must exceed the deliver job timeout (20s) (env DISPATCHER_RESCUE_STUCK_AFTER)")
-	fs.DurationVar(&c.Retention, "retention", env.duration("DISPATCHER_RETENTION", 30*24*time.Hour), "how long events, the attempt history and finished River jobs are kept (at least 5m; env DISPATCHER_RETENTION)")
+	fs.DurationVar(&c.Retention, "retention", env.duration("DISPATCHER_RETENTION", retention.DefaultRetention), "how long events, the attempt history and finished River jobs are kept (at least 5m; env DISPATCHER_RETENTION)")
 	fs.IntVar(&c.AttemptBodyBytes, "attempt-body-bytes", env.integer("DISPATCHER_ATTEMPT_BODY_BYTES", attempt.DefaultBodyBytes), "how much of each response body the attempt history keeps, as text; 0 keeps none (env DISPATCHER_ATTEMPT_BODY_BYTES)")
-	fs.DurationVar(&c.DisableAfter, "disable-after", env.duration("DISPATCHER_DISABLE_AFTER", 5*24*time.Hour), "how long an endpoint may fail continuously (no successful delivery) before it is disabled (env DISPATCHER_DISABLE_AFTER)")
+	fs.DurationVar(&c.DisableAfter, "disable-after", env.duration("DISPATCHER_DISABLE_AFTER", delivery.DefaultDisableAfter), "how long an endpoint may fail continuously (no successful delivery) before it is disabled (env DISPATCHER_DISABLE_AFTER)")
 	fs.StringVar(&c.OperationalOwner, "operational-events-owner", env.get("DISPATCHER_OPERATIONAL_EVENTS_OWNER"), "owner id to which the dispatcher sends endpoint.failing, endpoint.disabled and endpoint.recovered for every other owner's endpoints; give that owner an endpoint (your URL) subscribed to endpoint.*; empty sends none (env DISPATCHER_OPERATIONAL_EVENTS_OWNER)")
 	fs.StringVar(&c.JobLinkTemplate, "job-link-template", env.str("DISPATCHER_JOB_LINK_TEMPLATE", ""), "link to a delivery job in ListDeliveries; {job_id} is replaced; default: this process's River UI (env DISPATCHER_JOB_LINK_TEMPLATE)")
 	fs.BoolVar(&c.RiverUI, "river-ui", env.boolean("DISPATCHER_RIVER_UI", true), "serve River UI at /riverui/ on the ops port, behind the operator token (env DISPATCHER_RIVER_UI)")

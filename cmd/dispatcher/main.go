@@ -1,17 +1,8 @@
 // Command dispatcher delivers an application's events to webhook receivers:
-// thin, signed (Standard Webhooks) and scoped.
-//
-//	dispatcher serve              run the gRPC API, outbox relay, River workers and metrics
-//	dispatcher migrate            apply River's and the dispatcher's migrations (idempotent)
-//	dispatcher endpoints …        manage endpoints over the gRPC API
-//	dispatcher events …           publish, list and show events over the gRPC API
-//	dispatcher listen             a local receiver that verifies and prints each delivery
-//	dispatcher event-types        list the event types that may leave
-//	dispatcher catalog …          check or export an event catalog
-//	dispatcher reseal-secrets     re-seal endpoint secrets under the primary master key
-//	dispatcher gen-master-key     print a new master key entry
-//	dispatcher dev-access         run a fake access service for local development
-//	dispatcher version            print the build's version (also --version)
+// thin, signed (Standard Webhooks) and scoped. `dispatcher serve` runs it;
+// the other commands manage it. `dispatcher --help` lists them all, from the
+// one table of them (commands, below), which README's table is checked
+// against.
 //
 // Configuration comes from flags and DISPATCHER_* environment variables;
 // secrets (master keys, API tokens) only from the environment or files.

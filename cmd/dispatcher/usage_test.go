@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -73,6 +75,23 @@ func TestUsage(t *testing.T) {
 		for _, want := range []string{"events list", "events get <event id>", "endpoints delivery <delivery id>", "endpoints retry-delivery <delivery id>"} {
 			require.Contains(t, help, "  "+want)
 		}
+	})
+
+	t.Run("ReadmeListsEveryCommand", func(t *testing.T) {
+		t.Parallel()
+		readme, err := os.ReadFile("../../README.md")
+		require.NoError(t, err)
+		var listed []string
+		for _, m := range regexp.MustCompile("(?m)^\\| `dispatcher ([a-z-]+)").FindAllStringSubmatch(string(readme), -1) {
+			if !slices.Contains(listed, m[1]) {
+				listed = append(listed, m[1])
+			}
+		}
+		var names []string
+		for _, c := range commands {
+			names = append(names, c.name)
+		}
+		require.ElementsMatch(t, names, listed, "README's Commands table and the commands table differ")
 	})
 
 	t.Run("SubcommandHelpShowsItsOwnFlags", func(t *testing.T) {

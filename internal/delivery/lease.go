@@ -10,6 +10,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/standmeet/webhook-dispatcher/internal/seal"
 )
 
 // The endpoint lease lives on the endpoint row: busy_until (when it expires
@@ -74,16 +76,13 @@ type loadRes struct {
 
 // target is what one attempt needs.
 type target struct {
-	ownerID           string
-	url               string
-	secret            []byte
-	previousSecret    []byte
-	previousExpiresAt *time.Time
-	failingSince      *time.Time
+	ownerID      string
+	url          string
+	failingSince *time.Time
+	// keys are the endpoint's sealed signing keys, opened only to sign.
+	keys seal.SigningKeys
 	// headers is the endpoint's sealed custom headers (nil: none).
 	headers []byte
-	// scheme is the endpoint's signing scheme ("v1", "v1a").
-	scheme string
 	// control is what the receiver asked of its traffic (control.go).
 	control control
 	// leaseTaken: this load took the lease (it was not this process's).
@@ -216,8 +215,8 @@ func readEndpoints(ctx context.Context, pool *pgxpool.Pool, reqs [][]uuid.UUID) 
 			return nil, fmt.Errorf("read delivery endpoints: %w", err)
 		}
 		byID[id] = &target{
-			ownerID: owner, url: url, secret: secret, previousSecret: prevSecret,
-			previousExpiresAt: prevExpires, failingSince: failingSince, headers: hdrs, scheme: scheme,
+			ownerID: owner, url: url, failingSince: failingSince, headers: hdrs,
+			keys:    seal.SigningKeys{Scheme: scheme, Current: secret, Previous: prevSecret, PreviousExpiresAt: prevExpires},
 			control: newControl(pausedFor, maxPerSecond, maxInFlight, ordered),
 		}
 	}
@@ -309,8 +308,8 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 				res.expires = sent.Add(ttl)
 			}
 			t := &target{
-				ownerID: *owner, url: *url, secret: secret, previousSecret: prevSecret,
-				previousExpiresAt: prevExpires, failingSince: failingSince, headers: headers, scheme: *scheme,
+				ownerID: *owner, url: *url, failingSince: failingSince, headers: headers,
+				keys:       seal.SigningKeys{Scheme: *scheme, Current: secret, Previous: prevSecret, PreviousExpiresAt: prevExpires},
 				control:    newControl(pausedFor, maxPerSecond, maxInFlight, ordered),
 				eventFound: evFound, eventData: evData,
 			}

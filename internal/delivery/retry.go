@@ -11,9 +11,9 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
-// Schedule is the wait before each retry: 5 s, 5 min, 30 min, 2 h, 5 h, then
-// 10 h for every further retry (docs/spec.md). With job.DeliverMaxAttempts = 18
-// the last attempt happens about 5.3 days after the first.
+// Schedule is the wait before each retry, the last one repeated for every
+// further retry (docs/spec.md, "One delivery"). With job.DeliverMaxAttempts
+// attempts, RetryWindow is the time from the first to the last.
 var Schedule = []time.Duration{
 	5 * time.Second,
 	5 * time.Minute,
@@ -22,6 +22,11 @@ var Schedule = []time.Duration{
 	5 * time.Hour,
 	10 * time.Hour,
 }
+
+// DefaultDisableAfter is how long an endpoint may fail continuously (no
+// successful delivery) before it is disabled: about as long as one
+// delivery's retries last.
+const DefaultDisableAfter = 5 * 24 * time.Hour
 
 // jitter spreads retries of deliveries that failed together (a receiver
 // outage fails many at once) by up to ±10% so they don't return as a herd.

@@ -31,6 +31,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/pglisten"
+	"github.com/standmeet/webhook-dispatcher/internal/seal"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -72,7 +73,7 @@ type Config struct {
 	// MaxRetryAfter caps one Retry-After snooze. Default 1 h.
 	MaxRetryAfter time.Duration
 	// DisableAfter is how long an endpoint may fail continuously before it
-	// is disabled. Default 5 days.
+	// is disabled. Default DefaultDisableAfter.
 	DisableAfter time.Duration
 	// ErrorBodyBytes bounds the response body kept as an error summary.
 	// Default 256.
@@ -122,7 +123,7 @@ func (c *Config) setDefaults(pool *pgxpool.Pool) {
 	setDefault(&c.LocalWait, 5*time.Second)
 	setDefault(&c.MaxRetryAfter, time.Hour)
 	setDefault(&c.RescueAfter, time.Minute)
-	setDefault(&c.DisableAfter, 5*24*time.Hour)
+	setDefault(&c.DisableAfter, DefaultDisableAfter)
 	if c.ErrorBodyBytes <= 0 {
 		c.ErrorBodyBytes = 256
 	}
@@ -185,7 +186,7 @@ type Worker struct {
 // first, then the previous one during a rotation's grace period.
 // endpoint.KeyOpener is the one implementation.
 type KeyOpener interface {
-	OpenSigningKeys(endpointID uuid.UUID, scheme string, current, previous []byte, previousExpiresAt *time.Time, now time.Time) (webhook.Keys, error)
+	OpenSigningKeys(endpointID uuid.UUID, sealed seal.SigningKeys, now time.Time) (webhook.Keys, error)
 	// OpenHeaders opens the endpoint's sealed custom headers (nil: none).
 	OpenHeaders(endpointID uuid.UUID, sealed []byte) (http.Header, error)
 }
@@ -677,7 +678,7 @@ func (w *Worker) attempt(ctx, jobCtx context.Context, j *river.Job[job.DeliverAr
 		return result{err: w.cancel(j, ep, errors.New("delivery outlived its retry window"))}
 	}
 
-	keys, err := w.keys.OpenSigningKeys(endpointID, t.scheme, t.secret, t.previousSecret, t.previousExpiresAt, w.now())
+	keys, err := w.keys.OpenSigningKeys(endpointID, t.keys, w.now())
 	if err != nil {
 		// A secret that cannot be opened is an operator problem (wrong or
 		// missing master key); retry so nothing is lost once it is fixed.

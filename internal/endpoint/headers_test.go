@@ -169,7 +169,7 @@ func TestHeadersSealed(t *testing.T) {
 		require.ErrorIs(t, err, seal.ErrAuth)
 		require.NotContains(t, err.Error(), secretValue)
 		// Nor does a header set open as the endpoint's signing secret.
-		_, err = OpenKeys(b.keyring, e.ID, sealed, nil, nil, e.CreatedAt)
+		_, err = OpenKeys(b.keyring, e.ID, seal.SigningKeys{Current: sealed}, e.CreatedAt)
 		require.ErrorIs(t, err, seal.ErrAuth)
 	})
 

@@ -53,16 +53,16 @@ func newKeyPair(kr *seal.Keyring, id uuid.UUID) (publicKey string, sealed []byte
 // OpenSigningKeys unseals what endpoint id signs with at now, for its
 // scheme: for v1 the HMAC keys (as OpenKeys), for v1a the Ed25519 private
 // keys, the current one first and the previous one while its overlap lasts.
-// The arguments are the endpoint's columns as stored (the delivery worker
-// reads them in its lease query). Errors name the endpoint and the seal
-// failure, never key material.
-func OpenSigningKeys(kr *seal.Keyring, id uuid.UUID, scheme string, current, previous []byte, previousExpiresAt *time.Time, now time.Time) (webhook.Keys, error) {
-	switch scheme {
+// k is the endpoint's columns as stored (the delivery worker reads them in
+// its lease query). Errors name the endpoint and the seal failure, never key
+// material.
+func OpenSigningKeys(kr *seal.Keyring, id uuid.UUID, k seal.SigningKeys, now time.Time) (webhook.Keys, error) {
+	switch k.Scheme {
 	case SchemeV1, "":
-		keys, err := OpenKeys(kr, id, current, previous, previousExpiresAt, now)
+		keys, err := OpenKeys(kr, id, k, now)
 		return webhook.Keys{HMAC: keys}, err
 	case SchemeV1a:
-		seeds, err := OpenKeys(kr, id, current, previous, previousExpiresAt, now)
+		seeds, err := OpenKeys(kr, id, k, now)
 		if err != nil {
 			return webhook.Keys{}, err
 		}
@@ -81,6 +81,6 @@ func OpenSigningKeys(kr *seal.Keyring, id uuid.UUID, scheme string, current, pre
 }
 
 // OpenSigningKeys is the package's OpenSigningKeys with the opener's keyring.
-func (o KeyOpener) OpenSigningKeys(id uuid.UUID, scheme string, current, previous []byte, previousExpiresAt *time.Time, now time.Time) (webhook.Keys, error) {
-	return OpenSigningKeys(o.kr, id, scheme, current, previous, previousExpiresAt, now)
+func (o KeyOpener) OpenSigningKeys(id uuid.UUID, k seal.SigningKeys, now time.Time) (webhook.Keys, error) {
+	return OpenSigningKeys(o.kr, id, k, now)
 }

@@ -45,7 +45,7 @@ func TestKeyPairEndpoints(t *testing.T) {
 		require.NoError(t, b.db.Pool.QueryRow(t.Context(),
 			`SELECT secret_enc, previous_secret_enc, previous_secret_expires_at FROM webhook_endpoints WHERE id = $1`, e.ID).
 			Scan(&cur, &prev, &exp))
-		keys, err := OpenSigningKeys(b.keyring, e.ID, e.SigningScheme, cur, prev, exp, now)
+		keys, err := OpenSigningKeys(b.keyring, e.ID, seal.SigningKeys{Scheme: e.SigningScheme, Current: cur, Previous: prev, PreviousExpiresAt: exp}, now)
 		require.NoError(t, err)
 		require.Empty(t, keys.HMAC)
 		return keys
@@ -123,7 +123,7 @@ func TestKeyPairEndpoints(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		e := create(t, b)
-		_, err := OpenSigningKeys(b.keyring, e.ID, "v2", nil, nil, nil, time.Now())
+		_, err := OpenSigningKeys(b.keyring, e.ID, seal.SigningKeys{Scheme: "v2"}, time.Now())
 		require.Error(t, err)
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +11,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/standmeet/webhook-dispatcher/internal/seal"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -40,9 +41,8 @@ var (
 // request id blocks on the insert until this transaction ends. The owner's
 // expired request ids go first, which is all the pruning they need.
 func claimRequest(ctx context.Context, tx pgx.Tx, p CreateParams) error {
-	if _, err := tx.Exec(ctx, `DELETE FROM webhook_endpoint_requests WHERE owner_id = $1 AND created_at < now() - $2::interval`,
-		p.OwnerID, RequestRetention.String()); err != nil {
-		return fmt.Errorf("prune request ids: %w", err)
+	if err := PruneRequestIDs(ctx, tx, p.OwnerID); err != nil {
+		return err
 	}
 	tag, err := tx.Exec(ctx, `
 INSERT INTO webhook_endpoint_requests (owner_id, request_id, params_hash) VALUES ($1, $2, $3)
@@ -52,6 +52,24 @@ ON CONFLICT (owner_id, request_id) DO NOTHING`, p.OwnerID, p.RequestID, paramsHa
 	}
 	if tag.RowsAffected() == 0 {
 		return errClaimed
+	}
+	return nil
+}
+
+// PruneRequestIDs forgets the request ids older than RequestRetention: the
+// owner's, or every owner's when ownerID is "". A create prunes its owner's
+// (claimRequest); the retention job prunes the rest, for owners who stopped
+// creating.
+func PruneRequestIDs(ctx context.Context, db interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}, ownerID string,
+) error {
+	sql, args := `DELETE FROM webhook_endpoint_requests WHERE created_at < now() - make_interval(secs => $1)`, []any{RequestRetention.Seconds()}
+	if ownerID != "" {
+		sql, args = sql+` AND owner_id = $2`, append(args, ownerID)
+	}
+	if _, err := db.Exec(ctx, sql, args...); err != nil {
+		return fmt.Errorf("prune endpoint request ids: %w", err)
 	}
 	return nil
 }
@@ -114,14 +132,14 @@ SELECT params_hash, secret_hash, endpoint_id FROM webhook_endpoint_requests
 		}
 		return Created{}, fmt.Errorf("replay create: %w", err)
 	}
-	keys, err := OpenKeys(s.keyring, *id, sealed, nil, nil, time.Now())
+	keys, err := OpenKeys(s.keyring, *id, seal.SigningKeys{Current: sealed}, time.Now())
 	if err != nil {
 		return Created{}, fmt.Errorf("replay create: %w", err)
 	}
 	key := keys[0]
 	defer clear(key)
 	if bytes.Equal(keyHash(key), secretHash) {
-		c.Secret = webhook.SecretPrefix + base64.StdEncoding.EncodeToString(key)
+		c.Secret = webhook.FormatSecret(key)
 	}
 	return c, nil
 }

@@ -40,23 +40,22 @@ func newSecret(kr *seal.Keyring, id uuid.UUID) (secret string, sealed []byte, er
 	return secret, sealed, nil
 }
 
-// OpenKeys unseals the HMAC keys endpoint id signs with at now: the current
-// key first, then the previous one while its rotation grace period lasts
-// (previousExpiresAt after now). current, previous and previousExpiresAt are
-// the endpoint's secret_enc, previous_secret_enc and
-// previous_secret_expires_at columns as stored; the delivery worker reads them
-// in its lease query and calls this, so the hot path costs no extra query.
+// OpenKeys unseals the keys endpoint id signs with at now, whatever its
+// scheme: the current key first, then the previous one while its rotation
+// grace period lasts (PreviousExpiresAt after now). The delivery worker reads
+// k in its lease query and calls this (through OpenSigningKeys), so the hot
+// path costs no extra query.
 //
 // Errors name the endpoint and the seal failure (unknown key id, failed
 // authentication), never any key material.
-func OpenKeys(kr *seal.Keyring, id uuid.UUID, current, previous []byte, previousExpiresAt *time.Time, now time.Time) ([][]byte, error) {
-	cur, err := kr.Open(current, id[:])
+func OpenKeys(kr *seal.Keyring, id uuid.UUID, k seal.SigningKeys, now time.Time) ([][]byte, error) {
+	cur, err := kr.Open(k.Current, id[:])
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %s: open current secret: %w", id, err)
 	}
 	keys := [][]byte{cur}
-	if previous != nil && previousExpiresAt != nil && now.Before(*previousExpiresAt) {
-		prev, err := kr.Open(previous, id[:])
+	if k.Previous != nil && k.PreviousExpiresAt != nil && now.Before(*k.PreviousExpiresAt) {
+		prev, err := kr.Open(k.Previous, id[:])
 		if err != nil {
 			return nil, fmt.Errorf("endpoint %s: open previous secret: %w", id, err)
 		}
@@ -73,8 +72,8 @@ type KeyOpener struct{ kr *seal.Keyring }
 func NewKeyOpener(kr *seal.Keyring) KeyOpener { return KeyOpener{kr: kr} }
 
 // OpenKeys is the package's OpenKeys with the opener's keyring.
-func (o KeyOpener) OpenKeys(id uuid.UUID, current, previous []byte, previousExpiresAt *time.Time, now time.Time) ([][]byte, error) {
-	return OpenKeys(o.kr, id, current, previous, previousExpiresAt, now)
+func (o KeyOpener) OpenKeys(id uuid.UUID, k seal.SigningKeys, now time.Time) ([][]byte, error) {
+	return OpenKeys(o.kr, id, k, now)
 }
 
 // resealBatch bounds the rows locked by one Reseal transaction, so a

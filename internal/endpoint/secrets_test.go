@@ -51,7 +51,7 @@ func TestOpenKeys(t *testing.T) {
 	t.Run("BothInsideGrace", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		keys, err := OpenKeys(b.keyring, b.id, b.cur, b.prev, &b.expires, b.now.Add(time.Hour))
+		keys, err := OpenKeys(b.keyring, b.id, seal.SigningKeys{Current: b.cur, Previous: b.prev, PreviousExpiresAt: &b.expires}, b.now.Add(time.Hour))
 		require.NoError(t, err)
 		require.Equal(t, [][]byte{b.curKey, b.prevKey}, keys)
 	})
@@ -59,7 +59,7 @@ func TestOpenKeys(t *testing.T) {
 	t.Run("OnlyCurrentAfterGrace", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		keys, err := OpenKeys(b.keyring, b.id, b.cur, b.prev, &b.expires, b.expires.Add(time.Nanosecond))
+		keys, err := OpenKeys(b.keyring, b.id, seal.SigningKeys{Current: b.cur, Previous: b.prev, PreviousExpiresAt: &b.expires}, b.expires.Add(time.Nanosecond))
 		require.NoError(t, err)
 		require.Equal(t, [][]byte{b.curKey}, keys)
 	})
@@ -67,7 +67,7 @@ func TestOpenKeys(t *testing.T) {
 	t.Run("ExpiryInstantIsAfterGrace", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		keys, err := OpenKeys(b.keyring, b.id, b.cur, b.prev, &b.expires, b.expires)
+		keys, err := OpenKeys(b.keyring, b.id, seal.SigningKeys{Current: b.cur, Previous: b.prev, PreviousExpiresAt: &b.expires}, b.expires)
 		require.NoError(t, err)
 		require.Len(t, keys, 1)
 	})
@@ -75,11 +75,11 @@ func TestOpenKeys(t *testing.T) {
 	t.Run("NoPrevious", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		keys, err := OpenKeys(b.keyring, b.id, b.cur, nil, nil, b.now)
+		keys, err := OpenKeys(b.keyring, b.id, seal.SigningKeys{Current: b.cur}, b.now)
 		require.NoError(t, err)
 		require.Equal(t, [][]byte{b.curKey}, keys)
 		// A previous secret without an expiry never signs.
-		keys, err = OpenKeys(b.keyring, b.id, b.cur, b.prev, nil, b.now)
+		keys, err = OpenKeys(b.keyring, b.id, seal.SigningKeys{Current: b.cur, Previous: b.prev}, b.now)
 		require.NoError(t, err)
 		require.Len(t, keys, 1)
 	})
@@ -88,7 +88,7 @@ func TestOpenKeys(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		other := uuid.Must(uuid.NewV7())
-		_, err := OpenKeys(b.keyring, other, b.cur, nil, nil, b.now)
+		_, err := OpenKeys(b.keyring, other, seal.SigningKeys{Current: b.cur}, b.now)
 		require.ErrorIs(t, err, seal.ErrAuth)
 		require.Contains(t, err.Error(), other.String())
 		require.NotContains(t, err.Error(), string(b.curKey))
@@ -99,7 +99,7 @@ func TestOpenKeys(t *testing.T) {
 		b := setup(t)
 		bad := append([]byte(nil), b.prev...)
 		bad[len(bad)-1] ^= 1
-		_, err := OpenKeys(b.keyring, b.id, b.cur, bad, &b.expires, b.now)
+		_, err := OpenKeys(b.keyring, b.id, seal.SigningKeys{Current: b.cur, Previous: bad, PreviousExpiresAt: &b.expires}, b.now)
 		require.ErrorIs(t, err, seal.ErrAuth)
 	})
 
@@ -107,7 +107,7 @@ func TestOpenKeys(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		other, _ := testfactory.Keyring(t, 8)
-		_, err := OpenKeys(other, b.id, b.cur, nil, nil, b.now)
+		_, err := OpenKeys(other, b.id, seal.SigningKeys{Current: b.cur}, b.now)
 		require.ErrorIs(t, err, seal.ErrUnknownKey)
 	})
 }
@@ -157,7 +157,7 @@ func TestReseal(t *testing.T) {
 		require.NoError(t, b.db.Pool.QueryRow(t.Context(),
 			`SELECT secret_enc, previous_secret_enc, previous_secret_expires_at FROM webhook_endpoints WHERE id = $1`, id).
 			Scan(&cur, &prev, &exp))
-		keys, err := OpenKeys(kr, id, cur, prev, exp, now)
+		keys, err := OpenKeys(kr, id, seal.SigningKeys{Current: cur, Previous: prev, PreviousExpiresAt: exp}, now)
 		require.NoError(t, err)
 		return keys
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/seal"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -94,10 +95,10 @@ func TestCreateEndpoint(t *testing.T) {
 		require.False(t, b.env.keyring.NeedsReseal(sealed))
 
 		// The one place that unseals gives the key back, bound to this id.
-		keys, err := endpoint.OpenKeys(b.env.keyring, id, sealed, nil, nil, time.Now())
+		keys, err := endpoint.OpenKeys(b.env.keyring, id, seal.SigningKeys{Current: sealed}, time.Now())
 		require.NoError(t, err)
 		require.Equal(t, [][]byte{key}, keys)
-		_, err = endpoint.OpenKeys(b.env.keyring, uuid.New(), sealed, nil, nil, time.Now())
+		_, err = endpoint.OpenKeys(b.env.keyring, uuid.New(), seal.SigningKeys{Current: sealed}, time.Now())
 		require.Error(t, err)
 	})
 
@@ -670,14 +671,14 @@ func TestRotateSecret(t *testing.T) {
 
 		// Inside the grace period: current first, previous second; a
 		// receiver holding either secret verifies the same delivery.
-		keys, err := endpoint.OpenKeys(b.env.keyring, b.id, cur, prev, expires, expires.Add(-time.Second))
+		keys, err := endpoint.OpenKeys(b.env.keyring, b.id, seal.SigningKeys{Current: cur, Previous: prev, PreviousExpiresAt: expires}, expires.Add(-time.Second))
 		require.NoError(t, err)
 		require.Equal(t, [][]byte{newKey, oldKey}, keys)
 		require.True(t, verifies(t, keys, resp.GetSecret()))
 		require.True(t, verifies(t, keys, b.secret))
 
 		// After it: only the new one.
-		keys, err = endpoint.OpenKeys(b.env.keyring, b.id, cur, prev, expires, *expires)
+		keys, err = endpoint.OpenKeys(b.env.keyring, b.id, seal.SigningKeys{Current: cur, Previous: prev, PreviousExpiresAt: expires}, *expires)
 		require.NoError(t, err)
 		require.Equal(t, [][]byte{newKey}, keys)
 		require.True(t, verifies(t, keys, resp.GetSecret()))
@@ -696,7 +697,7 @@ func TestRotateSecret(t *testing.T) {
 		cur, prev, expires := secretColumns(t, b.env, b.id)
 		require.Nil(t, prev)
 		require.Nil(t, expires)
-		keys, err := endpoint.OpenKeys(b.env.keyring, b.id, cur, prev, expires, time.Now())
+		keys, err := endpoint.OpenKeys(b.env.keyring, b.id, seal.SigningKeys{Current: cur, Previous: prev, PreviousExpiresAt: expires}, time.Now())
 		require.NoError(t, err)
 		require.Len(t, keys, 1)
 		require.True(t, verifies(t, keys, resp.GetSecret()))
@@ -717,7 +718,7 @@ func TestRotateSecret(t *testing.T) {
 		r1 := rotate(t, b, nil)
 		r2 := rotate(t, b, nil)
 		cur, prev, expires := secretColumns(t, b.env, b.id)
-		keys, err := endpoint.OpenKeys(b.env.keyring, b.id, cur, prev, expires, time.Now())
+		keys, err := endpoint.OpenKeys(b.env.keyring, b.id, seal.SigningKeys{Current: cur, Previous: prev, PreviousExpiresAt: expires}, time.Now())
 		require.NoError(t, err)
 		require.Len(t, keys, 2)
 		require.True(t, verifies(t, keys, r2.GetSecret()))

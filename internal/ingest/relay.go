@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/pglisten"
+	"github.com/standmeet/webhook-dispatcher/pkg/outbox"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -28,7 +27,7 @@ import (
 const (
 	DefaultRelayBatchSize    = 500
 	DefaultRelayPollInterval = time.Second
-	DefaultOutboxTable       = "webhook_outbox"
+	DefaultOutboxTable       = outbox.DefaultTable
 
 	// OutboxChannel is the NOTIFY channel of the outbox contract's trigger
 	// (migrations/outbox).
@@ -58,8 +57,6 @@ type RelayConfig struct {
 	// its log lines.
 	Source Source
 }
-
-var tableNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
 
 // Relay copies the main application's outbox rows into the dispatcher.
 type Relay struct {
@@ -105,21 +102,19 @@ func NewRelay(cfg RelayConfig, outboxPool *pgxpool.Pool, store *Store, m *metric
 		pool:    outboxPool,
 		store:   store,
 	}
-	if err := ValidateOutboxTable(cfg.Table); err != nil {
+	table, err := outbox.QuoteTable(cfg.Table)
+	if err != nil {
 		r.configErr = fmt.Errorf("outbox relay: %w", err)
-	} else {
-		r.table = pgx.Identifier(strings.Split(cfg.Table, ".")).Sanitize()
 	}
+	r.table = table
 	return r
 }
 
-// ValidateOutboxTable reports whether name can be RelayConfig.Table: a table
-// name, optionally schema-qualified, of letters, digits and underscores.
+// ValidateOutboxTable reports whether name can be RelayConfig.Table: the
+// rule pkg/outbox's writer applies (outbox.QuoteTable).
 func ValidateOutboxTable(name string) error {
-	if !tableNameRE.MatchString(name) {
-		return fmt.Errorf("invalid table name %q: must be [schema.]name of letters, digits and underscores", name)
-	}
-	return nil
+	_, err := outbox.QuoteTable(name)
+	return err
 }
 
 // Run relays until ctx is done, then returns nil. Database errors, on either

@@ -91,8 +91,9 @@ const (
 // the queue metrics.
 func Kinds() []string { return []string{KindFanout, KindDeliver, KindPrune} }
 
-// DeliverMaxAttempts bounds a delivery: 5 s, 5 min, 30 min, 2 h, 5 h, then 10 h each; the 18th
-// failed attempt (about 5.3 days after the first) discards the delivery.
+// DeliverMaxAttempts bounds a delivery: its last failed attempt discards it.
+// internal/delivery's Schedule spaces the attempts (docs/spec.md, "One
+// delivery").
 const DeliverMaxAttempts = 18
 
 // FanoutArgs fans one stored event out to its owner's endpoints.

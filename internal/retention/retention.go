@@ -116,9 +116,8 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.PruneArgs]) error {
 	}
 	// An owner's own creates prune its expired request ids too; this is for
 	// owners who stopped creating. Few rows: one DELETE.
-	if _, err := w.pool.Exec(ctx, `DELETE FROM webhook_endpoint_requests WHERE created_at < now() - make_interval(secs => $1)`,
-		endpoint.RequestRetention.Seconds()); err != nil {
-		return fmt.Errorf("prune endpoint request ids: %w", err)
+	if err := endpoint.PruneRequestIDs(ctx, w.pool, ""); err != nil {
+		return err
 	}
 	// The attempt history goes with the same retention; the statistics'
 	// buckets once no window needs them.

@@ -125,6 +125,17 @@ func WithCatalog(c *catalog.Catalog) Option {
 
 var tableNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
 
+// QuoteTable checks name as Table does (a table name, optionally
+// schema-qualified, of letters, digits and underscores) and returns it
+// quoted, ready to splice into SQL. The dispatcher's relay reads the table by
+// the same rule, so whatever name the writer accepts, the relay does too.
+func QuoteTable(name string) (string, error) {
+	if !tableNameRE.MatchString(name) {
+		return "", fmt.Errorf("invalid table name %q: must be [schema.]name of letters, digits and underscores", name)
+	}
+	return pgx.Identifier(strings.Split(name, ".")).Sanitize(), nil
+}
+
 // Write validates e and inserts it into the outbox through q, which should be
 // the transaction that makes the change e describes: the row then commits or
 // rolls back with it. A *FieldError reports invalid input; nothing is written.
@@ -174,8 +185,9 @@ func prepare(e Event, opts []Option) (*insert, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if !tableNameRE.MatchString(o.table) {
-		return nil, fmt.Errorf("outbox: invalid table name %q", o.table)
+	table, err := QuoteTable(o.table)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
 	}
 	cat := o.catalog
 	if cat == nil && !o.noCatalog {
@@ -191,7 +203,6 @@ func prepare(e Event, opts []Option) (*insert, error) {
 	if !e.OccurredAt.IsZero() {
 		occurredAt = &e.OccurredAt
 	}
-	table := pgx.Identifier(strings.Split(o.table, ".")).Sanitize()
 	return &insert{
 		sql: `INSERT INTO ` + table + ` (event_id, owner_id, type, subject, occurred_at, data)
 		VALUES ($1, $2, $3, $4, coalesce($5::timestamptz, now()), $6::jsonb)`,

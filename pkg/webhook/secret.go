@@ -33,7 +33,14 @@ func GenerateSecret() (string, error) {
 	if _, err := rand.Read(key); err != nil {
 		return "", fmt.Errorf("webhook: generate secret: %w", err)
 	}
-	return SecretPrefix + base64.StdEncoding.EncodeToString(key), nil
+	return FormatSecret(key), nil
+}
+
+// FormatSecret serialises an HMAC key as a signing secret: "whsec_"
+// followed by its padded standard base64 encoding, the form ParseSecret
+// reads.
+func FormatSecret(key []byte) string {
+	return SecretPrefix + base64.StdEncoding.EncodeToString(key)
 }
 
 // ParseSecret decodes a serialised signing secret into its HMAC key.

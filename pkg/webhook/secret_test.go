@@ -40,6 +40,17 @@ func TestGenerateSecret(t *testing.T) {
 	})
 }
 
+func TestFormatSecret(t *testing.T) {
+	t.Parallel()
+
+	key := []byte("0123456789abcdef0123456789abcdef")
+	secret := webhook.FormatSecret(key)
+	require.Equal(t, "whsec_"+base64.StdEncoding.EncodeToString(key), secret)
+	got, err := webhook.ParseSecret(secret)
+	require.NoError(t, err)
+	require.Equal(t, key, got)
+}
+
 func TestParseSecret(t *testing.T) {
 	t.Parallel()
 
