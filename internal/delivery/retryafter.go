@@ -1,5 +1,3 @@
-// Package delivery is the webhook.deliver worker: lease, sign, send, classify, settle;
-// and the retry policy.
 package delivery
 
 import (
