@@ -98,8 +98,10 @@ test: ## Run every test (needs Postgres with 20 free connections: DATABASE_URL o
 	TEST_LOCK=$(CURDIR)/bin/.test.lock $(GO) test $(TEST_FLAGS) -p $(TEST_P) $(if $(TEST_EXEC),-exec $(TEST_EXEC)) -parallel $(TEST_PARALLEL) ./...
 
 .PHONY: test/chaos
-test/chaos: ## The long reliability run: 10,000 events through 3 dispatchers killed with SIGKILL, plus the outage tests (needs Postgres).
-	CHAOS_EVENTS=$${CHAOS_EVENTS:-10000} CHAOS_KILLS=$${CHAOS_KILLS:-6} CHAOS_DB_MAX_CONNS=$${CHAOS_DB_MAX_CONNS:-8} $(GO) test $(TEST_FLAGS) -v -run '^(TestChaos|TestOutage)' ./e2e
+test/chaos: ## The long reliability run: 10,000 events through 3 dispatchers killed with SIGKILL; the churn run (one of 3 killed every 5-10 s for 2 min while publishing, against the same run without kills); the outage tests (needs Postgres).
+	CHAOS_EVENTS=$${CHAOS_EVENTS:-10000} CHAOS_KILLS=$${CHAOS_KILLS:-6} CHAOS_DB_MAX_CONNS=$${CHAOS_DB_MAX_CONNS:-8} \
+	CHAOS_CHURN=$${CHAOS_CHURN:-120s} CHAOS_CHURN_RATE=$${CHAOS_CHURN_RATE:-75} \
+	$(GO) test $(TEST_FLAGS) -v -run '^(TestChaos|TestOutage)' ./e2e
 
 .PHONY: test/race
 test/race: ## Run every test with the race detector.

@@ -151,12 +151,32 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 			slog.String("proxy", p.Addr), slog.Bool("credentials", p.Username != ""))
 	}
 
+	// The attempt history, written in batches beside the deliveries.
+	attempts := attempt.NewRecorder(attempt.RecorderConfig{BodyBytes: cfg.AttemptBodyBytes, Metrics: m}, pool, logger.With(slog.String("component", "attempts")))
+	deliverWorker := delivery.NewWorker(delivery.Config{
+		Channel: delivery.LeaseChannel(cfg.DB.Schema), RescueAfter: cfg.RescueStuckAfter, Attempts: attempts, DisableAfter: cfg.DisableAfter,
+		OperationalOwner: cfg.OperationalOwner, OperationalChannel: delivery.OperationalChannel(cfg.DB.Schema), Member: memberID,
+	},
+		pool, httpClient, endpoint.NewKeyOpener(keyring), m, logger)
+	if limit := deliverWorker.Timeout(nil); cfg.RescueStuckAfter <= limit {
+		return fmt.Errorf("invalid -rescue-stuck-after %s: must exceed the deliver job timeout (%s), or live deliveries would be rescued", cfg.RescueStuckAfter, limit)
+	}
+
 	// Spreads deliveries over the processes by endpoint (see
-	// internal/partition); its queues are added once River runs.
+	// internal/partition); its queues are added once River runs. It gives
+	// back a dead replica's jobs, and has the deliver worker release the
+	// leases of one whose sessions are gone (it is gone with them).
 	memberCfg := partition.Config{ID: memberID, Workers: cfg.DeliverWorkers, Hold: cfg.RescueStuckAfter,
 		Rescued: func(running, handedOff int) {
 			m.JobsRescuedTotal.WithLabelValues(partition.RescuedRunning).Add(float64(running))
 			m.JobsRescuedTotal.WithLabelValues(partition.RescuedHandedOff).Add(float64(handedOff))
+		},
+		Gone: func(ctx context.Context, members []string) error {
+			n, err := deliverWorker.ReleaseLeasesOf(ctx, members)
+			if n > 0 {
+				logger.InfoContext(ctx, "released the endpoint leases of dead replicas", slog.Any("members", members), slog.Int("leases", n))
+			}
+			return err
 		}}
 	if named {
 		memberCfg.Backend = partition.BackendName(memberID)
@@ -167,16 +187,6 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 
 	workers := river.NewWorkers()
 	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), member.Active, m, logger))
-	// The attempt history, written in batches beside the deliveries.
-	attempts := attempt.NewRecorder(attempt.RecorderConfig{BodyBytes: cfg.AttemptBodyBytes, Metrics: m}, pool, logger.With(slog.String("component", "attempts")))
-	deliverWorker := delivery.NewWorker(delivery.Config{
-		Channel: delivery.LeaseChannel(cfg.DB.Schema), RescueAfter: cfg.RescueStuckAfter, Attempts: attempts, DisableAfter: cfg.DisableAfter,
-		OperationalOwner: cfg.OperationalOwner, OperationalChannel: delivery.OperationalChannel(cfg.DB.Schema),
-	},
-		pool, httpClient, endpoint.NewKeyOpener(keyring), m, logger)
-	if limit := deliverWorker.Timeout(nil); cfg.RescueStuckAfter <= limit {
-		return fmt.Errorf("invalid -rescue-stuck-after %s: must exceed the deliver job timeout (%s), or live deliveries would be rescued", cfg.RescueStuckAfter, limit)
-	}
 	river.AddWorker(workers, deliverWorker)
 	river.AddWorker(workers, retention.NewWorker(pool, logger))
 

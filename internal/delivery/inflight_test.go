@@ -216,7 +216,7 @@ func TestLanesSlots(t *testing.T) {
 
 	t.Run("OneRunnerUntilTheLeaseSaysMore", func(t *testing.T) {
 		t.Parallel()
-		ls := newLanes(0)
+		ls := newLanes(0, [8]byte{})
 		ep := uuid.New()
 		ok, _ := ls.enter(context.Background(), ep, 0, time.Second)
 		require.True(t, ok)
@@ -239,7 +239,7 @@ func TestLanesSlots(t *testing.T) {
 
 	t.Run("LoweredLimitAdmitsNoneUntilBelowIt", func(t *testing.T) {
 		t.Parallel()
-		ls := newLanes(0)
+		ls := newLanes(0, [8]byte{})
 		ep := uuid.New()
 		ok, _ := ls.enter(context.Background(), ep, 0, time.Second)
 		require.True(t, ok)
@@ -258,7 +258,7 @@ func TestLanesSlots(t *testing.T) {
 
 	t.Run("WantedLeaseDrainsThenGoesToTheOtherProcess", func(t *testing.T) {
 		t.Parallel()
-		ls := newLanes(0)
+		ls := newLanes(0, [8]byte{})
 		ls.setLinger(true)
 		ep := uuid.New()
 		ok, _ := ls.enter(context.Background(), ep, 0, time.Second)

@@ -39,6 +39,10 @@ type lanes struct {
 	maxWaiters int
 	// linger: idle lanes keep their lease (a listener and a sweeper run).
 	linger bool
+	// prefix begins every lease token this process takes (LeasePrefix of
+	// its member id), so that the leases of a process that died can be
+	// told from the others' (Worker.ReleaseLeasesOf).
+	prefix [8]byte
 }
 
 type lane struct {
@@ -89,8 +93,16 @@ type waiter struct {
 	slot time.Duration
 }
 
-func newLanes(maxWaiters int) *lanes {
-	return &lanes{byEndpoint: make(map[uuid.UUID]*lane), maxWaiters: maxWaiters}
+func newLanes(maxWaiters int, prefix [8]byte) *lanes {
+	return &lanes{byEndpoint: make(map[uuid.UUID]*lane), maxWaiters: maxWaiters, prefix: prefix}
+}
+
+// newToken returns a new lease token: this process's prefix, then 8 random
+// bytes.
+func (ls *lanes) newToken() uuid.UUID {
+	t := uuid.New()
+	copy(t[:8], ls.prefix[:])
+	return t
 }
 
 // lease is the lane's database lease as a runner sees it.
@@ -237,7 +249,7 @@ func (ls *lanes) takeToken(ep uuid.UUID) uuid.UUID {
 	defer ls.mu.Unlock()
 	ln := ls.byEndpoint[ep]
 	if ln.token == uuid.Nil {
-		ln.token, ln.expires = uuid.New(), time.Time{}
+		ln.token, ln.expires = ls.newToken(), time.Time{}
 	}
 	return ln.token
 }

@@ -229,4 +229,39 @@ func TestLease(t *testing.T) {
 		require.Equal(t, token, after, "the same lease, extended")
 		require.Zero(t, testutil.ToFloat64(b.metrics.SnoozesTotal.WithLabelValues(job.SnoozeLeaseBusy)))
 	})
+
+	t.Run("TheLeasesOfADeadProcessAreReleasedAndOnlyTheirs", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		alive := b.otherProcess(Config{Member: "alive-1"})
+		runWorker(t, alive)
+		rc := newReceiver(t, status(http.StatusOK))
+		epDead, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		epAlive, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		ctx, cancel := context.WithTimeout(rivertest.WorkContext(context.Background(), b.client), 30*time.Second)
+		defer cancel()
+		require.NoError(t, alive.Work(ctx, b.runningJob(t, epAlive, b.insertEvent(t, "owner-1", "code.issued", "code://1"))))
+		require.NotNil(t, b.endpoint(t, epAlive).busyUntil, "the live process's lease lingers")
+		// What a killed process leaves: a lease with its token, held for
+		// the TTL, that nobody will release or answer a request for.
+		token := uuid.New()
+		prefix := LeasePrefix("dead-1")
+		copy(token[:8], prefix[:])
+		_, err := b.db.Pool.Exec(ctx, `UPDATE webhook_endpoints SET busy_until = now() + interval '30 seconds', lease_token = $2 WHERE id = $1`, epDead, token)
+		require.NoError(t, err)
+
+		// A third process waits for the dead one's lease, as the new owner
+		// of its partition would.
+		waiter := b.otherProcess(Config{Member: "waiter-1"})
+		runWorker(t, waiter)
+		got := make(chan error, 1)
+		j := b.runningJob(t, epDead, b.insertEvent(t, "owner-1", "code.issued", "code://2"))
+		go func() { got <- waiter.Work(ctx, j) }()
+		n, err := alive.ReleaseLeasesOf(ctx, []string{"dead-1"})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.NotNil(t, b.endpoint(t, epAlive).busyUntil, "only the dead one's")
+		require.NoError(t, <-got, "the release is announced: the waiting process takes the lease at once instead of snoozing until it expires")
+		require.EqualValues(t, 2, rc.hits.Load())
+	})
 }

@@ -25,7 +25,7 @@ func TestRateClock(t *testing.T) {
 	// sent away (the budget is long), since pacing the backlog is a
 	// statement.
 	newClockWorker := func(localWait time.Duration) *Worker {
-		return &Worker{cfg: Config{LocalWait: localWait}, lanes: newLanes(0)}
+		return &Worker{cfg: Config{LocalWait: localWait}, lanes: newLanes(0, [8]byte{})}
 	}
 
 	t.Run("StartsAreOneIntervalApart", func(t *testing.T) {
@@ -97,7 +97,7 @@ func TestRateClock(t *testing.T) {
 	t.Run("BacklogBeyondTheBudgetIsSentAwayWithLaterSlots", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			ls := newLanes(0)
+			ls := newLanes(0, [8]byte{})
 			ep := uuid.New()
 			const (
 				interval = time.Second

@@ -95,6 +95,11 @@ type Config struct {
 	// OperationalChannel is the NOTIFY channel that wakes that relay.
 	// Default: OperationalChannel(the pool's search_path).
 	OperationalChannel string
+	// Member is this process's member id (internal/partition): every lease
+	// token it takes begins with LeasePrefix(Member), so that when it dies
+	// the others can release its leases (ReleaseLeasesOf) instead of
+	// waiting for them to expire.
+	Member string
 }
 
 // OperationalTable is the dispatcher's own outbox of operational events
@@ -202,7 +207,7 @@ func NewWorker(cfg Config, pool *pgxpool.Pool, client *http.Client, keys KeyOpen
 		keys:    keys,
 		metrics: m,
 		logger:  logger,
-		lanes:   newLanes(cfg.LocalWaiters),
+		lanes:   newLanes(cfg.LocalWaiters, LeasePrefix(cfg.Member)),
 		now:     time.Now,
 
 		recovered: make(chan struct{}, 1),

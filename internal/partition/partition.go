@@ -92,6 +92,12 @@ type Config struct {
 	// Rescued, if set, is told how many jobs of dead members this member
 	// gave back: running ones, and handed-off ones.
 	Rescued func(running, handedOff int)
+	// Gone, if set, is given the dead members whose jobs this member gave
+	// back because their sessions were gone: their processes are gone (a
+	// killed process's connections, to the database and to receivers,
+	// close with it), not only slow. The deliver worker releases their
+	// endpoint leases (delivery.Worker.ReleaseLeasesOf).
+	Gone func(ctx context.Context, members []string) error
 }
 
 // What the jobs given back were: the "kind" label of
@@ -293,9 +299,7 @@ func (m *Member) Tick(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Two heartbeats in a row: the others have had a beat to write theirs
-	// since we came back, if we had been away.
-	if len(v.dead) > 0 && steady >= 2 {
+	if len(v.dead) > 0 && steady >= m.steadyBeats() {
 		return m.rescue(ctx, v.dead)
 	}
 	return nil
@@ -486,8 +490,15 @@ func (m *Member) rescuable(beat time.Duration, gone *bool) bool {
 	}
 }
 
-// grace is how long a member without sessions keeps its jobs.
-func (m *Member) grace() time.Duration { return 2 * m.cfg.Heartbeat }
+// grace is how long a member without sessions keeps its jobs: a session
+// reconnecting after a blip has time to show up again.
+func (m *Member) grace() time.Duration { return 3 * m.cfg.Heartbeat }
+
+// steadyBeats is how many heartbeats in a row a member must have written
+// before it calls another dead: after a database outage everyone's
+// heartbeat is old and everyone's sessions were cut, so the others get as
+// long as the expiry to come back.
+func (m *Member) steadyBeats() int { return max(int(m.cfg.Expiry/m.cfg.Heartbeat), 2) }
 
 // raise records that the first n partitions (n = partitions) may hold
 // deliveries.
@@ -505,12 +516,17 @@ func (m *Member) raise(ctx context.Context, partitions int) error {
 // row's rescued_at; the conditions that made it dead are checked again, so a
 // member that beat in between is left alone):
 //
-//   - jobs it was running (the last of attempted_by): available now. The
+//   - jobs it was running (the last of attempted_by): available again. The
 //     attempt counts (its request may have left) and the error says so; a
-//     job on its last attempt is discarded, as River's rescuer would.
+//     job on its last attempt is discarded, as River's rescuer would. Its
+//     scheduled_at stays, so it goes before deliveries queued after it.
 //   - deliveries it had handed to itself (scheduled, attempt 0, its id in
-//     the note): available now, with the attempt counted the same way,
-//     since they are started the moment they are handed off.
+//     the note): available again, due from when they were queued, with the
+//     attempt counted the same way, since they are started the moment they
+//     are handed off.
+//
+// It returns the members it gave back, those dead by their sessions (not
+// only by an old heartbeat) first.
 const rescueSQL = `
 WITH dead AS (
     UPDATE delivery_members m SET rescued_at = now()
@@ -518,12 +534,12 @@ WITH dead AS (
        AND ((m.backend IS NOT NULL AND m.heartbeat_at < now() - make_interval(secs => $2::float8)
              AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.application_name = m.backend))
          OR (m.backend IS NULL AND m.heartbeat_at < now() - make_interval(secs => $3::float8)))
- RETURNING m.id
+ RETURNING m.id, m.backend IS NOT NULL AS gone
 ),
 cut AS (
     UPDATE river_job j
        SET state        = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END::river_job_state,
-           scheduled_at = CASE WHEN j.attempt >= j.max_attempts THEN j.scheduled_at ELSE now() END,
+           scheduled_at = least(j.scheduled_at, now()),
            finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
            errors       = array_append(coalesce(j.errors, '{}'),
                               jsonb_build_object('at', now(), 'attempt', j.attempt, 'error', $4::text, 'trace', ''))
@@ -535,7 +551,7 @@ cut AS (
 handed AS (
     UPDATE river_job j
        SET state        = 'available',
-           scheduled_at = now(),
+           scheduled_at = least(j.created_at, now()),
            attempt      = 1,
            attempted_at = coalesce(j.attempted_at, j.created_at),
            attempted_by = ARRAY[dead.id],
@@ -549,21 +565,34 @@ handed AS (
        AND j.metadata -> 'output' ->> 'by' = dead.id
  RETURNING j.id
 )
-SELECT (SELECT count(*) FROM dead)::int, (SELECT count(*) FROM cut)::int, (SELECT count(*) FROM handed)::int`
+SELECT coalesce((SELECT array_agg(id ORDER BY NOT gone, id) FROM dead), '{}'),
+       (SELECT count(*) FILTER (WHERE gone) FROM dead)::int,
+       (SELECT count(*) FROM cut)::int, (SELECT count(*) FROM handed)::int`
 
-// rescue gives back the jobs of the dead members.
+// rescue gives back the jobs of the dead members, and has the leases of
+// those whose sessions are gone released.
 func (m *Member) rescue(ctx context.Context, dead []string) error {
-	var members, running, handed int
+	var (
+		members               []string
+		gone, running, handed int
+	)
 	err := m.pool.QueryRow(ctx, rescueSQL, dead, m.grace().Seconds(), (2*m.cfg.Expiry).Seconds(), job.JobCut,
-		[]string{job.KindDeliver, job.KindFanout}, job.KindDeliver, m.cfg.Hold.Seconds(), job.SnoozeDirect).Scan(&members, &running, &handed)
+		[]string{job.KindDeliver, job.KindFanout}, job.KindDeliver, m.cfg.Hold.Seconds(), job.SnoozeDirect).Scan(&members, &gone, &running, &handed)
 	if err != nil {
 		return fmt.Errorf("partition: give back the jobs of dead members: %w", err)
 	}
-	if members > 0 {
-		m.logger.InfoContext(ctx, "partition: gave back the jobs of dead members", slog.Any("members", dead),
-			slog.Int("running", running), slog.Int("handed_off", handed))
-		if m.cfg.Rescued != nil {
-			m.cfg.Rescued(running, handed)
+	if len(members) == 0 {
+		return nil
+	}
+	m.logger.InfoContext(ctx, "partition: gave back the jobs of dead members", slog.Any("members", members),
+		slog.Int("running", running), slog.Int("handed_off", handed))
+	if m.cfg.Rescued != nil {
+		m.cfg.Rescued(running, handed)
+	}
+	if gone > 0 && m.cfg.Gone != nil {
+		if err := m.cfg.Gone(ctx, members[:gone]); err != nil {
+			// Their leases expire by themselves.
+			m.logger.WarnContext(ctx, "partition: release the leases of dead members", slog.Any("error", err))
 		}
 	}
 	return nil

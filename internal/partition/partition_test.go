@@ -516,16 +516,32 @@ func TestRescue(t *testing.T) {
 	type testBundle struct {
 		db *dbtest.DB
 		a  *Member
+
+		mu   sync.Mutex
+		gone []string // what a was told is gone
 	}
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		db := dbtest.New(t)
+		b := &testBundle{db: dbtest.New(t)}
 		// The ticks are the test's; a long heartbeat makes every bound below
-		// (the grace of 2 beats, the expiry of 5) minutes, far from what a
+		// (the grace of 3 beats, the expiry of 5) minutes, far from what a
 		// busy machine can take between two ticks.
-		a := New(Config{ID: "a", Heartbeat: time.Minute}, db.Pool, newFakeQueues(), slog.New(slog.DiscardHandler))
-		return &testBundle{db: db, a: a}
+		b.a = New(Config{ID: "a", Heartbeat: time.Minute, Gone: func(_ context.Context, members []string) error {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			b.gone = append(b.gone, members...)
+			return nil
+		}}, b.db.Pool, newFakeQueues(), slog.New(slog.DiscardHandler))
+		return b
 	}
+	goneSeen := func(b *testBundle) []string {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return slices.Clone(b.gone)
+	}
+	// steady is how many heartbeats in a row a member writes before it
+	// calls anyone dead: the expiry's worth.
+	const steady = 5
 	// member writes a member row whose sessions carry backend (none do
 	// unless it is the name of a live session) and which beat age ago.
 	member := func(t *testing.T, b *testBundle, id, backend string, age time.Duration) {
@@ -574,14 +590,15 @@ func TestRescue(t *testing.T) {
 	t.Run("ADeadMembersJobsGoBackAtOnceWithTheAttemptCounted", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		member(t, b, "ghost", "dispatcher gone "+t.Name(), 3*time.Minute)
+		member(t, b, "ghost", "dispatcher gone "+t.Name(), 4*time.Minute)
 		running := insertJob(t, b, "running", "ghost", "", 2)
 		handed := insertJob(t, b, "scheduled", "", "ghost", 0)
 		mine := insertJob(t, b, "running", "a", "", 1)
 		other := insertJob(t, b, "scheduled", "", "a", 0)
 
-		tick(t, b, 1)
-		require.Equal(t, "running", readJob(t, b, running).State, "a member that has just come (back) waits a beat before it calls anyone dead")
+		tick(t, b, steady-1)
+		require.Equal(t, "running", readJob(t, b, running).State, "a member that has just come (back) gives the others time to beat before it calls anyone dead")
+		require.Empty(t, goneSeen(b))
 		tick(t, b, 1)
 		require.Equal(t, jobRow{State: "available", Attempt: 2, Errors: []string{job.JobCut}}, readJob(t, b, running),
 			"the attempt counts: its request may have left")
@@ -589,6 +606,7 @@ func TestRescue(t *testing.T) {
 			"handed off and started at once: counted the same way, the note gone")
 		require.Equal(t, jobRow{State: "running", Attempt: 1, Errors: []string{}}, readJob(t, b, mine), "a live member's job is its own")
 		require.Equal(t, jobRow{State: "scheduled", Errors: []string{}, Note: true}, readJob(t, b, other))
+		require.Equal(t, []string{"ghost"}, goneSeen(b), "its sessions are gone: its leases are released")
 
 		// Given back once: a job the ghost's partition's new owner is
 		// running now is not touched again.
@@ -596,14 +614,15 @@ func TestRescue(t *testing.T) {
 		require.NoError(t, err)
 		tick(t, b, 2)
 		require.Equal(t, jobRow{State: "running", Attempt: 3, Errors: []string{job.JobCut}}, readJob(t, b, running))
+		require.Equal(t, []string{"ghost"}, goneSeen(b), "once")
 	})
 
 	t.Run("TheLastAttemptIsDiscarded", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		member(t, b, "ghost", "dispatcher gone "+t.Name(), 3*time.Minute)
+		member(t, b, "ghost", "dispatcher gone "+t.Name(), 4*time.Minute)
 		last := insertJob(t, b, "running", "ghost", "", 18)
-		tick(t, b, 2)
+		tick(t, b, steady)
 		require.Equal(t, jobRow{State: "discarded", Attempt: 18, Errors: []string{job.JobCut}}, readJob(t, b, last))
 	})
 
@@ -615,7 +634,7 @@ func TestRescue(t *testing.T) {
 		// one to act if its jobs outlive their timeout.
 		member(t, b, "slow", "dispatcher", 8*time.Minute)
 		running := insertJob(t, b, "running", "slow", "", 1)
-		tick(t, b, 2)
+		tick(t, b, steady)
 		require.Equal(t, "running", readJob(t, b, running).State)
 	})
 
@@ -626,19 +645,20 @@ func TestRescue(t *testing.T) {
 		member(t, b, "old", "", 11*time.Minute)
 		young := insertJob(t, b, "running", "young", "", 1)
 		old := insertJob(t, b, "running", "old", "", 1)
-		tick(t, b, 2)
+		tick(t, b, steady)
 		require.Equal(t, "running", readJob(t, b, young).State)
 		require.Equal(t, "available", readJob(t, b, old).State)
+		require.Empty(t, goneSeen(b), "dead by its heartbeat only, perhaps only hung: its leases stay until they expire")
 	})
 
 	t.Run("AFreshlyDeadMemberGetsAGrace", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		// Sessions gone a moment ago (a reconnect after a blip looks the
-		// same): its jobs wait until its heartbeat is two beats old.
+		// same): its jobs wait until its heartbeat is three beats old.
 		member(t, b, "blip", "dispatcher gone "+t.Name(), 0)
 		running := insertJob(t, b, "running", "blip", "", 1)
-		tick(t, b, 2)
+		tick(t, b, steady)
 		require.Equal(t, "running", readJob(t, b, running).State)
 	})
 }
