@@ -168,12 +168,14 @@ func TestRetryNowAndSendTest(t *testing.T) {
 		id := createEndpoint(t, d, deliveriesOwner, rc.URL, "booking.*").GetEndpoint().GetId()
 		publish(t, d, newEvent(deliveriesOwner, "booking.created", "booking://1", `{}`))
 
-		// Two failures (the second 5 s after the first) leave it waiting 5 min.
+		// Two failures (the second 5 s after the first) leave it waiting
+		// for the 5-minute step; recovery probes may try it meanwhile
+		// (each one more attempt), but it stays due minutes away.
 		del := waitForDelivery(t, d, id, "the second failure", func(x *webhooksv1.Delivery) bool {
-			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_SCHEDULED && x.GetAttempt() == 2
+			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_SCHEDULED && x.GetAttempt() >= 2
 		})
 		require.Equal(t, webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_RETRY, del.GetWaitReason())
-		require.Greater(t, del.GetScheduledAt().AsTime().Sub(del.GetAttemptedAt().AsTime()), 4*time.Minute, "the 5-minute step after the second failure")
+		require.Greater(t, time.Until(del.GetScheduledAt().AsTime()), time.Minute, "the 5-minute step after the second failure")
 
 		up.Store(true)
 		resp, err := d.endpoints().RetryDelivery(adminCtx(t), &webhooksv1.RetryDeliveryRequest{OwnerId: deliveriesOwner, DeliveryId: del.GetId()})
@@ -184,8 +186,8 @@ func TestRetryNowAndSendTest(t *testing.T) {
 		del = waitForDelivery(t, d, id, "the retried delivery, now rather than in 5 minutes", func(x *webhooksv1.Delivery) bool {
 			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERED
 		})
-		require.Equal(t, int32(3), del.GetAttempt())
-		require.Len(t, rc.requests(), 3)
+		require.GreaterOrEqual(t, del.GetAttempt(), int32(3))
+		require.Len(t, rc.requests(), int(del.GetAttempt()), "one request per attempt")
 
 		// Delivered is not waiting: refused, and said so.
 		_, err = d.endpoints().RetryDelivery(adminCtx(t), &webhooksv1.RetryDeliveryRequest{OwnerId: deliveriesOwner, DeliveryId: del.GetId()})

@@ -420,7 +420,7 @@ func (ls *lanes) failingBusy(ep uuid.UUID) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln := ls.byEndpoint[ep]
-	return ln != nil && ln.failing && (len(ln.waiters) > 0 || !ln.free())
+	return ln != nil && ln.failing && time.Now().After(ln.ctl.pausedUntil) && (len(ln.waiters) > 0 || !ln.free())
 }
 
 // waiting counts the deliveries waiting for a turn on any lane: each holds a

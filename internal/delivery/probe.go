@@ -63,6 +63,13 @@ const (
 	// this many deliveries a second for each of its max_in_flight slots, what
 	// a receiver answering in 20 ms takes.
 	releasePerSlot = 50
+	// releaseRechecks: after a release, the endpoint is looked at again
+	// this many times, releaseRecheck apart. A delivery held while the
+	// success that ended the failing state was in flight has its hold
+	// written by River's completer, in a batch, possibly after the release
+	// ran; a recheck releases it too.
+	releaseRechecks = 2
+	releaseRecheck  = 3 * time.Second
 )
 
 // notDirect is the predicate that leaves out deliveries handed to a process
@@ -141,7 +148,9 @@ RETURNING (SELECT count(*) FROM probed)`
 // release is due (probe_at due, failing_since NULL): up to $2 each, made
 // available at paced times ($3 per second per slot, or max_per_second),
 // never later than they were due anyway. An endpoint with more held than
-// that keeps its release due for when the last one released is due.
+// that keeps its release due for when the last one released is due; one
+// with fewer is looked at again $4 times, $5 seconds apart (probes counts
+// the passes).
 // Endpoints that cannot be sent to now (paused, disabled) are left for
 // later or dropped.
 var releaseSQL = `
@@ -183,8 +192,9 @@ counts AS (
     SELECT endpoint_id, count(*) AS n, max(k) AS last, max(spacing) AS spacing FROM held GROUP BY endpoint_id
 )
 UPDATE webhook_endpoints ep
-   SET probe_at = CASE WHEN c.n >= $2 THEN now() + make_interval(secs => (c.last + 1) * c.spacing) END,
-       probes   = 0
+   SET probe_at = CASE WHEN c.n >= $2 THEN now() + make_interval(secs => (c.last + 1) * c.spacing)
+                       WHEN ep.probes < $4 THEN now() + make_interval(secs => $5::float8) END,
+       probes   = CASE WHEN c.n >= $2 THEN ep.probes WHEN ep.probes < $4 THEN ep.probes + 1 ELSE 0 END
   FROM due d LEFT JOIN counts c ON c.endpoint_id = d.id
  WHERE ep.id = d.id
 RETURNING (SELECT count(*) FROM moved)`
@@ -192,7 +202,7 @@ RETURNING (SELECT count(*) FROM moved)`
 // probeOnce runs one look: releases, then probes. It returns how many
 // probes went out and how many held deliveries were released.
 func probeOnce(ctx context.Context, pool *pgxpool.Pool) (probes, released int64, err error) {
-	rows, err := pool.Query(ctx, releaseSQL, probeEndpoints, releaseBatch, releasePerSlot)
+	rows, err := pool.Query(ctx, releaseSQL, probeEndpoints, releaseBatch, releasePerSlot, releaseRechecks, releaseRecheck.Seconds())
 	if err != nil {
 		return 0, 0, fmt.Errorf("release held deliveries: %w", err)
 	}

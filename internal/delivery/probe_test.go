@@ -253,6 +253,22 @@ func TestProbeOnce(t *testing.T) {
 			require.Equal(t, time.Duration(k)*500*time.Millisecond, h.scheduledAt.Sub(first), "spaced by max_per_second, in order")
 		}
 		require.Equal(t, "scheduled", b.heldJob(t, direct.ID).state, "a delivery handed off directly is in flight, not held")
+
+		// Looked at again: a hold written after the release (River's
+		// completer writes snoozes in batches) is released too.
+		p := b.probeState(t, b.ep)
+		require.NotNil(t, p.probeAt)
+		require.Equal(t, 1, p.probes)
+		late := b.hold(t, b.ep, later, b.insertEvent(t, "acme", "corpus.note.changed", "n"))
+		for pass := 1; pass <= releaseRechecks; pass++ {
+			b.setProbe(t, b.ep, `probe_at = now()`)
+			_, released, err = probeOnce(ctx, b.db.Pool)
+			require.NoError(t, err)
+			if pass == 1 {
+				require.EqualValues(t, 1, released)
+			}
+		}
+		require.Equal(t, "available", b.heldJob(t, late[0]).state)
 		require.Equal(t, probeState{}, b.probeState(t, b.ep), "nothing left to release")
 	})
 

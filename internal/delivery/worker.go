@@ -315,7 +315,9 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.DeliverArgs]) error 
 	w.afterAttempt(ctx, j, endpointID, t, res)
 	s := settleReq{endpointID: endpointID, token: token}
 	if res.settle != nil {
-		w.lanes.setFailing(endpointID, !res.settle.success)
+		// A pause is the receiver saying when: its deliveries wait for
+		// it (the gate), not for a success.
+		w.lanes.setFailing(endpointID, !res.settle.success && res.pause == nil)
 		s.health, s.summary = res.settle.health(t.failingSince, w.now(), w.cfg.DisableAfter), res.settle.summary
 		// A failure other than a pause ends what an earlier pause said of
 		// the receiver: new deliveries then cool down again (fanout).
@@ -382,7 +384,7 @@ func (w *Worker) acquire(ctx context.Context, ep uuid.UUID, eventID string, wait
 		switch res.status {
 		case loadHeld:
 			w.lanes.hold(ep, lease{token: req.token, expires: res.expires}, res.target.control.maxInFlight)
-			w.lanes.setFailing(ep, res.target.failingSince != nil)
+			w.lanes.setFailing(ep, res.target.failingSince != nil && !res.target.control.pauseRecorded)
 			res.target.leaseTaken = req.mode == leaseTake
 			return res.target, req.token, nil
 		case loadGone:

@@ -102,8 +102,7 @@ type testBundle struct {
 }
 
 type setupOpts struct {
-	inlineFanout bool
-	statuses     []int
+	statuses []int
 	// access runs a fake access service admitting embed emb_1 to wiki://
 	// subjects, reached with tracing on.
 	access bool
@@ -165,10 +164,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 		_ = riverClient.Stop(stopCtx)
 	})
 
-	var inline *fanout.Inline
-	if opts.inlineFanout {
-		inline = fanout.NewInline(decide, nil, m)
-	}
+	inline := fanout.NewInline(decide, nil, m)
 	store := ingest.NewStore(ingest.StoreConfig{Fanout: inline}, db.Pool, riverClient, m, logger)
 
 	authn, err := auth.New(auth.Tokens{Publisher: []string{publisherToken}}, logger)
@@ -298,7 +294,7 @@ func TestTrace(t *testing.T) {
 
 	t.Run("PublishToEveryAttempt", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, setupOpts{inlineFanout: true, statuses: []int{http.StatusInternalServerError, http.StatusNoContent}})
+		b := setup(t, setupOpts{statuses: []int{http.StatusInternalServerError, http.StatusNoContent}})
 		b.createEndpoint(t)
 		ctx := context.Background()
 
@@ -375,8 +371,10 @@ func TestTrace(t *testing.T) {
 
 	t.Run("ThroughFanoutJob", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, setupOpts{statuses: []int{http.StatusOK}})
-		b.createEndpoint(t)
+		// An embed-bound endpoint's scope needs the access service, so the
+		// event is fanned out by a webhook.fanout job, not inline.
+		b := setup(t, setupOpts{access: true, statuses: []int{http.StatusOK}})
+		b.createEndpoint(t, "emb_1")
 
 		traceID := b.publish(t, "evt_trace_fanout")
 		waitSpans(t, traceID, "http.client", 1)
@@ -396,7 +394,7 @@ func TestTrace(t *testing.T) {
 		t.Parallel()
 		// An embed-bound endpoint needs the access service: the event goes
 		// to a fanout job, whose call to the service is in the trace.
-		b := setup(t, setupOpts{inlineFanout: true, access: true, statuses: []int{http.StatusOK}})
+		b := setup(t, setupOpts{access: true, statuses: []int{http.StatusOK}})
 		b.createEndpoint(t, "emb_1")
 
 		traceID := b.publish(t, "evt_trace_access")
@@ -411,7 +409,7 @@ func TestTrace(t *testing.T) {
 
 	t.Run("FromOutboxRows", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, setupOpts{inlineFanout: true, statuses: []int{http.StatusOK}})
+		b := setup(t, setupOpts{statuses: []int{http.StatusOK}})
 		b.createEndpoint(t)
 		ctx := context.Background()
 		require.NoError(t, database.MigrateOutbox(ctx, b.db.Pool))
@@ -452,7 +450,7 @@ func TestTrace(t *testing.T) {
 
 	t.Run("GroupCommitKeepsEachTrace", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, setupOpts{inlineFanout: true, statuses: []int{http.StatusOK}})
+		b := setup(t, setupOpts{statuses: []int{http.StatusOK}})
 		b.createEndpoint(t)
 
 		// Concurrent publishes share group transactions (internal/batch);
