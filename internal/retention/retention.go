@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -61,6 +62,19 @@ func Configure(c *river.Config, retention time.Duration) {
 	c.DiscardedJobRetentionPeriod = min(retention, FailedJobsKept)
 	c.CancelledJobRetentionPeriod = min(retention, FailedJobsKept)
 	c.PeriodicJobs = append(c.PeriodicJobs, PeriodicJob(retention, Interval(retention)))
+	c.ReindexerIndexNames = ReindexedIndexes()
+}
+
+// droppedRiverIndexes are River's indexes that migration 018 drops: GIN
+// indexes that grow with every job ever inserted (see the migration).
+var droppedRiverIndexes = []string{"river_job_args_index", "river_job_metadata_index"}
+
+// ReindexedIndexes are the indexes River's reindexer rebuilds (nightly): its
+// default list, without the ones the dispatcher drops.
+func ReindexedIndexes() []string {
+	return slices.DeleteFunc(river.ReindexerIndexNamesDefault(), func(name string) bool {
+		return slices.Contains(droppedRiverIndexes, name)
+	})
 }
 
 // Interval is how often the prune job runs: hourly, or a fifth of a shorter
@@ -143,9 +157,10 @@ var pendingStates = []string{"available", "pending", "retryable", "running", "sc
 
 // heldEvents returns the ids of events created before horizon that a fanout
 // or delivery still to run needs. It reads every pending job (an index range
-// of River's fetch index, and the backlog is what it is) once per run, not
-// per event: there is no index from an event id to its jobs, and one per
-// insert would cost every delivery.
+// of River's fetch index) once per run rather than looking each pruned
+// event's jobs up: the event index of deliveries (migration 012) would find
+// every delivery of every pruned event, finished ones included, each a heap
+// read to see its state, where the jobs still to run are usually few.
 //
 // A job inserted for such an event after this read (an operator's
 // Redeliver of an event older than the retention) can lose its event to

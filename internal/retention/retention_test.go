@@ -158,6 +158,9 @@ func TestConfigure(t *testing.T) {
 			require.Equal(t, tc.discarded, c.DiscardedJobRetentionPeriod, "%s", tc.retention)
 			require.Equal(t, tc.cancelled, c.CancelledJobRetentionPeriod, "%s", tc.retention)
 			require.Len(t, c.PeriodicJobs, 1)
+			require.NotContains(t, c.ReindexerIndexNames, "river_job_args_index", "migration 018 drops it")
+			require.NotContains(t, c.ReindexerIndexNames, "river_job_metadata_index", "migration 018 drops it")
+			require.Contains(t, c.ReindexerIndexNames, "river_job_pkey", "River's other indexes are still rebuilt")
 			require.Equal(t, tc.interval, Interval(tc.retention), "%s", tc.retention)
 		}
 	})
@@ -237,6 +240,15 @@ func TestConfigure(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, left, 1, "attempts past the retention go")
 		require.WithinDuration(t, *within, left[0].StartedAt, time.Millisecond)
+
+		// River's reindexer names only indexes the migrations leave.
+		rows, err = db.Pool.Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'river_job'`, db.Schema)
+		require.NoError(t, err)
+		indexes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Subset(t, indexes, ReindexedIndexes())
+		require.NotContains(t, indexes, "river_job_args_index")
+		require.NotContains(t, indexes, "river_job_metadata_index")
 
 		var minutes, hours int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE span = 60), count(*) FILTER (WHERE span = 3600) FROM endpoint_stats`).Scan(&minutes, &hours))

@@ -1,0 +1,23 @@
+-- River's two GIN indexes on river_job, over args and metadata, grow for as
+-- long as the dispatcher runs. A GIN index keeps one entry per distinct key
+-- and value it has ever indexed and never removes an entry, even once no row
+-- holds it (VACUUM empties its list of rows, not the entry), and every
+-- delivery's args hold a value no other job has (its event id), as does its
+-- metadata once the deliver worker records an outcome. So each job leaves 60
+-- to 90 bytes in each index for good, whatever the retention: about 2 GB a
+-- day each at 300 deliveries/s, while every other index of river_job and of
+-- the dispatcher's tables levels off (docs/benchmarks.md, "Soak"). River
+-- rebuilds them nightly (its reindexer, REINDEX CONCURRENTLY), but with a
+-- one-minute limit per index: rebuilding this one over 2 million jobs took
+-- 72 s on the 2-core test machine, and a day at 300/s is 26 million; a
+-- rebuild that times out leaves an invalid copy that stops later rebuilds.
+--
+-- Nothing reads them: the dispatcher finds jobs by id and through its own
+-- expression indexes (args ->> 'endpoint_id', args ->> 'event_id'), River by
+-- state, queue, kind and unique key, and River UI's job list filters by id,
+-- kind, queue, priority, tag and state. An operator's ad-hoc search of args
+-- or metadata scans the table, which the retention bounds. They cost a third
+-- of a delivery's WAL besides. internal/retention leaves them out of River's
+-- reindexer, which would otherwise warn nightly that they are missing.
+DROP INDEX IF EXISTS river_job_args_index;
+DROP INDEX IF EXISTS river_job_metadata_index;
