@@ -23,7 +23,11 @@
 // GetEvent over 10 million stored events), S10 a slow receiver (100 ms, 2,000
 // deliveries queued at once) at max_in_flight 1 and 16, S11 hung receivers
 // (20 of 100 endpoints never answer while the others get 500 events/s; run
-// without them too, S11h0, for the healthy p99 to compare with).
+// without them too, S11h0, for the healthy p99 to compare with). The soak
+// (run only when named: -scenario soak) is a steady load for -soak-duration,
+// sampling the dispatcher's RSS, heap, goroutines and connections and the
+// size of every table the load writes, and judging whether each levels off;
+// it ends with a heap profile.
 //
 // Receivers listen on one loopback port per endpoint, or, with -one-host, all
 // on one port as distinct paths; every scenario reports how many TCP
@@ -48,13 +52,19 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/standmeet/webhook-dispatcher/internal/retention"
 )
 
 // DefaultDatabaseURL is the local server, as for the dispatcher itself.
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // allScenarios in run order.
-var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8", "S9", "S10", "S11"}
+var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8", "S9", "S10", "S11", "soak"}
+
+// defaultScenarios run when -scenario is not given: all but the soak, which
+// takes as long as -soak-duration says.
+var defaultScenarios = allScenarios[:len(allScenarios)-1]
 
 type config struct {
 	Binary        string
@@ -78,6 +88,12 @@ type config struct {
 	KeepLogs  string
 	SchemaSQL string
 	Verbose   bool
+	// The soak: how long it publishes, at what rate, with what retention,
+	// and how often it samples (0: a thirtieth of the duration, 5 s to 1 min).
+	SoakDuration  time.Duration
+	SoakRate      int
+	SoakRetention time.Duration
+	SoakSample    time.Duration
 }
 
 type stringList []string
@@ -89,7 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
 	fs := flag.NewFlagSet("dispatcher-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scenarios := fs.String("scenario", strings.Join(allScenarios, ","), "comma-separated scenarios to run: "+strings.Join(allScenarios, ","))
+	scenarios := fs.String("scenario", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run: "+strings.Join(allScenarios, ",")+" (soak only when named)")
 	s6 := fs.String("s6-procs", "1,2,3", "dispatcher process counts for S6")
 	var env stringList
 	fs.StringVar(&c.Binary, "binary", "", "dispatcher binary to run; empty: go build ./cmd/dispatcher into a temporary directory")
@@ -109,6 +125,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.KeepLogs, "logs", "", "directory to write each dispatcher process's stderr to (default: kept in memory, tail shown on failure)")
 	fs.StringVar(&c.SchemaSQL, "schema-sql", "", "experiments: SQL run in each scenario's schema (search_path set) once migrated, before any endpoint exists, e.g. \"DROP INDEX river_job_args_index\"")
 	fs.BoolVar(&c.Verbose, "v", false, "progress output")
+	fs.DurationVar(&c.SoakDuration, "soak-duration", 10*time.Minute, "soak: how long the steady load runs (an hour for the record); the tables can only be judged after about the retention plus its prune interval")
+	fs.IntVar(&c.SoakRate, "soak-rate", 100, "soak: events/s offered, one Publish and one delivery each")
+	fs.DurationVar(&c.SoakRetention, "soak-retention", retention.MinRetention, "soak: the dispatcher's DISPATCHER_RETENTION (at least "+retention.MinRetention.String()+")")
+	fs.DurationVar(&c.SoakSample, "soak-sample", 0, "soak: time between samples (0: a thirtieth of -soak-duration, 5s..1m)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -157,6 +177,14 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("invalid -conn-budget %d: want at least 6", c.ConnBudget)
 	case c.Latency < 0 || c.Latency > 5*time.Second:
 		return nil, fmt.Errorf("invalid -receiver-latency %s: want 0..5s", c.Latency)
+	case c.SoakDuration < 30*time.Second || c.SoakDuration > 12*time.Hour:
+		return nil, fmt.Errorf("invalid -soak-duration %s: want 30s..12h", c.SoakDuration)
+	case c.SoakRate < 1 || c.SoakRate > 5000:
+		return nil, fmt.Errorf("invalid -soak-rate %d: want 1..5000", c.SoakRate)
+	case c.SoakRetention < retention.MinRetention:
+		return nil, fmt.Errorf("invalid -soak-retention %s: the dispatcher takes at least %s", c.SoakRetention, retention.MinRetention)
+	case c.SoakSample < 0 || c.SoakSample > 10*time.Minute:
+		return nil, fmt.Errorf("invalid -soak-sample %s: want 0..10m", c.SoakSample)
 	}
 	return c, nil
 }

@@ -301,7 +301,8 @@ func (p *proc) sample() procSample {
 
 // scrape sums the dispatcher's counters we report on, by family (labels
 // summed): dispatcher_delivery_snoozes_total, dispatcher_deliveries_total
-// (also per outcome), dispatcher_ingest_events_total.
+// (also per outcome), dispatcher_ingest_events_total; and the Go runtime's
+// go_goroutines and go_memstats_heap_inuse_bytes (the soak's).
 func (p *proc) scrape(ctx context.Context) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -335,7 +336,8 @@ func (p *proc) scrape(ctx context.Context) (map[string]float64, error) {
 		}
 		switch name {
 		case "dispatcher_delivery_snoozes_total", "dispatcher_deliveries_total", "dispatcher_ingest_events_total",
-			"dispatcher_fanout_deliveries_enqueued_total", "dispatcher_relay_errors_total":
+			"dispatcher_fanout_deliveries_enqueued_total", "dispatcher_relay_errors_total",
+			"go_goroutines", "go_memstats_heap_inuse_bytes":
 		default:
 			continue
 		}

@@ -95,6 +95,17 @@ func targets(res *result) []targetCheck {
 		out = append(out, rateTargets(res)...)
 	case strings.HasPrefix(res.Scenario, "S10"):
 		out = append(out, slowTargets(res)...)
+	case res.Scenario == "soak" && res.Soak != nil:
+		for _, l := range res.Soak.Levels {
+			switch {
+			case !l.Judged:
+			case l.Bounded:
+				out = append(out, targetCheck{Target: l.Series + " ≤ its bound, " + trimFloat(l.Bound), Want: l.Bound, Got: l.Max, Met: l.Level})
+			default:
+				out = append(out, targetCheck{Target: l.Series + " levels off (median growth over the run's second half ≤ " + trimFloat(soakGrowthPct) + " %)",
+					Want: soakGrowthPct, Got: l.GrowthPct, Met: l.Level})
+			}
+		}
 	}
 	return append(out, atMost("RSS MB", rssTargetMB, res.RSSPeakMB))
 }
@@ -232,6 +243,9 @@ func (r *report) writeTable(w io.Writer) {
 			for _, st := range res.Stages {
 				fmt.Fprintf(w, "    %-40s %8.1f / %8.1f\n", st.Stage, st.P50, st.P99)
 			}
+		}
+		if res.Soak != nil {
+			writeSoak(w, res.Soak)
 		}
 		for _, n := range res.Notes {
 			fmt.Fprintf(w, "  note: %s\n", n)

@@ -95,6 +95,8 @@ type result struct {
 	Notes          []string      `json:"notes,omitempty"`
 	Error          string        `json:"error,omitempty"`
 	Targets        []targetCheck `json:"targets,omitempty"`
+	// Soak: the samples over time and whether each series levelled off.
+	Soak *soakFigures `json:"soak,omitempty"`
 }
 
 type latency struct {
@@ -128,14 +130,15 @@ func (b *bench) scaled(n, floor int) int {
 }
 
 func (b *bench) runScenario(ctx context.Context, name string) []result {
-	run := func(f func(context.Context) result) result {
-		sctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
+	runFor := func(timeout time.Duration, f func(context.Context) result) result {
+		sctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		start := time.Now()
 		r := f(sctx)
 		b.progressf("%s done in %s: %s", r.Scenario, time.Since(start).Round(time.Second), r.summary())
 		return r
 	}
+	run := func(f func(context.Context) result) result { return runFor(b.cfg.Timeout, f) }
 	switch name {
 	case "S1":
 		return []result{run(func(ctx context.Context) result { return b.sustained(ctx, "S1", 1) })}
@@ -177,6 +180,9 @@ func (b *bench) runScenario(ctx context.Context, name string) []result {
 			}))
 		}
 		return out
+	case "soak":
+		// Bounded by its own length: the load, then the drain and settle.
+		return []result{runFor(b.cfg.SoakDuration+15*time.Minute, b.soak)}
 	case "S10":
 		var out []result
 		for _, n := range s10InFlight {
@@ -549,10 +555,13 @@ func mustSample(pid int) procSample {
 	return s
 }
 
+// spreadEndpoints is how many owners spreadOwners makes.
+const spreadEndpoints = 100
+
 // spreadOwners: owners bench-o0 … bench-o99 with one "*" endpoint each, so
 // every event is exactly one delivery.
-func spreadOwners(n int) []endpointSpec {
-	specs := make([]endpointSpec, n)
+func spreadOwners() []endpointSpec {
+	specs := make([]endpointSpec, spreadEndpoints)
 	for i := range specs {
 		specs[i] = endpointSpec{owner: "bench-o" + strconv.Itoa(i), types: []string{"*"}}
 	}
@@ -584,7 +593,7 @@ func (b *bench) relayDeliver(ctx context.Context) (res result) {
 		return failed(res, err)
 	}
 	res.Env = s.env
-	if err := s.createEndpoints(ctx, spreadOwners(100)); err != nil {
+	if err := s.createEndpoints(ctx, spreadOwners()); err != nil {
 		return failed(res, err)
 	}
 	prefix := "s4d" + randomSuffix()
@@ -691,7 +700,7 @@ func (b *bench) fixedRate(ctx context.Context, label string, rate, senders, hung
 		return failed(res, err)
 	}
 	res.Env = s.env
-	if err := s.createEndpoints(ctx, spreadOwners(100)); err != nil {
+	if err := s.createEndpoints(ctx, spreadOwners()); err != nil {
 		return failed(res, err)
 	}
 	prefix := strings.ToLower(label) + randomSuffix()
@@ -828,7 +837,7 @@ func (b *bench) peerTableA(ctx context.Context) (res result) {
 		return failed(res, err)
 	}
 	res.Env = s.env
-	if err := s.createEndpoints(ctx, spreadOwners(100)); err != nil {
+	if err := s.createEndpoints(ctx, spreadOwners()); err != nil {
 		return failed(res, err)
 	}
 	prefix := "s7" + randomSuffix()
