@@ -13,9 +13,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -25,6 +27,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
 	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -276,8 +279,7 @@ func TestEndpointsCLI(t *testing.T) {
 		id := strings.Fields(strings.SplitN(out, "\n", 2)[0])[1]
 		note := testfactory.Event(t.Context(), t, b.db.Pool, &testfactory.EventOpts{OwnerID: "owner_cli", Type: "corpus.note.changed", Subject: "wiki://software/x"})
 		testfactory.Event(t.Context(), t, b.db.Pool, &testfactory.EventOpts{OwnerID: "owner_cli", Type: "booking.created", Subject: "booking://1"})
-		_, err = b.db.Pool.Exec(t.Context(), `INSERT INTO river_job (kind, args, max_attempts) VALUES ('webhook.deliver', jsonb_build_object('endpoint_id', $1::text, 'event_id', $2::text), 18)`, id, note)
-		require.NoError(t, err)
+		testfactory.Job(t.Context(), t, b.db.Pool, &testfactory.JobOpts{Args: job.DeliverArgs{EndpointID: id, EventID: note}})
 
 		events := func(args ...string) (string, error) {
 			return run(t, runEventsCLI, append(append([]string{args[0]}, conn(b)...), args[1:]...)...)
@@ -307,13 +309,10 @@ func TestEndpointsCLI(t *testing.T) {
 		var jobs []int64
 		for i, state := range []string{"discarded", "cancelled", "completed"} {
 			ev := testfactory.Event(t.Context(), t, b.db.Pool, &testfactory.EventOpts{OwnerID: "owner_cli", Type: "booking.created", Subject: "booking://" + strconv.Itoa(i)})
-			var jobID int64
-			require.NoError(t, b.db.Pool.QueryRow(t.Context(), `
-INSERT INTO river_job (kind, args, state, attempt, max_attempts, finalized_at, errors)
-VALUES ('webhook.deliver', jsonb_build_object('endpoint_id', $1::text, 'event_id', $2::text), $3::river_job_state, 1, 18,
-        now() - interval '1 hour', ARRAY[jsonb_build_object('at', now(), 'attempt', 1, 'error', 'HTTP 503', 'trace', '')])
-RETURNING id`, id, ev, state).Scan(&jobID))
-			jobs = append(jobs, jobID)
+			jobs = append(jobs, testfactory.Job(t.Context(), t, b.db.Pool, &testfactory.JobOpts{
+				Args: job.DeliverArgs{EndpointID: id, EventID: ev}, State: rivertype.JobState(state), Attempt: 1,
+				FinalizedAt: new(time.Now().Add(-time.Hour)), Errors: []string{"HTTP 503"},
+			}).ID)
 		}
 
 		out, err = endpoints(t, b, "deliveries", id, "--state", "failed,cancelled", "--event-type", "booking.*", "--since", "48h")

@@ -1,14 +1,17 @@
 package endpoint
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 )
 
 // TestStateConditionMatchesMapping checks that the SQL filter and the row
@@ -29,15 +32,10 @@ func TestStateConditionMatchesMapping(t *testing.T) {
 	for _, st := range riverStates {
 		for _, at := range []time.Time{now.Add(-time.Minute), now, now.Add(time.Minute)} {
 			for _, md := range notes {
-				var (
-					id     int64
-					output []byte
-				)
-				require.NoError(t, db.Pool.QueryRow(ctx, `
-INSERT INTO river_job (kind, args, state, scheduled_at, max_attempts, finalized_at, metadata)
-VALUES ('webhook.deliver', '{}', $1::river_job_state, $2, 18,
-        CASE WHEN $1 IN ('cancelled', 'completed', 'discarded') THEN now() END, $3)
-RETURNING id, metadata -> 'output'`, st, at, md).Scan(&id, &output))
+				j := testfactory.Job(ctx, t, db.Pool, &testfactory.JobOpts{State: rivertype.JobState(st), ScheduledAt: &at, Metadata: []byte(md)})
+				var note struct{ Output json.RawMessage }
+				require.NoError(t, json.Unmarshal(j.Metadata, &note))
+				id, output := j.ID, []byte(note.Output)
 				ps := productState(st, at, output, now)
 				require.NotZero(t, ps, "River state %s has no rule", st)
 				want[ps] = append(want[ps], id)

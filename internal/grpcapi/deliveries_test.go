@@ -8,6 +8,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
+	"github.com/standmeet/webhook-dispatcher/internal/job"
+	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
@@ -80,10 +82,9 @@ func TestGetDelivery(t *testing.T) {
 	t.Run("OtherJobKindIsNotFound", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		var jobID int64
-		require.NoError(t, b.env.db.Pool.QueryRow(t.Context(), `
-INSERT INTO river_job (kind, args, max_attempts) VALUES ('webhook.fanout', jsonb_build_object('endpoint_id', $1::text), 5)
-RETURNING id`, b.id).Scan(&jobID))
+		jobID := testfactory.Job(t.Context(), t, b.env.db.Pool, &testfactory.JobOpts{
+			Kind: job.KindFanout, Args: map[string]string{"endpoint_id": b.id}, MaxAttempts: 5,
+		}).ID
 		_, err := b.env.client.GetDelivery(t.Context(), &webhooksv1.GetDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID})
 		requireDeliveryNotFound(t, err)
 	})

@@ -53,8 +53,7 @@ func TestStateCollector(t *testing.T) {
 	testfactory.Endpoint(ctx, t, db.Pool, nil)
 	testfactory.Endpoint(ctx, t, db.Pool, &testfactory.EndpointOpts{FailingSince: new(time.Now())})
 	testfactory.Endpoint(ctx, t, db.Pool, &testfactory.EndpointOpts{Disabled: true, FailingSince: new(time.Now())})
-	_, err := db.Pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at) VALUES ('{}', 'webhook.deliver', 18, 'deliver_0', 'available', now() - interval '90 seconds')`)
-	require.NoError(t, err)
+	testfactory.Job(ctx, t, db.Pool, &testfactory.JobOpts{ScheduledAt: new(time.Now().Add(-90 * time.Second))})
 
 	c := metrics.NewStateCollector(db.Pool, slog.New(slog.DiscardHandler), job.Kinds())
 	reg := prometheus.NewRegistry()

@@ -8,16 +8,23 @@
 package testfactory
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	rivertestfactory "github.com/riverqueue/river/rivershared/testfactory"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
 )
 
@@ -187,4 +194,62 @@ func CountFanoutJobs(ctx context.Context, tb testing.TB, db DBTX, eventID string
 		SELECT count(*) FROM river_job
 		WHERE kind = 'webhook.fanout' AND ($1 = '' OR args->>'event_id' = $1)`, eventID).Scan(&n))
 	return n
+}
+
+// JobOpts describes a River job row in any state, as River's own test
+// factory writes it (rivershared/testfactory); zero fields take River's
+// defaults (available, no attempt yet), except those named.
+type JobOpts struct {
+	Kind string // default: webhook.deliver
+	// Args are encoded as the job's JSON args. Default: {}.
+	Args        any
+	State       rivertype.JobState
+	Attempt     int
+	MaxAttempts int    // default: job.DeliverMaxAttempts
+	Queue       string // default: the first delivery partition's
+	// Errors are the texts of the attempts' errors, the first attempt's
+	// first, recorded at now.
+	Errors      []string
+	ScheduledAt *time.Time
+	// FinalizedAt defaults to now for a finished state.
+	FinalizedAt *time.Time
+	Metadata    []byte
+}
+
+// Job inserts one River job row through River's driver and returns it.
+// Tests that need a job River's client would insert (available, or
+// scheduled) use an insert-only river.Client instead; this is for rows in
+// the states only River's workers and maintenance reach.
+func Job(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, opts *JobOpts) *rivertype.JobRow {
+	tb.Helper()
+	if opts == nil {
+		opts = &JobOpts{}
+	}
+	var args []byte
+	if opts.Args != nil {
+		var err error
+		args, err = json.Marshal(opts.Args)
+		require.NoError(tb, err, "testfactory: encode job args")
+	}
+	var errs [][]byte
+	for i, e := range opts.Errors {
+		b, err := json.Marshal(rivertype.AttemptError{At: time.Now(), Attempt: i + 1, Error: e})
+		require.NoError(tb, err, "testfactory: encode job error")
+		errs = append(errs, b)
+	}
+	row := &rivertestfactory.JobOpts{
+		Kind:        new(or(opts.Kind, job.KindDeliver)),
+		EncodedArgs: args,
+		Attempt:     &opts.Attempt,
+		MaxAttempts: new(cmp.Or(opts.MaxAttempts, job.DeliverMaxAttempts)),
+		Queue:       new(or(opts.Queue, job.DeliverPartitionQueue(0))),
+		Errors:      errs,
+		ScheduledAt: opts.ScheduledAt,
+		FinalizedAt: opts.FinalizedAt,
+		Metadata:    opts.Metadata,
+	}
+	if opts.State != "" {
+		row.State = &opts.State
+	}
+	return rivertestfactory.Job(ctx, tb, riverpgxv5.New(pool).GetExecutor(), row)
 }
