@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
+	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
@@ -267,3 +268,54 @@ type fakeStream struct {
 }
 
 func (f fakeStream) Context() context.Context { return f.ctx }
+
+func TestServiceAuth(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		env *testEnv
+		raw webhooksv1.EndpointServiceClient
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		env := newTestEnv(t, endpoint.ServiceConfig{})
+		return &testBundle{env: env, raw: webhooksv1.NewEndpointServiceClient(env.raw)}
+	}
+
+	t.Run("PublisherTokenIsWrongRole", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := withToken(t.Context(), testPublisherToken)
+		_, err := b.raw.CreateEndpoint(ctx, &webhooksv1.CreateEndpointRequest{
+			OwnerId: ownerA, Url: "https://x.example.com/", EventTypes: []string{"*"},
+		})
+		requireCode(t, err, codes.PermissionDenied)
+		_, err = b.raw.ListEndpoints(ctx, &webhooksv1.ListEndpointsRequest{OwnerId: ownerA})
+		requireCode(t, err, codes.PermissionDenied)
+		require.Zero(t, b.env.countEndpoints(t))
+	})
+
+	t.Run("MissingToken", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.raw.ListEndpoints(t.Context(), &webhooksv1.ListEndpointsRequest{OwnerId: ownerA})
+		requireCode(t, err, codes.Unauthenticated)
+		_, err = b.raw.ListEventTypes(t.Context(), &webhooksv1.ListEventTypesRequest{})
+		requireCode(t, err, codes.Unauthenticated)
+	})
+
+	t.Run("WrongToken", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.raw.ListEndpoints(withToken(t.Context(), "wrong-token-wrong-token"), &webhooksv1.ListEndpointsRequest{OwnerId: ownerA})
+		requireCode(t, err, codes.Unauthenticated)
+	})
+
+	t.Run("AdminToken", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.raw.ListEndpoints(withToken(t.Context(), testAdminToken), &webhooksv1.ListEndpointsRequest{OwnerId: ownerA})
+		require.NoError(t, err)
+	})
+}

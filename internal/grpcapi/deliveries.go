@@ -81,3 +81,37 @@ func timestampFromProto(ts *timestamppb.Timestamp) endpoint.Timestamp {
 	}
 	return endpoint.Timestamp{Value: new(ts.AsTime())}
 }
+
+// RetryDelivery implements webhooksv1.EndpointServiceServer.
+func (s *endpointServer) RetryDelivery(ctx context.Context, req *webhooksv1.RetryDeliveryRequest) (*webhooksv1.RetryDeliveryResponse, error) {
+	d, err := s.svc.RetryDelivery(ctx, req.GetOwnerId(), req.GetDeliveryId())
+	if err != nil {
+		return nil, s.fail(ctx, "retry_delivery", req.GetOwnerId(), err)
+	}
+	return &webhooksv1.RetryDeliveryResponse{Delivery: s.deliveryProto(d)}, nil
+}
+
+func (s *endpointServer) deliveryProto(d *endpoint.Delivery) *webhooksv1.Delivery {
+	out := &webhooksv1.Delivery{
+		Id:          d.JobID,
+		EndpointId:  d.EndpointID,
+		EventId:     d.EventID,
+		EventType:   d.EventType,
+		State:       deliveryStates[d.State],
+		WaitReason:  waitReasons[d.Wait],
+		StateReason: d.StateReason,
+		Attempt:     int32(min(d.Attempt, 1<<31-1)),
+		MaxAttempts: int32(min(d.MaxAttempts, 1<<31-1)),
+		LastError:   d.LastError,
+		CreatedAt:   timestamppb.New(d.CreatedAt),
+		ScheduledAt: timestamppb.New(d.ScheduledAt),
+		Link:        s.svc.JobLink(d.JobID),
+	}
+	if d.AttemptedAt != nil {
+		out.AttemptedAt = timestamppb.New(*d.AttemptedAt)
+	}
+	if d.FinalizedAt != nil {
+		out.FinalizedAt = timestamppb.New(*d.FinalizedAt)
+	}
+	return out
+}

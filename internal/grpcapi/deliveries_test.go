@@ -1,10 +1,16 @@
 package grpcapi
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
@@ -331,5 +337,300 @@ func TestRedeliverRecovery(t *testing.T) {
 		var available int
 		require.NoError(t, b.env.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE state = 'available'`).Scan(&available))
 		require.Equal(t, 20, available)
+	})
+}
+
+func TestListDeliveries(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		env *testEnv
+		id  string
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		env := newTestEnv(t, endpoint.ServiceConfig{})
+		return &testBundle{env: env, id: env.create(t, ownerA).GetEndpoint().GetId()}
+	}
+
+	t.Run("NewestFirstWithDetails", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		other := b.env.create(t, ownerA).GetEndpoint().GetId()
+		ev1 := b.env.insertEvent(t, ownerA, "booking.created")
+		ev2 := b.env.insertEvent(t, ownerA, "code.issued")
+		j1 := b.env.insertDelivery(t, b.id, ev1)
+		j2 := b.env.insertDelivery(t, b.id, ev2)
+		j3 := b.env.insertDelivery(t, b.id, "pruned-event")
+		b.env.insertDelivery(t, other, ev1)
+		b.env.finalize(t, j1, "discarded", "HTTP 500: upstream down")
+
+		resp, err := b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{OwnerId: ownerA, EndpointId: b.id})
+		require.NoError(t, err)
+		ds := resp.GetDeliveries()
+		require.Len(t, ds, 3)
+		require.Equal(t, []int64{j3, j2, j1}, []int64{ds[0].GetId(), ds[1].GetId(), ds[2].GetId()})
+
+		require.Equal(t, "pruned-event", ds[0].GetEventId())
+		require.Empty(t, ds[0].GetEventType())
+		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_PENDING, ds[1].GetState())
+		require.NotEmpty(t, ds[1].GetStateReason())
+		require.Equal(t, "code.issued", ds[1].GetEventType())
+		require.Zero(t, ds[1].GetAttempt())
+		require.Nil(t, ds[1].GetFinalizedAt())
+
+		d := ds[2]
+		require.Equal(t, ev1, d.GetEventId())
+		require.Equal(t, "booking.created", d.GetEventType())
+		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_FAILED, d.GetState())
+		require.Contains(t, d.GetStateReason(), "Failed")
+		require.Equal(t, int32(1), d.GetAttempt())
+		require.Equal(t, int32(18), d.GetMaxAttempts())
+		require.Equal(t, "HTTP 500: upstream down", d.GetLastError())
+		require.NotNil(t, d.GetCreatedAt())
+		require.NotNil(t, d.GetAttemptedAt())
+		require.NotNil(t, d.GetScheduledAt())
+		require.NotNil(t, d.GetFinalizedAt())
+		require.Equal(t, fmt.Sprintf("http://localhost:9090/riverui/jobs/%d", j1), d.GetLink())
+	})
+
+	t.Run("Paginates", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var want []int64
+		for range 5 {
+			want = append([]int64{b.env.insertDelivery(t, b.id, uuid.NewString())}, want...)
+		}
+		var got []int64
+		token := ""
+		for {
+			resp, err := b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{
+				OwnerId: ownerA, EndpointId: b.id, PageSize: 2, PageToken: token,
+			})
+			require.NoError(t, err)
+			for _, d := range resp.GetDeliveries() {
+				got = append(got, d.GetId())
+			}
+			if token = resp.GetNextPageToken(); token == "" {
+				break
+			}
+		}
+		require.Equal(t, want, got)
+	})
+
+	t.Run("CrossOwnerNotFound", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.env.insertDelivery(t, b.id, uuid.NewString())
+		_, err := b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{OwnerId: ownerB, EndpointId: b.id})
+		requireNotFound(t, err)
+		_, err = b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{OwnerId: ownerA, EndpointId: uuid.NewString()})
+		requireNotFound(t, err)
+		_, err = b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{OwnerId: ownerA, EndpointId: "x"})
+		requireField(t, err, "endpoint_id")
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{OwnerId: ownerA})
+		requireField(t, err, "endpoint_id")
+		_, err = b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{OwnerId: ownerA, EndpointId: b.id, PageToken: "zz"})
+		requireField(t, err, "page_token")
+		_, err = b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{OwnerId: ownerA, EndpointId: b.id, PageSize: -3})
+		requireField(t, err, "page_size")
+		_, err = b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{OwnerId: ownerA, EndpointId: b.id, PageSize: 201})
+		requireField(t, err, "page_size")
+	})
+}
+
+func TestRedeliver(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		env *testEnv
+		id  string
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		env := newTestEnv(t, endpoint.ServiceConfig{})
+		return &testBundle{env: env, id: env.create(t, ownerA).GetEndpoint().GetId()}
+	}
+
+	t.Run("RequeuesDiscardedAndCancelled", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		other := b.env.create(t, ownerA).GetEndpoint().GetId()
+
+		discarded := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
+		b.env.finalize(t, discarded, "discarded", "HTTP 500")
+		cancelled := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
+		b.env.finalize(t, cancelled, "cancelled", "HTTP 404")
+		completed := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
+		b.env.finalize(t, completed, "completed", "")
+		pending := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
+		// The event was pruned: nothing to redeliver.
+		gone := b.env.insertDelivery(t, b.id, uuid.NewString())
+		b.env.finalize(t, gone, "discarded", "HTTP 500")
+		// A live twin (a later fanout of the same event) blocks the retry.
+		twinEvent := b.env.insertEvent(t, ownerA, "booking.created")
+		twinOld := b.env.insertDelivery(t, b.id, twinEvent)
+		b.env.finalize(t, twinOld, "discarded", "HTTP 500")
+		twinLive := b.env.insertDelivery(t, b.id, twinEvent)
+		// Another endpoint's discarded delivery is not touched.
+		otherJob := b.env.insertDelivery(t, other, b.env.insertEvent(t, ownerA, "booking.created"))
+		b.env.finalize(t, otherJob, "discarded", "HTTP 500")
+
+		resp, err := b.env.client.Redeliver(t.Context(), &webhooksv1.RedeliverRequest{OwnerId: ownerA, EndpointId: b.id})
+		require.NoError(t, err)
+		require.Equal(t, int32(2), resp.GetCount())
+
+		require.Equal(t, "available", b.env.jobState(t, discarded))
+		require.Equal(t, "available", b.env.jobState(t, cancelled))
+		require.Equal(t, "completed", b.env.jobState(t, completed))
+		require.Equal(t, "available", b.env.jobState(t, pending))
+		require.Equal(t, "discarded", b.env.jobState(t, gone))
+		require.Equal(t, "discarded", b.env.jobState(t, twinOld))
+		require.Equal(t, "available", b.env.jobState(t, twinLive))
+		require.Equal(t, "discarded", b.env.jobState(t, otherJob))
+
+		// Nothing left to redeliver.
+		resp, err = b.env.client.Redeliver(t.Context(), &webhooksv1.RedeliverRequest{OwnerId: ownerA, EndpointId: b.id})
+		require.NoError(t, err)
+		require.Zero(t, resp.GetCount())
+	})
+
+	t.Run("EventOfAnotherOwnerDoesNotCount", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		j := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerB, "booking.created"))
+		b.env.finalize(t, j, "discarded", "HTTP 500")
+		resp, err := b.env.client.Redeliver(t.Context(), &webhooksv1.RedeliverRequest{OwnerId: ownerA, EndpointId: b.id})
+		require.NoError(t, err)
+		require.Zero(t, resp.GetCount())
+	})
+
+	t.Run("DisabledEndpoint", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		j := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
+		b.env.finalize(t, j, "discarded", "HTTP 500")
+		_, err := b.env.db.Pool.Exec(t.Context(), `UPDATE webhook_endpoints SET enabled = false WHERE id = $1`, b.id)
+		require.NoError(t, err)
+		_, err = b.env.client.Redeliver(t.Context(), &webhooksv1.RedeliverRequest{OwnerId: ownerA, EndpointId: b.id})
+		requireCode(t, err, codes.FailedPrecondition)
+		require.Equal(t, "discarded", b.env.jobState(t, j))
+	})
+
+	t.Run("CrossOwnerNotFound", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		j := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
+		b.env.finalize(t, j, "discarded", "HTTP 500")
+		_, err := b.env.client.Redeliver(t.Context(), &webhooksv1.RedeliverRequest{OwnerId: ownerB, EndpointId: b.id})
+		requireNotFound(t, err)
+		require.Equal(t, "discarded", b.env.jobState(t, j))
+		_, err = b.env.client.Redeliver(t.Context(), &webhooksv1.RedeliverRequest{OwnerId: ownerA})
+		requireField(t, err, "endpoint_id")
+	})
+}
+
+func TestRetryDelivery(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		env *testEnv
+		id  string
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		env := newTestEnv(t, endpoint.ServiceConfig{})
+		return &testBundle{env: env, id: env.create(t, ownerA).GetEndpoint().GetId()}
+	}
+
+	// backoff puts a delivery in a retry's backoff: one failed attempt, the
+	// next hours away.
+	backoff := func(t *testing.T, b *testBundle, jobID int64, wait time.Duration) {
+		t.Helper()
+		b.env.finalize(t, jobID, "retryable", "HTTP 500: upstream down")
+		_, err := b.env.db.Pool.Exec(t.Context(), `UPDATE river_job SET scheduled_at = now() + $2::interval WHERE id = $1`, jobID, wait.String())
+		require.NoError(t, err)
+	}
+
+	t.Run("RunsABackoffNow", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		jobID := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
+		backoff(t, b, jobID, 10*time.Hour)
+
+		resp, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID})
+		require.NoError(t, err)
+		d := resp.GetDelivery()
+		require.Equal(t, jobID, d.GetId())
+		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_PENDING, d.GetState())
+		require.Equal(t, int32(1), d.GetAttempt(), "the attempts so far still count")
+		require.Equal(t, "available", b.env.jobState(t, jobID))
+		var due bool
+		require.NoError(t, b.env.db.Pool.QueryRow(t.Context(), `SELECT scheduled_at <= now() FROM river_job WHERE id = $1`, jobID).Scan(&due))
+		require.True(t, due)
+	})
+
+	t.Run("RefusesWhatIsNotWaiting", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, state := range []struct{ river, want string }{
+			{"completed", "delivered"}, {"discarded", "failed"}, {"cancelled", "cancelled"}, {"running", "delivering"}, {"available", "pending"},
+		} {
+			jobID := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
+			b.env.finalize(t, jobID, state.river, "HTTP 500")
+			_, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID})
+			st := requireCode(t, err, codes.FailedPrecondition)
+			require.Contains(t, st.Message(), "delivery is "+state.want+", not waiting", state.river)
+			require.Equal(t, state.river, b.env.jobState(t, jobID), "untouched")
+		}
+	})
+
+	t.Run("DisabledEndpointRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		jobID := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
+		backoff(t, b, jobID, time.Hour)
+		_, err := b.env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
+			OwnerId: ownerA, EndpointId: b.id, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"enabled"}},
+		})
+		require.NoError(t, err)
+		_, err = b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID})
+		requireCode(t, err, codes.FailedPrecondition)
+		require.Equal(t, "retryable", b.env.jobState(t, jobID))
+	})
+
+	t.Run("ForeignAndMissingLookAlike", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		jobID := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
+		backoff(t, b, jobID, time.Hour)
+		_, foreign := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerB, DeliveryId: jobID})
+		_, missing := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID + 1000})
+		for _, err := range []error{foreign, missing} {
+			st := requireCode(t, err, codes.NotFound)
+			require.Equal(t, DeliveryNotFoundMessage, st.Message())
+			require.Empty(t, st.Details())
+		}
+		require.True(t, proto.Equal(status.Convert(foreign).Proto(), status.Convert(missing).Proto()))
+		require.Equal(t, "retryable", b.env.jobState(t, jobID), "another owner cannot touch it")
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, id := range []int64{0, -1} {
+			_, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: id})
+			requireField(t, err, "delivery_id")
+		}
+		_, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: "a b", DeliveryId: 1})
+		requireField(t, err, "owner_id")
 	})
 }

@@ -3,22 +3,16 @@ package grpcapi
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
-	"github.com/standmeet/webhook-dispatcher/internal/event"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
-	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 )
 
 // NotFoundMessage is the one message for a missing or foreign endpoint id,
@@ -188,64 +182,6 @@ func (s *endpointServer) SendTest(ctx context.Context, req *webhooksv1.SendTestR
 	return &webhooksv1.SendTestResponse{EventId: id}, nil
 }
 
-// RetryDelivery implements webhooksv1.EndpointServiceServer.
-func (s *endpointServer) RetryDelivery(ctx context.Context, req *webhooksv1.RetryDeliveryRequest) (*webhooksv1.RetryDeliveryResponse, error) {
-	d, err := s.svc.RetryDelivery(ctx, req.GetOwnerId(), req.GetDeliveryId())
-	if err != nil {
-		return nil, s.fail(ctx, "retry_delivery", req.GetOwnerId(), err)
-	}
-	return &webhooksv1.RetryDeliveryResponse{Delivery: s.deliveryProto(d)}, nil
-}
-
-// ListEventTypes implements webhooksv1.EndpointServiceServer.
-func (s *endpointServer) ListEventTypes(ctx context.Context, _ *webhooksv1.ListEventTypesRequest) (*webhooksv1.ListEventTypesResponse, error) {
-	resp, err := eventTypes()
-	if err != nil {
-		return nil, unexpected(ctx, s.logger, "ListEventTypes", "", codes.Internal, err)
-	}
-	return resp, nil
-}
-
-// eventTypes is ListEventTypes' answer for the process's catalog, built
-// once per catalog: gRPC only reads the message it is given, so every call
-// may share it.
-func eventTypes() (*webhooksv1.ListEventTypesResponse, error) {
-	c := event.Catalog()
-	if cached := eventTypesCache.Load(); cached != nil && cached.catalog == c {
-		return cached.resp, nil
-	}
-	resp, err := buildEventTypes()
-	if err != nil {
-		return nil, err
-	}
-	eventTypesCache.Store(&eventTypesAnswer{catalog: c, resp: resp})
-	return resp, nil
-}
-
-type eventTypesAnswer struct {
-	catalog *catalog.Catalog
-	resp    *webhooksv1.ListEventTypesResponse
-}
-
-var eventTypesCache atomic.Pointer[eventTypesAnswer]
-
-func buildEventTypes() (*webhooksv1.ListEventTypesResponse, error) {
-	resp := &webhooksv1.ListEventTypesResponse{}
-	for _, t := range event.WebhookTypes() {
-		schema, example := &structpb.Struct{}, &structpb.Struct{}
-		if err := protojson.Unmarshal(t.Schema, schema); err != nil {
-			return nil, fmt.Errorf("schema of %s: %w", t.Name, err)
-		}
-		if err := protojson.Unmarshal(t.Example, example); err != nil {
-			return nil, fmt.Errorf("example of %s: %w", t.Name, err)
-		}
-		resp.EventTypes = append(resp.EventTypes, &webhooksv1.EventType{
-			Name: t.Name, Description: t.Description, DataSchema: schema, DataExample: example,
-		})
-	}
-	return resp, nil
-}
-
 // schemeFromProto is the endpoint package's name of a scheme; an unknown
 // number maps to a name the service refuses.
 func schemeFromProto(s webhooksv1.SignatureScheme) string {
@@ -323,29 +259,4 @@ var waitReasons = map[endpoint.WaitReason]webhooksv1.DeliveryWaitReason{
 	endpoint.WaitEndpointPaused:  webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_ENDPOINT_PAUSED,
 	endpoint.WaitRateLimit:       webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_RATE_LIMIT,
 	endpoint.WaitOrdered:         webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_ORDERED,
-}
-
-func (s *endpointServer) deliveryProto(d *endpoint.Delivery) *webhooksv1.Delivery {
-	out := &webhooksv1.Delivery{
-		Id:          d.JobID,
-		EndpointId:  d.EndpointID,
-		EventId:     d.EventID,
-		EventType:   d.EventType,
-		State:       deliveryStates[d.State],
-		WaitReason:  waitReasons[d.Wait],
-		StateReason: d.StateReason,
-		Attempt:     int32(min(d.Attempt, 1<<31-1)),
-		MaxAttempts: int32(min(d.MaxAttempts, 1<<31-1)),
-		LastError:   d.LastError,
-		CreatedAt:   timestamppb.New(d.CreatedAt),
-		ScheduledAt: timestamppb.New(d.ScheduledAt),
-		Link:        s.svc.JobLink(d.JobID),
-	}
-	if d.AttemptedAt != nil {
-		out.AttemptedAt = timestamppb.New(*d.AttemptedAt)
-	}
-	if d.FinalizedAt != nil {
-		out.FinalizedAt = timestamppb.New(*d.FinalizedAt)
-	}
-	return out
 }

@@ -48,3 +48,19 @@ func TestListEventTypesDataSchemas(t *testing.T) {
 		}
 	})
 }
+
+func TestListEventTypes(t *testing.T) {
+	t.Parallel()
+
+	env := newTestEnv(t, endpoint.ServiceConfig{})
+	resp, err := env.client.ListEventTypes(t.Context(), &webhooksv1.ListEventTypesRequest{})
+	require.NoError(t, err)
+	require.Len(t, resp.GetEventTypes(), len(event.WebhookTypes()))
+	names := make([]string, 0, len(resp.GetEventTypes()))
+	for _, et := range resp.GetEventTypes() {
+		require.NotEmpty(t, et.GetDescription())
+		names = append(names, et.GetName())
+	}
+	require.Contains(t, names, "corpus.note.changed")
+	require.Contains(t, names, "webhook.test")
+}
