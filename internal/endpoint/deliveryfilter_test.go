@@ -33,7 +33,9 @@ func TestStateConditionMatchesMapping(t *testing.T) {
 		for _, at := range []time.Time{now.Add(-time.Minute), now, now.Add(time.Minute)} {
 			for _, md := range notes {
 				j := testfactory.Job(ctx, t, db.Pool, &testfactory.JobOpts{State: rivertype.JobState(st), ScheduledAt: &at, Metadata: []byte(md)})
-				var note struct{ Output json.RawMessage }
+				var note struct {
+					Output json.RawMessage `json:"output"`
+				}
 				require.NoError(t, json.Unmarshal(j.Metadata, &note))
 				id, output := j.ID, []byte(note.Output)
 				ps := productState(st, at, output, now)
