@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertest"
 	"github.com/stretchr/testify/require"
 
@@ -195,26 +196,34 @@ func TestLease(t *testing.T) {
 	t.Run("AnExtendThatFindsTheRowLockedKeepsTheLease", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		runWorker(t, b.worker)
+		// A wait for the lease far longer than the test holds the row: a
+		// busy machine must not turn the wait into a snooze.
+		w := b.otherProcess(Config{LocalWait: time.Minute})
+		runWorker(t, w)
+		work := func(j *river.Job[job.DeliverArgs]) error {
+			ctx, cancel := context.WithTimeout(rivertest.WorkContext(context.Background(), b.client), 2*time.Minute)
+			defer cancel()
+			return w.Work(ctx, j)
+		}
 		rc := newReceiver(t, status(http.StatusOK))
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
-		require.NoError(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://1"))))
+		require.NoError(t, work(b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://1"))))
 		var token uuid.UUID
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT lease_token FROM webhook_endpoints WHERE id = $1`, epID).Scan(&token))
 
 		// The lingering lease is about to need extending, and another
 		// statement has the row locked when the next delivery extends it:
 		// the extend is skipped (SKIP LOCKED), not refused.
-		b.worker.lanes.mu.Lock()
-		b.worker.lanes.byEndpoint[epID].expires = time.Now().Add(10 * time.Second)
-		b.worker.lanes.mu.Unlock()
+		w.lanes.mu.Lock()
+		w.lanes.byEndpoint[epID].expires = time.Now().Add(10 * time.Second)
+		w.lanes.mu.Unlock()
 		tx, err := b.db.Pool.Begin(ctx)
 		require.NoError(t, err)
 		_, err = tx.Exec(ctx, `SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR NO KEY UPDATE`, epID)
 		require.NoError(t, err)
 		j := b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://2"))
 		worked := make(chan error, 1)
-		go func() { worked <- b.work(t, j) }()
+		go func() { worked <- work(j) }()
 		time.Sleep(300 * time.Millisecond) // the extend runs into the lock meanwhile (or, on a slow machine, after it)
 		require.EqualValues(t, 1, rc.hits.Load(), "no attempt without a lease that outlives it")
 		require.NoError(t, tx.Rollback(ctx))
