@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
 // lanes is this process's view of the endpoints it delivers to: one lane per
@@ -43,6 +45,19 @@ type lanes struct {
 	// its member id), so that the leases of a process that died can be
 	// told from the others' (Worker.ReleaseLeasesOf).
 	prefix [8]byte
+	// stall tells a slow or hung receiver's lane (stalled); zero: never.
+	stall stallLimits
+}
+
+// stallLimits bound when a lane counts as stalled and how long a delivery
+// that finds it stalled stays away.
+type stallLimits struct {
+	// after: a lane is stalled once nothing moved on it for 3 times its
+	// usual request, at least min and at most max.
+	min, max time.Duration
+	// away: the delivery snoozes as long as the lane has been stalled, at
+	// least awayMin and at most awayMax.
+	awayMin, awayMax time.Duration
 }
 
 type lane struct {
@@ -82,6 +97,15 @@ type lane struct {
 	// delivery does not wait for a turn in a deliver worker: it is held
 	// (failingBusy).
 	failing bool
+
+	// sends holds when each request in flight on the lane began, oldest
+	// first (sending, sent); moved is when a request last began or ended;
+	// reqTime is a moving average of how long a request takes here (0:
+	// none ended yet). Together they tell a receiver that has stopped
+	// answering from one that is merely busy (stalled).
+	sends   []time.Time
+	moved   time.Time
+	reqTime time.Duration
 }
 
 // waiter is one delivery queued for a lane; its turn is signalled on ch.
@@ -91,6 +115,15 @@ type waiter struct {
 	// slot > 0: sent away by the rate limit (ratelimit.go), to come back
 	// after this long.
 	slot time.Duration
+}
+
+// away says for how long and why a delivery that got no turn snoozes.
+type away struct {
+	d time.Duration
+	// reason is job.SnoozeRateLimit (the rate limit gave it a later slot),
+	// job.SnoozeStalled (every slot is held by a request that has not been
+	// answered for a while), or "" (the wait ran out or the queue is full).
+	reason string
 }
 
 func newLanes(maxWaiters int, prefix [8]byte) *lanes {
@@ -114,10 +147,9 @@ type lease struct {
 // enter makes the caller one of the lane's runners, queuing behind the
 // others for at most maxWait. seq is the delivery's order key on an ordered
 // endpoint (0 otherwise): a lower seq is served first. It returns false when
-// the caller should not wait (the queue is full, or the wait ran out): the
-// delivery then snoozes, for slot if that is positive (the rate limit sent
-// it away with a later slot).
-func (ls *lanes) enter(ctx context.Context, ep uuid.UUID, seq int64, maxWait time.Duration) (bool, time.Duration) {
+// the caller should not wait (the queue is full, the wait ran out, or the
+// lane is stalled): the delivery then snoozes, as away says.
+func (ls *lanes) enter(ctx context.Context, ep uuid.UUID, seq int64, maxWait time.Duration) (bool, away) {
 	ls.mu.Lock()
 	ln := ls.byEndpoint[ep]
 	if ln == nil {
@@ -126,20 +158,21 @@ func (ls *lanes) enter(ctx context.Context, ep uuid.UUID, seq int64, maxWait tim
 	}
 	if len(ln.waiters) == 0 && ln.free() {
 		ln.running++
-		ln.idleSince = time.Time{}
+		ln.idleSince, ln.moved = time.Time{}, time.Now()
 		ls.mu.Unlock()
-		return true, 0
+		return true, away{}
+	}
+	if d, stalled := ls.stalled(ln, time.Now()); stalled {
+		ls.mu.Unlock()
+		return false, d
 	}
 	if (ls.maxWaiters > 0 && len(ln.waiters) >= ls.maxWaiters) || maxWait <= 0 {
 		ls.mu.Unlock()
-		return false, 0
+		return false, away{}
 	}
 	w := ln.queue(seq)
 	ls.mu.Unlock()
-	if ls.await(ctx, ln, w, maxWait) {
-		return true, 0
-	}
-	return false, w.slot
+	return ls.await(ctx, ln, w, maxWait)
 }
 
 // queue adds a waiter in turn order. Called with ls.mu held.
@@ -181,35 +214,141 @@ func (ln *lane) admit() {
 			ln.burst--
 		}
 		ln.running++
+		ln.moved = time.Now()
 		next.ch <- struct{}{}
 	}
 }
 
-// await waits for w's turn for at most maxWait.
-func (ls *lanes) await(ctx context.Context, ln *lane, w *waiter, maxWait time.Duration) bool {
-	timer := time.NewTimer(maxWait)
+// await waits for w's turn for at most maxWait, and gives up early if the
+// lane stalls meanwhile: a turn that waits for an unanswered request would
+// hold a deliver worker for nothing.
+func (ls *lanes) await(ctx context.Context, ln *lane, w *waiter, maxWait time.Duration) (bool, away) {
+	deadline := time.Now().Add(maxWait)
+	timer := time.NewTimer(ls.nextCheck(ln, deadline))
 	defer timer.Stop()
-	select {
-	case <-w.ch:
-		return w.slot == 0
-	case <-timer.C:
-	case <-ctx.Done():
+	for {
+		select {
+		case <-w.ch:
+			return w.slot == 0, away{d: w.slot, reason: rateAway(w.slot)}
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		// Give up, unless the turn was handed over meanwhile: then it is
+		// ours.
+		ls.mu.Lock()
+		select {
+		case <-w.ch:
+			ls.mu.Unlock()
+			return w.slot == 0, away{d: w.slot, reason: rateAway(w.slot)}
+		default:
+		}
+		now := time.Now()
+		d, stalled := ls.stalled(ln, now)
+		if !stalled && ctx.Err() == nil && now.Before(deadline) {
+			ls.mu.Unlock()
+			timer.Reset(ls.nextCheck(ln, deadline))
+			continue
+		}
+		ln.dequeue(w)
+		ls.mu.Unlock()
+		return false, d
 	}
-	// Give up, unless the turn was handed over meanwhile: then it is ours.
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	select {
-	case <-w.ch:
-		return w.slot == 0
-	default:
+}
+
+// rateAway is the reason of a delivery sent away with a later slot.
+func rateAway(slot time.Duration) string {
+	if slot > 0 {
+		return job.SnoozeRateLimit
 	}
+	return ""
+}
+
+// dequeue removes w from the queue. Called with ls.mu held.
+func (ln *lane) dequeue(w *waiter) {
 	for i, other := range ln.waiters {
 		if other == w {
 			ln.waiters = append(ln.waiters[:i], ln.waiters[i+1:]...)
-			break
+			return
 		}
 	}
-	return false
+}
+
+// sending records that a runner of ep's lane sends its request now.
+func (ls *lanes) sending(ep uuid.UUID) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ln := ls.byEndpoint[ep]; ln != nil {
+		now := time.Now()
+		ln.sends = append(ln.sends, now)
+		ln.moved = now
+	}
+}
+
+// sent records that a request on ep's lane has ended (answered, failed or
+// timed out), and how long it took.
+func (ls *lanes) sent(ep uuid.UUID) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.byEndpoint[ep]
+	if ln == nil || len(ln.sends) == 0 {
+		return
+	}
+	now := time.Now()
+	// The oldest start stands for the request that ended: requests to one
+	// receiver mostly end in the order they began, and an average needs no
+	// more.
+	took := now.Sub(ln.sends[0])
+	ln.sends = ln.sends[1:]
+	if ln.reqTime == 0 {
+		ln.reqTime = took
+	} else {
+		ln.reqTime = (3*ln.reqTime + took) / 4
+	}
+	ln.moved = now
+}
+
+// stalled reports whether ln is stalled at now, and if so how long a
+// delivery that finds it so stays away. A lane is stalled when every slot
+// is held by a request in flight and none has begun or ended for a while:
+// 3 times the lane's usual request, within the limits. Its receiver is then
+// slow or hung, and a delivery waiting for a turn would hold a deliver worker
+// for as long, so it snoozes instead: the deliveries to a few hung
+// receivers cannot take every worker. Waits for a rate slot, a lease or a
+// pause are not requests in flight and never stall a lane. Called with
+// ls.mu held.
+func (ls *lanes) stalled(ln *lane, now time.Time) (away, bool) {
+	if ls.stall.min <= 0 || len(ln.sends) == 0 || len(ln.sends) < ln.running || ln.free() {
+		return away{}, false
+	}
+	idle := now.Sub(ln.moved)
+	if idle < ls.stallAfter(ln) {
+		return away{}, false
+	}
+	return away{d: min(max(idle, ls.stall.awayMin), ls.stall.awayMax), reason: job.SnoozeStalled}, true
+}
+
+// stallAfter is how long nothing must move on ln before it is stalled.
+func (ls *lanes) stallAfter(ln *lane) time.Duration {
+	return min(max(3*ln.reqTime, ls.stall.min), ls.stall.max)
+}
+
+// nextCheck is how long a waiter on ln waits before it looks again: until
+// the lane would be stalled if nothing moves, or until deadline.
+func (ls *lanes) nextCheck(ln *lane, deadline time.Time) time.Duration {
+	now := time.Now()
+	left := deadline.Sub(now)
+	if ls.stall.min <= 0 {
+		return left
+	}
+	ls.mu.Lock()
+	at := ln.moved.Add(ls.stallAfter(ln))
+	ls.mu.Unlock()
+	if d := at.Sub(now); d > 0 && d < left {
+		return d
+	}
+	// Already past (it did not count as stalled: not every slot is busy
+	// sending): look again a little later rather than spin.
+	return min(left, max(ls.stall.min/4, time.Millisecond))
 }
 
 // requeue lets the runner, a delivery to an ordered endpoint that is not the
@@ -229,7 +368,8 @@ func (ls *lanes) requeue(ctx context.Context, ep uuid.UUID, seq int64, maxWait t
 	w := ln.queue(seq)
 	next.ch <- struct{}{}
 	ls.mu.Unlock()
-	return true, ls.await(ctx, ln, w, maxWait)
+	ok, _ = ls.await(ctx, ln, w, maxWait)
+	return true, ok
 }
 
 // current returns the lane's lease, for a runner. A zero token means no
@@ -330,6 +470,7 @@ func (ls *lanes) leave(ep uuid.UUID) uuid.UUID {
 		next := ln.waiters[0]
 		ln.waiters = ln.waiters[1:]
 		ln.running++
+		ln.moved = time.Now()
 		next.ch <- struct{}{}
 	}
 	if ln.running > 0 {

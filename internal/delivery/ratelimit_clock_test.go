@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
 // TestRateClock runs an endpoint's rate limit as its lane keeps it, in a
@@ -113,11 +115,12 @@ func TestRateClock(t *testing.T) {
 			)
 			for i := range queued {
 				wg.Go(func() {
-					ok, slot := ls.enter(ctx, ep, 0, time.Minute)
+					ok, away := ls.enter(ctx, ep, 0, time.Minute)
 					mu.Lock()
 					defer mu.Unlock()
 					if !ok {
-						slots[i] = slot
+						require.Equal(t, job.SnoozeRateLimit, away.reason)
+						slots[i] = away.d
 					}
 				})
 				synctest.Wait() // queued in this order

@@ -61,6 +61,15 @@ type Config struct {
 	// local deliveries to the same endpoint, then for another process to
 	// release the lease. Default 5 s.
 	LocalWait time.Duration
+	// StallAfter is the shortest time every slot of an endpoint must be
+	// held by requests in flight, none begun or ended, before its lane
+	// counts as stalled (3 times its usual request, at most LocalWait): a
+	// new delivery to it then snoozes (job.SnoozeStalled) for about as long
+	// as the lane has stalled, instead of waiting for a turn in a deliver
+	// worker, and so do those already waiting. So a few receivers that
+	// hang cannot take every worker before their first attempt times out
+	// and the endpoint counts as failing. Default 1 s.
+	StallAfter time.Duration
 	// LocalWaiters, if positive, bounds the in-process queue per endpoint:
 	// a delivery that finds it full snoozes. Default 0: no bound but River's
 	// worker count, since a smaller bound makes the overflow of a hot
@@ -126,6 +135,7 @@ func (c *Config) setDefaults(pool *pgxpool.Pool) {
 	setDefault(&c.LeaseLinger, 2*time.Second)
 	setDefault(&c.BusySnooze, 2*time.Second)
 	setDefault(&c.LocalWait, 5*time.Second)
+	setDefault(&c.StallAfter, time.Second)
 	setDefault(&c.MaxRetryAfter, time.Hour)
 	setDefault(&c.RescueAfter, time.Minute)
 	setDefault(&c.DisableAfter, DefaultDisableAfter)
@@ -212,6 +222,7 @@ func NewWorker(cfg Config, pool *pgxpool.Pool, client *http.Client, keys KeyOpen
 
 		recovered: make(chan struct{}, 1),
 	}
+	w.lanes.stall = stallLimits{min: cfg.StallAfter, max: max(cfg.LocalWait, cfg.StallAfter), awayMin: cfg.BusySnooze, awayMax: cfg.AttemptTimeout}
 	// A few statements in flight at once keep latency low when the pool is
 	// busy; everything that arrives meanwhile waits for the next one.
 	w.loads = batch.New(batch.Config{MaxSize: 500, MaxInFlight: 4}, func(ctx context.Context, reqs []loadReq) ([]loadRes, error) {
@@ -263,9 +274,9 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.DeliverArgs]) error 
 	if w.lanes.failingBusy(endpointID) {
 		return w.snooze(ctx, job.FailingCooldown, job.SnoozeFailing)
 	}
-	if ok, slot := w.lanes.enter(ctx, endpointID, j.Args.Seq, w.cfg.LocalWait); !ok {
-		if slot > 0 {
-			return w.snooze(ctx, slot, job.SnoozeRateLimit)
+	if ok, away := w.lanes.enter(ctx, endpointID, j.Args.Seq, w.cfg.LocalWait); !ok {
+		if away.reason != "" {
+			return w.snooze(ctx, away.d, away.reason)
 		}
 		return w.snoozeBusy(ctx, w.cfg.BusySnooze)
 	}
@@ -311,7 +322,9 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.DeliverArgs]) error 
 
 	attemptCtx, cancel := context.WithTimeout(ctx, w.cfg.AttemptTimeout)
 	defer cancel()
+	w.lanes.sending(endpointID)
 	res := w.attempt(attemptCtx, ctx, j, endpointID, t)
+	w.lanes.sent(endpointID)
 	w.afterAttempt(ctx, j, endpointID, t, res)
 	s := settleReq{endpointID: endpointID, token: token}
 	if res.settle != nil {

@@ -55,8 +55,10 @@ func setup(t *testing.T) *testBundle {
 	m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
 	// The production client timeout: a receiver that answers at once must
 	// not time out because a busy machine runs the exchange slowly. Tests
-	// of timeouts set their own.
-	w := NewWorker(Config{}, db.Pool,
+	// of timeouts set their own. Likewise no lane stalls unless a test
+	// says so: on a busy machine a request to an answering receiver can
+	// take long enough (TestStalledEndpointHoldsNoWorkers sets it).
+	w := NewWorker(Config{StallAfter: time.Hour}, db.Pool,
 		egress.NewClient(egress.Config{AllowCIDRs: loopback}), endpoint.NewKeyOpener(kr), m, slog.New(slog.DiscardHandler))
 	return &testBundle{db: db, keyring: kr, metrics: m, client: client, worker: w}
 }

@@ -285,6 +285,8 @@ func (r jobRow) wait() (WaitReason, string) {
 				return WaitLeaseBusy, "Waiting for its turn: another delivery to this endpoint was in flight; next try at " + at + "."
 			case job.SnoozePaused, job.SnoozeThrottled:
 				return WaitEndpointPaused, "The receiver paused the endpoint (Retry-After, or 429s in a row) until " + at + "."
+			case job.SnoozeStalled:
+				return WaitLeaseBusy, "Waiting for its turn: the requests in flight to this endpoint have gone unanswered for a while (a slow or hung receiver); next try at " + at + "."
 			case job.SnoozeRateLimit:
 				return WaitRateLimit, "Waiting for a slot under the endpoint's max_per_second, at " + at + "."
 			case job.SnoozeFailing:

@@ -154,6 +154,11 @@ const (
 	// probe, or a receiver that hangs): the delivery is held, without a
 	// worker, until a success releases it or the failing cool-down ends.
 	SnoozeFailing = "endpoint_failing"
+	// SnoozeStalled: every slot of the endpoint is held by a request its
+	// receiver has not answered for a while (a slow or hung receiver): the
+	// delivery waits in the queue, without a worker, rather than in a
+	// worker for a turn.
+	SnoozeStalled = "endpoint_stalled"
 	// SnoozeDirect is not a snooze: the delivery was handed to the deliver
 	// worker of the process that fanned it out, which runs it at once
 	// (internal/delivery's Direct). The job waits, scheduled, until Until
@@ -165,7 +170,7 @@ const (
 // dispatcher_delivery_snoozes_total's "reason" label. SnoozeDirect is not
 // one (nothing waits; it is not counted).
 func SnoozeReasons() []string {
-	return []string{SnoozeLeaseBusy, SnoozeRetryAfter, SnoozeThrottled, SnoozePaused, SnoozeRateLimit, SnoozeOrdered, SnoozeFailing}
+	return []string{SnoozeLeaseBusy, SnoozeRetryAfter, SnoozeThrottled, SnoozePaused, SnoozeRateLimit, SnoozeOrdered, SnoozeFailing, SnoozeStalled}
 }
 
 // FailingCooldown delays a new delivery to an endpoint that is failing, so
