@@ -8,10 +8,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
+	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 )
 
 // TestEventQueriesUseTheirIndexes checks the plans that keep ListEvents and
@@ -35,11 +37,14 @@ SELECT 'ev-' || g, 'owner-' || (g % 200), (ARRAY['corpus.note.changed', 'booking
        'wiki://space/' || (g % 50) || '/page/' || g, now() - g * interval '1 second', '{}', 'test'
   FROM generate_series(1, 100000) g`)
 	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `
-INSERT INTO river_job (kind, args, max_attempts, state, finalized_at)
-SELECT '`+job.KindDeliver+`', jsonb_build_object('endpoint_id', gen_random_uuid()::text, 'event_id', 'ev-' || g), 18, 'completed', now()
-  FROM generate_series(1, 100000, 2) g`)
-	require.NoError(t, err)
+	var jobs []*testfactory.JobOpts
+	for g := 1; g <= 100000; g += 2 {
+		jobs = append(jobs, &testfactory.JobOpts{
+			Args:  job.DeliverArgs{EndpointID: uuid.NewString(), EventID: "ev-" + strconv.Itoa(g)},
+			State: rivertype.JobStateCompleted,
+		})
+	}
+	testfactory.Jobs(ctx, t, db.Pool, jobs)
 	_, err = db.Pool.Exec(ctx, `ANALYZE events; ANALYZE river_job`)
 	require.NoError(t, err)
 

@@ -112,7 +112,7 @@ func TestListAttempts(t *testing.T) {
 	t.Run("AttemptsOutliveTheCleanedJob", func(t *testing.T) {
 		t.Parallel()
 		b := setupAttempts(t)
-		_, err := b.env.db.Pool.Exec(t.Context(), `DELETE FROM river_job WHERE id = $1`, b.deliveryID)
+		_, err := b.env.river.JobDelete(t.Context(), b.deliveryID)
 		require.NoError(t, err)
 		resp, err := b.env.client.ListAttempts(t.Context(), &webhooksv1.ListAttemptsRequest{OwnerId: ownerA, DeliveryId: b.deliveryID})
 		require.NoError(t, err)

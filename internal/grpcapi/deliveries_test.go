@@ -19,15 +19,6 @@ import (
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
-// setJob rewrites a job's timing columns, as hours of real traffic would
-// have left them.
-func (e *testEnv) setJob(t *testing.T, jobID int64, createdAt time.Time, finalizedAt *time.Time) {
-	t.Helper()
-	_, err := e.db.Pool.Exec(t.Context(), `UPDATE river_job SET created_at = $2, finalized_at = coalesce($3, finalized_at) WHERE id = $1`,
-		jobID, createdAt, finalizedAt)
-	require.NoError(t, err)
-}
-
 func TestGetDelivery(t *testing.T) {
 	t.Parallel()
 
@@ -111,12 +102,13 @@ func TestListDeliveriesFilters(t *testing.T) {
 		env := newTestEnv(t, endpoint.ServiceConfig{})
 		b := &testBundle{env: env, id: env.create(t, ownerA).GetEndpoint().GetId(), jobs: map[string]int64{}}
 		add := func(name, typ, state string, hoursAfterBase int) {
-			jobID := env.insertDelivery(t, b.id, env.insertEvent(t, ownerA, typ))
+			// Inserted as hours of real traffic would have left it.
+			opts := &testfactory.JobOpts{}
 			if state != "" {
-				env.finalize(t, jobID, state, "HTTP 500")
+				opts = attempted(state, "HTTP 500")
 			}
-			env.setJob(t, jobID, base.Add(time.Duration(hoursAfterBase)*time.Hour), nil)
-			b.jobs[name] = jobID
+			opts.CreatedAt = new(base.Add(time.Duration(hoursAfterBase) * time.Hour))
+			b.jobs[name] = env.insertAttempted(t, b.id, env.insertEvent(t, ownerA, typ), opts)
 		}
 		add("noteFailed", "corpus.note.changed", "discarded", 0)
 		add("noteDelivered", "corpus.note.changed", "completed", 1)
@@ -217,10 +209,9 @@ func TestRedeliverRecovery(t *testing.T) {
 	// failed adds a delivery that ended in state at finalizedAt.
 	failed := func(t *testing.T, b *testBundle, state string, finalizedAt time.Time) int64 {
 		t.Helper()
-		jobID := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
-		b.env.finalize(t, jobID, state, "HTTP 503")
-		b.env.setJob(t, jobID, finalizedAt.Add(-time.Hour), &finalizedAt)
-		return jobID
+		opts := attempted(state, "HTTP 503")
+		opts.CreatedAt, opts.FinalizedAt = new(finalizedAt.Add(-time.Hour)), &finalizedAt
+		return b.env.insertAttempted(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"), opts)
 	}
 	redeliver := func(t *testing.T, b *testBundle, req *webhooksv1.RedeliverRequest) *webhooksv1.RedeliverResponse {
 		t.Helper()
@@ -551,20 +542,19 @@ func TestRetryDelivery(t *testing.T) {
 		return &testBundle{env: env, id: env.create(t, ownerA).GetEndpoint().GetId()}
 	}
 
-	// backoff puts a delivery in a retry's backoff: one failed attempt, the
-	// next hours away.
-	backoff := func(t *testing.T, b *testBundle, jobID int64, wait time.Duration) {
+	// backoff inserts a delivery in a retry's backoff: one failed attempt,
+	// the next wait away.
+	backoff := func(t *testing.T, b *testBundle, wait time.Duration) int64 {
 		t.Helper()
-		b.env.finalize(t, jobID, "retryable", "HTTP 500: upstream down")
-		_, err := b.env.db.Pool.Exec(t.Context(), `UPDATE river_job SET scheduled_at = now() + $2::interval WHERE id = $1`, jobID, wait.String())
-		require.NoError(t, err)
+		opts := attempted("retryable", "HTTP 500: upstream down")
+		opts.ScheduledAt = new(time.Now().Add(wait))
+		return b.env.insertAttempted(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"), opts)
 	}
 
 	t.Run("RunsABackoffNow", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		jobID := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
-		backoff(t, b, jobID, 10*time.Hour)
+		jobID := backoff(t, b, 10*time.Hour)
 
 		resp, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID})
 		require.NoError(t, err)
@@ -596,8 +586,7 @@ func TestRetryDelivery(t *testing.T) {
 	t.Run("DisabledEndpointRefused", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		jobID := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
-		backoff(t, b, jobID, time.Hour)
+		jobID := backoff(t, b, time.Hour)
 		_, err := b.env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
 			OwnerId: ownerA, EndpointId: b.id, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"enabled"}},
 		})
@@ -610,8 +599,7 @@ func TestRetryDelivery(t *testing.T) {
 	t.Run("ForeignAndMissingLookAlike", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		jobID := b.env.insertDelivery(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"))
-		backoff(t, b, jobID, time.Hour)
+		jobID := backoff(t, b, time.Hour)
 		_, foreign := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerB, DeliveryId: jobID})
 		_, missing := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID + 1000})
 		for _, err := range []error{foreign, missing} {

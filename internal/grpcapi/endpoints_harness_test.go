@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -178,21 +179,30 @@ func (e *testEnv) insertDelivery(t *testing.T, endpointID, eventID string) int64
 	return res.Job.ID
 }
 
-// finalize moves a job to a final state with one recorded error, as the
-// deliver worker's attempts would.
+// finalize moves a job to state with one attempt made, as the deliver
+// worker's attempts would leave it, with lastError as the last of two
+// errors (none when it is empty).
 func (e *testEnv) finalize(t *testing.T, jobID int64, state, lastError string) {
 	t.Helper()
-	_, err := e.db.Pool.Exec(t.Context(), `
-UPDATE river_job
-   SET state = $2::river_job_state,
-       attempt = 1,
-       attempted_at = now(),
-       finalized_at = CASE WHEN $2 IN ('cancelled', 'completed', 'discarded') THEN now() END,
-       errors = CASE WHEN $3 = '' THEN NULL
-                     ELSE ARRAY[jsonb_build_object('at', now(), 'attempt', 1, 'error', 'older error', 'trace', ''),
-                                jsonb_build_object('at', now(), 'attempt', 1, 'error', $3::text, 'trace', '')] END
- WHERE id = $1`, jobID, state, lastError)
-	require.NoError(t, err)
+	testfactory.UpdateJob(t.Context(), t, e.db.Pool, jobID, attempted(state, lastError))
+}
+
+// attempted describes a delivery job in state after one attempt, with
+// lastError as the last of two errors (none when it is empty).
+func attempted(state, lastError string) *testfactory.JobOpts {
+	opts := &testfactory.JobOpts{State: rivertype.JobState(state), Attempt: 1}
+	if lastError != "" {
+		opts.Errors = []string{"older error", lastError}
+	}
+	return opts
+}
+
+// insertAttempted inserts a webhook.deliver job of endpointID for eventID as
+// opts (attempted) describes it: the row River's workers would have left.
+func (e *testEnv) insertAttempted(t *testing.T, endpointID, eventID string, opts *testfactory.JobOpts) int64 {
+	t.Helper()
+	opts.Args = job.DeliverArgs{EndpointID: endpointID, EventID: eventID}
+	return testfactory.Job(t.Context(), t, e.db.Pool, opts).ID
 }
 
 func (e *testEnv) jobState(t *testing.T, jobID int64) string {

@@ -202,18 +202,6 @@ func (m *Member) Active() int {
 	return max(int(m.active.Load()), 1)
 }
 
-// Owned returns the partitions whose queues the member works now.
-func (m *Member) Owned() []int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []int
-	for p := range m.owned {
-		out = append(out, p)
-	}
-	slices.Sort(out)
-	return out
-}
-
 // Works reports whether this process works queue now: it owns the queue's
 // partition and is not giving it up. The direct delivery path
 // (internal/delivery) asks it, so that only deliveries this process would

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,13 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
+	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 	"github.com/standmeet/webhook-dispatcher/internal/testutil"
 )
 
@@ -552,19 +556,25 @@ func TestRescue(t *testing.T) {
 	}
 	// insertJob writes a deliver job as River leaves it: running (fetched
 	// by attemptedBy) or handed off (scheduled, the note naming by).
-	insertJob := func(t *testing.T, b *testBundle, state, attemptedBy, by string, attempt int) int64 {
+	insertJob := func(t *testing.T, b *testBundle, state rivertype.JobState, attemptedBy, by string, attempt int) int64 {
 		t.Helper()
-		var id int64
-		require.NoError(t, b.db.Pool.QueryRow(ctx, `
-			INSERT INTO river_job (args, kind, max_attempts, queue, state, attempt, attempted_at, attempted_by, scheduled_at, metadata)
-			VALUES (jsonb_build_object('endpoint_id', gen_random_uuid()::text, 'event_id', md5(random()::text)),
-			        'webhook.deliver', 18, 'deliver_0', $1::river_job_state, $2,
-			        CASE WHEN $1 = 'running' THEN now() END, nullif(ARRAY[$3::text], ARRAY[''::text]),
-			        CASE WHEN $1 = 'running' THEN now() ELSE now() + interval '1 minute' END,
-			        CASE WHEN $4 = '' THEN '{}'::jsonb
-			             ELSE jsonb_build_object('output', jsonb_build_object('snooze_reason', 'direct', 'by', $4::text)) END)
-			RETURNING id`, state, attempt, attemptedBy, by).Scan(&id))
-		return id
+		opts := &testfactory.JobOpts{
+			Args:    job.DeliverArgs{EndpointID: uuid.NewString(), EventID: uuid.NewString()},
+			State:   state,
+			Attempt: attempt,
+		}
+		if attemptedBy != "" {
+			opts.AttemptedBy = []string{attemptedBy}
+		}
+		if state == rivertype.JobStateScheduled {
+			opts.ScheduledAt = new(time.Now().Add(time.Minute))
+		}
+		if by != "" {
+			note, err := json.Marshal(map[string]job.DeliverSnooze{"output": {Reason: job.SnoozeDirect, Until: time.Now().Add(time.Minute), By: by}})
+			require.NoError(t, err)
+			opts.Metadata = note
+		}
+		return testfactory.Job(ctx, t, b.db.Pool, opts).ID
 	}
 	type jobRow struct {
 		State   string
@@ -591,10 +601,10 @@ func TestRescue(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		member(t, b, "ghost", "dispatcher gone "+t.Name(), 4*time.Minute)
-		running := insertJob(t, b, "running", "ghost", "", 2)
-		handed := insertJob(t, b, "scheduled", "", "ghost", 0)
-		mine := insertJob(t, b, "running", "a", "", 1)
-		other := insertJob(t, b, "scheduled", "", "a", 0)
+		running := insertJob(t, b, rivertype.JobStateRunning, "ghost", "", 2)
+		handed := insertJob(t, b, rivertype.JobStateScheduled, "", "ghost", 0)
+		mine := insertJob(t, b, rivertype.JobStateRunning, "a", "", 1)
+		other := insertJob(t, b, rivertype.JobStateScheduled, "", "a", 0)
 
 		tick(t, b, steady-1)
 		require.Equal(t, "running", readJob(t, b, running).State, "a member that has just come (back) gives the others time to beat before it calls anyone dead")
@@ -610,8 +620,9 @@ func TestRescue(t *testing.T) {
 
 		// Given back once: a job the ghost's partition's new owner is
 		// running now is not touched again.
-		_, err := b.db.Pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = attempt + 1, attempted_by = attempted_by || 'a'::text WHERE id = $1`, running)
-		require.NoError(t, err)
+		fetched := testfactory.FetchJobs(ctx, t, b.db.Pool, job.DeliverPartitionQueue(0), "a", 1)
+		require.Len(t, fetched, 1)
+		require.Equal(t, running, fetched[0].ID, "the longest waiting goes first")
 		tick(t, b, 2)
 		require.Equal(t, jobRow{State: "running", Attempt: 3, Errors: []string{job.JobCut}}, readJob(t, b, running))
 		require.Equal(t, []string{"ghost"}, goneSeen(b), "once")
@@ -621,7 +632,7 @@ func TestRescue(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		member(t, b, "ghost", "dispatcher gone "+t.Name(), 4*time.Minute)
-		last := insertJob(t, b, "running", "ghost", "", 18)
+		last := insertJob(t, b, rivertype.JobStateRunning, "ghost", "", 18)
 		tick(t, b, steady)
 		require.Equal(t, jobRow{State: "discarded", Attempt: 18, Errors: []string{job.JobCut}}, readJob(t, b, last))
 	})
@@ -633,7 +644,7 @@ func TestRescue(t *testing.T) {
 		// pool carries the name): slow, not dead. River's rescuer is the
 		// one to act if its jobs outlive their timeout.
 		member(t, b, "slow", "dispatcher", 8*time.Minute)
-		running := insertJob(t, b, "running", "slow", "", 1)
+		running := insertJob(t, b, rivertype.JobStateRunning, "slow", "", 1)
 		tick(t, b, steady)
 		require.Equal(t, "running", readJob(t, b, running).State)
 	})
@@ -643,8 +654,8 @@ func TestRescue(t *testing.T) {
 		b := setup(t)
 		member(t, b, "young", "", 8*time.Minute)
 		member(t, b, "old", "", 11*time.Minute)
-		young := insertJob(t, b, "running", "young", "", 1)
-		old := insertJob(t, b, "running", "old", "", 1)
+		young := insertJob(t, b, rivertype.JobStateRunning, "young", "", 1)
+		old := insertJob(t, b, rivertype.JobStateRunning, "old", "", 1)
 		tick(t, b, steady)
 		require.Equal(t, "running", readJob(t, b, young).State)
 		require.Equal(t, "available", readJob(t, b, old).State)
@@ -657,7 +668,7 @@ func TestRescue(t *testing.T) {
 		// Sessions gone a moment ago (a reconnect after a blip looks the
 		// same): its jobs wait until its heartbeat is three beats old.
 		member(t, b, "blip", "dispatcher gone "+t.Name(), 0)
-		running := insertJob(t, b, "running", "blip", "", 1)
+		running := insertJob(t, b, rivertype.JobStateRunning, "blip", "", 1)
 		tick(t, b, steady)
 		require.Equal(t, "running", readJob(t, b, running).State)
 	})

@@ -93,17 +93,16 @@ VALUES ('o', 'old', '\x00', now() - interval '25 hours'), ('o', 'new', '\x00', n
 		t.Parallel()
 		ctx := context.Background()
 		db := dbtest.New(t)
-		client := insertOnlyClient(t, db)
 		old := new(time.Now().Add(-time.Hour))
 		// Each kind of pending job holds its event, whatever its state.
 		delivering := testfactory.Event(ctx, t, db.Pool, &testfactory.EventOpts{CreatedAt: old})
 		retrying := testfactory.Event(ctx, t, db.Pool, &testfactory.EventOpts{CreatedAt: old})
 		fanningOut := testfactory.Event(ctx, t, db.Pool, &testfactory.EventOpts{CreatedAt: old})
 		delivered := testfactory.Event(ctx, t, db.Pool, &testfactory.EventOpts{CreatedAt: old})
-		insertJob(ctx, t, db, client, job.DeliverArgs{EndpointID: uuid.NewString(), EventID: delivering}, "available", nil)
-		insertJob(ctx, t, db, client, job.DeliverArgs{EndpointID: uuid.NewString(), EventID: retrying}, "retryable", nil)
-		insertJob(ctx, t, db, client, job.FanoutArgs{EventID: fanningOut}, "scheduled", nil)
-		insertJob(ctx, t, db, client, job.DeliverArgs{EndpointID: uuid.NewString(), EventID: delivered}, "completed", old)
+		insertJob(ctx, t, db, job.DeliverArgs{EndpointID: uuid.NewString(), EventID: delivering}, rivertype.JobStateAvailable, nil, nil)
+		insertJob(ctx, t, db, job.DeliverArgs{EndpointID: uuid.NewString(), EventID: retrying}, rivertype.JobStateRetryable, nil, nil)
+		insertJob(ctx, t, db, job.FanoutArgs{EventID: fanningOut}, rivertype.JobStateScheduled, nil, nil)
+		insertJob(ctx, t, db, job.DeliverArgs{EndpointID: uuid.NewString(), EventID: delivered}, rivertype.JobStateCompleted, old, nil)
 		plain := testfactory.Events(ctx, t, db.Pool, 5, &testfactory.EventOpts{CreatedAt: old})
 
 		w := NewWorker(db.Pool, slog.New(slog.DiscardHandler))
@@ -172,7 +171,6 @@ func TestConfigure(t *testing.T) {
 		const retention = 10 * time.Minute
 		now := time.Now()
 		past, within := new(now.Add(-2*retention)), new(now.Add(-retention/2))
-		client := insertOnlyClient(t, db)
 
 		// Events: past the retention with nothing pending (pruned), past it
 		// with a delivery still to run (kept), within it (kept).
@@ -187,20 +185,18 @@ func TestConfigure(t *testing.T) {
 			return job.DeliverArgs{EndpointID: uuid.NewString(), EventID: eventID}
 		}
 		gone := []int64{
-			insertJob(ctx, t, db, client, deliver(pastEvents[0]), "completed", past),
-			insertJob(ctx, t, db, client, deliver(pastEvents[1]), "discarded", past),
-			insertJob(ctx, t, db, client, deliver(pastEvents[2]), "cancelled", past),
-			insertJob(ctx, t, db, client, job.FanoutArgs{EventID: pastEvents[0]}, "completed", past),
+			insertJob(ctx, t, db, deliver(pastEvents[0]), rivertype.JobStateCompleted, past, nil),
+			insertJob(ctx, t, db, deliver(pastEvents[1]), rivertype.JobStateDiscarded, past, nil),
+			insertJob(ctx, t, db, deliver(pastEvents[2]), rivertype.JobStateCancelled, past, nil),
+			insertJob(ctx, t, db, job.FanoutArgs{EventID: pastEvents[0]}, rivertype.JobStateCompleted, past, nil),
 		}
 		kept := []int64{
-			insertJob(ctx, t, db, client, deliver(recentEvent), "completed", within),
-			insertJob(ctx, t, db, client, deliver(recentEvent), "discarded", within),
-			insertJob(ctx, t, db, client, deliver(pendingEvent), "available", nil),
-			insertJob(ctx, t, db, client, deliver(pendingEvent), "retryable", nil),
-			insertJob(ctx, t, db, client, deliver(pendingEvent), "scheduled", nil),
+			insertJob(ctx, t, db, deliver(recentEvent), rivertype.JobStateCompleted, within, nil),
+			insertJob(ctx, t, db, deliver(recentEvent), rivertype.JobStateDiscarded, within, nil),
+			insertJob(ctx, t, db, deliver(pendingEvent), rivertype.JobStateAvailable, nil, past),
+			insertJob(ctx, t, db, deliver(pendingEvent), rivertype.JobStateRetryable, nil, past),
+			insertJob(ctx, t, db, deliver(pendingEvent), rivertype.JobStateScheduled, nil, past),
 		}
-		_, err := db.Pool.Exec(ctx, `UPDATE river_job SET created_at = $1 WHERE id = ANY($2)`, *past, kept[2:])
-		require.NoError(t, err)
 
 		// Attempts, and the statistics' buckets they roll up into: minute
 		// buckets are kept two hours whatever the retention, so one from
@@ -257,27 +253,20 @@ func TestConfigure(t *testing.T) {
 	})
 }
 
-func insertOnlyClient(t *testing.T, db *dbtest.DB) *river.Client[pgx.Tx] {
+// insertJob inserts a job of args in state, as River leaves one there
+// (testfactory.Job): one to run later is scheduled an hour ahead, a
+// finished one was finalized at finalized; created, when set, is its
+// created_at.
+func insertJob(ctx context.Context, t *testing.T, db *dbtest.DB, args interface {
+	river.JobArgs
+	river.JobArgsWithInsertOpts
+}, state rivertype.JobState, finalized, created *time.Time) int64 {
 	t.Helper()
-	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema, Logger: slog.New(slog.DiscardHandler), TestOnly: true})
-	require.NoError(t, err)
-	return client
-}
-
-// insertJob inserts a job and puts it in state; a finished job was finalized
-// at finalized.
-func insertJob(ctx context.Context, t *testing.T, db *dbtest.DB, client *river.Client[pgx.Tx], args river.JobArgs, state string, finalized *time.Time) int64 {
-	t.Helper()
-	res, err := client.Insert(ctx, args, nil)
-	require.NoError(t, err)
-	scheduled := time.Now()
-	if state == "retryable" || state == "scheduled" {
-		scheduled = scheduled.Add(time.Hour)
+	opts := &testfactory.JobOpts{Kind: args.Kind(), Args: args, Queue: args.InsertOpts().Queue, State: state, FinalizedAt: finalized, CreatedAt: created}
+	if state == rivertype.JobStateRetryable || state == rivertype.JobStateScheduled {
+		opts.ScheduledAt = new(time.Now().Add(time.Hour))
 	}
-	_, err = db.Pool.Exec(ctx, `UPDATE river_job SET state = $2, finalized_at = $3, scheduled_at = $4 WHERE id = $1`,
-		res.Job.ID, state, finalized, scheduled)
-	require.NoError(t, err)
-	return res.Job.ID
+	return testfactory.Job(ctx, t, db.Pool, opts).ID
 }
 
 // startClient starts River as the dispatcher configures it for retention,

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	rivertestfactory "github.com/riverqueue/river/rivershared/testfactory"
 	"github.com/riverqueue/river/rivertype"
@@ -209,7 +210,14 @@ type JobOpts struct {
 	Queue       string // default: the first delivery partition's
 	// Errors are the texts of the attempts' errors, the first attempt's
 	// first, recorded at now.
-	Errors      []string
+	Errors []string
+	// AttemptedBy names the clients that fetched it, the last one last.
+	AttemptedBy []string
+	// AttemptedAt defaults to now for a state an attempt leaves (running,
+	// retryable, completed, discarded).
+	AttemptedAt *time.Time
+	// CreatedAt and ScheduledAt default to now.
+	CreatedAt   *time.Time
 	ScheduledAt *time.Time
 	// FinalizedAt defaults to now for a finished state.
 	FinalizedAt *time.Time
@@ -221,6 +229,25 @@ type JobOpts struct {
 // scheduled) use an insert-only river.Client instead; this is for rows in
 // the states only River's workers and maintenance reach.
 func Job(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, opts *JobOpts) *rivertype.JobRow {
+	tb.Helper()
+	return rivertestfactory.Job(ctx, tb, riverpgxv5.New(pool).GetExecutor(), riverJobOpts(tb, opts))
+}
+
+// Jobs inserts one River job row per opts, in one statement (River's
+// driver, as River's own test factory builds each row), and returns them in
+// order: for tests that need many.
+func Jobs(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, opts []*JobOpts) []*rivertype.JobRow {
+	tb.Helper()
+	params := make([]*riverdriver.JobInsertFullParams, len(opts))
+	for i, o := range opts {
+		params[i] = rivertestfactory.Job_Build(tb, riverJobOpts(tb, o))
+	}
+	rows, err := riverpgxv5.New(pool).GetExecutor().JobInsertFullMany(ctx, &riverdriver.JobInsertFullManyParams{Jobs: params})
+	require.NoError(tb, err, "testfactory: insert jobs")
+	return rows
+}
+
+func riverJobOpts(tb testing.TB, opts *JobOpts) *rivertestfactory.JobOpts {
 	tb.Helper()
 	if opts == nil {
 		opts = &JobOpts{}
@@ -244,6 +271,9 @@ func Job(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, opts *JobOpts) 
 		MaxAttempts: new(cmp.Or(opts.MaxAttempts, job.DeliverMaxAttempts)),
 		Queue:       new(or(opts.Queue, job.DeliverPartitionQueue(0))),
 		Errors:      errs,
+		AttemptedBy: opts.AttemptedBy,
+		AttemptedAt: opts.AttemptedAt,
+		CreatedAt:   opts.CreatedAt,
 		ScheduledAt: opts.ScheduledAt,
 		FinalizedAt: opts.FinalizedAt,
 		Metadata:    opts.Metadata,
@@ -251,5 +281,54 @@ func Job(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, opts *JobOpts) 
 	if opts.State != "" {
 		row.State = &opts.State
 	}
-	return rivertestfactory.Job(ctx, tb, riverpgxv5.New(pool).GetExecutor(), row)
+	return row
+}
+
+// UpdateJob moves an existing job row to what opts describes, as River's
+// workers' attempts would leave it (through River's driver, as River's own
+// tests do): its state, attempt and errors, attempted_at and finalized_at
+// with Job's defaults for the state, and Metadata and MaxAttempts when set.
+// Its kind, args, queue, created_at and scheduled_at stay.
+func UpdateJob(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, id int64, opts *JobOpts) *rivertype.JobRow {
+	tb.Helper()
+	if opts == nil {
+		opts = &JobOpts{}
+	}
+	row := rivertestfactory.Job_Build(tb, riverJobOpts(tb, opts))
+	job, err := riverpgxv5.New(pool).GetExecutor().JobUpdateFull(ctx, &riverdriver.JobUpdateFullParams{
+		ID:                  id,
+		StateDoUpdate:       true,
+		State:               row.State,
+		AttemptDoUpdate:     true,
+		Attempt:             row.Attempt,
+		AttemptedAtDoUpdate: true,
+		AttemptedAt:         row.AttemptedAt,
+		FinalizedAtDoUpdate: true,
+		FinalizedAt:         row.FinalizedAt,
+		ErrorsDoUpdate:      true,
+		Errors:              row.Errors,
+		MetadataDoUpdate:    opts.Metadata != nil,
+		Metadata:            opts.Metadata,
+		MaxAttemptsDoUpdate: opts.MaxAttempts != 0,
+		MaxAttempts:         opts.MaxAttempts,
+	})
+	require.NoError(tb, err, "testfactory: update job %d", id)
+	return job
+}
+
+// FetchJobs fetches up to n available jobs of queue as a River client named
+// clientID does when it starts working them (River's own fetch, through its
+// driver: running, the attempt counted, the client appended to attempted_by),
+// in River's order, and returns them.
+func FetchJobs(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, queue, clientID string, n int) []*rivertype.JobRow {
+	tb.Helper()
+	res, err := riverpgxv5.New(pool).GetExecutor().JobGetAvailable(ctx, &riverdriver.JobGetAvailableParams{
+		ClientID:       clientID,
+		MaxAttemptedBy: 100, // as River's producer
+		MaxToLock:      n,
+		Queue:          queue,
+	})
+	require.NoError(tb, err, "testfactory: fetch jobs")
+	require.Empty(tb, res.DecodeErrors, "testfactory: fetch jobs")
+	return res.Jobs
 }

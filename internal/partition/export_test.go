@@ -1,0 +1,17 @@
+package partition
+
+import "slices"
+
+// Owned returns the partitions whose queues the member works now: what the
+// tests check a member's share against (the dispatcher itself only adds and
+// removes the queues).
+func (m *Member) Owned() []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []int
+	for p := range m.owned {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
