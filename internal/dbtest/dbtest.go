@@ -1,5 +1,7 @@
 // Package dbtest gives every storage test its own migrated Postgres schema,
-// so tests run with t.Parallel() against a real server.
+// so tests run with t.Parallel() against a real server; a test that needs
+// no River client and no pool of its own takes a transaction instead
+// (TestTx), rolled back when it ends.
 //
 // Migrating a schema (River's migrations and the dispatcher's) costs far more
 // than emptying one, so a schema whose test is over is truncated and handed
@@ -31,6 +33,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 	"go.uber.org/goleak"
@@ -164,6 +168,10 @@ func (c cleanupM) Run() int {
 	free := reuse.free
 	reuse.free = nil
 	reuse.Unlock()
+	if txShared.pool != nil {
+		txShared.pool.Close()
+		free = append(free, txShared.schema)
+	}
 	if adminPool != nil {
 		for _, schema := range free {
 			_, _ = adminPool.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
@@ -187,6 +195,69 @@ func VerifyTestMain(m interface{ Run() int }, extra ...goleak.Option) {
 	}, extra...)...)
 }
 
+// txShared is the migrated schema that the TestTx tests of a test binary
+// share, each in a transaction of its own that is never committed: nothing
+// is ever left in it to empty.
+var txShared struct {
+	once   sync.Once
+	pool   *pgxpool.Pool
+	schema string
+	err    error
+}
+
+// TestTx begins a transaction in a migrated schema that the test binary's
+// TestTx tests share, and rolls it back when the test ends: for a storage
+// test that needs no River client and no pool of its own (what it tests
+// takes a pgx.Tx, or it runs its own SQL), it costs a BEGIN and a ROLLBACK
+// instead of a schema. The transactions of tests running in parallel do
+// not see each other's rows; rows with one key in two of them wait for each
+// other, so such tests insert random ids (testfactory does).
+func TestTx(tb testing.TB) pgx.Tx {
+	tb.Helper()
+	ctx := context.Background()
+	url := URL(tb)
+	adm := admin(tb)
+	txShared.once.Do(func() {
+		sweep(ctx, adm)
+		txShared.schema = newSchemaName()
+		if _, err := adm.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{txShared.schema}.Sanitize()); err != nil {
+			txShared.err = fmt.Errorf("create schema: %w", err)
+			return
+		}
+		cfg, err := database.PoolConfig(url, txShared.schema)
+		if err != nil {
+			txShared.err = err
+			return
+		}
+		cfg.MaxConns = PoolConns
+		idleBriefly(cfg)
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			txShared.err = fmt.Errorf("pool: %w", err)
+			return
+		}
+		txShared.pool = pool
+		if err := database.Migrate(ctx, pool, txShared.schema, slog.New(slog.DiscardHandler)); err != nil {
+			txShared.err = fmt.Errorf("migrate: %w", err)
+		}
+	})
+	if txShared.err != nil {
+		tb.Fatalf("dbtest: shared schema: %v", txShared.err)
+	}
+	tx, err := txShared.pool.Begin(ctx)
+	if err != nil {
+		tb.Fatalf("dbtest: begin: %v", err)
+	}
+	tb.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
+	return tx
+}
+
+func newSchemaName() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return schemaPrefix + strconv.FormatInt(time.Now().Unix(), 10) + "_" + hex.EncodeToString(b[:])
+}
+
 // DB is one test's isolated, migrated schema.
 type DB struct {
 	// Pool has search_path set to Schema.
@@ -195,6 +266,17 @@ type DB struct {
 	Schema string
 	// URL is the server's connection string (without the schema).
 	URL string
+}
+
+// InsertOnlyClient returns a River client on the schema that only inserts
+// jobs (no queues; never started), as the code under test is handed one.
+func (db *DB) InsertOnlyClient(tb testing.TB) *river.Client[pgx.Tx] {
+	tb.Helper()
+	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Logger: slog.New(slog.DiscardHandler), Schema: db.Schema})
+	if err != nil {
+		tb.Fatalf("dbtest: River client: %v", err)
+	}
+	return client
 }
 
 // New creates a fresh schema, migrates it (River and the dispatcher) and
@@ -222,9 +304,7 @@ func newDB(tb testing.TB, migrate bool) *DB {
 		schema, reused = takeFree()
 	}
 	if !reused {
-		var b [6]byte
-		_, _ = rand.Read(b[:])
-		schema = schemaPrefix + strconv.FormatInt(time.Now().Unix(), 10) + "_" + hex.EncodeToString(b[:])
+		schema = newSchemaName()
 		if _, err := adm.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{schema}.Sanitize()); err != nil {
 			tb.Fatalf("dbtest: create schema: %v", err)
 		}

@@ -5,9 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
+	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 )
 
 func TestJobRowDelivery(t *testing.T) {
@@ -68,4 +72,49 @@ func TestJobRowDelivery(t *testing.T) {
 			require.EqualValues(t, 7, d.JobID)
 		})
 	}
+}
+
+// TestStateConditionMatchesMapping checks that the SQL filter and the row
+// mapping read stateRules alike: for every River state, due or ahead, the
+// filter of each delivery state selects exactly the rows productState puts
+// in it.
+func TestStateConditionMatchesMapping(t *testing.T) {
+	t.Parallel()
+	tx := dbtest.TestTx(t)
+	ctx := t.Context()
+
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	riverStates := []string{"available", "cancelled", "completed", "discarded", "pending", "retryable", "running", "scheduled"}
+	want := map[DeliveryState][]int64{}
+	// Each with no note, another job's note, and the note of a delivery
+	// handed off to a process directly.
+	notes := []string{`{}`, `{"output": {"snooze_reason": "rate_limit"}}`, `{"output": {"snooze_reason": "direct"}}`}
+	for _, st := range riverStates {
+		for _, at := range []time.Time{now.Add(-time.Minute), now, now.Add(time.Minute)} {
+			for _, md := range notes {
+				j := testfactory.Job(ctx, t, tx, &testfactory.JobOpts{State: rivertype.JobState(st), ScheduledAt: &at, Metadata: []byte(md)})
+				var note struct {
+					Output json.RawMessage `json:"output"`
+				}
+				require.NoError(t, json.Unmarshal(j.Metadata, &note))
+				id, output := j.ID, []byte(note.Output)
+				ps := productState(st, at, output, now)
+				require.NotZero(t, ps, "River state %s has no rule", st)
+				want[ps] = append(want[ps], id)
+			}
+		}
+	}
+	all := []DeliveryState{DeliveryPending, DeliveryScheduled, DeliveryDelivering, DeliveryDelivered, DeliveryFailed, DeliveryCancelled}
+	for _, st := range all {
+		rows, err := tx.Query(ctx, `SELECT j.id FROM river_job j WHERE `+stateCondition([]DeliveryState{st})+` ORDER BY j.id`,
+			pgx.NamedArgs{"now": now})
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		require.NoError(t, err)
+		require.Equal(t, want[st], got, "state %d", st)
+	}
+	var n int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM river_job j WHERE `+stateCondition(all), pgx.NamedArgs{"now": now}).Scan(&n))
+	require.Equal(t, len(riverStates)*3*len(notes), n, "every row is in some state")
+	require.Len(t, want[DeliveryDelivering], 3*len(notes)+1, "running, and scheduled ahead when handed off")
 }

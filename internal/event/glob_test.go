@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -248,4 +249,25 @@ func FuzzMatchGlob(f *testing.F) {
 			require.Equal(t, g == typ, matched, "exact glob %q vs %q", g, typ)
 		}
 	})
+}
+
+// TestGlobLikePatternMatchesMatchGlob checks GlobLikePattern in
+// Postgres against MatchGlob, '_' included.
+func TestGlobLikePatternMatchesMatchGlob(t *testing.T) {
+	t.Parallel()
+	tx := dbtest.TestTx(t)
+
+	types := []string{"corpus.note.changed", "corpus.notes.changed", "corpusx.note", "ip_ban.created", "ipxban.created", "booking.created", "webhook.test"}
+	globs := []string{"*", "corpus.*", "corpus.note.*", "ip_ban.*", "ip_ban.created", "booking.created"}
+	for _, g := range globs {
+		pattern, ok := GlobLikePattern(g)
+		require.True(t, ok, g)
+		for _, typ := range types {
+			var match bool
+			require.NoError(t, tx.QueryRow(t.Context(), `SELECT $1::text LIKE $2::text`, typ, pattern).Scan(&match))
+			require.Equal(t, MatchGlob(g, typ), match, "glob %q, type %q", g, typ)
+		}
+	}
+	_, ok := GlobLikePattern("corpus*")
+	require.False(t, ok)
 }

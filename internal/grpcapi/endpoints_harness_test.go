@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -99,8 +98,7 @@ func newTestEnv(t *testing.T, cfg endpoint.ServiceConfig) *testEnv {
 	db := dbtest.New(t)
 	kr, _ := testfactory.Keyring(t, 1)
 
-	riverClient, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
-	require.NoError(t, err)
+	riverClient := db.InsertOnlyClient(t)
 
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -22,6 +22,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -97,8 +98,8 @@ func newPublishWire(t *testing.T, db *dbtest.DB) *publishWire {
 // requireNothingStored: no event and no fanout job in db.
 func requireNothingStored(t *testing.T, db *dbtest.DB) {
 	t.Helper()
-	require.Zero(t, countEvents(t, db), "no event stored")
-	require.Zero(t, countFanoutJobs(t, db, ""), "no fanout enqueued")
+	require.Zero(t, testfactory.CountEvents(t.Context(), t, db.Pool), "no event stored")
+	require.Zero(t, testfactory.CountFanoutJobs(t.Context(), t, db.Pool, ""), "no fanout enqueued")
 }
 
 func TestPublishBadInput(t *testing.T) {
@@ -346,13 +347,13 @@ func TestPublishAdminTokenMayNotPublish(t *testing.T) {
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
 	_, err = w.raw.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: []*webhooksv1.Event{testProtoEvent("evt_admin")}})
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
-	require.Zero(t, countEvents(t, db), "nothing stored")
+	require.Zero(t, testfactory.CountEvents(t.Context(), t, db.Pool), "nothing stored")
 
 	ctx = metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+badInputPublisherToken)
 	resp, err := w.raw.Publish(ctx, &webhooksv1.PublishRequest{Event: testProtoEvent("evt_admin")})
 	require.NoError(t, err)
 	require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED, resp.GetOutcome())
-	require.Equal(t, 1, countEvents(t, db))
+	require.Equal(t, 1, testfactory.CountEvents(t.Context(), t, db.Pool))
 }
 
 // TestRelayMalformedRows writes every kind of row a main app writing its own

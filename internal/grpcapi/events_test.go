@@ -24,6 +24,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -121,13 +122,13 @@ func TestEventServer_Publish(t *testing.T) {
 		require.Equal(t, "evt_1", resp.GetEventId())
 		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED, resp.GetOutcome())
 
-		stored := readEvent(t, bundle.db, "evt_1")
+		stored := testfactory.ReadEvent(t.Context(), t, bundle.db.Pool, "evt_1")
 		require.Equal(t, "owner_1", stored.OwnerID)
 		require.EqualValues(t, ingest.SourceGRPC, stored.Source)
 		require.True(t, testOccurredAt.Equal(stored.OccurredAt))
 		require.JSONEq(t, `{"op":"updated","note_id":"n1","published":true,"was_published":true}`, stored.Data)
-		require.Equal(t, 1, countFanoutJobs(t, bundle.db, ""))
-		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_1"))
+		require.Equal(t, 1, testfactory.CountFanoutJobs(t.Context(), t, bundle.db.Pool, ""))
+		require.Equal(t, 1, testfactory.CountFanoutJobs(t.Context(), t, bundle.db.Pool, "evt_1"))
 		require.Equal(t, 1, ingestCount(bundle.metrics, ingest.OutcomeStored.String()))
 	})
 
@@ -141,7 +142,7 @@ func TestEventServer_Publish(t *testing.T) {
 		e.Data = jsonStruct(`{"was_published": false, "op": "updated", "note_id": "<&>é", "published": true}`)
 		_, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
 		require.NoError(t, err)
-		require.JSONEq(t, `{"note_id":"<&>é","op":"updated","published":true,"was_published":false}`, readEvent(t, bundle.db, "evt_1").Data)
+		require.JSONEq(t, `{"note_id":"<&>é","op":"updated","published":true,"was_published":false}`, testfactory.ReadEvent(t.Context(), t, bundle.db.Pool, "evt_1").Data)
 		// The same Struct again is the same event, not a conflict.
 		resp, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
 		require.NoError(t, err)
@@ -162,7 +163,7 @@ func TestEventServer_Publish(t *testing.T) {
 		require.NoError(t, err)
 		// A Struct holds numbers as doubles; whole ones still pass the schema's
 		// "integer".
-		require.JSONEq(t, `{"amount":5000,"balance":3}`, readEvent(t, bundle.db, "evt_json").Data)
+		require.JSONEq(t, `{"amount":5000,"balance":3}`, testfactory.ReadEvent(t.Context(), t, bundle.db.Pool, "evt_json").Data)
 	})
 
 	t.Run("EmptyDataIsEmptyObject", func(t *testing.T) {
@@ -174,7 +175,7 @@ func TestEventServer_Publish(t *testing.T) {
 		e.Data = nil
 		_, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
 		require.NoError(t, err)
-		require.JSONEq(t, `{}`, readEvent(t, bundle.db, "evt_1").Data)
+		require.JSONEq(t, `{}`, testfactory.ReadEvent(t.Context(), t, bundle.db.Pool, "evt_1").Data)
 	})
 
 	t.Run("RepublishIsIdempotent", func(t *testing.T) {
@@ -187,8 +188,8 @@ func TestEventServer_Publish(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DUPLICATE, resp.GetOutcome())
 
-		require.Equal(t, 1, countEvents(t, bundle.db))
-		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_1"))
+		require.Equal(t, 1, testfactory.CountEvents(t.Context(), t, bundle.db.Pool))
+		require.Equal(t, 1, testfactory.CountFanoutJobs(t.Context(), t, bundle.db.Pool, "evt_1"))
 	})
 
 	t.Run("ConflictingDuplicateIsAlreadyExists", func(t *testing.T) {
@@ -203,8 +204,8 @@ func TestEventServer_Publish(t *testing.T) {
 		_, err = bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: changed})
 		require.Equal(t, codes.AlreadyExists, status.Code(err), "error: %v", err)
 		require.Contains(t, status.Convert(err).Message(), `"evt_1"`)
-		require.JSONEq(t, `{"op":"updated","note_id":"n1","published":true,"was_published":true}`, readEvent(t, bundle.db, "evt_1").Data)
-		require.Equal(t, 1, countFanoutJobs(t, bundle.db, ""))
+		require.JSONEq(t, `{"op":"updated","note_id":"n1","published":true,"was_published":true}`, testfactory.ReadEvent(t.Context(), t, bundle.db.Pool, "evt_1").Data)
+		require.Equal(t, 1, testfactory.CountFanoutJobs(t.Context(), t, bundle.db.Pool, ""))
 	})
 
 	t.Run("UnknownTypeAcceptedNotStored", func(t *testing.T) {
@@ -216,8 +217,8 @@ func TestEventServer_Publish(t *testing.T) {
 		resp, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
 		require.NoError(t, err)
 		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN, resp.GetOutcome())
-		require.Equal(t, 0, countEvents(t, bundle.db))
-		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
+		require.Equal(t, 0, testfactory.CountEvents(t.Context(), t, bundle.db.Pool))
+		require.Equal(t, 0, testfactory.CountFanoutJobs(t.Context(), t, bundle.db.Pool, ""))
 		require.Equal(t, 1, ingestCount(bundle.metrics, ingest.OutcomeDroppedUnknown.String()))
 	})
 
@@ -232,7 +233,7 @@ func TestEventServer_Publish(t *testing.T) {
 		_, err := server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
 		br := requireInvalidField(t, err, "event.type")
 		require.Contains(t, br.GetFieldViolations()[0].GetDescription(), "no event catalog")
-		require.Equal(t, 0, countEvents(t, db))
+		require.Equal(t, 0, testfactory.CountEvents(t.Context(), t, db.Pool))
 	})
 
 	t.Run("RawSubjectAcceptedNotStored", func(t *testing.T) {
@@ -244,8 +245,8 @@ func TestEventServer_Publish(t *testing.T) {
 		resp, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
 		require.NoError(t, err)
 		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_RAW, resp.GetOutcome())
-		require.Equal(t, 0, countEvents(t, bundle.db))
-		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
+		require.Equal(t, 0, testfactory.CountEvents(t.Context(), t, bundle.db.Pool))
+		require.Equal(t, 0, testfactory.CountFanoutJobs(t.Context(), t, bundle.db.Pool, ""))
 		require.Equal(t, 1, ingestCount(bundle.metrics, ingest.OutcomeDroppedRaw.String()))
 	})
 
@@ -326,10 +327,10 @@ func TestEventServer_PublishBatch(t *testing.T) {
 			"evt_4:PUBLISH_OUTCOME_DROPPED_RAW",
 			"evt_3:PUBLISH_OUTCOME_DUPLICATE",
 		}, got)
-		require.Equal(t, 2, countEvents(t, bundle.db))
-		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_1"))
-		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_3"))
-		require.Equal(t, 2, countFanoutJobs(t, bundle.db, ""))
+		require.Equal(t, 2, testfactory.CountEvents(t.Context(), t, bundle.db.Pool))
+		require.Equal(t, 1, testfactory.CountFanoutJobs(t.Context(), t, bundle.db.Pool, "evt_1"))
+		require.Equal(t, 1, testfactory.CountFanoutJobs(t.Context(), t, bundle.db.Pool, "evt_3"))
+		require.Equal(t, 2, testfactory.CountFanoutJobs(t.Context(), t, bundle.db.Pool, ""))
 	})
 
 	t.Run("EmptyBatchIsNoOp", func(t *testing.T) {
@@ -357,8 +358,8 @@ func TestEventServer_PublishBatch(t *testing.T) {
 		msg := status.Convert(err).Message()
 		require.Contains(t, msg, "events[1].id")
 		require.Contains(t, msg, `"evt_1"`)
-		require.Equal(t, 1, countEvents(t, bundle.db))
-		require.Equal(t, 0, countFanoutJobs(t, bundle.db, "evt_2"))
+		require.Equal(t, 1, testfactory.CountEvents(t.Context(), t, bundle.db.Pool))
+		require.Equal(t, 0, testfactory.CountFanoutJobs(t.Context(), t, bundle.db.Pool, "evt_2"))
 	})
 
 	t.Run("TooManyEvents", func(t *testing.T) {
@@ -371,7 +372,7 @@ func TestEventServer_PublishBatch(t *testing.T) {
 		}
 		_, err := bundle.server.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: events})
 		requireInvalidField(t, err, "events")
-		require.Equal(t, 0, countEvents(t, bundle.db))
+		require.Equal(t, 0, testfactory.CountEvents(t.Context(), t, bundle.db.Pool))
 	})
 
 	t.Run("MaxEventsAccepted", func(t *testing.T) {
@@ -385,8 +386,8 @@ func TestEventServer_PublishBatch(t *testing.T) {
 		resp, err := bundle.server.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: events})
 		require.NoError(t, err)
 		require.Len(t, resp.GetResults(), MaxBatchSize)
-		require.Equal(t, MaxBatchSize, countEvents(t, bundle.db))
-		require.Equal(t, MaxBatchSize, countFanoutJobs(t, bundle.db, ""))
+		require.Equal(t, MaxBatchSize, testfactory.CountEvents(t.Context(), t, bundle.db.Pool))
+		require.Equal(t, MaxBatchSize, testfactory.CountFanoutJobs(t.Context(), t, bundle.db.Pool, ""))
 	})
 
 	t.Run("OneBadItemStoresNothing", func(t *testing.T) {
@@ -397,8 +398,8 @@ func TestEventServer_PublishBatch(t *testing.T) {
 		events[3].Subject = ""
 		_, err := bundle.server.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: events})
 		requireInvalidField(t, err, "events[3].subject")
-		require.Equal(t, 0, countEvents(t, bundle.db))
-		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
+		require.Equal(t, 0, testfactory.CountEvents(t.Context(), t, bundle.db.Pool))
+		require.Equal(t, 0, testfactory.CountFanoutJobs(t.Context(), t, bundle.db.Pool, ""))
 		require.Equal(t, 1, ingestCount(bundle.metrics, "invalid"))
 	})
 
@@ -413,7 +414,7 @@ func TestEventServer_PublishBatch(t *testing.T) {
 		require.Len(t, badRequest.GetFieldViolations(), 2)
 		require.Equal(t, "events[3].data", badRequest.GetFieldViolations()[1].GetField())
 		require.Contains(t, status.Convert(err).Message(), "and 1 more")
-		require.Equal(t, 0, countEvents(t, bundle.db))
+		require.Equal(t, 0, testfactory.CountEvents(t.Context(), t, bundle.db.Pool))
 	})
 
 	t.Run("NilItem", func(t *testing.T) {
@@ -458,8 +459,8 @@ func TestEventServer_BadInput(t *testing.T) {
 		_, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
 		requireInvalidField(t, err, field)
 		require.Equal(t, 1, ingestCount(bundle.metrics, "invalid"))
-		require.Equal(t, 0, countEvents(t, db))
-		require.Equal(t, 0, countFanoutJobs(t, db, ""))
+		require.Equal(t, 0, testfactory.CountEvents(t.Context(), t, db.Pool))
+		require.Equal(t, 0, testfactory.CountFanoutJobs(t.Context(), t, db.Pool, ""))
 	}
 
 	t.Run("MissingEvent", func(t *testing.T) {

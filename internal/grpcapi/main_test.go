@@ -8,9 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/fanout"
@@ -37,11 +34,10 @@ func newTestStore(t *testing.T, db *dbtest.DB) (*ingest.Store, *metrics.Metrics)
 // (owner_1, owner_2) have an endpoint each that takes every type, and the
 // scope of every endpoint needs the access service (as an embed-scoped
 // type's does), so each event stored fans out through exactly one
-// webhook.fanout job: countFanoutJobs counts them.
+// webhook.fanout job: testfactory.CountFanoutJobs counts them.
 func newTestStoreConfig(t *testing.T, db *dbtest.DB, cfg ingest.StoreConfig) (*ingest.Store, *metrics.Metrics) {
 	t.Helper()
-	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Logger: testLogger(), Schema: db.Schema})
-	require.NoError(t, err)
+	client := db.InsertOnlyClient(t)
 	m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
 	for _, owner := range []string{"owner_1", "owner_2"} {
 		testfactory.Endpoint(context.Background(), t, db.Pool, &testfactory.EndpointOpts{OwnerID: owner})
@@ -58,23 +54,6 @@ func needsAccess(context.Context, *webhook.Event, scope.Endpoint) (scope.Decisio
 // testOccurredAt is one instant for every test event, so that two calls with
 // one id make the same event.
 var testOccurredAt = time.Now().Add(-time.Minute).Truncate(time.Microsecond)
-
-func countEvents(t *testing.T, db *dbtest.DB) int {
-	t.Helper()
-	return testfactory.CountEvents(context.Background(), t, db.Pool)
-}
-
-// countFanoutJobs counts webhook.fanout jobs for eventID, or all of them when
-// eventID is empty.
-func countFanoutJobs(t *testing.T, db *dbtest.DB, eventID string) int {
-	t.Helper()
-	return testfactory.CountFanoutJobs(context.Background(), t, db.Pool, eventID)
-}
-
-func readEvent(t *testing.T, db *dbtest.DB, id string) testfactory.StoredEvent {
-	t.Helper()
-	return testfactory.ReadEvent(context.Background(), t, db.Pool, id)
-}
 
 func ingestCount(m *metrics.Metrics, result string) int {
 	return int(testutil.ToFloat64(m.IngestEventsTotal.WithLabelValues(string(ingest.SourceGRPC), result)))

@@ -763,8 +763,7 @@ func TestMemberWithRiver(t *testing.T) {
 
 		// Deliveries, queued as the fanout queues them: enough endpoints
 		// that every active partition gets some.
-		inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: db.Schema})
-		require.NoError(t, err)
+		inserter := db.InsertOnlyClient(t)
 		var params []river.InsertManyParams
 		for e := range 20 * n {
 			ep := fmt.Sprintf("00000000-0000-4000-8000-%012d", e)
@@ -775,7 +774,7 @@ func TestMemberWithRiver(t *testing.T) {
 				})
 			}
 		}
-		_, err = inserter.InsertMany(ctx, params)
+		_, err := inserter.InsertMany(ctx, params)
 		require.NoError(t, err)
 
 		// A liveness bound, generous for a loaded machine.

@@ -228,23 +228,22 @@ type JobOpts struct {
 // Tests that need a job River's client would insert (available, or
 // scheduled) use an insert-only river.Client instead; this is for rows in
 // the states only River's workers and maintenance reach.
-func Job(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, opts *JobOpts) *rivertype.JobRow {
+func Job(ctx context.Context, tb testing.TB, db DBTX, opts *JobOpts) *rivertype.JobRow {
 	tb.Helper()
-	return rivertestfactory.Job(ctx, tb, riverpgxv5.New(pool).GetExecutor(), riverJobOpts(tb, opts))
+	return rivertestfactory.Job(ctx, tb, executor(tb, db), riverJobOpts(tb, opts))
 }
 
-// Jobs inserts one River job row per opts, in one statement (River's
-// driver, as River's own test factory builds each row), and returns them in
-// order: for tests that need many.
-func Jobs(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, opts []*JobOpts) []*rivertype.JobRow {
+// executor is River's driver on db: a pool, or a transaction (dbtest.TestTx).
+func executor(tb testing.TB, db DBTX) riverdriver.Executor {
 	tb.Helper()
-	params := make([]*riverdriver.JobInsertFullParams, len(opts))
-	for i, o := range opts {
-		params[i] = rivertestfactory.Job_Build(tb, riverJobOpts(tb, o))
+	if tx, ok := db.(pgx.Tx); ok {
+		return riverpgxv5.New(nil).UnwrapExecutor(tx)
 	}
-	rows, err := riverpgxv5.New(pool).GetExecutor().JobInsertFullMany(ctx, &riverdriver.JobInsertFullManyParams{Jobs: params})
-	require.NoError(tb, err, "testfactory: insert jobs")
-	return rows
+	if pool, ok := db.(*pgxpool.Pool); ok {
+		return riverpgxv5.New(pool).GetExecutor()
+	}
+	tb.Fatalf("testfactory: River's driver takes a *pgxpool.Pool or a pgx.Tx, not %T", db)
+	return nil
 }
 
 func riverJobOpts(tb testing.TB, opts *JobOpts) *rivertestfactory.JobOpts {
@@ -289,13 +288,13 @@ func riverJobOpts(tb testing.TB, opts *JobOpts) *rivertestfactory.JobOpts {
 // tests do): its state, attempt and errors, attempted_at and finalized_at
 // with Job's defaults for the state, and Metadata and MaxAttempts when set.
 // Its kind, args, queue, created_at and scheduled_at stay.
-func UpdateJob(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, id int64, opts *JobOpts) *rivertype.JobRow {
+func UpdateJob(ctx context.Context, tb testing.TB, db DBTX, id int64, opts *JobOpts) *rivertype.JobRow {
 	tb.Helper()
 	if opts == nil {
 		opts = &JobOpts{}
 	}
 	row := rivertestfactory.Job_Build(tb, riverJobOpts(tb, opts))
-	job, err := riverpgxv5.New(pool).GetExecutor().JobUpdateFull(ctx, &riverdriver.JobUpdateFullParams{
+	job, err := executor(tb, db).JobUpdateFull(ctx, &riverdriver.JobUpdateFullParams{
 		ID:                  id,
 		StateDoUpdate:       true,
 		State:               row.State,
@@ -320,9 +319,9 @@ func UpdateJob(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, id int64,
 // clientID does when it starts working them (River's own fetch, through its
 // driver: running, the attempt counted, the client appended to attempted_by),
 // in River's order, and returns them.
-func FetchJobs(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, queue, clientID string, n int) []*rivertype.JobRow {
+func FetchJobs(ctx context.Context, tb testing.TB, db DBTX, queue, clientID string, n int) []*rivertype.JobRow {
 	tb.Helper()
-	res, err := riverpgxv5.New(pool).GetExecutor().JobGetAvailable(ctx, &riverdriver.JobGetAvailableParams{
+	res, err := executor(tb, db).JobGetAvailable(ctx, &riverdriver.JobGetAvailableParams{
 		ClientID:       clientID,
 		MaxAttemptedBy: 100, // as River's producer
 		MaxToLock:      n,

@@ -54,9 +54,9 @@ func TestWrite(t *testing.T) {
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
 
-		// The outbox contract in a fresh schema (the dispatcher's tables come
-		// along; they are not used here).
-		db := dbtest.New(t)
+		// The outbox contract alone in a schema of its own, as the main
+		// application has it (none of the dispatcher's tables).
+		db := dbtest.NewEmpty(t)
 		require.NoError(t, database.MigrateOutbox(ctx, db.Pool))
 		return &testBundle{db: db}
 	}
@@ -365,7 +365,7 @@ func TestWriteSQL(t *testing.T) {
 	}
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		db := dbtest.New(t)
+		db := dbtest.NewEmpty(t) // the outbox contract alone, as in TestWrite
 		require.NoError(t, database.MigrateOutbox(ctx, db.Pool))
 		// database/sql over pgx's stdlib driver, as an application without
 		// pgx's own API would have it.
