@@ -341,11 +341,28 @@ func TestFailingEndpointHoldsNoWorkers(t *testing.T) {
 	b := setup(t)
 	hung := newGatedReceiver(t, func(int64) int { return http.StatusNoContent })
 	ep, _ := b.createEndpoint(t, hung.URL, endpointOpts{ownerID: "acme", enabled: true, failingSince: new(time.Now().Add(-time.Minute))})
+	ctx, ids := b.queueBehindHung(t, hung, ep, 4)
+	b.requireHeld(t, ids[1:], job.SnoozeFailing, func(h heldJob) bool {
+		return time.Until(h.scheduledAt) >= job.FailingCooldown-time.Minute
+	})
+	require.EqualValues(t, 1, hung.now.Load(), "the hung request alone is in flight")
+
+	// The hung request succeeds at last: the endpoint recovers and the held
+	// deliveries go, long before the cool-down (a liveness bound).
+	hung.answer(ctx, len(ids))
+	b.waitAllCompleted(t, len(ids), 2*time.Minute)
+}
+
+// queueBehindHung runs River and the worker, queues one delivery to ep,
+// whose receiver hangs on it, then n-1 more behind it once it is in flight,
+// and returns their job ids in that order, and a context that ends with the
+// test.
+func (b *testBundle) queueBehindHung(t *testing.T, hung *gatedReceiver, ep uuid.UUID, n int) (context.Context, []int64) {
+	t.Helper()
 	var events []string
-	for range 4 {
+	for range n {
 		events = append(events, b.insertEvent(t, "acme", "corpus.note.changed", "n"))
 	}
-
 	startRiver(t, b, b.worker, 8)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -354,39 +371,45 @@ func TestFailingEndpointHoldsNoWorkers(t *testing.T) {
 
 	ids := b.queue(t, ep, events[:1], false)
 	hung.inFlightEventually(t, 1)
-	ids = append(ids, b.queue(t, ep, events[1:], false)...)
+	return ctx, append(ids, b.queue(t, ep, events[1:], false)...)
+}
 
-	// A liveness bound, generous for a loaded machine: waiting in a lane
-	// would keep them running (then snoozed as lease_busy) instead.
+// requireHeld waits until every job of ids waits in the queue, snoozed for
+// reason without spending an attempt (and as ok says, if set), and then
+// requires that no deliver worker waits for a turn. Its bound is a liveness
+// bound, generous for a loaded machine: deliveries that wait in a lane
+// instead would stay running for up to 5 s at a time (then snooze as
+// lease_busy).
+func (b *testBundle) requireHeld(t *testing.T, ids []int64, reason string, ok func(heldJob) bool) {
+	t.Helper()
 	require.Eventually(t, func() bool {
-		for _, id := range ids[1:] {
+		for _, id := range ids {
 			h := b.heldJob(t, id)
 			var md struct {
 				Output job.DeliverSnooze `json:"output"`
 			}
-			if h.state != "scheduled" || json.Unmarshal(h.metadata, &md) != nil || md.Output.Reason != job.SnoozeFailing {
+			if h.state != "scheduled" || json.Unmarshal(h.metadata, &md) != nil || md.Output.Reason != reason || h.attempt != 0 {
 				return false
 			}
-			if time.Until(h.scheduledAt) < job.FailingCooldown-time.Minute || h.attempt != 0 {
+			if ok != nil && !ok(h) {
 				return false
 			}
 		}
 		return true
-	}, 30*time.Second, 20*time.Millisecond, "the others are held, without spending an attempt")
+	}, 30*time.Second, 20*time.Millisecond, "held as %s, without spending an attempt", reason)
 	require.Zero(t, b.worker.lanes.waiting())
-	require.EqualValues(t, 1, hung.now.Load(), "the hung request alone is in flight")
+}
 
-	// The hung request succeeds at last: the endpoint recovers and the held
-	// deliveries go, long before the cool-down (a liveness bound).
-	hung.releaseAny()
+// answer lets the held request and the next n-1 go, until ctx ends.
+func (g *gatedReceiver) answer(ctx context.Context, n int) {
+	g.releaseAny()
 	go func() {
-		for range 3 {
+		for range n - 1 {
 			select {
-			case hung.any <- struct{}{}:
+			case g.any <- struct{}{}:
 			case <-ctx.Done():
 				return
 			}
 		}
 	}()
-	b.waitAllCompleted(t, len(ids), 2*time.Minute)
 }

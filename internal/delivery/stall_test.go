@@ -2,7 +2,6 @@ package delivery
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"testing"
 	"testing/synctest"
@@ -173,49 +172,11 @@ func TestStalledEndpointHoldsNoWorkers(t *testing.T) {
 	b.worker.lanes.stall = stallLimits{min: time.Second, max: 5 * time.Second, awayMin: 2 * time.Second, awayMax: 15 * time.Second}
 	hung := newGatedReceiver(t, func(int64) int { return http.StatusNoContent })
 	ep, _ := b.createEndpoint(t, hung.URL, endpointOpts{ownerID: "acme", enabled: true})
-	var events []string
-	for range 4 {
-		events = append(events, b.insertEvent(t, "acme", "corpus.note.changed", "n"))
-	}
-
-	startRiver(t, b, b.worker, 8)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { b.worker.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	ids := b.queue(t, ep, events[:1], false)
-	hung.inFlightEventually(t, 1)
-	ids = append(ids, b.queue(t, ep, events[1:], false)...)
-
-	// A liveness bound, generous for a loaded machine: without the stall
-	// they would wait in the lane for 5 s at a time (then snoozed as
-	// lease_busy) instead.
-	require.Eventually(t, func() bool {
-		for _, id := range ids[1:] {
-			h := b.heldJob(t, id)
-			var md struct {
-				Output job.DeliverSnooze `json:"output"`
-			}
-			if h.state != "scheduled" || json.Unmarshal(h.metadata, &md) != nil || md.Output.Reason != job.SnoozeStalled || h.attempt != 0 {
-				return false
-			}
-		}
-		return true
-	}, 30*time.Second, 20*time.Millisecond, "the others are sent away, without spending an attempt")
-	require.Zero(t, b.worker.lanes.waiting())
+	ctx, ids := b.queueBehindHung(t, hung, ep, 4)
+	b.requireHeld(t, ids[1:], job.SnoozeStalled, nil)
 	require.EqualValues(t, 1, hung.now.Load(), "the hung request alone is in flight")
 
 	// The receiver answers again: everything arrives (a liveness bound).
-	hung.releaseAny()
-	go func() {
-		for range 3 {
-			select {
-			case hung.any <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	hung.answer(ctx, len(ids))
 	b.waitAllCompleted(t, len(ids), 2*time.Minute)
 }
