@@ -46,6 +46,7 @@ func labelled() map[string][]label {
 		"dispatcher_endpoint_pauses_total":                   {{"reason", delivery.PauseReasons()}},
 		"dispatcher_scope_decisions_total":                   {{"result", scope.Results()}, {"rule", scope.Rules()}},
 		"dispatcher_ingest_events_total":                     {{"path", ingest.Paths()}, {"result", ingest.Results()}},
+		"dispatcher_ingest_wait_seconds_count":               {{"path", ingest.Paths()}},
 		"dispatcher_queue_jobs":                              {{"kind", job.Kinds()}, {"state", states}},
 		"dispatcher_queue_oldest_available_age_seconds":      {{"kind", job.Kinds()}},
 		"dispatcher_endpoints":                               {{"state", metrics.EndpointStates()}},
@@ -129,6 +130,8 @@ func TestIdleMetrics(t *testing.T) {
 		"dispatcher_relay_poisoned_rows_total 0",
 		"dispatcher_relay_lag_seconds_count 0",
 		"dispatcher_delivery_lag_seconds_count 0",
+		"dispatcher_ingest_transaction_seconds_count 0",
+		"dispatcher_ingest_group_calls_count 0",
 		"dispatcher_state_scrape_success 1",
 	} {
 		require.Contains(t, body, "\n"+line+"\n")

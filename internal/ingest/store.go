@@ -280,6 +280,7 @@ func (s *Store) ingest(ctx context.Context, source Source, events []*webhook.Eve
 	}
 	plan.setTraces(trace.SpanContextFromContext(ctx), traces)
 	if len(plan.toStore) > 0 {
+		plan.queued = time.Now()
 		planErr, err := s.group.Do(ctx, plan)
 		if err := cmp.Or(err, planErr); err != nil {
 			return nil, fmt.Errorf("ingest: %w", err)
@@ -345,6 +346,14 @@ func (s *Store) check(ctx context.Context, source Source, events []*webhook.Even
 // group with a conflict is rolled back and its plans are stored one by one:
 // conflicts are publisher bugs, rare enough that the slow path costs nothing.
 func (s *Store) commitGroup(ctx context.Context, plans []*ingestPlan) (_ []error, err error) {
+	start := time.Now()
+	for _, p := range plans {
+		if !p.queued.IsZero() {
+			s.metrics.IngestWait.WithLabelValues(string(p.source)).Observe(start.Sub(p.queued).Seconds())
+		}
+	}
+	s.metrics.IngestGroupCalls.Observe(float64(len(plans)))
+	defer func() { s.metrics.IngestTransaction.Observe(time.Since(start).Seconds()) }()
 	ctx, span := startCommitSpan(ctx, plans)
 	defer span.End()
 	errs := make([]error, len(plans))
@@ -428,6 +437,10 @@ func (s *Store) commit(ctx context.Context, p *ingestPlan) error {
 
 // ingestPlan is the part of ingest decided without the database.
 type ingestPlan struct {
+	// source is where the call came from (a merged plan's is unset).
+	source Source
+	// queued is when the call joined the queue of its group transaction.
+	queued time.Time
 	events []*webhook.Event
 	// sources holds each event's source (stored with it).
 	sources []Source
@@ -501,7 +514,7 @@ func (s *Store) plan(ctx context.Context, source Source, events []*webhook.Event
 	if invalid := s.check(ctx, source, events); len(invalid) > 0 {
 		return nil, fmt.Errorf("ingest: %w", &InvalidEventsError{Invalid: invalid})
 	}
-	p := &ingestPlan{events: events, sources: make([]Source, len(events)), results: make([]Result, len(events))}
+	p := &ingestPlan{source: source, events: events, sources: make([]Source, len(events)), results: make([]Result, len(events))}
 	for i, e := range events {
 		p.sources[i] = source
 		p.results[i].EventID = e.ID

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
@@ -270,6 +272,16 @@ func TestStore_Ingest(t *testing.T) {
 		require.NoError(t, bundle.db.Pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FROM events`).Scan(&txs))
 		t.Logf("%d calls in %d transactions", n, txs)
 		require.Less(t, txs, n, "calls that arrive while a transaction runs share the next one")
+
+		// Each call's wait is observed once, under its path; each group
+		// once, with its size.
+		waits := histogram(t, bundle.metrics.IngestWait.WithLabelValues(string(SourceGRPC)))
+		require.EqualValues(t, n, waits.GetSampleCount())
+		groups := histogram(t, bundle.metrics.IngestGroupCalls)
+		require.InDelta(t, n, groups.GetSampleSum(), 0, "every call in exactly one group")
+		require.EqualValues(t, txs, groups.GetSampleCount(), "one group per transaction")
+		require.EqualValues(t, txs, histogram(t, bundle.metrics.IngestTransaction).GetSampleCount())
+		require.Zero(t, histogram(t, bundle.metrics.IngestWait.WithLabelValues(string(SourceOutbox))).GetSampleCount())
 	})
 
 	t.Run("ConflictFailsOnlyItsOwnCallInAGroup", func(t *testing.T) {
@@ -324,5 +336,22 @@ func TestStore_Ingest(t *testing.T) {
 		results, err := bundle.store.Ingest(ctx, SourceTest, nil)
 		require.NoError(t, err)
 		require.Empty(t, results)
+		raw := testEvent("evt_raw")
+		raw.Subject = "raw://x"
+		results, err = bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{raw})
+		require.NoError(t, err)
+		require.Equal(t, OutcomeDroppedRaw, results[0].Outcome)
+		require.Zero(t, histogram(t, bundle.metrics.IngestWait.WithLabelValues(string(SourceTest))).GetSampleCount(), "no wait")
+		require.Zero(t, histogram(t, bundle.metrics.IngestTransaction).GetSampleCount(), "no transaction")
 	})
+}
+
+// histogram reads one histogram series.
+func histogram(t *testing.T, o prometheus.Observer) *dto.Histogram {
+	t.Helper()
+	m, ok := o.(prometheus.Metric)
+	require.True(t, ok)
+	var out dto.Metric
+	require.NoError(t, m.Write(&out))
+	return out.GetHistogram()
 }

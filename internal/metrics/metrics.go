@@ -23,7 +23,7 @@ type Labels struct {
 	PauseReasons     []string // "reason" of dispatcher_endpoint_pauses_total
 	ScopeRules       []string // "rule" of dispatcher_scope_decisions_total
 	ScopeResults     []string // "result" of dispatcher_scope_decisions_total
-	IngestPaths      []string // "path" of dispatcher_ingest_events_total
+	IngestPaths      []string // "path" of dispatcher_ingest_events_total and dispatcher_ingest_wait_seconds
 	IngestResults    []string // "result" of dispatcher_ingest_events_total
 	RescueKinds      []string // "kind" of dispatcher_jobs_rescued_total
 }
@@ -59,6 +59,15 @@ type Metrics struct {
 	FanoutDuration      prometheus.Histogram
 	ScopeDecisionsTotal *prometheus.CounterVec
 	IngestEventsTotal   *prometheus.CounterVec
+	// The ingest path's group commit (internal/ingest): IngestWait is how
+	// long an ingest call (a Publish, a PublishBatch, a relay batch) waited
+	// for its group transaction to start, by path; IngestTransaction how
+	// long one group transaction took; IngestGroupCalls how many calls
+	// shared it. A call's time in the store is its wait plus its group's
+	// transaction.
+	IngestWait        *prometheus.HistogramVec
+	IngestTransaction prometheus.Histogram
+	IngestGroupCalls  prometheus.Histogram
 	// CatalogInfo is 1 series per process: its catalog's digest, valued
 	// with the number of types; CatalogReplicaCatalogs the distinct
 	// catalogs among the live replicas (internal/catalogwatch).
@@ -80,6 +89,8 @@ type Metrics struct {
 // registers them with reg.
 func New(reg prometheus.Registerer, known Labels) *Metrics {
 	latency := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 15}
+	// The ingest path's waits are milliseconds or less when all is well.
+	short := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 	lag := []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 7200, 36000}
 	m := &Metrics{
 		DeliveriesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -154,6 +165,21 @@ func New(reg prometheus.Registerer, known Labels) *Metrics {
 			Name: "dispatcher_ingest_events_total",
 			Help: "Events received, by path (where they came from: grpc, outbox, test) and result (stored, duplicate, dropped_internal, dropped_unknown, dropped_raw, invalid, conflict).",
 		}, []string{"path", "result"}),
+		IngestWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "dispatcher_ingest_wait_seconds",
+			Help:    "Time an ingest call (Publish, PublishBatch, a relay batch) waited for its group transaction to start, by path (grpc, outbox, test, operational).",
+			Buckets: short,
+		}, []string{"path"}),
+		IngestTransaction: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dispatcher_ingest_transaction_seconds",
+			Help:    "Duration of one ingest group transaction, from taking a connection to its durable commit (with a conflict in the group, its calls' own transactions too).",
+			Buckets: short,
+		}),
+		IngestGroupCalls: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dispatcher_ingest_group_calls",
+			Help:    "Ingest calls stored together in one group transaction.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024},
+		}),
 		CatalogInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "dispatcher_catalog_types",
 			Help: "Event types of this process's catalog (built-in ones included), labelled with the catalog's digest.",
@@ -198,7 +224,7 @@ func New(reg prometheus.Registerer, known Labels) *Metrics {
 		m.SnoozesTotal, m.EndpointPausesTotal, m.EgressBlockedTotal, m.EndpointsDisabledTotal,
 		m.EndpointProbesTotal, m.HeldReleasedTotal, m.WorkersWaiting,
 		m.FanoutEnqueuedTotal, m.FanoutHandedOffTotal, m.JobsRescuedTotal, m.FanoutDuration, m.ScopeDecisionsTotal,
-		m.IngestEventsTotal, m.IngestUnknownTypesTotal, m.CatalogInfo, m.CatalogReplicaCatalogs, m.RelayBatchRows, m.RelayLag, m.RelayPoisonedTotal, m.RelayErrorsTotal,
+		m.IngestEventsTotal, m.IngestWait, m.IngestTransaction, m.IngestGroupCalls, m.IngestUnknownTypesTotal, m.CatalogInfo, m.CatalogReplicaCatalogs, m.RelayBatchRows, m.RelayLag, m.RelayPoisonedTotal, m.RelayErrorsTotal,
 		m.AttemptHistoryWriteErrorsTotal, m.AttemptHistoryDroppedTotal,
 	)
 	for _, class := range known.StatusClasses {
@@ -222,6 +248,7 @@ func New(reg prometheus.Registerer, known Labels) *Metrics {
 		}
 	}
 	for _, path := range known.IngestPaths {
+		m.IngestWait.WithLabelValues(path)
 		for _, result := range known.IngestResults {
 			m.IngestEventsTotal.WithLabelValues(path, result)
 		}

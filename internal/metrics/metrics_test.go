@@ -39,6 +39,9 @@ func TestMetricsLintClean(t *testing.T) {
 	m.SnoozesTotal.WithLabelValues("lease_busy").Inc()
 	m.AttemptDuration.WithLabelValues("2xx").Observe(0.01)
 	m.IngestEventsTotal.WithLabelValues("grpc", "stored").Inc()
+	m.IngestWait.WithLabelValues("grpc").Observe(0.002)
+	m.IngestTransaction.Observe(0.004)
+	m.IngestGroupCalls.Observe(3)
 	m.ScopeDecisionsTotal.WithLabelValues("embed", "admit").Inc()
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
@@ -109,6 +112,10 @@ func TestZeroSeries(t *testing.T) {
 		require.Contains(t, scope, `result="error",rule="embed"`)
 		require.Len(t, scope, 7*3)
 		require.Len(t, gauges(t, reg, "dispatcher_delivery_attempt_duration_seconds"), len(known.StatusClasses))
+		require.Equal(t, map[string]float64{`path="grpc"`: 0, `path="outbox"`: 0, `path="test"`: 0, `path="operational"`: 0},
+			gauges(t, reg, "dispatcher_ingest_wait_seconds"))
+		require.Equal(t, map[string]float64{"": 0}, gauges(t, reg, "dispatcher_ingest_transaction_seconds"))
+		require.Equal(t, map[string]float64{"": 0}, gauges(t, reg, "dispatcher_ingest_group_calls"))
 	})
 
 	t.Run("StateSeriesOfAnEmptyDatabase", func(t *testing.T) {
