@@ -301,8 +301,9 @@ func (p *proc) sample() procSample {
 
 // scrape sums the dispatcher's counters we report on, by family (labels
 // summed): dispatcher_delivery_snoozes_total, dispatcher_deliveries_total
-// (also per outcome), dispatcher_ingest_events_total; and the Go runtime's
-// go_goroutines and go_memstats_heap_inuse_bytes (the soak's).
+// (also per outcome), dispatcher_ingest_events_total; the ingest path's
+// histograms (ingestHistogram); and the Go runtime's go_goroutines and
+// go_memstats_heap_inuse_bytes (the soak's).
 func (p *proc) scrape(ctx context.Context) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -333,6 +334,12 @@ func (p *proc) scrape(ctx context.Context) (map[string]float64, error) {
 			// The value follows the closing brace; label values may hold spaces.
 			j := strings.LastIndexByte(line, '}')
 			rest = strings.TrimSpace(line[j+1:])
+		}
+		if h, ok := ingestHistogram(name, labels); ok {
+			if v, err := strconv.ParseFloat(strings.Fields(rest + " x")[0], 64); err == nil {
+				out[h] += v
+			}
+			continue
 		}
 		switch name {
 		case "dispatcher_delivery_snoozes_total", "dispatcher_deliveries_total", "dispatcher_ingest_events_total",

@@ -484,6 +484,7 @@ func (m *measure) finish(ctx context.Context, res *result, units int64) error {
 		res.PGBackendCPUCores = round(pgCPULoad/loadSecs, 2)
 	}
 	res.Outcomes = map[string]float64{}
+	ingest := map[string]float64{}
 	for i, p := range m.s.procs {
 		after, err := p.scrape(ctx)
 		if err != nil {
@@ -492,6 +493,8 @@ func (m *measure) finish(ctx context.Context, res *result, units int64) error {
 		for k, v := range after {
 			d := v - m.metrics[i][k]
 			switch {
+			case strings.HasPrefix(k, "dispatcher_ingest_") && strings.Contains(k, "/"):
+				ingest[k] += d
 			case k == "dispatcher_delivery_snoozes_total":
 				res.Snoozes += d
 			case strings.HasPrefix(k, "dispatcher_deliveries_total/"):
@@ -500,6 +503,9 @@ func (m *measure) finish(ctx context.Context, res *result, units int64) error {
 				res.Outcomes["snooze:"+strings.TrimPrefix(k, "dispatcher_delivery_snoozes_total/")] += d
 			}
 		}
+	}
+	if note := ingestNote(ingest); note != "" {
+		res.notef("%s", note)
 	}
 	if units > 0 {
 		u := float64(units)
