@@ -137,12 +137,19 @@ func TestIdleMetrics(t *testing.T) {
 		require.Contains(t, body, "\n"+line+"\n")
 	}
 
-	// Every value of every bounded label, at 0.
+	// Every value of every bounded label, at 0. The state series are read
+	// from Postgres, where the retention's prune job, run at start, may
+	// already be queued or done by the scrape: those must exist, at any
+	// value.
 	series := labelled()
 	var missing []string
 	for name, labels := range series {
 		for _, line := range seriesLines(name, labels) {
-			if !strings.Contains(body, "\n"+line+"\n") {
+			want := "\n" + line + "\n"
+			if strings.HasPrefix(name, "dispatcher_queue_") {
+				want = "\n" + strings.TrimSuffix(line, " 0") + " "
+			}
+			if !strings.Contains(body, want) {
 				missing = append(missing, line)
 			}
 		}
