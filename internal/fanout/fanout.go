@@ -298,10 +298,54 @@ func (p *Plan) Record(i int) []byte {
 // traces, if not nil, holds each event's trace, which its jobs carry on (one
 // statement inserts the jobs of many traces).
 func (f *Inline) Plan(ctx context.Context, tx pgx.Tx, events []*webhook.Event, traces []trace.SpanContext) (*Plan, error) {
-	p := &Plan{plans: make([]eventPlan, len(events))}
 	if len(events) == 0 {
-		return p, nil
+		return &Plan{}, nil
 	}
+	byOwner, err := readEndpoints(ctx, tx, ownersOf(events))
+	if err != nil {
+		return nil, err
+	}
+	return f.plan(ctx, byOwner, events, traces)
+}
+
+// Endpoints are the endpoints of some events' owners, read by a statement
+// QueueEndpoints queued, for PlanWith.
+type Endpoints struct {
+	byOwner map[string][]endpointRow
+	read    bool
+}
+
+// QueueEndpoints queues on b the statement Plan runs first: the read of the
+// endpoints of events' owners. Once b's results are closed without error,
+// the Endpoints returned hold what it read. This lets a caller send that
+// read in one round trip with the statement before it (the ingest
+// transaction's BEGIN).
+func QueueEndpoints(b *pgx.Batch, events []*webhook.Event) *Endpoints {
+	eps := &Endpoints{}
+	owners := ownersOf(events)
+	b.Queue(readEndpointsSQL, owners).Query(func(rows pgx.Rows) error {
+		var err error
+		eps.byOwner, err = scanEndpoints(rows, len(owners))
+		eps.read = err == nil
+		return err
+	})
+	return eps
+}
+
+// PlanWith is Plan with the endpoints already read (QueueEndpoints, for the
+// same events, in the transaction the plan's jobs are inserted in).
+func (f *Inline) PlanWith(ctx context.Context, eps *Endpoints, events []*webhook.Event, traces []trace.SpanContext) (*Plan, error) {
+	if len(events) == 0 {
+		return &Plan{}, nil
+	}
+	if eps == nil || !eps.read {
+		return nil, errors.New("fanout: plan: the endpoints were not read")
+	}
+	return f.plan(ctx, eps.byOwner, events, traces)
+}
+
+// ownersOf returns the distinct owners of events, in order of appearance.
+func ownersOf(events []*webhook.Event) []string {
 	owners := make([]string, 0, len(events))
 	seen := make(map[string]bool, len(events))
 	for _, e := range events {
@@ -310,10 +354,11 @@ func (f *Inline) Plan(ctx context.Context, tx pgx.Tx, events []*webhook.Event, t
 			owners = append(owners, e.OwnerID)
 		}
 	}
-	byOwner, err := readEndpoints(ctx, tx, owners)
-	if err != nil {
-		return nil, err
-	}
+	return owners
+}
+
+func (f *Inline) plan(ctx context.Context, byOwner map[string][]endpointRow, events []*webhook.Event, traces []trace.SpanContext) (*Plan, error) {
+	p := &Plan{plans: make([]eventPlan, len(events))}
 	local := scope.WithoutAccess(ctx)
 	now, active := time.Now(), f.partitions.active()
 	for i, e := range events {
@@ -430,17 +475,25 @@ type querier interface {
 // first endpoints by id. Disabled endpoints are read too, only to be
 // recorded as such.
 func readEndpoints(ctx context.Context, q querier, owners []string) (map[string][]endpointRow, error) {
-	rows, err := q.Query(ctx,
-		`SELECT id::text, owner_id, event_types, embed_id, failing_since,
-		        CASE WHEN paused_until > now() THEN paused_until END, paused_until IS NOT NULL, ordered, enabled
-		   FROM webhook_endpoints
-		  WHERE owner_id = ANY($1)
-		  ORDER BY owner_id, id`, owners)
+	rows, err := q.Query(ctx, readEndpointsSQL, owners)
 	if err != nil {
 		return nil, fmt.Errorf("read endpoints: %w", err)
 	}
+	return scanEndpoints(rows, len(owners))
+}
+
+// readEndpointsSQL reads the endpoints of the owners $1 (readEndpoints).
+const readEndpointsSQL = `SELECT id::text, owner_id, event_types, embed_id, failing_since,
+		        CASE WHEN paused_until > now() THEN paused_until END, paused_until IS NOT NULL, ordered, enabled
+		   FROM webhook_endpoints
+		  WHERE owner_id = ANY($1)
+		  ORDER BY owner_id, id`
+
+// scanEndpoints reads the rows of readEndpointsSQL, for owners owners, and
+// closes them.
+func scanEndpoints(rows pgx.Rows, owners int) (map[string][]endpointRow, error) {
 	defer rows.Close()
-	out := make(map[string][]endpointRow, len(owners))
+	out := make(map[string][]endpointRow, owners)
 	for rows.Next() {
 		var r endpointRow
 		if err := rows.Scan(&r.id, &r.ownerID, &r.globs, &r.embedID, &r.failingSince, &r.pausedUntil, &r.pauseRecorded, &r.ordered, &r.enabled); err != nil {

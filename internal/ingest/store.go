@@ -424,8 +424,9 @@ func startCommitSpan(ctx context.Context, plans []*ingestPlan) (context.Context,
 // committed.
 func (s *Store) commit(ctx context.Context, p *ingestPlan) error {
 	p.handed = nil
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		return s.write(ctx, tx, p)
+	rows := p.rows()
+	err := s.inTx(ctx, rows.planned, func(tx pgx.Tx, eps *fanout.Endpoints) error {
+		return s.write(ctx, tx, p, rows, eps)
 	})
 	if err != nil {
 		s.noteConflicts(ctx, p, err)
@@ -433,6 +434,93 @@ func (s *Store) commit(ctx context.Context, p *ingestPlan) error {
 	}
 	s.fanout.Start(p.handed)
 	return nil
+}
+
+// inTx runs fn in a transaction, as pgx.BeginFunc does (rolled back if fn
+// fails, else committed), with the endpoints of planned's owners read as
+// the transaction's first statement: what the fanout plan needs before the
+// events are inserted. BEGIN and that read go to Postgres together, in one
+// round trip (a pgx.Batch), instead of one each: a group transaction is
+// BEGIN and the read, the INSERT, River's insert of the jobs, COMMIT; four
+// round trips, each of which every call of the group waits for, and each a
+// wake-up of the dispatcher and of its Postgres backend on a busy machine.
+//
+// Nothing else changes: the read is still the transaction's first
+// statement, after its BEGIN, as it was when each was sent alone. (Under
+// READ COMMITTED, the default, each statement takes its own snapshot, so
+// even a read just before BEGIN would see what this one sees at that
+// moment; the read takes no lock, and the INSERT and the jobs come after it
+// either way.)
+func (s *Store) inTx(ctx context.Context, planned []*webhook.Event, fn func(pgx.Tx, *fanout.Endpoints) error) (err error) {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A connection left in a transaction (a failed rollback) is destroyed
+	// by the pool rather than reused.
+	defer c.Release()
+	b := &pgx.Batch{}
+	b.Queue("begin")
+	eps := fanout.QueueEndpoints(b, planned)
+	tx := &batchTx{conn: c.Conn()}
+	if err := c.SendBatch(ctx, b).Close(); err != nil {
+		if c.Conn().PgConn().TxStatus() != 'I' {
+			_ = tx.Rollback(ctx) // already have an error to return
+		}
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if rbErr := tx.Rollback(ctx); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
+			err = cmp.Or(err, rbErr)
+		}
+	}()
+	if err := fn(tx, eps); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// planRows is what one plan inserts: the first occurrence of each id among
+// the events it stores, as the INSERT's columns.
+type planRows struct {
+	first   []int // the first occurrence of each id: what is inserted
+	ids     []string
+	owners  []string
+	types   []string
+	subjs   []string
+	times   []time.Time
+	datas   []string
+	srcs    []string
+	planned []*webhook.Event    // the events of first, for the fanout plan
+	traces  []trace.SpanContext // each one's trace (for its jobs), or nil
+}
+
+func (p *ingestPlan) rows() *planRows {
+	r := &planRows{}
+	seen := make(map[string]bool, len(p.toStore))
+	for _, i := range p.toStore {
+		e := p.events[i]
+		if seen[e.ID] {
+			continue
+		}
+		seen[e.ID] = true
+		r.first = append(r.first, i)
+		r.ids = append(r.ids, e.ID)
+		r.owners = append(r.owners, e.OwnerID)
+		r.types = append(r.types, e.Type)
+		r.subjs = append(r.subjs, e.Subject)
+		r.times = append(r.times, e.OccurredAt)
+		r.datas = append(r.datas, string(e.Data))
+		r.srcs = append(r.srcs, string(p.sources[i]))
+		r.planned = append(r.planned, e)
+	}
+	if p.traces != nil {
+		r.traces = make([]trace.SpanContext, len(r.first))
+		for j, i := range r.first {
+			r.traces[j] = p.traces[i]
+		}
+	}
+	return r
 }
 
 // ingestPlan is the part of ingest decided without the database.
@@ -533,52 +621,17 @@ func (s *Store) plan(ctx context.Context, source Source, events []*webhook.Event
 	return p, nil
 }
 
-// write inserts the plan's events, sorts out duplicates and conflicts, and
-// enqueues a fanout per newly stored event, all in tx.
-func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
-	var (
-		first  []int // the first occurrence of each id: what is inserted
-		seen   = make(map[string]bool, len(p.toStore))
-		ids    []string
-		owners []string
-		types  []string
-		subjs  []string
-		times  []time.Time
-		datas  []string
-		srcs   []string
-	)
-	for _, i := range p.toStore {
-		e := p.events[i]
-		if seen[e.ID] {
-			continue
-		}
-		seen[e.ID] = true
-		first = append(first, i)
-		ids = append(ids, e.ID)
-		owners = append(owners, e.OwnerID)
-		types = append(types, e.Type)
-		subjs = append(subjs, e.Subject)
-		times = append(times, e.OccurredAt)
-		datas = append(datas, string(e.Data))
-		srcs = append(srcs, string(p.sources[i]))
-	}
+// write inserts the plan's events (rows, p.rows()), sorts out duplicates
+// and conflicts, and enqueues a fanout per newly stored event, all in tx,
+// whose first statement read eps.
+func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan, rows *planRows, eps *fanout.Endpoints) error {
+	first := rows.first
 
 	// The fanout is decided before the events are inserted, so that each
 	// one's decision record (events.fanout) goes into the same INSERT: no
 	// second statement, no second version of the row. What it decides for
 	// an event that turns out to be a duplicate is dropped.
-	planned := make([]*webhook.Event, len(first))
-	var traces []trace.SpanContext // each event's, for its jobs
-	if p.traces != nil {
-		traces = make([]trace.SpanContext, len(first))
-	}
-	for j, i := range first {
-		planned[j] = p.events[i]
-		if traces != nil {
-			traces[j] = p.traces[i]
-		}
-	}
-	plan, err := s.fanout.Plan(ctx, tx, planned, traces)
+	plan, err := s.fanout.PlanWith(ctx, eps, rows.planned, rows.traces)
 	if err != nil {
 		return fmt.Errorf("fanout: %w", err)
 	}
@@ -592,14 +645,14 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 	// occurred_at and data as stored (microseconds, jsonb's key order): a
 	// delivery started from these (fanout's hand-off) must send the very
 	// body a later attempt, read back from the table, sends.
-	rows, err := tx.Query(ctx, `
+	inserting, err := tx.Query(ctx, `
 		INSERT INTO events (id, owner_id, type, subject, occurred_at, data, source, fanout)
 		SELECT id, owner_id, type, subject, occurred_at, data::jsonb, source, fanout
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $7::text[], $8::bytea[])
 		     AS t(id, owner_id, type, subject, occurred_at, data, source, fanout)
 		ON CONFLICT (id) DO NOTHING
 		RETURNING id, occurred_at, data, seq`,
-		ids, owners, types, subjs, times, datas, srcs, records)
+		rows.ids, rows.owners, rows.types, rows.subjs, rows.times, rows.datas, rows.srcs, records)
 	if err != nil {
 		return fmt.Errorf("insert events: %w", err)
 	}
@@ -609,7 +662,7 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan) error {
 		Data       []byte
 		Seq        int64
 	}
-	inserted, err := pgx.CollectRows(rows, pgx.RowToStructByPos[storedAs])
+	inserted, err := pgx.CollectRows(inserting, pgx.RowToStructByPos[storedAs])
 	if err != nil {
 		return fmt.Errorf("insert events: %w", err)
 	}

@@ -284,6 +284,22 @@ func TestStore_Ingest(t *testing.T) {
 		require.Zero(t, histogram(t, bundle.metrics.IngestWait.WithLabelValues(string(SourceOutbox))).GetSampleCount())
 	})
 
+	t.Run("EventAndItsFanoutInOneTransaction", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		// BEGIN goes in one batch with the endpoint read: the event and its
+		// fanout job are still written by one transaction.
+		_, err := bundle.store.Ingest(ctx, SourceGRPC, []*webhook.Event{testEvent("evt_1"), testEvent("evt_2")})
+		require.NoError(t, err)
+		var txs int
+		require.NoError(t, bundle.db.Pool.QueryRow(ctx, `
+			SELECT count(DISTINCT x) FROM (SELECT xmin::text AS x FROM events
+			                               UNION ALL SELECT xmin::text FROM river_job) t`).Scan(&txs))
+		require.Equal(t, 1, txs)
+		require.Equal(t, 2, countFanoutJobs(t, bundle.db, ""))
+	})
+
 	t.Run("ConflictFailsOnlyItsOwnCallInAGroup", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
