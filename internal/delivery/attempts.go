@@ -4,42 +4,36 @@ import (
 	"errors"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 
 	"github.com/standmeet/webhook-dispatcher/internal/attempt"
-	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
+
+// history is the route's attempt-history stage (route.go): after hands each
+// attempt that sent a request to the history (Config.Attempts).
+type history struct{ *shared }
 
 // bodyLimit is how much of a response body the worker reads: enough for the
 // error summary and for the attempt history.
-func (w *Worker) bodyLimit() int64 {
-	if w.cfg.Attempts == nil {
-		return w.cfg.ErrorBodyBytes
+func (s *shared) bodyLimit() int64 {
+	if s.cfg.Attempts == nil {
+		return s.cfg.ErrorBodyBytes
 	}
-	return max(w.cfg.ErrorBodyBytes, int64(w.cfg.Attempts.BodyBytes()))
+	return max(s.cfg.ErrorBodyBytes, int64(s.cfg.Attempts.BodyBytes()))
 }
 
-// sent is what one attempt's request met, for the history.
-type sent struct {
-	start   time.Time
-	elapsed time.Duration
-	status  int
-	body    []byte
-	err     error // the transport error, if any
-}
-
-// recordAttempt hands one attempt to the history (nothing is written here:
-// the recorder writes in batches). An interrupted attempt (shutdown) is not
-// one: River hands the job back without spending it.
-func (w *Worker) recordAttempt(j *river.Job[job.DeliverArgs], endpointID uuid.UUID, owner string, s sent, v verdict, res result) {
-	if w.cfg.Attempts == nil || v.kind == verdictInterrupted {
+// after hands the delivery's attempt, concluded, to the history (nothing
+// is written here: the recorder writes in batches). An interrupted attempt
+// (shutdown) is not one: River hands the job back without spending it.
+func (h *history) after(d *delivery) {
+	v, res, s, j := d.v, d.res, &d.sent, d.j
+	if h.cfg.Attempts == nil || v.kind == verdictInterrupted {
 		return
 	}
 	a := attempt.Attempt{
-		DeliveryID: j.ID, Number: j.Attempt, OwnerID: owner, EndpointID: endpointID, EventID: j.Args.EventID,
+		DeliveryID: j.ID, Number: j.Attempt, OwnerID: d.t.ownerID, EndpointID: d.ep, EventID: j.Args.EventID,
 		StartedAt: s.start, Duration: s.elapsed, Status: s.status,
-		Body: attempt.Text(s.body, w.cfg.Attempts.BodyBytes()),
+		Body: attempt.Text(s.body, h.cfg.Attempts.BodyBytes()),
 	}
 	a.Outcome = v.outcome
 	if v.kind == verdictSnooze {
@@ -53,5 +47,5 @@ func (w *Worker) recordAttempt(j *river.Job[job.DeliverArgs], endpointID uuid.UU
 		}
 		a.Error = e.Error()
 	}
-	w.cfg.Attempts.Record(a)
+	h.cfg.Attempts.Record(a)
 }

@@ -4,20 +4,23 @@ import (
 	"context"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
-// Receivers control their traffic in three ways, each kept here and in the
-// file named for it:
+// Receivers control their traffic in three ways, each a stage of the route
+// (route.go) in the file named for it, checked in this order before a
+// delivery is sent:
 //
-//   - pause.go: a 429/503 with Retry-After, or a run of 429s without one,
-//     pauses the whole endpoint (paused_until), across processes;
-//   - ratelimit.go: max_per_second spaces an endpoint's requests evenly;
-//   - ordered.go: an ordered endpoint gets its deliveries one after the
-//     other, in ingest order, a failed one holding those behind it.
+//   - pause.go (pauses): a 429/503 with Retry-After, or a run of 429s
+//     without one, pauses the whole endpoint (paused_until), across
+//     processes;
+//   - ordered.go (ordering): an ordered endpoint gets its deliveries one
+//     after the other, in ingest order, a failed one holding those behind
+//     it;
+//   - ratelimit.go (rateLimit): max_per_second spaces an endpoint's
+//     requests evenly.
 //
 // None of them spends an attempt for waiting, and none makes every queued
 // delivery snooze again and again: waits that are long are moved onto the
@@ -75,7 +78,7 @@ type laneControl struct {
 	order       orderMemory
 }
 
-// gateResult says how a delivery goes on after the gate.
+// gateResult says how a delivery goes on after a stage's check (route.go).
 type gateResult int
 
 const (
@@ -85,46 +88,32 @@ const (
 	gateLeft                    // no longer the runner: just return err
 )
 
-// gate applies the endpoint's pause, order and rate limit to a delivery that
-// holds the lane and the lease, before anything is sent.
-func (w *Worker) gate(ctx context.Context, j *river.Job[job.DeliverArgs], ep uuid.UUID, t *target, waitUntil time.Time) (gateResult, error) {
-	c := t.control
-	if t.leaseTaken {
-		w.lanes.tookLease(ep, c.interval())
-	}
-	if paused := max(c.pausedFor, w.lanes.pausedFor(ep)); paused > 0 {
-		// After the pause's probe (job.PauseProbeGap).
-		return gateDefer, w.snooze(ctx, paused+job.PauseProbeGap, job.SnoozePaused)
-	}
-	if c.ordered && j.Args.Seq > 0 {
-		if g, err := w.orderGate(ctx, ep, j.Args.Seq, waitUntil); g != gateSend {
-			return g, err
-		}
-	}
-	if iv := c.interval(); iv > 0 {
-		return w.rateGate(ctx, ep, iv, waitUntil)
-	}
-	return gateSend, nil
-}
-
-// afterAttempt records what an attempt means for the endpoint's controls:
-// a pause to set, a run of 429s, an ordered endpoint's head moving on.
-func (w *Worker) afterAttempt(ctx context.Context, j *river.Job[job.DeliverArgs], ep uuid.UUID, t *target, res result) {
-	if res.pause != nil {
-		w.lanes.pause(ep, time.Now().Add(res.pause.d))
-		w.pauseEndpoint(ctx, ep, *res.pause)
-	}
-	if t.control.ordered && j.Args.Seq > 0 {
-		w.orderAfter(ctx, j, ep, res)
-	}
-}
-
 // snooze puts the delivery back for d without spending its attempt, and
 // records why for ListDeliveries.
-func (w *Worker) snooze(ctx context.Context, d time.Duration, reason string) error {
-	w.metrics.SnoozesTotal.WithLabelValues(reason).Inc()
-	w.metrics.DeliveriesTotal.WithLabelValues(outcomeSnoozed.String(), classNone).Inc()
+func (s *shared) snooze(ctx context.Context, d time.Duration, reason string) error {
+	s.metrics.SnoozesTotal.WithLabelValues(reason).Inc()
+	s.metrics.DeliveriesTotal.WithLabelValues(outcomeSnoozed.String(), classNone).Inc()
 	return snooze(ctx, job.DeliverSnooze{Reason: reason}, max(d, minSnooze))
+}
+
+// snoozeBusy puts the delivery back for d because the endpoint's lease or
+// lane is busy (lease_busy); unlike snooze, d is not raised to minSnooze.
+func (s *shared) snoozeBusy(ctx context.Context, d time.Duration) error {
+	s.metrics.SnoozesTotal.WithLabelValues(job.SnoozeLeaseBusy).Inc()
+	s.metrics.DeliveriesTotal.WithLabelValues(outcomeSnoozed.String(), classNone).Inc()
+	return snooze(ctx, job.DeliverSnooze{Reason: job.SnoozeLeaseBusy}, d)
+}
+
+// snooze puts the job back for d without spending an attempt, and records
+// why (job.DeliverSnooze) for ListDeliveries: as River's output, or for a
+// direct run (direct.go) with it. Recording fails only outside either (a
+// test calling Work directly); the snooze stands regardless.
+func snooze(ctx context.Context, note job.DeliverSnooze, d time.Duration) error {
+	note.Until = time.Now().Add(d).UTC()
+	if !recordDirectOutput(ctx, note) {
+		_ = river.RecordOutput(ctx, note)
+	}
+	return river.JobSnooze(d)
 }
 
 // secs is d in seconds, for make_interval: durations go to Postgres relative

@@ -351,7 +351,7 @@ func TestRateLimit(t *testing.T) {
 			return now
 		}
 		before := dbNow()
-		b.worker.pace(context.Background(), epID, 3*time.Second, 100*time.Millisecond)
+		b.worker.rate.pace(context.Background(), epID, 3*time.Second, 100*time.Millisecond)
 		after := dbNow()
 
 		rows, err := b.db.Pool.Query(context.Background(),

@@ -175,6 +175,20 @@ func (ls *lanes) enter(ctx context.Context, ep uuid.UUID, seq int64, maxWait tim
 	return ls.await(ctx, ln, w, maxWait)
 }
 
+// turn gives the delivery a turn on its endpoint's lane (enter), or snoozes
+// it as away says (the rate limit sent it away with a later slot, or the
+// lane is stalled), else as busy (lease_busy) when the lane's queue is full
+// or its wait ran out.
+func (s *shared) turn(ctx context.Context, d *delivery) error {
+	if ok, away := s.lanes.enter(ctx, d.ep, d.j.Args.Seq, s.cfg.LocalWait); !ok {
+		if away.reason != "" {
+			return s.snooze(ctx, away.d, away.reason)
+		}
+		return s.snoozeBusy(ctx, s.cfg.BusySnooze)
+	}
+	return nil
+}
+
 // queue adds a waiter in turn order. Called with ls.mu held.
 func (ln *lane) queue(seq int64) *waiter {
 	w := &waiter{ch: make(chan struct{}, 1), seq: seq}
@@ -538,30 +552,6 @@ func (ls *lanes) idle(cutoff time.Time) map[uuid.UUID]uuid.UUID {
 		delete(ls.byEndpoint, ep)
 	}
 	return out
-}
-
-// setFailing records whether ep's endpoint is failing, as a runner of its
-// lane just learned.
-func (ls *lanes) setFailing(ep uuid.UUID, failing bool) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ln := ls.byEndpoint[ep]; ln != nil {
-		ln.failing = failing
-	}
-}
-
-// failingBusy reports whether a delivery to ep would wait for a turn on the
-// lane of a failing endpoint. Such a wait would hold a deliver worker for
-// nothing: a failing endpoint's slots are taken by a probe or a retry, and a
-// receiver that hangs keeps them until the attempt timeout, so the waiting
-// deliveries of a few hung receivers could take every worker. They are held
-// in the queue instead (the worker snoozes them until the failing cool-down
-// ends), and the first success releases them (probe.go).
-func (ls *lanes) failingBusy(ep uuid.UUID) bool {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	ln := ls.byEndpoint[ep]
-	return ln != nil && ln.failing && time.Now().After(ln.ctl.pausedUntil) && (len(ln.waiters) > 0 || !ln.free())
 }
 
 // waiting counts the deliveries waiting for a turn on any lane: each holds a

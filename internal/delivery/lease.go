@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/standmeet/webhook-dispatcher/internal/pglisten"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
 )
 
@@ -26,6 +29,208 @@ import (
 //   - load: take, extend or just confirm each lease, and read what each
 //     attempt needs (the endpoint row and the event row);
 //   - settle: record health changes and release leases.
+
+// lease gives the delivery the endpoint's lease and its target (acquire).
+// When it cannot, the delivery's turn ends and it snoozes (held elsewhere:
+// lease_busy), is cancelled (the endpoint is gone or disabled) or fails (a
+// database error: River retries).
+func (w *Worker) lease(ctx context.Context, d *delivery) error {
+	t, token, err := w.acquire(ctx, d.ep, d.j.Args.EventID, d.waitUntil)
+	if err == nil {
+		d.t, d.token = t, token
+		return nil
+	}
+	// No health change to record, so nothing can fail that matters: a
+	// lease that cannot be released expires by itself.
+	_ = w.endTurn(ctx, d.ep, settleReq{endpointID: d.ep, token: token})
+	var busy *busyError
+	switch {
+	case errors.As(err, &busy):
+		// Until the holder's lease would expire if it died, but not for
+		// long if it is alive: it may hand over any moment.
+		return w.snoozeBusy(ctx, min(max(busy.heldFor, w.cfg.BusySnooze), w.cfg.LeaseTTL/3))
+	case errors.Is(err, errEndpointGone), errors.Is(err, errEndpointDisabled):
+		return w.cancel(d.j, "", err)
+	default:
+		// A database error: River retries.
+		return err
+	}
+}
+
+// busyError: another process holds the endpoint's lease.
+type busyError struct{ heldFor time.Duration }
+
+func (e *busyError) Error() string { return errLeaseBusy.Error() }
+func (e *busyError) Unwrap() error { return errLeaseBusy }
+
+// acquire makes sure this process holds the endpoint's lease for long enough
+// and reads the attempt's target, in one batched statement. When another
+// process holds the lease it waits, until waitUntil, for that process to
+// release it (the release is announced) or for it to expire. It returns the
+// token of the lease held (or possibly held, after a database error) so the
+// caller can release it.
+func (w *Worker) acquire(ctx context.Context, ep uuid.UUID, eventID string, waitUntil time.Time) (*target, uuid.UUID, error) {
+	if t, token := w.prepared(ctx, ep); t != nil {
+		return t, token, nil
+	}
+	var poll time.Duration
+	for {
+		cur := w.lanes.current(ep)
+		req := loadReq{endpointID: ep, eventID: eventID, mode: leaseConfirm, token: cur.token}
+		switch {
+		case cur.token == uuid.Nil || cur.expires.IsZero():
+			req.mode, req.token = leaseTake, w.lanes.takeToken(ep)
+		case time.Until(cur.expires) < w.cfg.AttemptTimeout+renewMargin:
+			req.mode = leaseExtend
+		}
+		res, err := w.loads.Do(ctx, req)
+		if err != nil {
+			// The statement may have taken the lease even so.
+			w.lanes.hold(ep, lease{token: req.token, expires: time.Now().Add(w.cfg.LeaseTTL)}, 1)
+			return nil, req.token, err
+		}
+		switch res.status {
+		case loadHeld:
+			w.lanes.hold(ep, lease{token: req.token, expires: res.expires}, res.target.control.maxInFlight)
+			res.target.loaded, res.target.leaseTaken = true, req.mode == leaseTake
+			return res.target, req.token, nil
+		case loadGone:
+			w.lanes.drop(ep, req.token)
+			return nil, uuid.Nil, errEndpointGone
+		case loadDisabled:
+			return nil, req.token, errEndpointDisabled
+		}
+		left := time.Until(waitUntil)
+		if res.ours {
+			// Still ours: the row was locked by another statement at that
+			// moment (a settle, another batch). Forgetting the lease here
+			// would leave it held in the database, by nobody, until it
+			// expires, with every delivery to the endpoint waiting for it.
+			// Try again in a moment.
+			if left <= 0 {
+				return nil, req.token, &busyError{heldFor: res.heldFor}
+			}
+			timer := time.NewTimer(min(10*time.Millisecond, left))
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				return nil, req.token, ctx.Err()
+			}
+			continue
+		}
+		// Busy: our lease lapsed and moved on, or the take found another
+		// holder. Either way the lane holds no lease now.
+		w.lanes.drop(ep, req.token)
+		if req.mode != leaseTake {
+			// Take it like anyone else.
+			continue
+		}
+		if left <= 0 {
+			return nil, uuid.Nil, &busyError{heldFor: res.heldFor}
+		}
+		// Wait for the holder's release (announced), its lease's expiry, or
+		// the next poll, whichever comes first. Polls back off: with the
+		// announcement working they are only a safety net.
+		poll = min(max(2*poll, 20*time.Millisecond), time.Second)
+		wait := min(poll, left)
+		if res.heldFor > 0 {
+			wait = min(wait, res.heldFor+10*time.Millisecond)
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-w.lanes.remoteWake(ep):
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, uuid.Nil, ctx.Err()
+		}
+		timer.Stop()
+	}
+}
+
+// endTurn records the attempt's effect on the endpoint's health (s.health)
+// and ends this delivery's turn on the endpoint: the next local delivery
+// takes over with the lease, or the lease lingers or is released (in the
+// same statement as the health change when both are due). Only a failure to
+// record a health change is returned; a lease that cannot be released
+// expires by itself.
+func (w *Worker) endTurn(ctx context.Context, ep uuid.UUID, s settleReq) error {
+	// Settle even if the job's context just ended: the attempt happened.
+	ctx = context.WithoutCancel(ctx)
+	if tok := w.lanes.yield(ep); tok != uuid.Nil {
+		s.token, s.release = tok, true
+	}
+	var err error
+	if s.health != healthNone || s.release || s.clearPause {
+		err = w.settle(ctx, s)
+		if err != nil && s.release {
+			// Retried as a plain release so the endpoint is not blocked
+			// until the lease expires.
+			w.release(ctx, map[uuid.UUID]uuid.UUID{ep: s.token})
+		}
+	}
+	if tok := w.lanes.leave(ep); tok != uuid.Nil {
+		w.release(ctx, map[uuid.UUID]uuid.UUID{ep: tok})
+	}
+	if s.health == healthNone {
+		return nil
+	}
+	return err
+}
+
+// settle runs one settlement through the batcher.
+func (w *Worker) settle(ctx context.Context, s settleReq) error {
+	res, err := w.settles.Do(ctx, s)
+	if err != nil {
+		return err
+	}
+	if res.recovered {
+		select {
+		case w.recovered <- struct{}{}:
+		default: // a look is due anyway
+		}
+	}
+	if res.disabledNow {
+		w.metrics.EndpointsDisabledTotal.Inc()
+		w.logger.WarnContext(ctx, "endpoint disabled after continuous failure",
+			slog.String("endpoint_id", s.endpointID.String()), slog.Duration("after", w.cfg.DisableAfter))
+	}
+	return nil
+}
+
+// releaseRetryFor bounds how long release keeps trying.
+const releaseRetryFor = 10 * time.Second
+
+// release gives leases up (endpoint → token) without touching health. A
+// release that fails leaves the endpoint blocked until the lease expires
+// (LeaseTTL), so it is retried for a little while: a database blip (a
+// restart, a failover) then costs the endpoint seconds, not the whole TTL.
+// Failures are logged, not returned: the lease expires by itself.
+func (w *Worker) release(ctx context.Context, leases map[uuid.UUID]uuid.UUID) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseRetryFor)
+	defer cancel()
+	var wg sync.WaitGroup
+	for ep, tok := range leases {
+		wg.Go(func() {
+			var err error
+			for failures := 1; ; failures++ {
+				if err = w.settle(ctx, settleReq{endpointID: ep, token: tok, release: true}); err == nil {
+					return
+				}
+				timer := time.NewTimer(pglisten.Backoff(failures))
+				select {
+				case <-ctx.Done():
+					timer.Stop()
+					w.logger.WarnContext(ctx, "release lease", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
+					return
+				case <-timer.C:
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
 
 // leaseMode is what a load does with the lease.
 type leaseMode int32
@@ -85,8 +290,10 @@ type target struct {
 	headers []byte
 	// control is what the receiver asked of its traffic (control.go).
 	control control
-	// leaseTaken: this load took the lease (it was not this process's).
-	leaseTaken bool
+	// loaded: read with the lease by this delivery's load (not ahead of
+	// it, as a direct run's is); leaseTaken: that load took the lease (it
+	// was not this process's).
+	loaded, leaseTaken bool
 
 	eventFound      bool
 	eventOwnerID    string

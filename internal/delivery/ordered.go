@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -43,6 +44,32 @@ import (
 // A delivery that finished here may still read as running until River's
 // batch completer writes it; the lane remembers those seqs for a while, so
 // they do not hold the next one.
+
+// ordering is the route's ordered-endpoint stage (route.go): check lets
+// the head through and holds the others, after moves the queue on once the
+// head's attempt is concluded.
+type ordering struct {
+	*shared
+	// planned holds retry times decided during an attempt (job id →
+	// time.Time), for NextRetry.
+	planned sync.Map
+}
+
+// check applies the endpoint's order to a delivery to an ordered endpoint
+// (see gate).
+func (o *ordering) check(ctx context.Context, d *delivery) (gateResult, error) {
+	if d.t.control.ordered && d.j.Args.Seq > 0 {
+		return o.gate(ctx, d.ep, d.j.Args.Seq, d.waitUntil)
+	}
+	return gateSend, nil
+}
+
+// after moves an ordered endpoint's queue on (see moveOn).
+func (o *ordering) after(ctx context.Context, d *delivery) {
+	if d.t.control.ordered && d.j.Args.Seq > 0 {
+		o.moveOn(ctx, d.j, d.ep, d.res)
+	}
+}
 
 // orderMemory is a lane's memory of its ordered endpoint.
 type orderMemory struct {
@@ -131,21 +158,21 @@ moved AS (
 )
 SELECT count(*) FROM moved`
 
-// orderGate lets the head through and holds the others.
-func (w *Worker) orderGate(ctx context.Context, ep uuid.UUID, seq int64, waitUntil time.Time) (gateResult, error) {
+// gate lets the head through and holds the others.
+func (o *ordering) gate(ctx context.Context, ep uuid.UUID, seq int64, waitUntil time.Time) (gateResult, error) {
 	for poll := 10 * time.Millisecond; ; poll = min(2*poll, 200*time.Millisecond) {
-		h, err := orderedHead(ctx, w.pool, ep, w.lanes.finishedSeqs(ep))
+		h, err := orderedHead(ctx, o.pool, ep, o.lanes.finishedSeqs(ep))
 		if err != nil {
 			return gateDefer, err
 		}
 		if h == nil || h.seq >= seq {
 			return gateSend, nil
 		}
-		if handed, ok := w.lanes.requeue(ctx, ep, seq, time.Until(waitUntil)); handed {
+		if handed, ok := o.lanes.requeue(ctx, ep, seq, time.Until(waitUntil)); handed {
 			if ok {
 				return gateAgain, nil
 			}
-			return gateLeft, w.snooze(ctx, w.cfg.BusySnooze, job.SnoozeOrdered)
+			return gateLeft, o.snooze(ctx, o.cfg.BusySnooze, job.SnoozeOrdered)
 		}
 		// A head fetched a moment ago is most likely about to queue in
 		// this lane: wait for it a little rather than hold everything.
@@ -159,13 +186,13 @@ func (w *Worker) orderGate(ctx context.Context, ep uuid.UUID, seq int64, waitUnt
 				return gateDefer, ctx.Err()
 			}
 		}
-		until := w.lanes.holdUntil(ep)
+		until := o.lanes.holdUntil(ep)
 		if time.Until(until) < minSnooze {
-			d := w.holdFor(h)
+			d := o.holdFor(h)
 			until = time.Now().Add(d)
-			w.hold(ctx, ep, h.seq, d)
+			o.hold(ctx, ep, h.seq, d)
 		}
-		return gateDefer, w.snooze(ctx, time.Until(until), job.SnoozeOrdered)
+		return gateDefer, o.snooze(ctx, time.Until(until), job.SnoozeOrdered)
 	}
 }
 
@@ -175,13 +202,13 @@ func (w *Worker) orderGate(ctx context.Context, ep uuid.UUID, seq int64, waitUnt
 // (its process died), a few seconds at a time: the live processes give a
 // dead one's jobs back within seconds (internal/partition), and River's
 // rescuer takes a hung one's after RescueAfter.
-func (w *Worker) holdFor(h *head) time.Duration {
+func (o *ordering) holdFor(h *head) time.Duration {
 	switch h.state {
 	case "running":
-		if left := w.Timeout(nil) - h.runningFor; left > 0 {
+		if left := o.timeout() - h.runningFor; left > 0 {
 			return left + orderMargin
 		}
-		return min(max(w.cfg.RescueAfter-h.runningFor, 2*time.Second), stuckHeadRecheck) + orderMargin
+		return min(max(o.cfg.RescueAfter-h.runningFor, 2*time.Second), stuckHeadRecheck) + orderMargin
 	case "available":
 		return max(h.dueIn, 0) + orderMargin
 	default:
@@ -190,34 +217,34 @@ func (w *Worker) holdFor(h *head) time.Duration {
 }
 
 // hold holds the deliveries behind seq for d, in the lane and in River.
-func (w *Worker) hold(ctx context.Context, ep uuid.UUID, seq int64, d time.Duration) {
-	w.lanes.setHold(ep, time.Now().Add(d))
+func (o *ordering) hold(ctx context.Context, ep uuid.UUID, seq int64, d time.Duration) {
+	o.lanes.setHold(ep, time.Now().Add(d))
 	var n int
-	if err := w.pool.QueryRow(context.WithoutCancel(ctx), holdSQL, ep.String(), seq, secs(d)).Scan(&n); err != nil {
+	if err := o.pool.QueryRow(context.WithoutCancel(ctx), holdSQL, ep.String(), seq, secs(d)).Scan(&n); err != nil {
 		// Each of them then finds the head live and holds itself.
-		w.logger.WarnContext(ctx, "hold ordered deliveries", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
+		o.logger.WarnContext(ctx, "hold ordered deliveries", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
 	}
 }
 
-// orderAfter moves an ordered endpoint's queue on after its head's attempt:
+// moveOn moves an ordered endpoint's queue on after its head's attempt:
 // a delivered or abandoned head lets the next one go; a failed one holds the
 // others until just after its retry, which is decided now.
-func (w *Worker) orderAfter(ctx context.Context, j *river.Job[job.DeliverArgs], ep uuid.UUID, res result) {
+func (o *ordering) moveOn(ctx context.Context, j *river.Job[job.DeliverArgs], ep uuid.UUID, res result) {
 	var (
 		snooze *river.JobSnoozeError
 		cancel *river.JobCancelError
 	)
 	switch {
 	case res.err == nil, errors.As(res.err, &cancel):
-		w.lanes.finish(ep, j.Args.Seq)
+		o.lanes.finish(ep, j.Args.Seq)
 	case errors.As(res.err, &snooze), errors.Is(res.err, context.Canceled):
 		// Still the head; it comes back.
 	case j.Attempt >= j.MaxAttempts:
-		w.lanes.finish(ep, j.Args.Seq) // discarded
+		o.lanes.finish(ep, j.Args.Seq) // discarded
 	default:
-		at := nextRetry(j, w.now())
-		w.planned.Store(j.ID, at)
-		w.hold(ctx, ep, j.Args.Seq, time.Until(at)+orderMargin)
+		at := nextRetry(j, o.now())
+		o.planned.Store(j.ID, at)
+		o.hold(ctx, ep, j.Args.Seq, time.Until(at)+orderMargin)
 	}
 }
 

@@ -24,6 +24,44 @@ import (
 // sent first and alone; the others follow job.PauseProbeGap later, so a
 // receiver that pauses again costs one request per pause, and no snoozes.
 
+// pauses is the route's pause stage (route.go): check holds a delivery
+// back while its endpoint is paused, classify turns a run of 429s into a
+// pause, after records the pause an attempt asked for, and settle clears
+// a pause recorded earlier when a failure other than a pause follows it.
+type pauses struct{ *shared }
+
+// check snoozes the delivery until the endpoint's pause ends (as read with
+// the lease, or as asked for here since), and after the pause's probe
+// (job.PauseProbeGap).
+func (p *pauses) check(ctx context.Context, d *delivery) (gateResult, error) {
+	if paused := max(d.t.control.pausedFor, p.lanes.pausedFor(d.ep)); paused > 0 {
+		return gateDefer, p.snooze(ctx, paused+job.PauseProbeGap, job.SnoozePaused)
+	}
+	return gateSend, nil
+}
+
+// classify: see throttle.
+func (p *pauses) classify(d *delivery) {
+	d.v = p.throttle(d.ep, d.sent.status, d.v)
+}
+
+// after records the pause the attempt asked for: in the lane, for the
+// deliveries in flight here, and on the endpoint (record).
+func (p *pauses) after(ctx context.Context, d *delivery) {
+	if d.res.pause != nil {
+		p.lanes.pause(d.ep, time.Now().Add(d.res.pause.d))
+		p.record(ctx, d.ep, *d.res.pause)
+	}
+}
+
+// settle: a failure other than a pause ends what an earlier pause said of
+// the receiver; new deliveries then cool down again (fanout).
+func (p *pauses) settle(d *delivery, s *settleReq) {
+	if st := d.res.settle; st != nil {
+		s.clearPause = !st.success && d.res.pause == nil && d.t.control.pauseRecorded
+	}
+}
+
 // throttleRun is how many 429s without Retry-After in a row pause the
 // endpoint. The first ones are ordinary failed attempts: one 429 may be a
 // blip; several in a row are the receiver asking for less.
@@ -50,16 +88,16 @@ func newPause(status int, v verdict, d time.Duration) *pause {
 // the run; no response says nothing) and, from the throttleRun-th on, turns
 // the failed attempt into a pause: 5 s, doubling with each further 429 up to
 // the Retry-After cap.
-func (w *Worker) throttle(ep uuid.UUID, status int, v verdict) verdict {
+func (p *pauses) throttle(ep uuid.UUID, status int, v verdict) verdict {
 	if status == 0 {
 		return v
 	}
-	n := w.lanes.throttled(ep, status == http.StatusTooManyRequests && v.kind == verdictRetry)
+	n := p.lanes.throttled(ep, status == http.StatusTooManyRequests && v.kind == verdictRetry)
 	if n < throttleRun {
 		return v
 	}
 	// Still the answer it was (its class, its outcome), now a pause.
-	v.kind, v.delay, v.throttled = verdictSnooze, min(5*time.Second<<min(n-throttleRun, 20), w.cfg.MaxRetryAfter), n
+	v.kind, v.delay, v.throttled = verdictSnooze, min(5*time.Second<<min(n-throttleRun, 20), p.cfg.MaxRetryAfter), n
 	return v
 }
 
@@ -118,19 +156,19 @@ moved AS (
 )
 SELECT (SELECT count(*) FROM moved)`
 
-// pauseEndpoint records a pause. A failure is logged, not returned: the
+// record records a pause on the endpoint. A failure is logged, not returned: the
 // delivery that asked for it snoozes all the same, and the next delivery's
 // answer will ask again.
-func (w *Worker) pauseEndpoint(ctx context.Context, ep uuid.UUID, p pause) {
+func (p *pauses) record(ctx context.Context, ep uuid.UUID, pa pause) {
 	ctx = context.WithoutCancel(ctx)
 	var moved int64
-	if err := w.pool.QueryRow(ctx, pauseSQL, ep, ep.String(), secs(p.d), p.reason, secs(job.PauseProbeGap)).Scan(&moved); err != nil {
-		w.logger.WarnContext(ctx, "pause endpoint", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
+	if err := p.pool.QueryRow(ctx, pauseSQL, ep, ep.String(), secs(pa.d), pa.reason, secs(job.PauseProbeGap)).Scan(&moved); err != nil {
+		p.logger.WarnContext(ctx, "pause endpoint", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
 		return
 	}
-	w.metrics.EndpointPausesTotal.WithLabelValues(p.kind).Inc()
-	w.logger.InfoContext(ctx, "endpoint paused", slog.String("endpoint_id", ep.String()),
-		slog.Duration("for", p.d), slog.String("reason", p.reason), slog.Int64("deliveries_rescheduled", moved))
+	p.metrics.EndpointPausesTotal.WithLabelValues(pa.kind).Inc()
+	p.logger.InfoContext(ctx, "endpoint paused", slog.String("endpoint_id", ep.String()),
+		slog.Duration("for", pa.d), slog.String("reason", pa.reason), slog.Int64("deliveries_rescheduled", moved))
 }
 
 // pause remembers that ep is paused until then, for the deliveries to it

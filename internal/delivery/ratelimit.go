@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/riverqueue/river"
 
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
@@ -54,10 +53,38 @@ const (
 	paceLead = 1500 * time.Millisecond
 )
 
-// rateBudget is the longest a delivery waits in its lane for its slot;
-// beyond it, it is given a later slot and snoozes until then. A queued
-// delivery's own wait is bounded by LocalWait; this leaves it a margin.
-func (w *Worker) rateBudget() time.Duration { return w.cfg.LocalWait * 3 / 4 }
+// rateLimit is the route's max_per_second stage (route.go): admit sends a
+// delivery away before its lane when the lane already holds more than it
+// can send soon, leased starts the clock of a lease just taken, and check
+// waits for the delivery's slot.
+type rateLimit struct{ *shared }
+
+// budget is the longest a delivery waits in its lane for its slot; beyond
+// it, it is given a later slot and snoozes until then. A queued delivery's
+// own wait is bounded by LocalWait; this leaves it a margin.
+func (r *rateLimit) budget() time.Duration { return r.cfg.LocalWait * 3 / 4 }
+
+// admit: see overflow.
+func (r *rateLimit) admit(ctx context.Context, d *delivery) error {
+	return r.overflow(ctx, d.j.Args.Seq, d.ep)
+}
+
+// leased starts the clock of an endpoint whose lease the delivery's load
+// just took.
+func (r *rateLimit) leased(d *delivery) {
+	if d.t.leaseTaken {
+		r.lanes.tookLease(d.ep, d.t.control.interval())
+	}
+}
+
+// check waits for the delivery's slot, if the endpoint has a rate limit
+// (see gate).
+func (r *rateLimit) check(ctx context.Context, d *delivery) (gateResult, error) {
+	if iv := d.t.control.interval(); iv > 0 {
+		return r.gate(ctx, d.ep, iv, d.waitUntil)
+	}
+	return gateSend, nil
+}
 
 // tookLease starts the clock of an endpoint whose lease this process just
 // took: the previous holder may have sent a moment ago.
@@ -71,17 +98,17 @@ func (ls *lanes) tookLease(ep uuid.UUID, interval time.Duration) {
 	rc.next = later(rc.next, time.Now().Add(interval))
 }
 
-// rateGate makes the runner wait for its slot, or snooze when the slot is
+// gate makes the runner wait for its slot, or snooze when the slot is
 // beyond what it may wait for. Deliveries queued behind it beyond the
 // budget are sent away with later slots, and the backlog River still holds
 // is paced.
-func (w *Worker) rateGate(ctx context.Context, ep uuid.UUID, interval time.Duration, waitUntil time.Time) (gateResult, error) {
-	wait, ok := w.lanes.reserveSend(ep, interval, min(w.rateBudget(), time.Until(waitUntil)))
+func (r *rateLimit) gate(ctx context.Context, ep uuid.UUID, interval time.Duration, waitUntil time.Time) (gateResult, error) {
+	wait, ok := r.lanes.reserveSend(ep, interval, min(r.budget(), time.Until(waitUntil)))
 	if !ok {
-		return gateDefer, w.snooze(ctx, wait, job.SnoozeRateLimit)
+		return gateDefer, r.snooze(ctx, wait, job.SnoozeRateLimit)
 	}
-	if paceFrom := w.lanes.trim(ep, w.rateBudget()); paceFrom > 0 {
-		w.pace(ctx, ep, paceFrom, interval)
+	if paceFrom := r.lanes.trim(ep, r.budget()); paceFrom > 0 {
+		r.pace(ctx, ep, paceFrom, interval)
 	}
 	if wait <= 0 {
 		return gateSend, nil
@@ -115,24 +142,24 @@ func (ls *lanes) reserveSend(ep uuid.UUID, interval, budget time.Duration) (time
 	return wait, true
 }
 
-// rateOverflow sends a delivery away before it queues in its lane when the
-// lane already holds more than rateBudget of its rate-limited endpoint's
+// overflow sends a delivery away before it queues in its lane when the
+// lane already holds more than budget of its rate-limited endpoint's
 // traffic: it snoozes until a slot after everything queued (slots are
 // handed out one interval apart, so those sent away come back at the rate),
 // and the endpoint's backlog still in River is paced. Deliveries to ordered
 // endpoints queue in order instead.
-func (w *Worker) rateOverflow(ctx context.Context, j *river.Job[job.DeliverArgs], ep uuid.UUID) error {
-	if j.Args.Seq > 0 {
+func (r *rateLimit) overflow(ctx context.Context, seq int64, ep uuid.UUID) error {
+	if seq > 0 {
 		return nil
 	}
-	wait, paceFrom, interval, ok := w.lanes.overflow(ep, w.rateBudget())
+	wait, paceFrom, interval, ok := r.lanes.overflow(ep, r.budget())
 	if !ok {
 		return nil
 	}
 	if paceFrom > 0 {
-		w.pace(ctx, ep, paceFrom, interval)
+		r.pace(ctx, ep, paceFrom, interval)
 	}
-	return w.snooze(ctx, wait, job.SnoozeRateLimit)
+	return r.snooze(ctx, wait, job.SnoozeRateLimit)
 }
 
 // overflow decides whether a delivery arriving at ep's lane is sent away
@@ -239,19 +266,19 @@ SELECT count(*) FROM moved`
 // deliveries were sent away meanwhile (the backlog may have grown). A
 // failure is logged: River then fetches the backlog as usual, and it is
 // paced again.
-func (w *Worker) pace(ctx context.Context, ep uuid.UUID, from, interval time.Duration) {
+func (r *rateLimit) pace(ctx context.Context, ep uuid.UUID, from, interval time.Duration) {
 	ctx = context.WithoutCancel(ctx)
 	limit := min(max(int(paceHorizon/interval), paceMin), paceMax)
 	for {
 		var n int
-		err := w.pool.QueryRow(ctx, paceSQL, ep.String(), secs(max(from-paceLead, 0)), secs(interval), limit).Scan(&n)
+		err := r.pool.QueryRow(ctx, paceSQL, ep.String(), secs(max(from-paceLead, 0)), secs(interval), limit).Scan(&n)
 		if err != nil {
-			w.logger.WarnContext(ctx, "pace rate-limited endpoint", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
+			r.logger.WarnContext(ctx, "pace rate-limited endpoint", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
 		} else {
-			w.logger.DebugContext(ctx, "paced rate-limited endpoint", slog.String("endpoint_id", ep.String()), slog.Int("deliveries", n))
+			r.logger.DebugContext(ctx, "paced rate-limited endpoint", slog.String("endpoint_id", ep.String()), slog.Int("deliveries", n))
 		}
 		var again bool
-		if from, again = w.lanes.paced(ep, time.Now().Add(from+time.Duration(n)*interval), err != nil); !again {
+		if from, again = r.lanes.paced(ep, time.Now().Add(from+time.Duration(n)*interval), err != nil); !again {
 			return
 		}
 	}

@@ -27,7 +27,7 @@ func TestRateClock(t *testing.T) {
 	// sent away (the budget is long), since pacing the backlog is a
 	// statement.
 	newClockWorker := func(localWait time.Duration) *Worker {
-		return &Worker{cfg: Config{LocalWait: localWait}, lanes: newLanes(0, [8]byte{})}
+		return newStages(&shared{cfg: Config{LocalWait: localWait}, lanes: newLanes(0, [8]byte{})})
 	}
 
 	t.Run("StartsAreOneIntervalApart", func(t *testing.T) {
@@ -54,7 +54,7 @@ func TestRateClock(t *testing.T) {
 					if ok, _ := w.lanes.enter(ctx, ep, 0, time.Minute); !ok {
 						return
 					}
-					g, _ := w.rateGate(ctx, ep, interval, time.Now().Add(time.Minute))
+					g, _ := w.rate.gate(ctx, ep, interval, time.Now().Add(time.Minute))
 					mu.Lock()
 					starts = append(starts, time.Now())
 					gates = append(gates, g)
@@ -85,11 +85,11 @@ func TestRateClock(t *testing.T) {
 			// cannot know, so its first request waits a whole interval.
 			w.lanes.tookLease(ep, interval)
 			begin := time.Now()
-			g, err := w.rateGate(ctx, ep, interval, time.Now().Add(time.Minute))
+			g, err := w.rate.gate(ctx, ep, interval, time.Now().Add(time.Minute))
 			require.NoError(t, err)
 			require.Equal(t, gateSend, g)
 			require.Equal(t, interval, time.Since(begin))
-			g, err = w.rateGate(ctx, ep, interval, time.Now().Add(time.Minute))
+			g, err = w.rate.gate(ctx, ep, interval, time.Now().Add(time.Minute))
 			require.NoError(t, err)
 			require.Equal(t, gateSend, g)
 			require.Equal(t, 2*interval, time.Since(begin), "and the next one interval later")

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
@@ -20,7 +21,7 @@ func TestHTTPSpanOffIsFree(t *testing.T) { //nolint:paralleltest // testing.Allo
 	require.NoError(t, err)
 	j := &river.Job[job.DeliverArgs]{Args: job.DeliverArgs{EventID: "e"}}
 	allocs := testing.AllocsPerRun(1000, func() {
-		span := startHTTPSpan(req.Context(), req, "ep", j)
+		span := startHTTPSpan(req.Context(), req, uuid.Nil, j)
 		endHTTPSpan(span, http.StatusOK, verdict{})
 	})
 	require.Zero(t, allocs)
@@ -31,7 +32,7 @@ func BenchmarkHTTPSpanOff(b *testing.B) {
 	j := &river.Job[job.DeliverArgs]{Args: job.DeliverArgs{EventID: "e"}}
 	b.ReportAllocs()
 	for b.Loop() {
-		span := startHTTPSpan(req.Context(), req, "ep", j)
+		span := startHTTPSpan(req.Context(), req, uuid.Nil, j)
 		endHTTPSpan(span, http.StatusOK, verdict{})
 	}
 }
