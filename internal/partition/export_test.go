@@ -1,6 +1,9 @@
 package partition
 
-import "slices"
+import (
+	"maps"
+	"slices"
+)
 
 // Owned returns the partitions whose queues the member works now: what the
 // tests check a member's share against (the dispatcher itself only adds and
@@ -8,10 +11,5 @@ import "slices"
 func (m *Member) Owned() []int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []int
-	for p := range m.owned {
-		out = append(out, p)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(m.owned))
 }

@@ -66,12 +66,7 @@ func (f *fakeQueues) Remove(ctx context.Context, name string) error {
 func (f *fakeQueues) names() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []string
-	for n := range f.queues {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(f.queues))
 }
 
 func TestAssign(t *testing.T) {
