@@ -128,7 +128,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.SoakDuration, "soak-duration", 10*time.Minute, "soak: how long the steady load runs (an hour for the record); the tables can only be judged after about the retention plus its prune interval")
 	fs.IntVar(&c.SoakRate, "soak-rate", 100, "soak: events/s offered, one Publish and one delivery each")
 	fs.DurationVar(&c.SoakRetention, "soak-retention", retention.MinRetention, "soak: the dispatcher's DISPATCHER_RETENTION (at least "+retention.MinRetention.String()+")")
-	fs.DurationVar(&c.SoakSample, "soak-sample", 0, "soak: time between samples (0: a thirtieth of -soak-duration, 5s..1m)")
+	fs.DurationVar(&c.SoakSample, "soak-sample", 0, "soak: time between samples (0: a thirtieth of -soak-duration, 5s..1m, shortened by a twelfth when it divides the prune interval or is a multiple of it)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -138,17 +138,33 @@ const soakSenders = 32
 // event one delivery.
 const soakEndpoints = spreadEndpoints
 
+// soakEvery is the time between samples: sample if set, else a thirtieth of
+// the soak, 5 s to 1 min. A default that divides the prune interval, or is a
+// multiple of it, would land at the same point of every prune cycle, so
+// every sample would show one phase of the tables' saw-tooth (at a 5-minute
+// retention the prune job runs every minute, and one-minute samples saw only
+// the low point just after each prune); it is shortened by a twelfth so that
+// the samples walk through the cycle. A sample interval the caller set is
+// kept as given.
+func soakEvery(sample, duration, prune time.Duration) time.Duration {
+	if sample > 0 {
+		return sample
+	}
+	every := min(time.Minute, max(5*time.Second, duration/30))
+	if prune > 0 && (prune%every == 0 || every%prune == 0) {
+		every -= every / 12
+	}
+	return every
+}
+
 func (b *bench) soak(ctx context.Context) (res result) {
 	c := b.cfg
 	events := int(c.SoakDuration.Seconds() * float64(c.SoakRate))
 	res = result{Scenario: "soak", Unit: "delivery", Endpoints: soakEndpoints, Events: events, Expected: int64(events),
 		Title: fmt.Sprintf("soak: %d/s offered for %s (one Publish per event, one delivery each), retention %s", c.SoakRate, c.SoakDuration, c.SoakRetention)}
 	defer func() { r := recover(); b.recovered(&res, r) }()
-	every := c.SoakSample
-	if every <= 0 {
-		every = min(time.Minute, max(5*time.Second, c.SoakDuration/30))
-	}
 	prune := retention.Interval(c.SoakRetention)
+	every := soakEvery(c.SoakSample, c.SoakDuration, prune)
 	fig := &soakFigures{
 		DurationS: c.SoakDuration.Seconds(), RatePerS: c.SoakRate, Retention: c.SoakRetention.String(), PruneEvery: prune.String(),
 		SampleEveryS: every.Seconds(),

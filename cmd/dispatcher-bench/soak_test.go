@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -104,4 +105,28 @@ func TestMedian(t *testing.T) {
 	require.InDelta(t, 2.0, median([]float64{3, 1, 2}), 0)
 	require.InDelta(t, 2.5, median([]float64{4, 1, 3, 2}), 0)
 	require.InDelta(t, 0.0, median(nil), 0)
+}
+
+func TestSoakEvery(t *testing.T) {
+	t.Parallel()
+
+	t.Run("WalksThroughThePruneCycle", func(t *testing.T) {
+		t.Parallel()
+		// An hour at a 5-minute retention: the prune job runs every minute,
+		// and a thirtieth of the hour (capped at a minute) would divide it.
+		require.Equal(t, 55*time.Second, soakEvery(0, time.Hour, time.Minute))
+		// 10 minutes: 20 s divides the minute too.
+		every := soakEvery(0, 10*time.Minute, time.Minute)
+		require.NotZero(t, time.Minute%every)
+	})
+
+	t.Run("KeepsAnIntervalThatDoesNotDivide", func(t *testing.T) {
+		t.Parallel()
+		require.Equal(t, 35*time.Second, soakEvery(0, 35*30*time.Second, time.Minute))
+	})
+
+	t.Run("KeepsWhatTheCallerSet", func(t *testing.T) {
+		t.Parallel()
+		require.Equal(t, time.Minute, soakEvery(time.Minute, time.Hour, time.Minute))
+	})
 }
