@@ -307,6 +307,27 @@ func requireAllCompleted(t *testing.T, states map[string]int, events, deliveries
 	require.Equal(t, map[string]int{"webhook.deliver:completed": deliveries}, rest)
 }
 
+// waitSettled waits until every pair has arrived and no job is left
+// unfinished, checking that every process is still alive, and fails the test
+// if that takes more than timeout after lastKill (a liveness bound). It
+// returns when the run settled.
+func (w *chaosWorkload) waitSettled(t *testing.T, c *cluster, db *dbtest.DB, lastKill time.Time, timeout time.Duration) time.Time {
+	t.Helper()
+	for {
+		m, example := w.missing()
+		states := jobStates(t, db)
+		if m == 0 && unsettled(states) == 0 {
+			return time.Now()
+		}
+		if time.Since(lastKill) > timeout {
+			t.Fatalf("not settled %s after the last kill: %d pairs missing (e.g. %s); jobs %v\n%s",
+				timeout, m, example, states, stuckJobSample(t, db))
+		}
+		c.requireAlive(t)
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 // unsettled counts the jobs that are not final yet.
 func unsettled(states map[string]int) int {
 	n := 0
@@ -452,19 +473,7 @@ func TestChaosKill(t *testing.T) { //nolint:paralleltest // three dispatchers un
 	// that. River's rescuer (rescueStuckAfter plus its 30 s period, plus a
 	// leader election when the leader was killed) is the fallback.
 	settleTimeout := envDuration(t, "CHAOS_SETTLE_TIMEOUT", 120*time.Second+time.Duration(n)*10*time.Millisecond)
-	for {
-		m, example := w.missing()
-		states := jobStates(t, db)
-		if m == 0 && unsettled(states) == 0 {
-			break
-		}
-		if time.Since(lastKill) > settleTimeout {
-			t.Fatalf("not settled %s after the last kill: %d pairs missing (e.g. %s); jobs %v\n%s",
-				settleTimeout, m, example, states, stuckJobSample(t, db))
-		}
-		c.requireAlive(t)
-		time.Sleep(500 * time.Millisecond)
-	}
+	w.waitSettled(t, c, db, lastKill, settleTimeout)
 	t.Logf("%6.1fs: settled, %.1fs after the last kill", time.Since(begin).Seconds(), time.Since(lastKill).Seconds())
 	c.requireAlive(t)
 

@@ -150,20 +150,7 @@ func runChurn(t *testing.T, n int, window, gapMin, gapMax time.Duration) churnRe
 
 	// A liveness bound, generous for a loaded machine.
 	settleTimeout := envDuration(t, "CHAOS_SETTLE_TIMEOUT", 5*time.Minute)
-	for {
-		m, example := w.missing()
-		states := jobStates(t, db)
-		if m == 0 && unsettled(states) == 0 {
-			break
-		}
-		if time.Since(lastKill) > settleTimeout {
-			t.Fatalf("not settled %s after the last kill: %d pairs missing (e.g. %s); jobs %v\n%s",
-				settleTimeout, m, example, states, stuckJobSample(t, db))
-		}
-		c.requireAlive(t)
-		time.Sleep(250 * time.Millisecond)
-	}
-	settled := time.Now()
+	settled := w.waitSettled(t, c, db, lastKill, settleTimeout)
 	c.requireAlive(t)
 	// Only the processes killed were ever taken for dead: a live one's jobs
 	// given back, or its leases released, could be sent twice at once.
