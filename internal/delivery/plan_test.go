@@ -2,14 +2,19 @@ package delivery
 
 import (
 	"context"
+	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
 // TestHotStatementsGenericPlans checks the plans of the statements every
@@ -85,5 +90,98 @@ SELECT 'evt_' || g, 'owner-' || (g % 50), 'code.issued', 'code://' || g, now(), 
 ANALYZE webhook_endpoints; ANALYZE events`)
 		require.NoError(t, err)
 		check(t, db)
+	})
+}
+
+// TestDirectOutcomePlan checks that finishDirectSQL looks each job up by its
+// key, in the custom plans each connection makes first and in the generic
+// plan it keeps, on river_job as it is seconds after a burst (thousands of
+// handed-off jobs, no statistics yet) and once analyzed. Compared with
+// constants, its conditions on the row let Postgres scan every scheduled job
+// by state instead and join the batch to each in turn.
+func TestDirectOutcomePlan(t *testing.T) {
+	t.Parallel()
+
+	const (
+		handedOff = 3000
+		batch     = 60
+	)
+
+	type testBundle struct {
+		db  *dbtest.DB
+		ids []int64 // the handed-off jobs
+	}
+
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		ctx := t.Context()
+		db := dbtest.New(t)
+		// Deliveries River works, then a burst handed off: scheduled a
+		// hold from now, with the note, as the inline fanout inserts them.
+		md, err := json.Marshal(map[string]any{"output": job.DeliverSnooze{Reason: job.SnoozeDirect, By: "test"}})
+		require.NoError(t, err)
+		var jobs []river.InsertManyParams
+		for i := range 20000 + handedOff {
+			opts := &river.InsertOpts{}
+			if i >= 20000 {
+				opts = &river.InsertOpts{ScheduledAt: time.Now().Add(time.Minute), Metadata: md}
+			}
+			jobs = append(jobs, river.InsertManyParams{Args: job.DeliverArgs{EndpointID: uuid.NewString(), EventID: "evt_" + strconv.Itoa(i)}, InsertOpts: opts})
+		}
+		_, err = db.InsertOnlyClient(t).InsertManyFast(ctx, jobs)
+		require.NoError(t, err)
+		rows, err := db.Pool.Query(ctx, `SELECT id FROM river_job WHERE state = 'scheduled' ORDER BY id LIMIT $1`, batch)
+		require.NoError(t, err)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		require.NoError(t, err)
+		require.Len(t, ids, batch)
+		return &testBundle{db: db, ids: ids}
+	}
+
+	check := func(t *testing.T, bundle *testBundle) {
+		t.Helper()
+		ctx := t.Context()
+		conn, err := bundle.db.Pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer conn.Release()
+		// A batch of completions, as literals: EXECUTE takes no bind
+		// parameters, and a custom plan sees the values (the batch's size).
+		ids := make([]string, len(bundle.ids))
+		for i, id := range bundle.ids {
+			ids[i] = strconv.FormatInt(id, 10)
+		}
+		array := func(v string) string { return "'{" + strings.TrimSuffix(strings.Repeat(v+",", len(ids)), ",") + "}'" }
+		args := "('{" + strings.Join(ids, ",") + "}', " + array("completed") + ", " + array("1") + ", " + array(`"2026-12-02 12:00:00+00"`) + ", " +
+			array("NULL") + ", " + array("NULL") + ", " + array("NULL") + ")"
+		name := "plan_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+		_, err = conn.Exec(ctx, "PREPARE "+name+" AS "+finishDirectSQL)
+		require.NoError(t, err)
+		defer func() { _, _ = conn.Exec(ctx, "DEALLOCATE "+name+"; RESET plan_cache_mode") }()
+		for _, mode := range bothPlans {
+			_, err = conn.Exec(ctx, "SET plan_cache_mode = "+mode)
+			require.NoError(t, err)
+			rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+name+args)
+			require.NoError(t, err)
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			plan := strings.Join(lines, "\n")
+			t.Logf("%s:\n%s", mode, plan)
+			require.Contains(t, plan, "Index Scan using river_job_pkey on river_job", mode)
+			require.NotContains(t, plan, "river_job_prioritized_fetching_index", mode)
+		}
+	}
+
+	t.Run("BurstWithoutStatistics", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		check(t, bundle)
+	})
+
+	t.Run("Analyzed", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		_, err := bundle.db.Pool.Exec(t.Context(), `ANALYZE river_job`)
+		require.NoError(t, err)
+		check(t, bundle)
 	})
 }
