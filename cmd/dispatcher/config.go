@@ -27,6 +27,20 @@ import (
 // DefaultDatabaseURL is the local server used when nothing is configured.
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
+// DefaultHandoffLimit and MaxHandoffLimit bound -handoff-limit. A handed-off
+// delivery costs Postgres two writes of its job row instead of River's three
+// and its fetch, so the limit is set to take a burst (S1: four PublishBatch
+// calls of 1,000 deliveries at once) rather than the deliver workers' 200;
+// what bounds it is memory, about 15 kB per delivery waiting for its
+// endpoint's turn (docs/operations.md). Every handed-off run ends within the
+// deliver job's timeout whatever the limit (it snoozes if its turn does not
+// come within the lane's wait), so its outcome is written long before its
+// hold (-rescue-stuck-after, which must exceed that timeout) ends.
+const (
+	DefaultHandoffLimit = 2000
+	MaxHandoffLimit     = 20000
+)
+
 // dbConfig is shared by every command that talks to Postgres directly.
 type dbConfig struct {
 	URL      string
@@ -89,7 +103,10 @@ type serveConfig struct {
 	AccessToken   string
 
 	DeliverWorkers int
-	FanoutWorkers  int
+	// HandoffLimit bounds the deliveries handed off (internal/delivery's
+	// Direct) and not yet done at once; beyond it they go through River.
+	HandoffLimit  int
+	FanoutWorkers int
 	// IngestTxs bounds the ingest transactions running at once
 	// (internal/ingest's group commit).
 	IngestTxs        int
@@ -145,6 +162,7 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.StringVar(&c.AccessCAFile, "access-ca-file", env.get("DISPATCHER_ACCESS_CA_FILE"), "CA bundle for the access service (env DISPATCHER_ACCESS_CA_FILE)")
 	fs.DurationVar(&c.AccessTimeout, "access-timeout", env.duration("DISPATCHER_ACCESS_TIMEOUT", 2*time.Second), "timeout of one EmbedAdmits call (env DISPATCHER_ACCESS_TIMEOUT)")
 	fs.IntVar(&c.DeliverWorkers, "deliver-workers", env.integer("DISPATCHER_DELIVER_WORKERS", 200), "concurrent deliveries per process (env DISPATCHER_DELIVER_WORKERS)")
+	fs.IntVar(&c.HandoffLimit, "handoff-limit", env.integer("DISPATCHER_HANDOFF_LIMIT", DefaultHandoffLimit), "deliveries handed off directly (started by this process without River's fetch) and not yet done, at most, including those waiting for their endpoint's turn; beyond it new deliveries go through River (env DISPATCHER_HANDOFF_LIMIT)")
 	fs.IntVar(&c.FanoutWorkers, "fanout-workers", env.integer("DISPATCHER_FANOUT_WORKERS", 20), "concurrent fanouts per process (env DISPATCHER_FANOUT_WORKERS)")
 	fs.IntVar(&c.IngestTxs, "ingest-transactions", env.integer("DISPATCHER_INGEST_TRANSACTIONS", ingest.DefaultGroupInFlight),
 		"ingest transactions at once; events published meanwhile share the next one (env DISPATCHER_INGEST_TRANSACTIONS)")
@@ -220,6 +238,9 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	}
 	if c.DeliverWorkers < 1 || c.DeliverWorkers > 10000 {
 		return nil, fmt.Errorf("invalid -deliver-workers %d: want 1..10000", c.DeliverWorkers)
+	}
+	if c.HandoffLimit < 1 || c.HandoffLimit > MaxHandoffLimit {
+		return nil, fmt.Errorf("invalid -handoff-limit %d (DISPATCHER_HANDOFF_LIMIT): want 1..%d", c.HandoffLimit, MaxHandoffLimit)
 	}
 	if c.IngestTxs < 1 || c.IngestTxs > 1000 {
 		return nil, fmt.Errorf("invalid -ingest-transactions %d: want 1..1000", c.IngestTxs)

@@ -146,6 +146,26 @@ func TestParseServeConfig(t *testing.T) {
 		require.ErrorContains(t, err, "DISPATCHER_SHUTDOWN_TIMEOUT")
 	})
 
+	t.Run("HandoffLimit", func(t *testing.T) {
+		t.Parallel()
+		c, err := parse(setup(t))
+		require.NoError(t, err)
+		require.Equal(t, DefaultHandoffLimit, c.HandoffLimit, "a burst's worth, not the deliver workers' 200")
+		require.Equal(t, 200, c.DeliverWorkers, "a separate setting")
+		b := setup(t)
+		b.env["DISPATCHER_HANDOFF_LIMIT"] = "500"
+		c, err = parse(b)
+		require.NoError(t, err)
+		require.Equal(t, 500, c.HandoffLimit)
+		for _, bad := range []string{"0", "-1", "20001"} {
+			_, err = parse(setup(t), "--handoff-limit", bad)
+			require.ErrorContains(t, err, "invalid -handoff-limit "+bad+" (DISPATCHER_HANDOFF_LIMIT)")
+		}
+		b.env["DISPATCHER_HANDOFF_LIMIT"] = "lots"
+		_, err = parse(b)
+		require.ErrorContains(t, err, "DISPATCHER_HANDOFF_LIMIT")
+	})
+
 	t.Run("AttemptBodyBytes", func(t *testing.T) {
 		t.Parallel()
 		c, err := parse(setup(t))

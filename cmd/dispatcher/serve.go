@@ -222,8 +222,11 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	}
 
 	// Deliveries fanned out here, to endpoints this process delivers to,
-	// go to its deliver worker at once instead of through River's fetch.
-	direct := deliverWorker.NewDirect(delivery.DirectConfig{Works: member.Works, Member: member.ID(), Limit: cfg.DeliverWorkers, Middleware: traces.RiverMiddleware()})
+	// go to its deliver worker at once instead of through River's fetch,
+	// up to -handoff-limit of them under way (not the deliver workers'
+	// count: a burst of PublishBatch calls hands off thousands at once,
+	// most of them waiting for their endpoint's turn).
+	direct := deliverWorker.NewDirect(delivery.DirectConfig{Works: member.Works, Member: member.ID(), Limit: cfg.HandoffLimit, Middleware: traces.RiverMiddleware()})
 	store := ingest.NewStore(ingest.StoreConfig{
 		Fanout:        fanout.NewInline(decider.Func(), member.Active, m).WithHandoff(direct),
 		UnknownTypes:  cfg.UnknownTypes,

@@ -71,8 +71,13 @@ type DirectConfig struct {
 	// each handed-off job's note: if the process dies, the others give its
 	// handed-off jobs back at once instead of after the Hold.
 	Member string
-	// Limit is how many direct deliveries may run at once; beyond it new
-	// ones are left to River. Default 200.
+	// Limit is how many direct deliveries may be under way at once,
+	// waiting for their endpoint's turn included; beyond it new ones are
+	// left to River. Each run ends within the deliver job's timeout
+	// whatever the limit (its wait for a turn is bounded), so what the
+	// limit bounds is memory. It is checked when an ingest transaction
+	// plans its deliveries, so each transaction in flight may add one
+	// batch beyond it. Default 200.
 	Limit int
 	// Hold is how long a handed-off job waits before River may run it: the
 	// safety net should this process die. It must exceed the deliver job's
