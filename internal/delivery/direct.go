@@ -124,12 +124,14 @@ func (d *Direct) Accepts(queue string) bool {
 	return !closed && d.running.Load() < int64(d.cfg.Limit) && (d.cfg.Works == nil || d.cfg.Works(queue))
 }
 
-// Start implements fanout.Handoff: it runs each job, now, with events[i]
-// the event of jobs[i] (as stored with it). Their endpoints are read in one
-// statement for all of them first, so that a delivery to an endpoint whose
-// lease this process holds needs no statement of its own before its POST.
-// Jobs handed off while Direct stops are given back to River at once.
-func (d *Direct) Start(jobs []*rivertype.JobRow, events []*webhook.Event) {
+// Start implements fanout.Handoff: it runs each job, now, with args[i] its
+// arguments and events[i] its event (as stored with it). Either may be nil:
+// the arguments are then decoded from each job row, and the event read with
+// the endpoint. Their endpoints are read in one statement for all of them
+// first, so that a delivery to an endpoint whose lease this process holds
+// needs no statement of its own before its POST. Jobs handed off while
+// Direct stops are given back to River at once.
+func (d *Direct) Start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events []*webhook.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -144,27 +146,44 @@ func (d *Direct) Start(jobs []*rivertype.JobRow, events []*webhook.Event) {
 	d.running.Add(int64(len(jobs)))
 	d.w.metrics.FanoutHandedOffTotal.Add(float64(len(jobs)))
 	d.wg.Go(func() {
-		targets := d.prepare(jobs, events)
+		decoded := decodeArgs(jobs, args)
+		targets := d.prepare(decoded, events)
 		for i, row := range jobs {
 			d.wg.Go(func() {
 				defer d.running.Add(-1)
-				d.run(row, targets[i])
+				d.run(row, decoded[i], targets[i])
 			})
 		}
 	})
 }
 
-// prepare reads the targets of jobs (nil for any it cannot).
-func (d *Direct) prepare(jobs []*rivertype.JobRow, events []*webhook.Event) []*target {
-	out := make([]*target, len(jobs))
-	ids := make([]uuid.UUID, 0, len(jobs))
-	index := make([]int, 0, len(jobs))
+// decodeArgs returns each job's arguments: args[i] where given, else
+// decoded from the row (nil where that fails).
+func decodeArgs(jobs []*rivertype.JobRow, args []job.DeliverArgs) []*job.DeliverArgs {
+	out := make([]*job.DeliverArgs, len(jobs))
 	for i, row := range jobs {
-		var args job.DeliverArgs
-		if i >= len(events) || events[i] == nil || json.Unmarshal(row.EncodedArgs, &args) != nil || args.EventID != events[i].ID {
+		if i < len(args) {
+			out[i] = &args[i]
 			continue
 		}
-		ep, err := uuid.Parse(args.EndpointID)
+		var a job.DeliverArgs
+		if json.Unmarshal(row.EncodedArgs, &a) == nil {
+			out[i] = &a
+		}
+	}
+	return out
+}
+
+// prepare reads the targets of the jobs of args (nil for any it cannot).
+func (d *Direct) prepare(args []*job.DeliverArgs, events []*webhook.Event) []*target {
+	out := make([]*target, len(args))
+	ids := make([]uuid.UUID, 0, len(args))
+	index := make([]int, 0, len(args))
+	for i, a := range args {
+		if i >= len(events) || events[i] == nil || a == nil || a.EventID != events[i].ID {
+			continue
+		}
+		ep, err := uuid.Parse(a.EndpointID)
 		if err != nil {
 			continue
 		}
@@ -262,19 +281,19 @@ func (w *Worker) prepared(ctx context.Context, ep uuid.UUID) (*target, uuid.UUID
 	return t, cur.token
 }
 
-// run delivers one handed-off job (pre: its target, read ahead, or nil) and
-// records its outcome.
-func (d *Direct) run(row *rivertype.JobRow, pre *target) {
-	var args job.DeliverArgs
-	if err := json.Unmarshal(row.EncodedArgs, &args); err != nil {
+// run delivers one handed-off job (args: its arguments, nil if they could
+// not be decoded; pre: its target, read ahead, or nil) and records its
+// outcome.
+func (d *Direct) run(row *rivertype.JobRow, args *job.DeliverArgs, pre *target) {
+	if args == nil {
 		// Not ours to judge: River runs it after the Hold and cancels it.
-		d.w.logger.Error("direct delivery: undecodable args; left to River", slog.Int64("job_id", row.ID), slog.Any("error", err))
+		d.w.logger.Error("direct delivery: undecodable args; left to River", slog.Int64("job_id", row.ID))
 		return
 	}
 	now := time.Now()
 	started := *row
 	started.Attempt, started.AttemptedAt, started.State = 1, &now, rivertype.JobStateRunning
-	j := &river.Job[job.DeliverArgs]{JobRow: &started, Args: args}
+	j := &river.Job[job.DeliverArgs]{JobRow: &started, Args: *args}
 
 	note := &directRun{pre: pre}
 	ctx, cancel := context.WithTimeout(context.WithValue(d.ctx, directRunKey{}, note), d.w.Timeout(j))

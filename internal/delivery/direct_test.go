@@ -85,7 +85,7 @@ func TestDirect(t *testing.T) {
 		d := b.worker.NewDirect(DirectConfig{})
 		row := b.handOff(t, epID, evID, time.Hour)
 
-		d.Start([]*rivertype.JobRow{row}, nil)
+		d.Start([]*rivertype.JobRow{row}, nil, nil)
 		j := b.waitDirect(t, row.ID)
 		require.Equal(t, directJob{state: "completed", attempt: 1, scheduledIn: j.scheduledIn, attempted: true, finalized: true}, j)
 		require.EqualValues(t, 1, rc.hits.Load())
@@ -103,7 +103,7 @@ func TestDirect(t *testing.T) {
 		d := b.worker.NewDirect(DirectConfig{})
 		row := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
 
-		d.Start([]*rivertype.JobRow{row}, nil)
+		d.Start([]*rivertype.JobRow{row}, nil, nil)
 		j := b.waitDirect(t, row.ID)
 		require.Equal(t, "retryable", j.state)
 		require.Equal(t, 1, j.attempt, "the attempt is spent")
@@ -121,7 +121,7 @@ func TestDirect(t *testing.T) {
 		d := b.worker.NewDirect(DirectConfig{})
 		row := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
 
-		d.Start([]*rivertype.JobRow{row}, nil)
+		d.Start([]*rivertype.JobRow{row}, nil, nil)
 		j := b.waitDirect(t, row.ID)
 		require.Equal(t, "scheduled", j.state)
 		require.Zero(t, j.attempt)
@@ -139,7 +139,7 @@ func TestDirect(t *testing.T) {
 		d := b.worker.NewDirect(DirectConfig{})
 		row := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
 
-		d.Start([]*rivertype.JobRow{row}, nil)
+		d.Start([]*rivertype.JobRow{row}, nil, nil)
 		j := b.waitDirect(t, row.ID)
 		require.Equal(t, "cancelled", j.state)
 		require.Equal(t, 1, j.errors)
@@ -168,7 +168,7 @@ func TestDirect(t *testing.T) {
 		}
 		row := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
 
-		d.Start([]*rivertype.JobRow{row}, nil)
+		d.Start([]*rivertype.JobRow{row}, nil, nil)
 		j := b.waitDirect(t, row.ID)
 		require.Equal(t, "completed", j.state, "recorded, not left to wait out the hold")
 		require.EqualValues(t, 4, refused.Load())
@@ -191,7 +191,7 @@ func TestDirect(t *testing.T) {
 		// before it ends, and the job is River's again.
 		row := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Second)
 
-		d.Start([]*rivertype.JobRow{row}, nil)
+		d.Start([]*rivertype.JobRow{row}, nil, nil)
 		// A liveness bound, generous for a loaded machine: Stop waits for
 		// the tries, which end with the hold.
 		stopped := make(chan struct{})
@@ -217,7 +217,7 @@ func TestDirect(t *testing.T) {
 		d := b.worker.NewDirect(DirectConfig{})
 		row := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
 
-		d.Start([]*rivertype.JobRow{row}, nil)
+		d.Start([]*rivertype.JobRow{row}, nil, nil)
 		require.Eventually(t, func() bool { return rc.hits.Load() == 1 }, 60*time.Second, 5*time.Millisecond)
 		// Meanwhile the hold ended and River runs the job itself.
 		_, err := b.db.Pool.Exec(context.Background(),
@@ -240,7 +240,7 @@ func TestDirect(t *testing.T) {
 		d := b.worker.NewDirect(DirectConfig{})
 		row := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
 
-		d.Start([]*rivertype.JobRow{row}, nil)
+		d.Start([]*rivertype.JobRow{row}, nil, nil)
 		require.Eventually(t, func() bool { return rc.hits.Load() == 1 }, 60*time.Second, 5*time.Millisecond)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel() // no grace: interrupt at once
@@ -259,7 +259,7 @@ func TestDirect(t *testing.T) {
 		d := b.worker.NewDirect(DirectConfig{})
 		d.Stop(context.Background())
 		row := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
-		d.Start([]*rivertype.JobRow{row}, nil)
+		d.Start([]*rivertype.JobRow{row}, nil, nil)
 		j := b.waitDirect(t, row.ID)
 		require.Equal(t, "available", j.state)
 		require.Zero(t, j.attempt)
@@ -273,7 +273,7 @@ func TestDirect(t *testing.T) {
 		runWorker(t, b.worker) // lanes linger with their lease
 		d := b.worker.NewDirect(DirectConfig{})
 		first := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
-		d.Start([]*rivertype.JobRow{first}, nil)
+		d.Start([]*rivertype.JobRow{first}, nil, nil)
 		require.Equal(t, "completed", b.waitDirect(t, first.ID).state)
 		require.NotEqual(t, uuid.Nil, b.worker.lanes.current(epID).token, "the lane lingers with the lease")
 
@@ -282,7 +282,7 @@ func TestDirect(t *testing.T) {
 		ev := &webhook.Event{ID: "evt_in_memory", OwnerID: "owner-1", Type: "code.issued", Subject: "code://y",
 			OccurredAt: time.Now().UTC().Truncate(time.Microsecond), Data: json.RawMessage(`{}`)}
 		second := b.handOff(t, epID, ev.ID, time.Hour)
-		d.Start([]*rivertype.JobRow{second}, []*webhook.Event{ev})
+		d.Start([]*rivertype.JobRow{second}, nil, []*webhook.Event{ev})
 		require.Equal(t, "completed", b.waitDirect(t, second.ID).state, "sent with the endpoint read for it and the event in hand")
 		require.EqualValues(t, 2, rc.hits.Load())
 		rc.mu.Lock()

@@ -15,6 +15,7 @@
 package fanout
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -140,7 +141,7 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 		return fmt.Errorf("fanout: %w", err)
 	}
 	// Metadata nil: the jobs take this run's trace (tracing.JobContext).
-	params, _ := deliverJobs(e, seq, admitted, w.partitions.active(), time.Now(), nil, nil, &rec)
+	params, _, _ := deliverJobs(e, seq, admitted, w.partitions.active(), time.Now(), nil, nil, &rec)
 	var enqueued, duplicates int
 	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		results, err := insert(ctx, tx, client, params)
@@ -230,16 +231,24 @@ type Handoff interface {
 	Member() string
 	// Accepts reports whether a delivery in queue may be handed off now.
 	Accepts(queue string) bool
-	// Start starts the handed-off deliveries (job rows as inserted; events[i]
-	// is the event of jobs[i]), once their transaction has committed.
-	Start(jobs []*rivertype.JobRow, events []*webhook.Event)
+	// Start starts the handed-off deliveries (job rows as inserted; args[i]
+	// and events[i] are the arguments and the event of jobs[i]), once their
+	// transaction has committed.
+	Start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events []*webhook.Event)
 }
 
 // Handed is the deliveries EnqueueTx handed off, to start once their
 // transaction has committed (Inline.Start).
 type Handed struct {
 	jobs   []*rivertype.JobRow
+	args   []job.DeliverArgs
 	events []*webhook.Event
+}
+
+func (h *Handed) add(row *rivertype.JobRow, args job.DeliverArgs, e *webhook.Event) {
+	h.jobs = append(h.jobs, row)
+	h.args = append(h.args, args)
+	h.events = append(h.events, e)
 }
 
 // Len is how many deliveries were handed off.
@@ -260,7 +269,7 @@ func (f *Inline) WithHandoff(h Handoff) *Inline {
 // has committed.
 func (f *Inline) Start(h *Handed) {
 	if h.Len() > 0 && f.handoff != nil {
-		f.handoff.Start(h.jobs, h.events)
+		f.handoff.Start(h.jobs, h.args, h.events)
 	}
 }
 
@@ -282,6 +291,8 @@ type eventPlan struct {
 	// ordered holds the indexes in jobs of deliveries to ordered endpoints,
 	// whose order key (the event's seq) is known only once it is stored.
 	ordered []int
+	// handed holds the indexes in jobs of deliveries handed off (Handoff).
+	handed []int
 }
 
 // Record is the decision record of the i-th planned event, as stored in
@@ -379,7 +390,7 @@ func (f *Inline) plan(ctx context.Context, byOwner map[string][]endpointRow, eve
 		if err != nil {
 			return nil, err
 		}
-		p.plans[i].jobs, p.plans[i].ordered = deliverJobs(e, 0, admitted, active, now, md, f.handoff, &rec)
+		p.plans[i].jobs, p.plans[i].ordered, p.plans[i].handed = deliverJobs(e, 0, admitted, active, now, md, f.handoff, &rec)
 		p.plans[i].record = rec.Encode()
 	}
 	return p, nil
@@ -404,7 +415,12 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 	if len(stored) == 0 {
 		return 0, nil, nil
 	}
-	var params []river.InsertManyParams
+	var (
+		params []river.InsertManyParams
+		// mine[k] is the k-th delivery handed off: its index in params,
+		// and its event.
+		mine []handedParam
+	)
 	for _, st := range stored {
 		ep := p.plans[st.Index]
 		if ep.deferred {
@@ -415,6 +431,9 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 			args.Seq = st.Seq
 			ep.jobs[j].Args = args
 		}
+		for _, j := range ep.handed {
+			mine = append(mine, handedParam{index: len(params) + j, event: st.Event})
+		}
 		params = append(params, ep.jobs...)
 	}
 	results, err := insert(ctx, tx, client, params)
@@ -422,13 +441,82 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 		return 0, nil, err
 	}
 	enqueued := 0
-	var byID map[string]*webhook.Event
 	for _, r := range results {
-		if r.UniqueSkippedAsDuplicate {
+		if !r.UniqueSkippedAsDuplicate {
+			enqueued++
+		}
+	}
+	if len(mine) > 0 {
+		handed = handedOff(params, results, mine, stored)
+	}
+	if f.metrics != nil {
+		f.metrics.FanoutEnqueuedTotal.Add(float64(enqueued - deferred))
+	}
+	return deferred, handed, nil
+}
+
+// handedParam is a delivery planned to be handed off: its index in the
+// inserted params, and its event as stored.
+type handedParam struct {
+	index int
+	event *webhook.Event
+}
+
+// handedOff returns the deliveries of mine that were inserted (not skipped
+// as duplicates), with their job rows, or nil if there is none.
+//
+// Postgres returns the rows of River's INSERT … SELECT FROM unnest(…) in the
+// order of its input, so results[i] is the job of params[i], and the
+// arguments the plan made need not be decoded back from each row's JSON (nor
+// its note from the metadata): that decoding was a visible part of the
+// dispatcher's CPU per Publish. River does not promise that order, so each
+// row is checked to be the one expected (a deliver job, scheduled, whose
+// arguments hold its event's and endpoint's ids); should any not be, every
+// row is read back from its JSON instead, as before.
+func handedOff(params []river.InsertManyParams, results []*rivertype.JobInsertResult, mine []handedParam, stored []Stored) *Handed {
+	h := &Handed{}
+	if len(results) == len(params) {
+		for _, m := range mine {
+			r := results[m.index]
+			args, _ := params[m.index].Args.(job.DeliverArgs)
+			if !isJobOf(r.Job, args) {
+				return handedOffDecoded(results, stored)
+			}
+			if !r.UniqueSkippedAsDuplicate {
+				h.add(r.Job, args, m.event)
+			}
+		}
+		if len(h.jobs) == 0 {
+			return nil
+		}
+		return h
+	}
+	return handedOffDecoded(results, stored)
+}
+
+// isJobOf reports whether row is plausibly the deliver job of args as
+// inserted: a handed-off job is scheduled, and its encoded arguments hold
+// both ids (a byte search; an id that JSON would escape fails it, which
+// only costs the decoding).
+func isJobOf(row *rivertype.JobRow, args job.DeliverArgs) bool {
+	return row != nil && row.Kind == job.KindDeliver && args.EventID != "" && args.EndpointID != "" &&
+		bytes.Contains(row.EncodedArgs, []byte(args.EventID)) && bytes.Contains(row.EncodedArgs, []byte(args.EndpointID))
+}
+
+// handedOffDecoded finds the handed-off deliveries among results by
+// decoding each inserted job's note and arguments: the way when results
+// cannot be matched to their params by position.
+func handedOffDecoded(results []*rivertype.JobInsertResult, stored []Stored) *Handed {
+	var (
+		h    *Handed
+		byID map[string]*webhook.Event
+	)
+	for _, r := range results {
+		if r.UniqueSkippedAsDuplicate || !isHandedOff(r.Job) {
 			continue
 		}
-		enqueued++
-		if !isHandedOff(r.Job) {
+		var args job.DeliverArgs
+		if json.Unmarshal(r.Job.EncodedArgs, &args) != nil {
 			continue
 		}
 		if byID == nil {
@@ -436,19 +524,11 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 			for _, st := range stored {
 				byID[st.Event.ID] = st.Event
 			}
-			handed = &Handed{}
+			h = &Handed{}
 		}
-		var args job.DeliverArgs
-		if json.Unmarshal(r.Job.EncodedArgs, &args) != nil {
-			continue
-		}
-		handed.jobs = append(handed.jobs, r.Job)
-		handed.events = append(handed.events, byID[args.EventID])
+		h.add(r.Job, args, byID[args.EventID])
 	}
-	if f.metrics != nil {
-		f.metrics.FanoutEnqueuedTotal.Add(float64(enqueued - deferred))
-	}
-	return deferred, handed, nil
+	return h
 }
 
 // isHandedOff reports whether an inserted deliver job was handed off: it
@@ -608,8 +688,8 @@ func refusal(dec scope.Decision) decision.Reason {
 // learns seq only later. A paused endpoint's delivery is scheduled for the
 // end of the pause (instead of the failing cool-down: the receiver said
 // when). A delivery that goes now to an unordered endpoint is handed off if
-// handoff (nil: none) accepts it.
-func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions int, now time.Time, md []byte, handoff Handoff, rec *decision.Builder) (params []river.InsertManyParams, ordered []int) {
+// handoff (nil: none) accepts it; handed lists the indexes of those.
+func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions int, now time.Time, md []byte, handoff Handoff, rec *decision.Builder) (params []river.InsertManyParams, ordered, handed []int) {
 	seen := make(map[string]struct{}, len(admitted))
 	params = make([]river.InsertManyParams, 0, len(admitted))
 	for _, c := range admitted {
@@ -643,6 +723,7 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 			opts.ScheduledAt = now.Add(handoff.Hold())
 			opts.Metadata = withNote(md, job.DeliverSnooze{Reason: job.SnoozeDirect, Until: opts.ScheduledAt.UTC(), By: handoff.Member()})
 			how = decision.HandedOff
+			handed = append(handed, len(params))
 		}
 		rec.Add(how, c.ep.ID)
 		args := job.DeliverArgs{EndpointID: c.ep.ID, EventID: e.ID}
@@ -652,7 +733,7 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 		}
 		params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
 	}
-	return params, ordered
+	return params, ordered, handed
 }
 
 // withNote adds to md (a job's metadata, or nil) the note that says, in

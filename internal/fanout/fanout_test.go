@@ -835,7 +835,7 @@ func (h *handoff) Accepts(queue string) bool {
 	return h.accept(queue)
 }
 
-func (h *handoff) Start([]*rivertype.JobRow, []*webhook.Event) {}
+func (h *handoff) Start([]*rivertype.JobRow, []job.DeliverArgs, []*webhook.Event) {}
 
 func TestInline(t *testing.T) {
 	t.Parallel()

@@ -18,6 +18,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/decision"
 	"github.com/standmeet/webhook-dispatcher/internal/fanout"
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
@@ -33,18 +34,23 @@ type committedHandoff struct {
 	mu          sync.Mutex
 	started     int
 	uncommitted int
+	mismatched  int
 	events      []*webhook.Event
 }
 
 func (h *committedHandoff) Hold() time.Duration { return time.Hour }
 func (h *committedHandoff) Member() string      { return "test-member" }
 func (h *committedHandoff) Accepts(string) bool { return true }
-func (h *committedHandoff) Start(jobs []*rivertype.JobRow, events []*webhook.Event) {
+func (h *committedHandoff) Start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events []*webhook.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i, j := range jobs {
 		if events[i] == nil || !strings.Contains(string(j.EncodedArgs), events[i].ID) {
 			h.uncommitted++ // and without its event
+		}
+		var stored job.DeliverArgs
+		if err := json.Unmarshal(j.EncodedArgs, &stored); err != nil || args[i] != stored {
+			h.mismatched++ // the arguments handed over are not the row's
 		}
 		var n int
 		if err := h.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE id = $1`, j.ID).Scan(&n); err != nil || n != 1 {
@@ -87,6 +93,30 @@ func TestStoreHandoff(t *testing.T) {
 		defer h.mu.Unlock()
 		require.Equal(t, 8*3, h.started, "every delivery of every event, once")
 		require.Zero(t, h.uncommitted, "never before its transaction committed")
+		require.Zero(t, h.mismatched, "each with its own job's arguments")
+	})
+
+	t.Run("HandsEachJobItsOwnArgumentsAroundADuplicateJob", func(t *testing.T) {
+		t.Parallel()
+		store, h, db := setup(t)
+		// A delivery job that already exists for one of the new events (as
+		// when an event was pruned before its job and published again):
+		// River skips it in the middle of the insert, and the jobs on either
+		// side must still be handed over with their own arguments.
+		var ep string
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT id::text FROM webhook_endpoints ORDER BY id OFFSET 1 LIMIT 1`).Scan(&ep))
+		client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Logger: testLogger(), Schema: db.Schema})
+		require.NoError(t, err)
+		_, err = client.Insert(context.Background(), job.DeliverArgs{EndpointID: ep, EventID: "evt_b"}, &river.InsertOpts{Queue: job.DeliverQueue(ep, 1)})
+		require.NoError(t, err)
+
+		_, err = store.Ingest(context.Background(), SourceTest, []*webhook.Event{testEvent("evt_a"), testEvent("evt_b"), testEvent("evt_c")})
+		require.NoError(t, err)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		require.Equal(t, 3*3-1, h.started, "every new delivery, not the one that existed")
+		require.Zero(t, h.mismatched, "each with its own job's arguments")
+		require.Zero(t, h.uncommitted)
 	})
 
 	t.Run("HandsOverTheEventAsStored", func(t *testing.T) {
