@@ -338,7 +338,102 @@ func checkDataObject(data json.RawMessage) error {
 // object in it repeats a key. Duplicate keys are rejected because parsers
 // disagree on which one wins: the dispatcher's scope decision (which reads
 // data.published) and a receiver must never read different values.
+//
+// Valid data, the common case, is passed by json.Valid and a scan for
+// repeated keys, neither of which allocates for an event's usual data (a
+// few objects of a few keys); anything else goes through checkJSONTokens for
+// the reason. The token walk alone allocated a decoder, its buffer and every
+// token: the largest single allocation of a Publish call.
 func checkJSON(data []byte) error {
+	if utf8.Valid(data) && json.Valid(data) && !repeatsKey(data) {
+		return nil
+	}
+	return checkJSONTokens(data)
+}
+
+// repeatsKey reports whether an object in data, which must be valid JSON
+// and valid UTF-8, repeats a key, comparing keys as decoded (`"a"` and `"\u0061"` are one
+// key). It may err towards true only when unsure, never towards false:
+// checkJSON then asks checkJSONTokens, which decides.
+func repeatsKey(data []byte) bool {
+	type frame struct {
+		object  bool
+		wantKey bool
+		from    int                 // the object's first key in keys
+		many    map[string]struct{} // the object's keys once there are many
+	}
+	const manyKeys = 16
+	var (
+		stackBuf [8]frame
+		keysBuf  [32][]byte
+		stack    = stackBuf[:0]
+		// keys holds the keys of every open object, each object's after
+		// its parent's: an object's are dropped when it closes.
+		keys = keysBuf[:0]
+	)
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; c {
+		case '{', '[':
+			stack = append(stack, frame{object: c == '{', wantKey: c == '{', from: len(keys)})
+		case '}', ']':
+			keys = keys[:stack[len(stack)-1].from]
+			stack = stack[:len(stack)-1]
+		case ',':
+			if top := len(stack) - 1; top >= 0 && stack[top].object {
+				stack[top].wantKey = true
+			}
+		case '"':
+			start, escaped := i, false
+			for i++; data[i] != '"'; i++ {
+				if data[i] == '\\' {
+					escaped = true
+					i++
+				}
+			}
+			top := len(stack) - 1
+			if top < 0 || !stack[top].wantKey {
+				continue // a string value
+			}
+			f := &stack[top]
+			f.wantKey = false
+			key := data[start+1 : i]
+			if escaped {
+				var s string
+				if json.Unmarshal(data[start:i+1], &s) != nil {
+					return true // cannot be, for valid JSON; let the tokens decide
+				}
+				key = []byte(s)
+			}
+			if f.many != nil {
+				if _, dup := f.many[string(key)]; dup {
+					return true
+				}
+				f.many[string(key)] = struct{}{}
+				continue
+			}
+			for _, k := range keys[f.from:] {
+				if bytes.Equal(k, key) {
+					return true
+				}
+			}
+			keys = append(keys, key)
+			if len(keys)-f.from > manyKeys {
+				// The top object's keys are last: move them to a map.
+				f.many = make(map[string]struct{}, 2*(len(keys)-f.from))
+				for _, k := range keys[f.from:] {
+					f.many[string(k)] = struct{}{}
+				}
+				keys = keys[:f.from]
+			}
+		}
+	}
+	return false
+}
+
+// checkJSONTokens is checkJSON walking data token by token: the reason for
+// invalid data (a syntax error's offset, a repeated key, more than one
+// value).
+func checkJSONTokens(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber() // numbers are only skipped; don't parse them as floats
 

@@ -693,3 +693,63 @@ func FuzzData(f *testing.F) {
 		}
 	})
 }
+
+func TestCheckJSON(t *testing.T) {
+	t.Parallel()
+
+	for name, tc := range map[string]struct {
+		data    string
+		wantErr string // "" for none
+	}{
+		"Empty":                   {`{}`, ""},
+		"Nested":                  {`{"a":{"a":[{"a":1},{"a":2}]},"b":"a"}`, ""},
+		"StringValuesLikeKeys":    {`{"a":"b","b":"a","c":["a","a"]}`, ""},
+		"EscapedQuoteInKey":       {`{"a\"b":1,"a":2,"b":3}`, ""},
+		"RepeatedKey":             {`{"a":1,"b":2,"a":3}`, "invalid event.data: must not repeat an object key"},
+		"RepeatedNestedKey":       {`{"a":{"x":1,"x":2}}`, "invalid event.data: must not repeat an object key"},
+		"RepeatedAfterNested":     {`{"a":{"b":1},"c":2,"a":3}`, "invalid event.data: must not repeat an object key"},
+		"RepeatedEscapedKey":      {`{"a":1,"\u0061":2}`, "invalid event.data: must not repeat an object key"},
+		"RepeatedAmongMany":       {`{"k0":0,"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10,"k11":11,"k12":12,"k13":13,"k14":14,"k15":15,"k16":16,"k17":17,"k3":3}`, "invalid event.data: must not repeat an object key"},
+		"ManyDistinct":            {`{"k0":0,"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10,"k11":11,"k12":12,"k13":13,"k14":14,"k15":15,"k16":16,"k17":17,"k18":{"k0":0}}`, ""},
+		"SameKeyInSiblingObjects": {`[{"a":1},{"a":1}]`, ""},
+		"Invalid":                 {`{"a":1,}`, "invalid event.data: must be valid JSON (syntax error at offset 7)"},
+		"TwoValues":               {`{} {}`, "invalid event.data: must be a single JSON value"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			err := checkJSON([]byte(tc.data))
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.EqualError(t, err, tc.wantErr)
+		})
+	}
+}
+
+// FuzzCheckJSON holds checkJSON's quick path to the token walk it replaces
+// for valid data: the same answer for every input, and a repeated key found
+// exactly when the walk finds one.
+func FuzzCheckJSON(f *testing.F) {
+	for _, seed := range []string{
+		`{}`, `{"a":1}`, `{"a":{"b":[1,{"c":null}]},"d":"e"}`, `{"a":1,"a":2}`, `{"a":1,"\u0061":2}`,
+		`{"a":[{"b":1},{"b":1}]}`, `{"a":1}}`, `{} {}`, `[]`, `{"a":"\u0061"}`, `{"\ud800":1,"\ufffd":2}`,
+		`{"a\\":1,"a\\\\":2}`, `{"a":{"b":1},"b":{"a":1},"a":3}`,
+	} {
+		f.Add([]byte(seed))
+	}
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		want := checkJSONTokens(data)
+		got := checkJSON(data)
+		if want == nil {
+			require.NoError(t, got)
+		} else {
+			require.EqualError(t, got, want.Error())
+		}
+		if utf8.Valid(data) && json.Valid(data) {
+			repeated := want != nil && strings.Contains(want.Error(), "repeat")
+			require.Equal(t, repeated, repeatsKey(data), "repeatsKey(%q)", data)
+		}
+	})
+}
