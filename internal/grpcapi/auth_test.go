@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
+	"github.com/standmeet/webhook-dispatcher/internal/portmux"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
@@ -318,4 +320,39 @@ func TestServiceAuth(t *testing.T) {
 		_, err := b.raw.ListEndpoints(withToken(t.Context(), testAdminToken), &webhooksv1.ListEndpointsRequest{OwnerId: ownerA})
 		require.NoError(t, err)
 	})
+}
+
+// fakeAddr is a net.Addr of any network.
+type fakeAddr struct{ network, addr string }
+
+func (a fakeAddr) Network() string { return a.network }
+func (a fakeAddr) String() string  { return a.addr }
+
+// caller names who a refused call came from, as the denial's log line says.
+func TestCaller(t *testing.T) {
+	t.Parallel()
+
+	pipe := fakeAddr{portmux.PipeNetwork, "httpapi"}
+	for name, tc := range map[string]struct {
+		addr net.Addr // nil: no peer
+		md   metadata.MD
+		want string
+	}{
+		"NoPeer":                 {want: ""},
+		"TCPPeer":                {addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 4242}, want: "192.0.2.7:4242"},
+		"HTTPAPIForwardedFor":    {addr: pipe, md: metadata.Pairs("x-forwarded-for", "198.51.100.1", "x-forwarded-for", "203.0.113.9"), want: "203.0.113.9 (HTTP)"},
+		"HTTPAPIWithoutForwards": {addr: pipe, want: "httpapi"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			if tc.addr != nil {
+				ctx = peer.NewContext(ctx, &peer.Peer{Addr: tc.addr})
+			}
+			if tc.md != nil {
+				ctx = metadata.NewIncomingContext(ctx, tc.md)
+			}
+			require.Equal(t, tc.want, caller(ctx))
+		})
+	}
 }

@@ -187,8 +187,9 @@ func dataJSON(s *structpb.Struct) (json.RawMessage, error) {
 	if err != nil {
 		return nil, errors.New("must hold only finite numbers and valid UTF-8 text")
 	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, b); err != nil {
+	// At most as long as b: one allocation, not the buffer's growth.
+	buf := bytes.NewBuffer(make([]byte, 0, len(b)))
+	if err := json.Compact(buf, b); err != nil {
 		return nil, fmt.Errorf("compact data: %w", err)
 	}
 	return buf.Bytes(), nil
