@@ -169,10 +169,13 @@ func TestRetryNowAndSendTest(t *testing.T) {
 		publish(t, d, newEvent(deliveriesOwner, "booking.created", "booking://1", `{}`))
 
 		// Two failures (the second 5 s after the first) leave it waiting
-		// for the 5-minute step; recovery probes may try it meanwhile
-		// (each one more attempt), but it stays due minutes away.
+		// for the 5-minute step. A recovery probe may try it in between
+		// (one more attempt that keeps its place in the schedule, so it is
+		// then still due within seconds, at the 5 s step): the wait is for
+		// the state after the step's own attempt, due minutes away.
 		del := waitForDelivery(t, d, id, "the second failure", func(x *webhooksv1.Delivery) bool {
-			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_SCHEDULED && x.GetAttempt() >= 2
+			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_SCHEDULED && x.GetAttempt() >= 2 &&
+				time.Until(x.GetScheduledAt().AsTime()) > time.Minute
 		})
 		require.Equal(t, webhooksv1.DeliveryWaitReason_DELIVERY_WAIT_REASON_RETRY, del.GetWaitReason())
 		require.Greater(t, time.Until(del.GetScheduledAt().AsTime()), time.Minute, "the 5-minute step after the second failure")
