@@ -220,7 +220,14 @@ func TestLanesSlots(t *testing.T) {
 		ep := uuid.New()
 		ok, _ := ls.enter(context.Background(), ep, 0, time.Second)
 		require.True(t, ok)
-		second, third, fourth := enterAsync(ls, ep), enterAsync(ls, ep), enterAsync(ls, ep)
+		// One at a time, so that they queue in this order: started
+		// together, their goroutines may queue in any order, and the one
+		// left waiting below would not always be fourth.
+		second := enterAsync(ls, ep)
+		waitWaiters(t, ls, ep, 1)
+		third := enterAsync(ls, ep)
+		waitWaiters(t, ls, ep, 2)
+		fourth := enterAsync(ls, ep)
 		waitWaiters(t, ls, ep, 3)
 		require.False(t, admitted(second), "no second runner before the lease is held")
 
