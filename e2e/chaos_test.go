@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
@@ -53,6 +54,10 @@ type sink struct {
 	// delay is how long to hold each request, to widen the window in
 	// which an overlap would show.
 	delay func() time.Duration
+
+	// catch, if set, may hold a request until the test has seen whose it
+	// is (catcher).
+	catch atomic.Pointer[catcher]
 
 	inFlight, peak atomic.Int64
 	// limit is the endpoint's max_in_flight (0: 1).
@@ -133,10 +138,88 @@ func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
 	s.got[id] = append(s.got[id], receipt{body: body, at: time.Now()})
 	s.mu.Unlock()
 
+	if c := s.catch.Load(); c != nil && !c.hold(r.Context(), s, id) {
+		s.broken.Add(1) // held until its sender was killed
+		return
+	}
 	if s.delay != nil {
 		time.Sleep(s.delay())
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// catcher holds the requests that arrive at the sinks while it is armed,
+// until the test releases them, so that a kill can be timed to catch a
+// process with a delivery in flight: whether a kill at a given moment finds
+// one otherwise depends on how busy the machine is, and a kill that found
+// none has nothing to give back.
+type catcher struct {
+	mu    sync.Mutex
+	armed bool
+	held  map[*heldRequest]bool
+}
+
+// heldRequest is a request a catcher holds: event at sink.
+type heldRequest struct {
+	sink    *sink
+	event   string
+	release chan struct{}
+}
+
+// hold holds a request while c is armed. It returns false if the sender went
+// away meanwhile.
+func (c *catcher) hold(ctx context.Context, s *sink, event string) bool {
+	c.mu.Lock()
+	if !c.armed {
+		c.mu.Unlock()
+		return true
+	}
+	h := &heldRequest{sink: s, event: event, release: make(chan struct{})}
+	c.held[h] = true
+	c.mu.Unlock()
+	select {
+	case <-h.release:
+		return true
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.held, h)
+		c.mu.Unlock()
+		return false
+	}
+}
+
+func (c *catcher) arm() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed = true
+}
+
+// heldNow returns the requests held now.
+func (c *catcher) heldNow() []*heldRequest {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Collect(maps.Keys(c.held))
+}
+
+// let releases h, if it is still held.
+func (c *catcher) let(h *heldRequest) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held[h] {
+		delete(c.held, h)
+		close(h.release)
+	}
+}
+
+// disarm stops holding requests and releases those held.
+func (c *catcher) disarm() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed = false
+	for h := range c.held {
+		close(h.release)
+	}
+	clear(c.held)
 }
 
 // counts returns how often each event id arrived.
@@ -216,6 +299,12 @@ func (c *cluster) proc(i int) *dispatcher {
 func (c *cluster) killAndRestart(t *testing.T, i int) {
 	t.Helper()
 	c.proc(i).kill(t)
+	c.restart(t, i)
+}
+
+// restart starts a replacement for the killed process i in its slot.
+func (c *cluster) restart(t *testing.T, i int) {
+	t.Helper()
 	d := start(t, c.opts)
 	c.mu.Lock()
 	c.procs[i] = d
@@ -451,14 +540,27 @@ func TestChaosKill(t *testing.T) { //nolint:paralleltest // three dispatchers un
 	}()
 
 	// The chaos: SIGKILL one process (round-robin, so the River leader is hit
-	// too) and restart it, every killEvery.
+	// too) and restart it, every killEvery, each time once the sinks hold a
+	// request of its (caught): then the kill cuts off a delivery for certain.
 	killed := map[string]bool{} // member ids
+	var caught []*heldRequest
 	for k := range kills {
 		time.Sleep(time.Until(begin.Add(killEvery/2 + time.Duration(k)*killEvery)))
-		killed[memberOf(t, c.proc(k%3))] = true
-		c.killAndRestart(t, k%3)
-		t.Logf("%6.1fs: killed and restarted process slot %d", time.Since(begin).Seconds(), k%3)
+		victim := memberOf(t, c.proc(k%3))
+		killed[victim] = true
+		h := w.catchInFlight(t, db, victim, catchFor)
+		c.proc(k % 3).kill(t)
+		w.catch.disarm()
+		if h != nil {
+			caught = append(caught, h)
+		}
+		c.restart(t, k%3)
+		t.Logf("%6.1fs: killed and restarted process slot %d (a delivery in flight caught: %t)", time.Since(begin).Seconds(), k%3, h != nil)
 	}
+	// The first kill comes while publishing has most of its window to go,
+	// so its process gets deliveries; a later one, delayed by a busy
+	// machine, may come when its process has none left to do.
+	require.NotEmpty(t, caught, "a kill caught a process with a delivery in flight")
 	lastKill := time.Now()
 	select {
 	case err := <-published:
@@ -494,7 +596,13 @@ func TestChaosKill(t *testing.T) { //nolint:paralleltest // three dispatchers un
 	require.Equal(t, n, countRows(t, db, `SELECT count(*)::int FROM events`))
 	rescued := countRows(t, db, `SELECT count(*)::int FROM river_job j WHERE EXISTS (SELECT 1 FROM unnest(j.errors) e WHERE e->>'error' IN ($1, $2))`,
 		job.JobCut, job.RiverRescued)
-	require.Positive(t, rescued, "the kills hit running jobs, which were given back")
+	for _, h := range caught {
+		require.Equal(t, 1, countRows(t, db, `SELECT count(*)::int FROM river_job j
+			 WHERE j.kind = $1 AND j.args->>'endpoint_id' = $2 AND j.args->>'event_id' = $3
+			   AND EXISTS (SELECT 1 FROM unnest(j.errors) e WHERE e->>'error' IN ($4, $5))`,
+			job.KindDeliver, w.endpointOf[h.sink], h.event, job.JobCut, job.RiverRescued),
+			"the delivery of %s to %s in flight at a kill was given back", h.event, h.sink.name)
+	}
 	t.Logf("%d requests for %d deliveries: %d repeats (same webhook-id and body), %d cut off by a kill; %d jobs rescued from killed processes",
 		requests, pairs, duplicates, broken, rescued)
 }
@@ -507,6 +615,10 @@ type chaosWorkload struct {
 	sinks []*sink
 	// sinkOf is each endpoint's sink, by endpoint id.
 	sinkOf map[string]int
+	// endpointOf is each sink's endpoint id.
+	endpointOf map[*sink]string
+	// catch can hold the sinks' requests (catchInFlight).
+	catch  *catcher
 	events []*webhooksv1.Event
 	// want is, per sink, the event ids it must receive.
 	want  []map[string]bool
@@ -519,14 +631,17 @@ func newChaosWorkload(t *testing.T, c *cluster, n int) *chaosWorkload {
 	types := []string{"code.issued", "code.revoked", "code.redeemed", "booking.created", "booking.cancelled"}
 	const broadcast = "conversation.message"
 	owner := func(k int) string { return fmt.Sprintf("chaos-owner-%02d", k) }
-	w := &chaosWorkload{sinks: make([]*sink, owners*perOwner), sinkOf: map[string]int{}, events: make([]*webhooksv1.Event, n)}
+	w := &chaosWorkload{sinks: make([]*sink, owners*perOwner), sinkOf: map[string]int{}, endpointOf: map[*sink]string{},
+		catch: &catcher{held: map[*heldRequest]bool{}}, events: make([]*webhooksv1.Event, n)}
 	for e := range w.sinks {
 		w.sinks[e] = newSink(t, fmt.Sprintf("endpoint %02d", e), func() time.Duration {
 			return time.Duration(rand.IntN(2000)) * time.Microsecond
 		})
+		w.sinks[e].catch.Store(w.catch)
 		res := createEndpoint(t, c.proc(0), owner(e/perOwner), w.sinks[e].URL, types[e%perOwner], broadcast)
 		w.sinks[e].setSecret(t, res.GetSecret())
 		w.sinkOf[res.GetEndpoint().GetId()] = e
+		w.endpointOf[w.sinks[e]] = res.GetEndpoint().GetId()
 		if e%5 == 4 {
 			setMaxInFlight(t, c.proc(0), res.GetEndpoint(), 3)
 			w.sinks[e].limit.Store(3)
@@ -553,6 +668,53 @@ func newChaosWorkload(t *testing.T, c *cluster, n int) *chaosWorkload {
 		}
 	}
 	return w
+}
+
+// catchFor bounds how long a kill waits for its process to have a delivery
+// in flight; a process with none left to do is killed without.
+const catchFor = 30 * time.Second
+
+// inFlightOfSQL picks, of the held requests ($1 endpoints, $2 events), those
+// whose delivery member $3 has in flight: running it (River's fetch records
+// the process in attempted_by), or handed off to itself (internal/delivery's
+// direct path; the process in the note). A held request's delivery cannot
+// end before the request does, so it stays in flight until it is released
+// or its process is killed.
+const inFlightOfSQL = `
+SELECT h.i::int FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS h(endpoint, event, i)
+  JOIN river_job j ON j.kind = $4 AND j.args->>'endpoint_id' = h.endpoint AND j.args->>'event_id' = h.event
+ WHERE (j.state = 'running' AND j.attempted_by[cardinality(j.attempted_by)] = $3)
+    OR (j.state = 'scheduled' AND j.attempt = 0 AND j.metadata->'output'->>'snooze_reason' = $5
+        AND j.metadata->'output'->>'by' = $3)
+ LIMIT 1`
+
+// catchInFlight has the sinks hold their requests until one is a delivery
+// member has in flight, and returns that one, still held (the catcher stays
+// armed; disarm it after the kill). The others' requests are let through as
+// soon as they are seen to be someone else's. Nil if none came in time.
+func (w *chaosWorkload) catchInFlight(t *testing.T, db *dbtest.DB, member string, within time.Duration) *heldRequest {
+	t.Helper()
+	w.catch.arm()
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		held := w.catch.heldNow()
+		if len(held) == 0 {
+			continue
+		}
+		endpoints, events := make([]string, len(held)), make([]string, len(held))
+		for i, h := range held {
+			endpoints[i], events[i] = w.endpointOf[h.sink], h.event
+		}
+		var i int
+		err := db.Pool.QueryRow(context.Background(), inFlightOfSQL, endpoints, events, member, job.KindDeliver, job.SnoozeDirect).Scan(&i)
+		if err == nil {
+			return held[i-1]
+		}
+		require.ErrorIs(t, err, pgx.ErrNoRows)
+		for _, h := range held {
+			w.catch.let(h)
+		}
+	}
+	return nil
 }
 
 // missing counts the (endpoint, event) pairs not received yet, with one of
