@@ -24,51 +24,33 @@ import (
 // would stay in use as the tables grow. So each must be index lookups in
 // every plan: generic and custom, on an empty schema and on one with rows
 // and statistics. The plans are logged (go test -v).
-var (
-	bothPlans  = []string{"force_custom_plan", "force_generic_plan"}
-	customPlan = []string{"force_custom_plan"}
-)
-
 func TestHotStatementsGenericPlans(t *testing.T) {
 	t.Parallel()
 
 	statements := []struct {
-		name, sql, args string
-		modes           []string
+		name, sql string
+		args      []string
+		modes     []string
 	}{
-		{"Confirm", confirmSQL, "(ARRAY[gen_random_uuid()], ARRAY['evt_1'], ARRAY[0], ARRAY[gen_random_uuid()])", bothPlans},
+		{"Confirm", confirmSQL, []string{"ARRAY[gen_random_uuid()]", "ARRAY['evt_1']", "ARRAY[0]", "ARRAY[gen_random_uuid()]"}, nil},
 		// Always planned per call (QueryExecModeDescribeExec), so only as such.
-		{"TakeOrExtend", loadSQL, "(ARRAY[gen_random_uuid()], ARRAY['evt_1'], ARRAY[2], ARRAY[gen_random_uuid()], 30, 'test_lease')", customPlan},
-		{"DirectEndpoints", endpointSQL, "(ARRAY[gen_random_uuid()])", bothPlans},
+		{"TakeOrExtend", loadSQL, []string{"ARRAY[gen_random_uuid()]", "ARRAY['evt_1']", "ARRAY[2]", "ARRAY[gen_random_uuid()]", "30", "'test_lease'"}, []string{dbtest.CustomPlan}},
+		{"DirectEndpoints", endpointSQL, []string{"ARRAY[gen_random_uuid()]"}, nil},
 	}
 	// Tables the statements read; none may be scanned whole.
 	tables := []string{"webhook_endpoints", "events"}
 
 	check := func(t *testing.T, db *dbtest.DB) {
 		t.Helper()
-		ctx := context.Background()
-		conn, err := db.Pool.Acquire(ctx)
-		require.NoError(t, err)
-		defer conn.Release()
 		for _, st := range statements {
-			name := "plan_" + strings.ReplaceAll(uuid.NewString(), "-", "")
-			_, err := conn.Exec(ctx, "PREPARE "+name+" AS "+st.sql)
-			require.NoError(t, err)
-			for _, mode := range st.modes {
-				_, err = conn.Exec(ctx, "SET plan_cache_mode = "+mode)
-				require.NoError(t, err)
-				rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+name+st.args)
-				require.NoError(t, err)
-				lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-				require.NoError(t, err)
-				plan := strings.Join(lines, "\n")
-				t.Logf("%s, %s:\n%s", st.name, mode, plan)
-				for _, table := range tables {
-					require.NotContains(t, plan, "Seq Scan on "+table, "%s, %s", st.name, mode)
+			t.Run(st.name, func(t *testing.T) {
+				t.Parallel()
+				for _, plan := range dbtest.Plans(t.Context(), t, db.Pool, st.sql, st.args, st.modes...) {
+					for _, table := range tables {
+						require.NotContains(t, plan.Text, "Seq Scan on "+table, plan.Mode)
+					}
 				}
-			}
-			_, err = conn.Exec(ctx, "DEALLOCATE "+name+"; RESET plan_cache_mode")
-			require.NoError(t, err)
+			})
 		}
 	}
 
@@ -140,34 +122,18 @@ func TestDirectOutcomePlan(t *testing.T) {
 
 	check := func(t *testing.T, bundle *testBundle) {
 		t.Helper()
-		ctx := t.Context()
-		conn, err := bundle.db.Pool.Acquire(ctx)
-		require.NoError(t, err)
-		defer conn.Release()
-		// A batch of completions, as literals: EXECUTE takes no bind
-		// parameters, and a custom plan sees the values (the batch's size).
+		// A batch of completions, as literals: a custom plan sees the
+		// values (the batch's size).
 		ids := make([]string, len(bundle.ids))
 		for i, id := range bundle.ids {
 			ids[i] = strconv.FormatInt(id, 10)
 		}
 		array := func(v string) string { return "'{" + strings.TrimSuffix(strings.Repeat(v+",", len(ids)), ",") + "}'" }
-		args := "('{" + strings.Join(ids, ",") + "}', " + array("completed") + ", " + array("1") + ", " + array(`"2026-12-02 12:00:00+00"`) + ", " +
-			array("NULL") + ", " + array("NULL") + ", " + array("NULL") + ")"
-		name := "plan_" + strings.ReplaceAll(uuid.NewString(), "-", "")
-		_, err = conn.Exec(ctx, "PREPARE "+name+" AS "+finishDirectSQL)
-		require.NoError(t, err)
-		defer func() { _, _ = conn.Exec(ctx, "DEALLOCATE "+name+"; RESET plan_cache_mode") }()
-		for _, mode := range bothPlans {
-			_, err = conn.Exec(ctx, "SET plan_cache_mode = "+mode)
-			require.NoError(t, err)
-			rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+name+args)
-			require.NoError(t, err)
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			require.NoError(t, err)
-			plan := strings.Join(lines, "\n")
-			t.Logf("%s:\n%s", mode, plan)
-			require.Contains(t, plan, "Index Scan using river_job_pkey on river_job", mode)
-			require.NotContains(t, plan, "river_job_prioritized_fetching_index", mode)
+		args := []string{"'{" + strings.Join(ids, ",") + "}'", array("completed"), array("1"), array(`"2026-12-02 12:00:00+00"`),
+			array("NULL"), array("NULL"), array("NULL")}
+		for _, plan := range dbtest.Plans(t.Context(), t, bundle.db.Pool, finishDirectSQL, args) {
+			require.Contains(t, plan.Text, "Index Scan using river_job_pkey on river_job", plan.Mode)
+			require.NotContains(t, plan.Text, "river_job_prioritized_fetching_index", plan.Mode)
 		}
 	}
 

@@ -56,12 +56,9 @@ SELECT 'ev-' || g, 'owner-' || (g % 200), (ARRAY['corpus.note.changed', 'booking
 	// plans are returned joined.
 	explain := func(t *testing.T, q string, args pgx.NamedArgs, sorted bool) string {
 		t.Helper()
-		conn, err := db.Pool.Acquire(ctx)
+		// NamedArgs.RewriteQuery never uses its connection.
+		sql, params, err := args.RewriteQuery(ctx, nil, q, nil)
 		require.NoError(t, err)
-		defer conn.Release()
-		sql, params, err := args.RewriteQuery(ctx, conn.Conn(), q, nil)
-		require.NoError(t, err)
-		// EXECUTE takes no bind parameters: the values go in as literals.
 		literals := make([]string, len(params))
 		for i, p := range params {
 			switch v := p.(type) {
@@ -75,28 +72,14 @@ SELECT 'ev-' || g, 'owner-' || (g % 200), (ARRAY['corpus.note.changed', 'booking
 				require.FailNow(t, "no literal for a parameter", "%T", p)
 			}
 		}
-		name := "plan_" + strings.ReplaceAll(uuid.NewString(), "-", "")
-		_, err = conn.Exec(ctx, "PREPARE "+name+" AS "+sql)
-		require.NoError(t, err)
-		defer func() { _, _ = conn.Exec(ctx, "DEALLOCATE "+name) }()
 		var plans []string
-		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-			_, err = conn.Exec(ctx, "SET plan_cache_mode = "+mode)
-			require.NoError(t, err)
-			rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+name+"("+strings.Join(literals, ", ")+")")
-			require.NoError(t, err)
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			require.NoError(t, err)
-			plan := strings.Join(lines, "\n")
-			t.Logf("%s:\n%s", mode, plan)
-			require.NotContains(t, plan, "Seq Scan", mode)
+		for _, plan := range dbtest.Plans(ctx, t, db.Pool, sql, literals) {
+			require.NotContains(t, plan.Text, "Seq Scan", plan.Mode)
 			if !sorted {
-				require.NotContains(t, plan, "Sort", mode)
+				require.NotContains(t, plan.Text, "Sort", plan.Mode)
 			}
-			plans = append(plans, plan)
+			plans = append(plans, plan.Text)
 		}
-		_, err = conn.Exec(ctx, "RESET plan_cache_mode")
-		require.NoError(t, err)
 		return strings.Join(plans, "\n")
 	}
 	at := time.Now().Add(-time.Hour)
