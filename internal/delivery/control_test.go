@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -75,6 +76,20 @@ func (b *testBundle) queue(t *testing.T, epID uuid.UUID, events []string, seq bo
 		ids[i] = r.Job.ID
 	}
 	return ids
+}
+
+// fetch moves the queued job id to running with one attempt spent, as
+// River's fetch would, and returns it, so Work can be called directly.
+func (b *testBundle) fetch(t *testing.T, id int64) *river.Job[job.DeliverArgs] {
+	t.Helper()
+	ctx := context.Background()
+	_, err := b.db.Pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = attempt + 1, attempted_at = now() WHERE id = $1`, id)
+	require.NoError(t, err)
+	row, err := b.client.JobGet(ctx, id)
+	require.NoError(t, err)
+	var args job.DeliverArgs
+	require.NoError(t, json.Unmarshal(row.EncodedArgs, &args))
+	return &river.Job[job.DeliverArgs]{JobRow: row, Args: args}
 }
 
 func (b *testBundle) waitAllCompleted(t *testing.T, n int, within time.Duration) {
@@ -458,6 +473,65 @@ func TestOrdered(t *testing.T) {
 		attempts, _ := b.attemptsSpent(t)
 		require.Equal(t, n+1, attempts, "the held deliveries spent no attempts: one each, plus the head's retry")
 		t.Logf("snoozes: ordered %.0f, lease_busy %.0f", b.snoozes(job.SnoozeOrdered), b.snoozes(job.SnoozeLeaseBusy))
+	})
+
+	t.Run("CrashAfterTheHeadEndedSendsNothingEarlierAgain", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		events := make([]string, 4)
+		for i := range events {
+			events[i] = b.insertEvent(t, "owner-1", "code.issued", "code://x")
+		}
+		var (
+			mu  sync.Mutex
+			got []string // webhook-id of every request, in arrival order
+		)
+		rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			defer mu.Unlock()
+			id := r.Header.Get("webhook-id")
+			got = append(got, id)
+			if id == events[1] {
+				// Never retried: the head ends cancelled, and the next goes.
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+		})
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		b.setControl(t, epID, 0, true)
+		ids := b.queue(t, epID, events, true)
+
+		// The first process runs the first three in turn, each the head when
+		// it goes (delivered, cancelled, delivered), its lane lingering
+		// between them as in production. No River here: nothing but the
+		// worker writes their ends, as when River's batch completer has not
+		// flushed yet.
+		runWorker(t, b.worker)
+		require.NoError(t, b.work(t, b.fetch(t, ids[0])))
+		requireCancel(t, b.work(t, b.fetch(t, ids[1])))
+		require.NoError(t, b.work(t, b.fetch(t, ids[2])))
+
+		// The process dies now. What it left running is given back
+		// (internal/partition: available, the attempt counted), and a live
+		// process delivers what is left.
+		_, err := b.db.Pool.Exec(context.Background(),
+			`UPDATE river_job SET state = 'available', scheduled_at = now() WHERE state = 'running'`)
+		require.NoError(t, err)
+		startRiver(t, b, b.otherProcess(Config{}), 2)
+		require.Eventually(t, func() bool {
+			return b.jobState(t, ids[3]) == rivertype.JobStateCompleted
+		}, 30*time.Second, 20*time.Millisecond)
+
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, events, got, "each event once, in order: none sent again after a later one")
+		require.Equal(t, []rivertype.JobState{rivertype.JobStateCompleted, rivertype.JobStateCancelled, rivertype.JobStateCompleted},
+			[]rivertype.JobState{b.jobState(t, ids[0]), b.jobState(t, ids[1]), b.jobState(t, ids[2])})
+		var lastError string
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+			`SELECT errors[cardinality(errors)]->>'error' FROM river_job WHERE id = $1`, ids[1]).Scan(&lastError))
+		require.Contains(t, lastError, "HTTP 400", "the cancelled head's error is recorded as River would")
 	})
 
 	t.Run("UnorderedEndpointIsNotHeld", func(t *testing.T) {

@@ -377,15 +377,6 @@ type directOutcome struct {
 func (w *Worker) outcome(j *river.Job[job.DeliverArgs], err error, output []byte, stopping bool) directOutcome {
 	out := directOutcome{id: j.ID, attempt: j.Attempt, attemptedAt: j.AttemptedAt, output: output}
 	now := time.Now()
-	attemptError := func(e error) []byte {
-		b, err := json.Marshal(rivertype.AttemptError{At: now.UTC(), Attempt: j.Attempt, Error: e.Error()})
-		if err != nil {
-			// Cannot happen (a UTC time, an int, strings); River's own
-			// marshalling makes the same assumption.
-			return nil
-		}
-		return b
-	}
 	var (
 		snooze *river.JobSnoozeError
 		cancel *river.JobCancelError
@@ -403,19 +394,31 @@ func (w *Worker) outcome(j *river.Job[job.DeliverArgs], err error, output []byte
 			out.state = rivertype.JobStateAvailable
 		}
 	case errors.As(err, &cancel):
-		out.state, out.err = rivertype.JobStateCancelled, attemptError(err)
+		out.state, out.err = rivertype.JobStateCancelled, attemptError(j.Attempt, now, err)
 	case stopping && errors.Is(err, context.Canceled):
 		// Shutdown: back to available at once, attempt unspent, for any
 		// process.
 		out.attempt, out.attemptedAt = 0, nil
 		out.state, out.scheduledAt = rivertype.JobStateAvailable, now
 	case j.Attempt >= j.MaxAttempts:
-		out.state, out.err = rivertype.JobStateDiscarded, attemptError(err)
+		out.state, out.err = rivertype.JobStateDiscarded, attemptError(j.Attempt, now, err)
 	default:
-		out.state, out.err = rivertype.JobStateRetryable, attemptError(err)
+		out.state, out.err = rivertype.JobStateRetryable, attemptError(j.Attempt, now, err)
 		out.scheduledAt = w.NextRetry(j)
 	}
 	return out
+}
+
+// attemptError is the entry River's executor appends to a job's errors for
+// an attempt that ended with err, as JSON.
+func attemptError(attempt int, at time.Time, err error) []byte {
+	b, mErr := json.Marshal(rivertype.AttemptError{At: at.UTC(), Attempt: attempt, Error: err.Error()})
+	if mErr != nil {
+		// Cannot happen (a UTC time, an int, strings); River's own
+		// marshalling makes the same assumption.
+		return nil
+	}
+	return b
 }
 
 // finishDirectSQL writes the outcomes of direct runs onto their jobs, in

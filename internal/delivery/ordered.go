@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
@@ -41,9 +42,15 @@ import (
 // until it is given back (internal/partition, within seconds) or rescued by
 // River, and holds the others meanwhile.
 //
-// A delivery that finished here may still read as running until River's
-// batch completer writes it; the lane remembers those seqs for a while, so
-// they do not hold the next one.
+// A head that ends here (delivered, cancelled, or discarded after its last
+// attempt) writes its final state itself before its turn ends (finalize),
+// where any other delivery leaves it to River's batch completer: the next
+// one goes only once the head reads as ended in river_job. Were the write
+// left to the completer, the next one would go while the head still read
+// as running, and a crash before the completer's flush would leave it so:
+// given back, it would be sent again after the one behind it, and the
+// receiver would get 1, 2, 1. The write is one statement per delivery to an
+// ordered endpoint, which gets one request at a time anyway.
 
 // ordering is the route's ordered-endpoint stage (route.go): check lets
 // the head through and holds the others, after moves the queue on once the
@@ -75,17 +82,12 @@ func (o *ordering) after(ctx context.Context, d *delivery) {
 type orderMemory struct {
 	// hold: deliveries behind the head wait until then.
 	hold time.Time
-	// finished: seqs whose delivery ended here (delivered or given up).
-	finished map[int64]time.Time
 }
 
 const (
 	// orderMargin is how long after the head's next attempt the
 	// deliveries behind it come back.
 	orderMargin = time.Second
-	// orderFinishedFor is how long a finished seq is remembered: far longer
-	// than River's completer takes to write it.
-	orderFinishedFor = 2 * time.Minute
 	// orderSchedulerLag: a retryable or scheduled job is made available by
 	// River's scheduler, every 5 s.
 	orderSchedulerLag = 5 * time.Second
@@ -110,17 +112,16 @@ SELECT (args->>'seq')::bigint, state::text,
   FROM river_job
  WHERE kind = 'webhook.deliver' AND args ? 'seq' AND args->>'endpoint_id' = $1
    AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
-   AND NOT ((args->>'seq')::bigint = ANY($2::bigint[]))
  ORDER BY (args->>'seq')::bigint
  LIMIT 1`
 
-// orderedHead reads ep's head, not counting the seqs in skip.
-func orderedHead(ctx context.Context, pool *pgxpool.Pool, ep uuid.UUID, skip []int64) (*head, error) {
+// orderedHead reads ep's head.
+func orderedHead(ctx context.Context, pool *pgxpool.Pool, ep uuid.UUID) (*head, error) {
 	var (
 		h                 head
 		dueIn, runningFor float64
 	)
-	err := pool.QueryRow(ctx, headSQL, ep.String(), skip).Scan(&h.seq, &h.state, &dueIn, &runningFor)
+	err := pool.QueryRow(ctx, headSQL, ep.String()).Scan(&h.seq, &h.state, &dueIn, &runningFor)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil //nolint:nilnil // no live delivery: nothing ahead
 	}
@@ -161,7 +162,7 @@ SELECT count(*) FROM moved`
 // gate lets the head through and holds the others.
 func (o *ordering) gate(ctx context.Context, ep uuid.UUID, seq int64, waitUntil time.Time) (gateResult, error) {
 	for poll := 10 * time.Millisecond; ; poll = min(2*poll, 200*time.Millisecond) {
-		h, err := orderedHead(ctx, o.pool, ep, o.lanes.finishedSeqs(ep))
+		h, err := orderedHead(ctx, o.pool, ep)
 		if err != nil {
 			return gateDefer, err
 		}
@@ -227,20 +228,23 @@ func (o *ordering) hold(ctx context.Context, ep uuid.UUID, seq int64, d time.Dur
 }
 
 // moveOn moves an ordered endpoint's queue on after its head's attempt:
-// a delivered or abandoned head lets the next one go; a failed one holds the
-// others until just after its retry, which is decided now.
+// a delivered or abandoned head lets the next one go once its end is
+// written; a failed one holds the others until just after its retry, which
+// is decided now.
 func (o *ordering) moveOn(ctx context.Context, j *river.Job[job.DeliverArgs], ep uuid.UUID, res result) {
 	var (
 		snooze *river.JobSnoozeError
 		cancel *river.JobCancelError
 	)
 	switch {
-	case res.err == nil, errors.As(res.err, &cancel):
-		o.lanes.finish(ep, j.Args.Seq)
+	case res.err == nil:
+		o.finalize(ctx, j, rivertype.JobStateCompleted, nil)
+	case errors.As(res.err, &cancel):
+		o.finalize(ctx, j, rivertype.JobStateCancelled, res.err)
 	case errors.As(res.err, &snooze), errors.Is(res.err, context.Canceled):
 		// Still the head; it comes back.
 	case j.Attempt >= j.MaxAttempts:
-		o.lanes.finish(ep, j.Args.Seq) // discarded
+		o.finalize(ctx, j, rivertype.JobStateDiscarded, res.err)
 	default:
 		at := nextRetry(j, o.now())
 		o.planned.Store(j.ID, at)
@@ -248,31 +252,32 @@ func (o *ordering) moveOn(ctx context.Context, j *river.Job[job.DeliverArgs], ep
 	}
 }
 
-// finish remembers that seq's delivery ended here.
-func (ls *lanes) finish(ep uuid.UUID, seq int64) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	om := &ls.byEndpoint[ep].ctl.order
-	if om.finished == nil {
-		om.finished = make(map[int64]time.Time)
-	}
-	om.finished[seq] = time.Now()
-}
+// finalizeSQL writes the end of an ordered endpoint's head ($1, running its
+// attempt $4) as River's completer would: state $2, finalized now, and the
+// attempt's error $3 (nil for a success) appended. A job no longer in that
+// attempt (given back meanwhile, perhaps running again elsewhere) is left
+// alone. River's own write, later, then finds the job no longer running
+// and changes nothing.
+const finalizeSQL = `
+UPDATE river_job
+   SET state        = $2::river_job_state,
+       finalized_at = now(),
+       errors       = CASE WHEN $3::jsonb IS NULL THEN errors ELSE array_append(coalesce(errors, '{}'), $3::jsonb) END
+ WHERE id = $1 AND state = 'running' AND attempt = $4`
 
-// finishedSeqs returns the seqs recently finished here, forgetting old ones.
-func (ls *lanes) finishedSeqs(ep uuid.UUID) []int64 {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	om := &ls.byEndpoint[ep].ctl.order
-	out := make([]int64, 0, len(om.finished))
-	for seq, at := range om.finished {
-		if time.Since(at) > orderFinishedFor {
-			delete(om.finished, seq)
-			continue
-		}
-		out = append(out, seq)
+// finalize writes the end of the head j (see the top of this file): state,
+// and for a cancelled or discarded one the error it ended with. If the
+// write fails the head still reads as running, so it holds the others
+// until River's completer writes it: slower, never out of order.
+func (o *ordering) finalize(ctx context.Context, j *river.Job[job.DeliverArgs], state rivertype.JobState, cause error) {
+	var errData []byte
+	if cause != nil {
+		errData = attemptError(j.Attempt, time.Now(), cause)
 	}
-	return out
+	if _, err := o.pool.Exec(context.WithoutCancel(ctx), finalizeSQL, j.ID, string(state), errData, j.Attempt); err != nil {
+		o.logger.WarnContext(ctx, "write an ordered delivery's end; the ones behind it wait for River's completer",
+			slog.Int64("job_id", j.ID), slog.String("state", string(state)), slog.Any("error", err))
+	}
 }
 
 func (ls *lanes) setHold(ep uuid.UUID, until time.Time) {

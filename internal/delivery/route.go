@@ -137,7 +137,10 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.DeliverArgs]) error 
 	w.pauses.settle(&d, &s)
 	if err := w.endTurn(ctx, d.ep, s); err != nil {
 		// The attempt stands but its effect on the endpoint's health was not
-		// recorded: River retries it (the receiver dedupes by webhook-id).
+		// recorded: River retries it (the receiver dedupes by webhook-id),
+		// unless it was an ordered endpoint's head that has written its end
+		// already (ordered.go): then the next attempt's settlement records
+		// the endpoint's health instead.
 		return err
 	}
 	return d.res.err
