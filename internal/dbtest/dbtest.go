@@ -283,16 +283,28 @@ func (db *DB) InsertOnlyClient(tb testing.TB) *river.Client[pgx.Tx] {
 // returns a pool bound to it. The schema is dropped when the test ends.
 func New(tb testing.TB) *DB {
 	tb.Helper()
-	return newDB(tb, true)
+	return newDB(tb, true, true)
+}
+
+// NewUnshared is like New, but the schema is migrated for this test alone:
+// never one another test has emptied, nor handed on when this one ends. For
+// tests of the planner's choices: TRUNCATE leaves a table's statistics
+// behind, and autovacuum may analyze a table the earlier test filled and
+// emptied, so an emptied schema is not a new one to the planner.
+func NewUnshared(tb testing.TB) *DB {
+	tb.Helper()
+	return newDB(tb, true, false)
 }
 
 // NewEmpty is like New but leaves the schema unmigrated.
 func NewEmpty(tb testing.TB) *DB {
 	tb.Helper()
-	return newDB(tb, false)
+	return newDB(tb, false, false)
 }
 
-func newDB(tb testing.TB, migrate bool) *DB {
+// newDB returns a schema, migrated if migrate; shared, it may be one an
+// earlier test emptied, and is emptied for a later one.
+func newDB(tb testing.TB, migrate, shared bool) *DB {
 	tb.Helper()
 	ctx := context.Background()
 	url := URL(tb)
@@ -300,7 +312,7 @@ func newDB(tb testing.TB, migrate bool) *DB {
 	sweep(ctx, adm)
 
 	schema, reused := "", false
-	if migrate {
+	if shared {
 		schema, reused = takeFree()
 	}
 	if !reused {
@@ -325,7 +337,7 @@ func newDB(tb testing.TB, migrate bool) *DB {
 	tb.Cleanup(func() {
 		pool.Close()
 		ctx := context.WithoutCancel(ctx)
-		if migrate && release(ctx, adm, schema) {
+		if shared && release(ctx, adm, schema) {
 			return
 		}
 		_, _ = adm.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
