@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
@@ -57,6 +58,7 @@ func TestStateCollector(t *testing.T) {
 	testfactory.Endpoint(ctx, t, db.Pool, &testfactory.EndpointOpts{FailingSince: new(time.Now())})
 	testfactory.Endpoint(ctx, t, db.Pool, &testfactory.EndpointOpts{Disabled: true, FailingSince: new(time.Now())})
 	testfactory.Job(ctx, t, db.Pool, &testfactory.JobOpts{ScheduledAt: new(time.Now().Add(-90 * time.Second))})
+	testfactory.Job(ctx, t, db.Pool, &testfactory.JobOpts{State: rivertype.JobStateCompleted})
 
 	c := metrics.NewStateCollector(db.Pool, slog.New(slog.DiscardHandler), job.Kinds())
 	reg := prometheus.NewRegistry()
@@ -79,7 +81,8 @@ dispatcher_state_scrape_success 1
 		"dispatcher_endpoints", "dispatcher_state_scrape_success"))
 
 	jobs := gauges(t, reg, "dispatcher_queue_jobs")
-	require.Len(t, jobs, 3*8, "every known kind in every River state")
+	require.Len(t, jobs, 3*7, "every known kind in every River state but completed")
+	require.NotContains(t, jobs, `kind="webhook.deliver",state="completed"`, "completed jobs are not counted")
 	require.InDelta(t, 1.0, jobs[`kind="webhook.deliver",state="available"`], 0)
 	require.InDelta(t, 0.0, jobs[`kind="webhook.fanout",state="available"`], 0, "0, not missing")
 	require.InDelta(t, 0.0, jobs[`kind="webhook.deliver",state="retryable"`], 0)
@@ -125,7 +128,7 @@ func TestZeroSeries(t *testing.T) {
 		reg.MustRegister(metrics.NewStateCollector(db.Pool, slog.New(slog.DiscardHandler), job.Kinds()))
 		oldest := gauges(t, reg, "dispatcher_queue_oldest_available_age_seconds")
 		require.Equal(t, map[string]float64{`kind="webhook.prune_events"`: 0, `kind="webhook.deliver"`: 0, `kind="webhook.fanout"`: 0}, oldest)
-		require.Len(t, gauges(t, reg, "dispatcher_queue_jobs"), 3*8)
+		require.Len(t, gauges(t, reg, "dispatcher_queue_jobs"), 3*7)
 		require.Len(t, gauges(t, reg, "dispatcher_endpoints"), 3)
 	})
 }

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,8 +14,8 @@ import (
 // StateCollector reads queue depth, the oldest available job's age, endpoint
 // health states and River leadership from Postgres at scrape time. Every
 // replica reports the same cluster-wide values; aggregate with max(), not sum().
-// Each known job kind (and, for the depth, each River job state) is reported
-// even when no job has it, at 0.
+// Each known job kind (and, for the depth, each state of QueueStates) is
+// reported even when no job has it, at 0.
 type StateCollector struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
@@ -32,6 +33,36 @@ type StateCollector struct {
 // every one reported at each scrape.
 func EndpointStates() []string { return []string{"enabled", "failing", "disabled"} }
 
+// QueueStates returns the "state" label's values of dispatcher_queue_jobs,
+// every one reported at each scrape: each River job state but completed.
+// Delivered jobs are kept for up to a day (tens of millions of rows at a few
+// hundred deliveries a second), so counting them would scan the table at
+// every scrape, and nothing reads their count; the other states are counted
+// through River's index on (state, queue, priority, scheduled_at, id), at a
+// cost that follows the work waiting or failed, not the table.
+func QueueStates() []string {
+	var states []string
+	for _, state := range rivertype.JobStates() {
+		if state != rivertype.JobStateCompleted {
+			states = append(states, string(state))
+		}
+	}
+	return states
+}
+
+// countJobsSQL counts the jobs of QueueStates by kind and state. The states
+// are literals, not a parameter, so the plan (prepared once per connection,
+// generic since it has no parameters) sees which states it counts and picks
+// the index for them.
+var countJobsSQL = `SELECT kind, state::text, count(*) FROM river_job WHERE state IN ('` +
+	strings.Join(QueueStates(), "', '") + `') GROUP BY 1, 2`
+
+// oldestAvailableSQL finds each kind's oldest job that is ready to run, in
+// the same index's range of available jobs.
+const oldestAvailableSQL = `
+SELECT kind, extract(epoch FROM now() - min(scheduled_at))::float8
+  FROM river_job WHERE state = 'available' AND scheduled_at <= now() GROUP BY kind`
+
 // NewStateCollector builds the collector over the dispatcher's pool. kinds
 // are the job kinds the dispatcher inserts (internal/job's Kinds).
 func NewStateCollector(pool *pgxpool.Pool, logger *slog.Logger, kinds []string) *StateCollector {
@@ -40,7 +71,7 @@ func NewStateCollector(pool *pgxpool.Pool, logger *slog.Logger, kinds []string) 
 		logger: logger,
 		kinds:  kinds,
 		jobs: prometheus.NewDesc("dispatcher_queue_jobs",
-			"River jobs by kind and state (cluster-wide).", []string{"kind", "state"}, nil),
+			"River jobs by kind and state (cluster-wide), every state but completed (delivered jobs, kept up to a day, are not counted).", []string{"kind", "state"}, nil),
 		oldest: prometheus.NewDesc("dispatcher_queue_oldest_available_age_seconds",
 			"Age of the oldest job that is ready to run but not running, by kind (0 when none).", []string{"kind"}, nil),
 		endpoints: prometheus.NewDesc("dispatcher_endpoints",
@@ -82,11 +113,11 @@ func (c *StateCollector) collect(ctx context.Context, ch chan<- prometheus.Metri
 	ages := map[string]float64{}
 	for _, kind := range c.kinds {
 		ages[kind] = 0
-		for _, state := range rivertype.JobStates() {
-			counts[kindState{kind, string(state)}] = 0
+		for _, state := range QueueStates() {
+			counts[kindState{kind, state}] = 0
 		}
 	}
-	rows, err := c.pool.Query(ctx, `SELECT kind, state::text, count(*) FROM river_job GROUP BY 1, 2`)
+	rows, err := c.pool.Query(ctx, countJobsSQL)
 	if err != nil {
 		return err
 	}
@@ -103,9 +134,7 @@ func (c *StateCollector) collect(ctx context.Context, ch chan<- prometheus.Metri
 		return err
 	}
 
-	rows, err = c.pool.Query(ctx, `
-SELECT kind, extract(epoch FROM now() - min(scheduled_at))::float8
-  FROM river_job WHERE state = 'available' AND scheduled_at <= now() GROUP BY kind`)
+	rows, err = c.pool.Query(ctx, oldestAvailableSQL)
 	if err != nil {
 		return err
 	}
