@@ -50,7 +50,7 @@ func TestAttemptHistoryAndStats(t *testing.T) {
 	})
 
 	var attempts []*webhooksv1.Attempt
-	waitFor(t, 10*time.Second, "both attempts recorded", func() bool {
+	waitFor(t, 30*time.Second, "both attempts recorded", func() bool {
 		resp, err := d.endpoints().ListAttempts(adminCtx(t), &webhooksv1.ListAttemptsRequest{OwnerId: owner, DeliveryId: delivery.GetId()})
 		require.NoError(t, err)
 		attempts = resp.GetAttempts()

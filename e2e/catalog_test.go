@@ -160,7 +160,7 @@ func TestCustomCatalog(t *testing.T) {
 		waitFor(t, 30*time.Second, "the second catalog to be seen", func() bool {
 			return metric(t, b, "dispatcher_catalog_replica_catalogs") == 2
 		})
-		waitFor(t, 10*time.Second, "the warning", func() bool {
+		waitFor(t, 30*time.Second, "the warning", func() bool {
 			return strings.Contains(b.logs.String(), "REPLICAS RUN DIFFERENT EVENT CATALOGS")
 		})
 		require.Contains(t, b.logs.String(), catalog.Default().Digest())

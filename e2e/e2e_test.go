@@ -340,7 +340,7 @@ func TestOperations(t *testing.T) {
 		}
 		var body string
 		// The counters move as attempts end; the endpoint's state a moment later, when it settles.
-		waitFor(t, 10*time.Second, "the series", func() bool {
+		waitFor(t, 30*time.Second, "the series", func() bool {
 			var code int
 			code, body = d.get(t, "/metrics")
 			require.Equal(t, http.StatusOK, code)

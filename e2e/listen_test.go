@@ -129,7 +129,7 @@ func TestListenAndPublish(t *testing.T) {
 		require.NoError(t, err)
 		_ = resp.Body.Close()
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-		waitFor(t, 10*time.Second, "listen to print the forgery", func() bool {
+		waitFor(t, 30*time.Second, "listen to print the forgery", func() bool {
 			return strings.Contains(l.out.String(), "verified ✗") && strings.Contains(l.out.String(), "→ 401")
 		})
 		require.Equal(t, 2, strings.Count(l.out.String(), "verified ✓"), "the duplicate was not delivered")

@@ -166,7 +166,7 @@ func TestEgressProxy(t *testing.T) {
 	require.NotEmpty(t, got[0].header.Get("webhook-signature"))
 
 	var attempts []*webhooksv1.Attempt
-	waitFor(t, 10*time.Second, "four attempts recorded", func() bool {
+	waitFor(t, 30*time.Second, "four attempts recorded", func() bool {
 		resp, err := d.endpoints().ListAttempts(adminCtx(t), &webhooksv1.ListAttemptsRequest{OwnerId: owner, DeliveryId: del.GetId()})
 		require.NoError(t, err)
 		attempts = resp.GetAttempts()

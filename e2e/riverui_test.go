@@ -30,7 +30,7 @@ func TestRiverUI(t *testing.T) {
 		publish(t, d, newEvent("owner-ui", "code.issued", "code://1", `{}`))
 		waitFor(t, 30*time.Second, "the failed attempt", func() bool { return len(failing.requests()) == 1 })
 		b := &riverUIBundle{d: d, origin: "http://" + d.opsAddr}
-		waitFor(t, 10*time.Second, "a retryable job", func() bool {
+		waitFor(t, 30*time.Second, "a retryable job", func() bool {
 			b.jobID = b.firstJob(t, "retryable")
 			return b.jobID != ""
 		})

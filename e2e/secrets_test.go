@@ -63,7 +63,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	needles = append(needles, mkB64)
 
 	// River records the failed attempt's error asynchronously.
-	waitFor(t, 10*time.Second, "the recorded error", func() bool {
+	waitFor(t, 30*time.Second, "the recorded error", func() bool {
 		var n int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE errors::text LIKE '%HTTP 500%'`).Scan(&n))
 		return n == 1

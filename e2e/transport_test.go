@@ -160,10 +160,10 @@ func TestTransportSecurity(t *testing.T) {
 		require.Equal(t, b.serial, grpcSerial(t, b))
 		rotated := b.serverCA.Server(t)
 		rotated.Write(t, b.certFile, b.keyFile, time.Now().Add(time.Minute))
-		waitFor(t, 10*time.Second, "the rotated certificate on the gRPC API", func() bool {
+		waitFor(t, 30*time.Second, "the rotated certificate on the gRPC API", func() bool {
 			return grpcSerial(t, b).Cmp(rotated.Serial) == 0
 		})
-		waitFor(t, 10*time.Second, "the rotated certificate on the ops port", func() bool {
+		waitFor(t, 30*time.Second, "the rotated certificate on the ops port", func() bool {
 			_, sn := opsGet(t, b, "/healthz")
 			return sn.Cmp(rotated.Serial) == 0
 		})
@@ -175,7 +175,7 @@ func TestTransportSecurity(t *testing.T) {
 	t.Run("PlaintextOffLoopbackWarnsOnce", func(t *testing.T) {
 		t.Parallel()
 		d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate", "--grpc-addr", "0.0.0.0:0"}})
-		waitFor(t, 5*time.Second, "the warning", func() bool { return strings.Contains(d.logs.String(), "PLAINTEXT LISTENER") })
+		waitFor(t, 30*time.Second, "the warning", func() bool { return strings.Contains(d.logs.String(), "PLAINTEXT LISTENER") })
 		logs := d.logs.String()
 		require.Equal(t, 1, strings.Count(logs, "PLAINTEXT LISTENER"), "one warning: the ops port is on loopback")
 		require.Contains(t, logs, "endpoint signing secrets")

@@ -128,7 +128,7 @@ func TestRecorder(t *testing.T) {
 		for range 12 {
 			b.rec.Record(sample(1, ep, time.Now(), OutcomeSuccess, time.Millisecond))
 		}
-		require.Eventually(t, func() bool { return count() == 10 }, 5*time.Second, 10*time.Millisecond, "two full batches")
+		require.Eventually(t, func() bool { return count() == 10 }, 30*time.Second, 10*time.Millisecond, "two full batches")
 		time.Sleep(50 * time.Millisecond)
 		require.Equal(t, 10, count(), "the two left over wait for the tick (or the stop), not a batch of their own")
 		cancel()

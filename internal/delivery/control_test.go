@@ -172,7 +172,7 @@ func TestBackPressure(t *testing.T) {
 		startRiver(t, b, b.worker, 10)
 		startRiver(t, b, other, 10)
 
-		require.Eventually(t, func() bool { return rc.hits.Load() >= 1 }, 10*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return rc.hits.Load() >= 1 }, 30*time.Second, 10*time.Millisecond)
 		// Times come from the receiver, not from when this goroutine noticed:
 		// on a loaded machine the two can be far apart.
 		first := hits.times()[0]

@@ -104,7 +104,7 @@ func TestLease(t *testing.T) {
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
 		require.NoError(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
 		require.NotNil(t, b.endpoint(t, epID).busyUntil)
-		require.Eventually(t, func() bool { return b.endpoint(t, epID).busyUntil == nil }, 5*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return b.endpoint(t, epID).busyUntil == nil }, 30*time.Second, 20*time.Millisecond)
 	})
 
 	t.Run("LingeringLeaseHandedToAnotherProcessThatWantsIt", func(t *testing.T) {

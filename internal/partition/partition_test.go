@@ -323,7 +323,7 @@ func TestMember(t *testing.T) {
 		qa, qb, qc := newFakeQueues(), newFakeQueues(), newFakeQueues()
 		a, bm, c := newMember(b, "a", qa), newMember(b, "b", qb), newMember(b, "c", qc)
 		tickAll(t, a, bm, c)
-		require.Eventually(t, func() bool { return len(qa.names()) == 4 && len(qb.names()) == 4 }, 5*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return len(qa.names()) == 4 && len(qb.names()) == 4 }, 30*time.Second, 10*time.Millisecond)
 		all := append(append(qa.names(), qb.names()...), qc.names()...)
 		require.ElementsMatch(t, allQueues, all, "each queue worked by exactly one member")
 		require.Equal(t, 3, c.Active())
@@ -346,7 +346,7 @@ func TestMember(t *testing.T) {
 		cancel()
 		<-done
 		tickAll(t, a, bm)
-		require.Eventually(t, func() bool { return len(qa.names()) == 6 && len(qb.names()) == 6 }, 5*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return len(qa.names()) == 6 && len(qb.names()) == 6 }, 30*time.Second, 10*time.Millisecond)
 		require.ElementsMatch(t, allQueues, append(qa.names(), qb.names()...))
 		require.Equal(t, 2, a.Active())
 		// a and b held slots 0 and 1 and keep them: their active
@@ -378,7 +378,7 @@ func TestMember(t *testing.T) {
 		qd := newFakeQueues()
 		d := newMember(b, "d", qd)
 		tickAll(t, d, a, bm)
-		require.Eventually(t, func() bool { return len(qa.names()) == len(aOwned) && len(qb.names()) == len(bOwned) }, 5*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return len(qa.names()) == len(aOwned) && len(qb.names()) == len(bOwned) }, 30*time.Second, 10*time.Millisecond)
 		require.Equal(t, cOwned, d.Owned())
 		require.Equal(t, aOwned, a.Owned())
 		require.Equal(t, bOwned, bm.Owned())
@@ -423,7 +423,7 @@ func TestMember(t *testing.T) {
 			m.Run(mctx, nil)
 		}
 		require.NoError(t, members[0].Tick(ctx))
-		require.Eventually(t, func() bool { return len(queues[0].names()) == 14 }, 5*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return len(queues[0].names()) == 14 }, 30*time.Second, 10*time.Millisecond)
 		require.ElementsMatch(t, job.DeliverQueues(14), queues[0].names())
 		require.Equal(t, 1, members[0].Active())
 	})
@@ -502,7 +502,7 @@ func TestMember(t *testing.T) {
 		}
 		require.Len(t, a.Owned(), 6)
 		close(qa.block)
-		require.Eventually(t, func() bool { return len(qa.names()) == 6 }, 5*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return len(qa.names()) == 6 }, 30*time.Second, 10*time.Millisecond)
 		a.wg.Wait()
 	})
 }
