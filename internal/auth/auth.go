@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"time"
 )
 
 // MinTokenLen is the shortest token accepted: anything shorter is guessable.
@@ -91,6 +93,7 @@ type entry struct {
 type Authenticator struct {
 	entries []entry
 	logger  *slog.Logger
+	denials sampler
 }
 
 // New builds an Authenticator. Tokens shorter than MinTokenLen are refused,
@@ -101,7 +104,7 @@ func New(tokens Tokens, logger *slog.Logger) (*Authenticator, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	a := &Authenticator{logger: logger}
+	a := &Authenticator{logger: logger, denials: sampler{now: time.Now}}
 	add := func(list []string, role Role) error {
 		for i, tok := range list {
 			if len(tok) < MinTokenLen {
@@ -159,13 +162,55 @@ func (a *Authenticator) RoleOf(presented string) Role {
 	return role
 }
 
+// Denial log sampling: at most denialBurst lines per denialWindow, so that
+// a flood of bad tokens (a misconfigured client retrying, a guesser) costs a
+// few lines, not one per call. The lines dropped are counted, and the next
+// line logged says how many.
+const (
+	denialWindow = 10 * time.Second
+	denialBurst  = 5
+)
+
+type sampler struct {
+	now        func() time.Time
+	mu         sync.Mutex
+	start      time.Time
+	logged     int
+	suppressed int
+}
+
+// take reports whether to log one more denial now and, if so, how many were
+// dropped since the last line logged.
+func (s *sampler) take() (suppressed int, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now := s.now(); now.Sub(s.start) >= denialWindow {
+		s.start, s.logged = now, 0
+	}
+	if s.logged >= denialBurst {
+		s.suppressed++
+		return 0, false
+	}
+	s.logged++
+	suppressed, s.suppressed = s.suppressed, 0
+	return suppressed, true
+}
+
 // Denied logs a refused call: on which surface ("grpc", "http"), what was
 // called, why it was refused, and from where (peer, empty when unknown).
-// Never the token.
+// Never the token. Lines are sampled: at most 5 per 10 s, the next logged
+// line counting those dropped (suppressed).
 func (a *Authenticator) Denied(ctx context.Context, surface, target, reason, peer string) {
+	suppressed, ok := a.denials.take()
+	if !ok {
+		return
+	}
 	attrs := []any{slog.String("method", target), slog.String("reason", reason)}
 	if peer != "" {
 		attrs = append(attrs, slog.String("peer", peer))
+	}
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int("suppressed", suppressed))
 	}
 	a.logger.WarnContext(ctx, surface+" call denied", attrs...)
 }

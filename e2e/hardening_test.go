@@ -1,0 +1,197 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+)
+
+// procStatus reads one "<field>: <n> kB" line of /proc/<pid>/status, in bytes.
+func procStatus(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	require.NoError(t, err)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			require.NoError(t, err)
+			return kb << 10
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// bigPublishJSON is a Publish request of about n bytes, all of it in data.
+func bigPublishJSON(n int) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"event":{"id":"evt-big","owner_id":"owner-big","type":"code.issued","subject":"code://1",` +
+		`"occurred_at":"2030-01-01T00:00:00Z","data":{"pad":"`)
+	b.Write(bytes.Repeat([]byte("a"), n))
+	b.WriteString(`"}}}`)
+	return b.Bytes()
+}
+
+// TestUnauthenticatedBodiesCostNoMemory: six unauthenticated Publish calls
+// of 3.9 MB at once over HTTP, and six over gRPC, are refused before their
+// bodies are read: the process's resident memory stays within 20 MB of idle
+// (it used to grow by about 180 MB per such call).
+func TestUnauthenticatedBodiesCostNoMemory(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
+	pid := d.cmd.Process.Pid
+
+	// Warm both faces of the port up with one authorised call each, so
+	// that what they allocate once (the HTTP API's in-process connection,
+	// buffers) is part of idle.
+	code, _, _ := httpCall(t, d, http.MethodGet, "/v1/event-types", adminToken, "", nil)
+	require.Equal(t, http.StatusOK, code)
+	_, err := d.endpoints().ListEventTypes(adminCtx(t), &webhooksv1.ListEventTypesRequest{})
+	require.NoError(t, err)
+	time.Sleep(time.Second)
+	idle := procStatus(t, pid, "VmRSS")
+	peakBefore := procStatus(t, pid, "VmHWM")
+
+	const size = 3_900_000
+	body := bigPublishJSON(size)
+	data, err := structpb.NewStruct(map[string]any{"pad": strings.Repeat("a", size)})
+	require.NoError(t, err)
+	big := &webhooksv1.PublishRequest{Event: &webhooksv1.Event{Id: "evt-big", OwnerId: "owner-big", Type: "code.issued", Subject: "code://1", Data: data}}
+
+	var wg sync.WaitGroup
+	httpCodes := make([]int, 6)
+	grpcErrs := make([]error, 6)
+	for i := range 6 {
+		wg.Go(func() {
+			// No token at all.
+			req, err := http.NewRequest(http.MethodPost, "http://"+d.grpcAddr+"/v1/events:publish", bytes.NewReader(body))
+			if err != nil {
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+			if err != nil {
+				t.Errorf("HTTP publish %d: %v", i, err)
+				return
+			}
+			httpCodes[i] = resp.StatusCode
+			_ = resp.Body.Close()
+		})
+		wg.Go(func() {
+			// A token the server does not know.
+			ctx, cancel := context.WithTimeout(withToken(context.Background(), "not-a-token-of-this-server-42"), 30*time.Second)
+			defer cancel()
+			_, grpcErrs[i] = d.events().Publish(ctx, big)
+		})
+	}
+	wg.Wait()
+
+	for i := range 6 {
+		require.Equal(t, http.StatusUnauthorized, httpCodes[i], "HTTP publish %d", i)
+		require.Equal(t, codes.Unauthenticated, status.Code(grpcErrs[i]), "gRPC publish %d: %v", i, grpcErrs[i])
+	}
+	rss := procStatus(t, pid, "VmRSS")
+	peak := procStatus(t, pid, "VmHWM")
+	t.Logf("RSS idle %d MB, after %d MB; peak before %d MB, after %d MB", idle>>20, rss>>20, peakBefore>>20, peak>>20)
+	const margin = 20 << 20
+	require.Less(t, rss-idle, int64(margin), "resident memory after the calls")
+	require.LessOrEqual(t, peak, max(peakBefore, idle+margin), "peak resident memory during the calls")
+}
+
+// rawCodec sends a request's bytes as they are, to put on the wire what no
+// well-behaved client would.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return v.([]byte), nil }
+
+func (rawCodec) Unmarshal(data []byte, v any) error { return nil }
+
+func (rawCodec) Name() string { return "proto" }
+
+// deepStruct is a Struct nested depth levels deep: {"a":{"a":…}}.
+func deepStruct(depth int) *structpb.Struct {
+	s := &structpb.Struct{}
+	for range depth {
+		s = &structpb.Struct{Fields: map[string]*structpb.Value{"a": structpb.NewStructValue(s)}}
+	}
+	return s
+}
+
+// TestMalformedInputIsClientError: a request that cannot be decoded is the
+// client's error, named, over both faces of the port: HTTP 400 and gRPC
+// InvalidArgument, never 500 or Internal (which clients retry).
+func TestMalformedInputIsClientError(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
+
+	t.Run("HTTP", func(t *testing.T) {
+		t.Parallel()
+		deep := []byte(`{"event":{"id":"evt-deep","owner_id":"o","type":"code.issued","subject":"code://1","data":` +
+			strings.Repeat(`{"a":`, 5000) + `1` + strings.Repeat(`}`, 5000) + `}}`)
+		code, _, body := httpCall(t, d, http.MethodPost, "/v1/events:publish", publisherToken, "application/json", deep)
+		require.Equal(t, http.StatusBadRequest, code, "%v", body)
+		require.Contains(t, body["message"], "nests deeper than")
+
+		badUTF8 := []byte("{\"event\":{\"id\":\"evt-\xff\xfe\",\"owner_id\":\"o\"}}")
+		code, _, body = httpCall(t, d, http.MethodPost, "/v1/events:publish", publisherToken, "application/json", badUTF8)
+		require.Equal(t, http.StatusBadRequest, code, "%v", body)
+		require.Contains(t, body["message"], "UTF-8")
+
+		code, _, body = httpCall(t, d, http.MethodPost, "/v1/endpoints", adminToken, "application/json", []byte(`{"owner_id":"o","url":`))
+		require.Equal(t, http.StatusBadRequest, code, "%v", body)
+	})
+
+	t.Run("GRPC", func(t *testing.T) {
+		t.Parallel()
+		valid, err := proto.Marshal(&webhooksv1.PublishRequest{Event: newEvent("o", "code.issued", "code://1", `{}`)})
+		require.NoError(t, err)
+		// PublishRequest.event (1) holding Event.id (1) of invalid UTF-8.
+		event := protowire.AppendTag(nil, 1, protowire.BytesType)
+		event = protowire.AppendString(event, "evt-\xff\xfe")
+		badUTF8 := protowire.AppendTag(nil, 1, protowire.BytesType)
+		badUTF8 = protowire.AppendBytes(badUTF8, event)
+		// 4,000 levels: three messages each (Struct, its map entry,
+		// Value), past protobuf's 10,000, in under Publish's 64 KiB.
+		deep, err := proto.Marshal(&webhooksv1.PublishRequest{Event: &webhooksv1.Event{Id: "evt-deep", Data: deepStruct(4000)}})
+		require.NoError(t, err)
+		require.Less(t, len(deep), 64<<10)
+
+		for _, tc := range []struct {
+			name, want string
+			msg        []byte
+		}{
+			{"InvalidUTF8", "UTF-8", badUTF8},
+			{"Truncated", "truncated or garbled", valid[:len(valid)-7]},
+			{"Garbled", "truncated or garbled", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
+			{"NestedTooDeep", "nests too deeply", deep},
+		} {
+			var reply webhooksv1.PublishResponse
+			err := d.conn.Invoke(publisherCtx(t), webhooksv1.EventService_Publish_FullMethodName, tc.msg, &reply,
+				grpc.ForceCodec(rawCodec{}))
+			require.Equal(t, codes.InvalidArgument, status.Code(err), "%s: %v", tc.name, err)
+			require.Contains(t, status.Convert(err).Message(), tc.want, tc.name)
+		}
+
+		// Over Publish's limit: refused undecoded, naming the limit.
+		_, err = d.events().Publish(publisherCtx(t), &webhooksv1.PublishRequest{Event: &webhooksv1.Event{Id: "evt-deep", Data: deepStruct(5000)}})
+		require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+		require.Contains(t, status.Convert(err).Message(), "at most 65536")
+	})
+}
