@@ -170,4 +170,3 @@ func TestGuard(t *testing.T) {
 		require.Zero(t, b.passed.Load())
 	})
 }
-
