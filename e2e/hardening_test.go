@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -12,8 +15,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -194,4 +200,137 @@ func TestMalformedInputIsClientError(t *testing.T) {
 		require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
 		require.Contains(t, status.Convert(err).Message(), "at most 65536")
 	})
+}
+
+// TestConnectionLimits: gRPC's streams per connection and idle limit, and
+// the ops port's idle, read and header limits, each set low and watched at
+// work.
+func TestConnectionLimits(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate",
+		"--grpc-max-concurrent-streams=7", "--api-idle-timeout=2s",
+		"--ops-idle-timeout=1s", "--ops-read-timeout=2s", "--ops-max-header-bytes=8192"}})
+
+	t.Run("GRPCStreamsPerConnection", func(t *testing.T) {
+		t.Parallel()
+		c, err := net.DialTimeout("tcp", d.grpcAddr, 10*time.Second)
+		require.NoError(t, err)
+		defer c.Close()
+		require.NoError(t, c.SetDeadline(time.Now().Add(30*time.Second)))
+		_, err = io.WriteString(c, http2.ClientPreface)
+		require.NoError(t, err)
+		fr := http2.NewFramer(c, c)
+		require.NoError(t, fr.WriteSettings())
+		f, err := fr.ReadFrame()
+		require.NoError(t, err)
+		settings, ok := f.(*http2.SettingsFrame)
+		require.True(t, ok, "the server's first frame is its SETTINGS, got %T", f)
+		v, ok := settings.Value(http2.SettingMaxConcurrentStreams)
+		require.True(t, ok)
+		require.Equal(t, uint32(7), v)
+	})
+
+	t.Run("GRPCIdleConnectionClosed", func(t *testing.T) {
+		t.Parallel()
+		conn, err := grpc.NewClient(d.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = webhooksv1.NewEndpointServiceClient(conn).ListEventTypes(adminCtx(t), &webhooksv1.ListEventTypesRequest{})
+		require.NoError(t, err)
+		require.Equal(t, connectivity.Ready, conn.GetState())
+		// The server's GOAWAY after 2 s without a call sends the client
+		// back to idle.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.True(t, conn.WaitForStateChange(ctx, connectivity.Ready), "the idle connection was never closed")
+		require.Equal(t, connectivity.Idle, conn.GetState())
+	})
+
+	t.Run("OpsIdleConnectionClosed", func(t *testing.T) {
+		t.Parallel()
+		c, err := net.DialTimeout("tcp", d.opsAddr, 10*time.Second)
+		require.NoError(t, err)
+		defer c.Close()
+		require.NoError(t, c.SetDeadline(time.Now().Add(30*time.Second)))
+		_, err = io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: ops\r\n\r\n")
+		require.NoError(t, err)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		// Kept alive, then closed by the server once idle 1 s.
+		_, err = br.ReadByte()
+		require.ErrorIs(t, err, io.EOF)
+	})
+
+	t.Run("OpsSlowBodyCutOff", func(t *testing.T) {
+		t.Parallel()
+		c, err := net.DialTimeout("tcp", d.opsAddr, 10*time.Second)
+		require.NoError(t, err)
+		defer c.Close()
+		require.NoError(t, c.SetDeadline(time.Now().Add(30*time.Second)))
+		// A body announced and never sent: the read timeout ends it.
+		_, err = io.WriteString(c, "POST /riverui/login HTTP/1.1\r\nHost: ops\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\ntoken=")
+		require.NoError(t, err)
+		_, err = io.Copy(io.Discard, c)
+		require.NoError(t, err, "the server closed the connection (io.Copy ends at EOF)")
+	})
+
+	t.Run("OpsHeaderLimit", func(t *testing.T) {
+		t.Parallel()
+		code, _ := d.get(t, "/healthz", "X-Padding", strings.Repeat("a", 20<<10))
+		require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, code)
+	})
+
+}
+
+// TestAPIConnectionLimit: with three connections open on the API port, a
+// fourth waits until one closes.
+func TestAPIConnectionLimit(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate", "--api-max-connections=3"}})
+	var idle []net.Conn
+	for range 3 {
+		c, err := net.DialTimeout("tcp", d.grpcAddr, 10*time.Second)
+		require.NoError(t, err)
+		defer c.Close()
+		idle = append(idle, c)
+		// Each says enough to be routed to HTTP and then waits.
+		_, err = io.WriteString(c, "GET /v1/event-types HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer "+adminToken+"\r\n\r\n")
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	// A fourth is queued, not served, while three are open.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	answered := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+d.grpcAddr+"/v1/event-types", nil)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		resp, err := client.Do(req.WithContext(ctx))
+		if err != nil {
+			answered <- 0
+			return
+		}
+		_ = resp.Body.Close()
+		answered <- resp.StatusCode
+	}()
+	select {
+	case code := <-answered:
+		t.Fatalf("a fourth connection was served (%d) while three were open", code)
+	case <-time.After(2 * time.Second):
+	}
+	_ = idle[0].Close()
+	select {
+	case code := <-answered:
+		require.Equal(t, http.StatusOK, code)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the fourth connection was not served once one closed")
+	}
 }
