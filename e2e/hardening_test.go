@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -333,4 +334,108 @@ func TestAPIConnectionLimit(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the fourth connection was not served once one closed")
 	}
+}
+
+// TestOperatorSessions: River UI's login and session through two replicas of
+// the real binary on one database: anti-framing headers on every page, a
+// Secure cookie behind a TLS-terminating proxy, logout ending the session on
+// both replicas, and failed tokens throttled per address on every face.
+func TestOperatorSessions(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	key := masterKey(t)
+	a := start(t, options{db: db, masterKey: key, args: []string{"--migrate", "--cookie-secure"}})
+	b := start(t, options{db: db, masterKey: key, args: []string{"--auth-failures=3"}})
+	noRedirect := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	send := func(t *testing.T, d *dispatcher, method, path, body string, header ...string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(method, "http://"+d.opsAddr+path, strings.NewReader(body))
+		require.NoError(t, err)
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := noRedirect.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp
+	}
+	login := func(t *testing.T, d *dispatcher, token string) *http.Response {
+		t.Helper()
+		return send(t, d, http.MethodPost, "/riverui/login", "token="+token+"&next=/riverui/",
+			"Origin", "http://"+d.opsAddr, "Content-Type", "application/x-www-form-urlencoded")
+	}
+
+	// Every page, the login form included, refuses to be framed.
+	for _, path := range []string{"/riverui/login", "/riverui/logout", "/riverui/"} {
+		resp := send(t, a, http.MethodGet, path, "")
+		require.Equal(t, "frame-ancestors 'none'", resp.Header.Get("Content-Security-Policy"), path)
+		require.Equal(t, "DENY", resp.Header.Get("X-Frame-Options"), path)
+		require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"), path)
+	}
+
+	resp := login(t, a, operatorToken)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Len(t, resp.Cookies(), 1)
+	session := resp.Cookies()[0]
+	require.True(t, session.Secure, "--cookie-secure: Secure over plain HTTP")
+	require.True(t, session.HttpOnly)
+	cookie := session.Name + "=" + session.Value
+
+	for _, d := range []*dispatcher{a, b} {
+		resp := send(t, d, http.MethodGet, "/riverui/api/jobs?state=available", "", "Cookie", cookie)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "the session works on either replica")
+		require.Equal(t, "DENY", resp.Header.Get("X-Frame-Options"))
+	}
+	resp = send(t, a, http.MethodPost, "/riverui/logout", "", "Origin", "http://"+a.opsAddr, "Cookie", cookie)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	for _, d := range []*dispatcher{a, b} {
+		resp := send(t, d, http.MethodGet, "/riverui/api/jobs?state=available", "", "Cookie", cookie)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a copy of the logged-out cookie is refused by every replica")
+	}
+
+	// Three failed tokens from one address (b allows three), on any face:
+	// then even the right tokens are refused for a while.
+	require.Equal(t, http.StatusUnauthorized, login(t, b, "not-the-operator-token-x1").StatusCode)
+	code, _, _ := httpCall(t, b, http.MethodGet, "/v1/event-types", "not-the-admin-token-x2", "", nil)
+	require.Equal(t, http.StatusUnauthorized, code)
+	_, err := b.endpoints().ListEventTypes(withToken(t.Context(), "not-the-admin-token-x3"), &webhooksv1.ListEventTypesRequest{})
+	require.Equal(t, codes.Unauthenticated, status.Code(err))
+
+	resp = login(t, b, operatorToken)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+	require.Empty(t, resp.Cookies())
+	code, header, _ := httpCall(t, b, http.MethodGet, "/v1/event-types", adminToken, "", nil)
+	require.Equal(t, http.StatusTooManyRequests, code)
+	require.NotEmpty(t, header.Get("Retry-After"))
+	_, err = b.endpoints().ListEventTypes(adminCtx(t), &webhooksv1.ListEventTypesRequest{})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	// Another replica keeps its own count.
+	_, err = a.endpoints().ListEventTypes(adminCtx(t), &webhooksv1.ListEventTypesRequest{})
+	require.NoError(t, err)
+	// The denials were logged, sampled: far fewer lines than calls would
+	// make once a flood starts (at most 5 per 10 s).
+	require.LessOrEqual(t, strings.Count(b.logs.String(), "call denied"), 5)
+}
+
+// TestWeakTokenRefusedAtStart: a guessable token stops the process at
+// start-up, with an error naming the variable and not the token.
+func TestWeakTokenRefusedAtStart(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "serve", "--grpc-addr", "127.0.0.1:0", "--ops-addr", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(),
+		"DATABASE_URL=postgres://127.0.0.1:1/none",
+		"DISPATCHER_MASTER_KEYS="+masterKey(t),
+		"DISPATCHER_PUBLISHER_TOKENS="+publisherToken,
+		"DISPATCHER_ADMIN_TOKENS=changeme-changeme-changeme",
+	)
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "%s", out)
+	require.NoError(t, ctx.Err(), "it exited at once")
+	require.Contains(t, string(out), "DISPATCHER_ADMIN_TOKENS")
+	require.Contains(t, string(out), "too weak")
+	require.NotContains(t, string(out), "changeme")
 }

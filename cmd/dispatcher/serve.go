@@ -48,6 +48,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/partition"
 	"github.com/standmeet/webhook-dispatcher/internal/portmux"
 	"github.com/standmeet/webhook-dispatcher/internal/retention"
+	"github.com/standmeet/webhook-dispatcher/internal/revocation"
 	"github.com/standmeet/webhook-dispatcher/internal/riverlevel"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
@@ -333,7 +334,11 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		opsMux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	}
 	if cfg.RiverUI {
-		if err := mountRiverUI(ctx, opsMux, riverClient, authn, logger); err != nil {
+		// Logout is seen by every replica (internal/revocation); failed
+		// logins share the API's throttle, so guesses on one face count on
+		// the other.
+		pages := auth.PagesConfig{Revocations: revocation.New(pool), Throttle: throttle, SecureCookies: cfg.CookieSecure}
+		if err := mountRiverUI(ctx, opsMux, riverClient, authn, pages, logger); err != nil {
 			_ = grpcLis.Close()
 			_ = opsLis.Close()
 			return err

@@ -97,7 +97,7 @@ type Authenticator struct {
 }
 
 // New builds an Authenticator. Tokens shorter than MinTokenLen are refused,
-// and so is a token listed under two roles (*SharedTokenError); errors name
+// and so are weak ones (CheckStrength) and a token listed under two roles (*SharedTokenError); errors name
 // the role and position, never the token. At least one publisher or admin
 // token is needed: operator tokens alone leave the API uncallable.
 func New(tokens Tokens, logger *slog.Logger) (*Authenticator, error) {
@@ -109,6 +109,9 @@ func New(tokens Tokens, logger *slog.Logger) (*Authenticator, error) {
 		for i, tok := range list {
 			if len(tok) < MinTokenLen {
 				return fmt.Errorf("auth: %s token #%d is %d characters, need at least %d", role, i+1, len(tok), MinTokenLen)
+			}
+			if err := CheckStrength(tok); err != nil {
+				return fmt.Errorf("auth: %s token #%d: %w", role, i+1, err)
 			}
 			// Stored as digests: comparing fixed-size digests keeps the
 			// comparison constant-time even across tokens of different length,

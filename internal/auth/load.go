@@ -11,8 +11,8 @@ import (
 // LoadTokens reads one role's tokens from an environment value (a comma-
 // separated list) and/or a file (one token per line; blank lines and lines
 // starting with '#' are ignored). Either source may be empty; tokens from both
-// are combined, duplicates dropped. A token shorter than MinTokenLen is an
-// error. Errors name the source and position, never the token, so they are
+// are combined, duplicates dropped. A token shorter than MinTokenLen, or weak
+// (CheckStrength), is an error. Errors name the source and position, never the token, so they are
 // safe to log.
 func LoadTokens(envValue, filePath string) ([]string, error) {
 	var out []string
@@ -23,6 +23,9 @@ func LoadTokens(envValue, filePath string) ([]string, error) {
 		}
 		if len(tok) < MinTokenLen {
 			return fmt.Errorf("auth: %s: token is %d characters, need at least %d", where, len(tok), MinTokenLen)
+		}
+		if err := CheckStrength(tok); err != nil {
+			return fmt.Errorf("auth: %s: %w", where, err)
 		}
 		if !seen[tok] {
 			seen[tok] = true
