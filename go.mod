@@ -2,6 +2,8 @@ module github.com/standmeet/webhook-dispatcher
 
 go 1.26.0
 
+toolchain go1.26.8
+
 require (
 	github.com/google/uuid v1.6.0
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0

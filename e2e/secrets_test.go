@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/base64"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -91,4 +93,53 @@ func hexString(b []byte) string {
 		out = append(out, digits[c>>4], digits[c&0x0f])
 	}
 	return string(out)
+}
+
+// TestPlaintextCredentialsWarned: a dispatcher configured to send the
+// access service token without TLS, and proxy credentials to a proxy, both
+// to addresses off the host, says so at start-up (a warning for each,
+// naming the address, never the credential); on loopback it says nothing.
+func TestPlaintextCredentialsWarned(t *testing.T) {
+	t.Parallel()
+	const (
+		token    = "e2e-access-token-plaintext-0123"
+		password = "e2e-proxy-password-0123"
+	)
+	creds := filepath.Join(t.TempDir(), "proxy-credentials")
+	require.NoError(t, os.WriteFile(creds, []byte("dispatcher:"+password+"\n"), 0o600))
+	warned := func(d *dispatcher) string {
+		var line string // start returned: the process serves, so start-up is logged
+		for l := range strings.Lines(d.logs.String()) {
+			if strings.Contains(l, "credentials go over plaintext") {
+				line += l
+			}
+		}
+		require.NotContains(t, d.logs.String(), token)
+		require.NotContains(t, d.logs.String(), password)
+		return line
+	}
+
+	t.Run("OffTheHost", func(t *testing.T) {
+		t.Parallel()
+		// TEST-NET addresses: nothing is dialled at start-up.
+		d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}, env: []string{
+			"DISPATCHER_ACCESS_ADDR=192.0.2.1:9000", "DISPATCHER_ACCESS_TOKEN=" + token,
+			"DISPATCHER_EGRESS_PROXY=http://192.0.2.2:3128", "DISPATCHER_EGRESS_PROXY_CREDENTIALS_FILE=" + creds,
+		}})
+		lines := warned(d)
+		require.Contains(t, lines, "access service token")
+		require.Contains(t, lines, "192.0.2.1:9000")
+		require.Contains(t, lines, "egress proxy credentials")
+		require.Contains(t, lines, "192.0.2.2:3128")
+		require.Contains(t, lines, `"level":"WARN"`)
+	})
+
+	t.Run("Loopback", func(t *testing.T) {
+		t.Parallel()
+		d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}, env: []string{
+			"DISPATCHER_ACCESS_ADDR=127.0.0.1:9", "DISPATCHER_ACCESS_TOKEN=" + token,
+			"DISPATCHER_EGRESS_PROXY=http://127.0.0.1:3128", "DISPATCHER_EGRESS_PROXY_CREDENTIALS_FILE=" + creds,
+		}})
+		require.Empty(t, warned(d))
+	})
 }

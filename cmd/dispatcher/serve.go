@@ -123,6 +123,11 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	m := metrics.New(reg, metricLabels())
 	reg.MustRegister(metrics.NewStateCollector(pool, logger, job.Kinds()))
 
+	for _, c := range plaintextCredentials(cfg) {
+		logger.WarnContext(ctx, "credentials go over plaintext to an address off this host: "+c.what,
+			slog.String("address", c.addr), slog.String("fix", c.fix))
+	}
+
 	// Scope: the one decision, handed to fanout as a function.
 	var admitter scope.EmbedAdmitter
 	if cfg.AccessAddr != "" {
