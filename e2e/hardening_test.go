@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -58,8 +59,9 @@ func bigPublishJSON(n int) []byte {
 
 // TestUnauthenticatedBodiesCostNoMemory: six unauthenticated Publish calls
 // of 3.9 MB at once over HTTP, and six over gRPC, are refused before their
-// bodies are read: the process's resident memory stays within 20 MB of idle
-// (it used to grow by about 180 MB per such call).
+// bodies are read; six 3.9 MB health checks (which need no token) at once
+// are read at most two at a time and refused undecoded. The process's
+// resident memory stays within 20 MB of idle.
 func TestUnauthenticatedBodiesCostNoMemory(t *testing.T) {
 	t.Parallel()
 	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
@@ -85,6 +87,8 @@ func TestUnauthenticatedBodiesCostNoMemory(t *testing.T) {
 	var wg sync.WaitGroup
 	httpCodes := make([]int, 6)
 	grpcErrs := make([]error, 6)
+	healthErrs := make([]error, 6)
+	hugeCheck := &healthpb.HealthCheckRequest{Service: strings.Repeat("s", size)}
 	for i := range 6 {
 		wg.Go(func() {
 			// No token at all.
@@ -107,12 +111,18 @@ func TestUnauthenticatedBodiesCostNoMemory(t *testing.T) {
 			defer cancel()
 			_, grpcErrs[i] = d.events().Publish(ctx, big)
 		})
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, healthErrs[i] = healthpb.NewHealthClient(d.conn).Check(ctx, hugeCheck)
+		})
 	}
 	wg.Wait()
 
 	for i := range 6 {
 		require.Equal(t, http.StatusUnauthorized, httpCodes[i], "HTTP publish %d", i)
 		require.Equal(t, codes.Unauthenticated, status.Code(grpcErrs[i]), "gRPC publish %d: %v", i, grpcErrs[i])
+		require.Contains(t, []codes.Code{codes.ResourceExhausted, codes.Unavailable}, status.Code(healthErrs[i]), "health check %d: %v", i, healthErrs[i])
 	}
 	rss := procStatus(t, pid, "VmRSS")
 	peak := procStatus(t, pid, "VmHWM")
