@@ -294,7 +294,6 @@ func TestConnectionLimits(t *testing.T) {
 		code, _ := d.get(t, "/healthz", "X-Padding", strings.Repeat("a", 20<<10))
 		require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, code)
 	})
-
 }
 
 // TestAPIConnectionLimit: with three connections open on the API port, a
