@@ -448,3 +448,62 @@ func TestWeakTokenRefusedAtStart(t *testing.T) {
 	require.Contains(t, string(out), "too weak")
 	require.NotContains(t, string(out), "changeme")
 }
+
+// TestGRPCKeepalivePolicy: a client may ping a connection without calls as
+// often as -grpc-keepalive-min-time allows; one pinging faster is sent away
+// (GOAWAY ENHANCE_YOUR_CALM "too_many_pings").
+func TestGRPCKeepalivePolicy(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate", "--grpc-keepalive-min-time=1s"}})
+	c, err := net.DialTimeout("tcp", d.grpcAddr, 10*time.Second)
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = io.WriteString(c, http2.ClientPreface)
+	require.NoError(t, err)
+	fr := http2.NewFramer(c, c)
+	require.NoError(t, fr.WriteSettings())
+	goaway := make(chan *http2.GoAwayFrame, 1)
+	go func() {
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				close(goaway)
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					_ = fr.WriteSettingsAck()
+				}
+			case *http2.GoAwayFrame:
+				goaway <- f
+				return
+			}
+		}
+	}()
+	ping := func(n byte) { require.NoError(t, fr.WritePing(false, [8]byte{n})) }
+
+	// Three pings two seconds apart, no call under way: within the policy.
+	for i := range 3 {
+		ping(byte(i))
+		time.Sleep(2 * time.Second)
+	}
+	select {
+	case f := <-goaway:
+		t.Fatalf("pings within the policy were refused: %v", f)
+	default:
+	}
+
+	// Pings without pause: sent away.
+	for i := range 5 {
+		ping(byte(10 + i))
+	}
+	select {
+	case f, ok := <-goaway:
+		require.True(t, ok, "the connection closed without GOAWAY")
+		require.Equal(t, http2.ErrCodeEnhanceYourCalm, f.ErrCode)
+		require.Contains(t, string(f.DebugData()), "too_many_pings")
+	case <-time.After(30 * time.Second):
+		t.Fatal("no GOAWAY after five pings at once")
+	}
+}
