@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -58,8 +59,9 @@ func bigPublishJSON(n int) []byte {
 
 // TestUnauthenticatedBodiesCostNoMemory: six unauthenticated Publish calls
 // of 3.9 MB at once over HTTP, and six over gRPC, are refused before their
-// bodies are read: the process's resident memory stays within 20 MB of idle
-// (it used to grow by about 180 MB per such call).
+// bodies are read; six 3.9 MB health checks (which need no token) at once
+// are read at most two at a time and refused undecoded. The process's
+// resident memory stays within 20 MB of idle.
 func TestUnauthenticatedBodiesCostNoMemory(t *testing.T) {
 	t.Parallel()
 	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
@@ -85,6 +87,8 @@ func TestUnauthenticatedBodiesCostNoMemory(t *testing.T) {
 	var wg sync.WaitGroup
 	httpCodes := make([]int, 6)
 	grpcErrs := make([]error, 6)
+	healthErrs := make([]error, 6)
+	hugeCheck := &healthpb.HealthCheckRequest{Service: strings.Repeat("s", size)}
 	for i := range 6 {
 		wg.Go(func() {
 			// No token at all.
@@ -107,12 +111,18 @@ func TestUnauthenticatedBodiesCostNoMemory(t *testing.T) {
 			defer cancel()
 			_, grpcErrs[i] = d.events().Publish(ctx, big)
 		})
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, healthErrs[i] = healthpb.NewHealthClient(d.conn).Check(ctx, hugeCheck)
+		})
 	}
 	wg.Wait()
 
 	for i := range 6 {
 		require.Equal(t, http.StatusUnauthorized, httpCodes[i], "HTTP publish %d", i)
 		require.Equal(t, codes.Unauthenticated, status.Code(grpcErrs[i]), "gRPC publish %d: %v", i, grpcErrs[i])
+		require.Contains(t, []codes.Code{codes.ResourceExhausted, codes.Unavailable}, status.Code(healthErrs[i]), "health check %d: %v", i, healthErrs[i])
 	}
 	rss := procStatus(t, pid, "VmRSS")
 	peak := procStatus(t, pid, "VmHWM")
@@ -284,7 +294,6 @@ func TestConnectionLimits(t *testing.T) {
 		code, _ := d.get(t, "/healthz", "X-Padding", strings.Repeat("a", 20<<10))
 		require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, code)
 	})
-
 }
 
 // TestAPIConnectionLimit: with three connections open on the API port, a
@@ -438,4 +447,63 @@ func TestWeakTokenRefusedAtStart(t *testing.T) {
 	require.Contains(t, string(out), "DISPATCHER_ADMIN_TOKENS")
 	require.Contains(t, string(out), "too weak")
 	require.NotContains(t, string(out), "changeme")
+}
+
+// TestGRPCKeepalivePolicy: a client may ping a connection without calls as
+// often as -grpc-keepalive-min-time allows; one pinging faster is sent away
+// (GOAWAY ENHANCE_YOUR_CALM "too_many_pings").
+func TestGRPCKeepalivePolicy(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate", "--grpc-keepalive-min-time=1s"}})
+	c, err := net.DialTimeout("tcp", d.grpcAddr, 10*time.Second)
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = io.WriteString(c, http2.ClientPreface)
+	require.NoError(t, err)
+	fr := http2.NewFramer(c, c)
+	require.NoError(t, fr.WriteSettings())
+	goaway := make(chan *http2.GoAwayFrame, 1)
+	go func() {
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				close(goaway)
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					_ = fr.WriteSettingsAck()
+				}
+			case *http2.GoAwayFrame:
+				goaway <- f
+				return
+			}
+		}
+	}()
+	ping := func(n byte) { require.NoError(t, fr.WritePing(false, [8]byte{n})) }
+
+	// Three pings two seconds apart, no call under way: within the policy.
+	for i := range 3 {
+		ping(byte(i))
+		time.Sleep(2 * time.Second)
+	}
+	select {
+	case f := <-goaway:
+		t.Fatalf("pings within the policy were refused: %v", f)
+	default:
+	}
+
+	// Pings without pause: sent away.
+	for i := range 5 {
+		ping(byte(10 + i))
+	}
+	select {
+	case f, ok := <-goaway:
+		require.True(t, ok, "the connection closed without GOAWAY")
+		require.Equal(t, http2.ErrCodeEnhanceYourCalm, f.ErrCode)
+		require.Contains(t, string(f.DebugData()), "too_many_pings")
+	case <-time.After(30 * time.Second):
+		t.Fatal("no GOAWAY after five pings at once")
+	}
 }

@@ -400,7 +400,7 @@ func (c *serveConfig) validateLimits() error {
 // unanswered for 20 s, so a peer that vanished frees its connection.
 func (c *serveConfig) grpcConnOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.MaxConcurrentStreams(uint32(c.GRPCMaxStreams)), //nolint:gosec // validated 1..2^20
+		grpc.MaxConcurrentStreams(uint32(c.GRPCMaxStreams)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     c.APIIdleTimeout,
 			MaxConnectionAge:      c.GRPCMaxConnAge,

@@ -240,7 +240,7 @@ func TestPages(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, do(t, other, retry(c)).Code)
 		require.Len(t, store.ids, 1)
 		for _, exp := range store.ids {
-			require.WithinDuration(t, time.Now().Add(SessionTTL), exp, time.Minute, "kept until the session would have expired")
+			require.WithinDuration(t, exp, time.Now().Add(SessionTTL), time.Minute, "kept until the session would have expired")
 		}
 		// A new login is a new session.
 		require.Equal(t, http.StatusOK, do(t, b, retry(sessionCookie(t, b))).Code)

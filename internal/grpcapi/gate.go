@@ -99,16 +99,29 @@ type GateConfig struct {
 //
 // The interceptors check the token again (a server built without the tap,
 // in tests, is still closed) and turn the codec's findings into statuses.
+//
+// Health and reflection need no token, so their calls are bounded apart:
+// gRPC reads any message up to the largest limit before a codec can look at
+// it, so each such call reserves that much from a small budget of its own
+// (two such reads at once) from its headers until its message has been read
+// — microseconds for the few bytes these calls send — and is answered
+// Unavailable when the budget is taken. What an unauthenticated client can
+// make the process hold is that budget.
 type Gate struct {
 	cfg    GateConfig
 	codec  *gateCodec
 	limits Limits
+	open   *inflight.Budget
 }
+
+// openReads is how many calls that need no token may be read at once.
+const openReads = 2
 
 // NewGate returns a Gate.
 func NewGate(cfg GateConfig) *Gate {
 	cfg.Limits = cfg.Limits.withDefaults()
-	return &Gate{cfg: cfg, limits: cfg.Limits, codec: &gateCodec{inner: encoding.GetCodecV2("proto"), limits: cfg.Limits}}
+	return &Gate{cfg: cfg, limits: cfg.Limits, codec: &gateCodec{inner: encoding.GetCodecV2("proto"), limits: cfg.Limits},
+		open: inflight.New(openReads * int64(cfg.Limits.Largest()))}
 }
 
 // ServerOptions returns the options that install the gate: the tap handler,
@@ -138,7 +151,11 @@ func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	if p != nil && p.Addr != nil && !piped {
 		addr = p.Addr.String()
 	}
-	if _, open, _ := required(info.FullMethodName); !open && g.cfg.Throttle != nil && addr != "" {
+	_, open, _ := required(info.FullMethodName)
+	if open {
+		return g.tapOpen(ctx)
+	}
+	if g.cfg.Throttle != nil && addr != "" {
 		if wait, ok := g.cfg.Throttle.Allow(addr); !ok {
 			g.cfg.Auth.Denied(ctx, "grpc", info.FullMethodName, "throttled after failed tokens", addr)
 			return ctx, status.Errorf(codes.ResourceExhausted,
@@ -166,6 +183,27 @@ func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	return ctx, nil
 }
 
+// openReadKey holds, in the context of a call that needs no token, its
+// reservation from the open budget while its first message is read.
+type openReadKey struct{}
+
+func (g *Gate) tapOpen(ctx context.Context) (context.Context, error) {
+	release, ok := g.open.TryAcquire(int64(g.limits.Largest()))
+	if !ok {
+		return ctx, status.Error(codes.Unavailable, "too many unauthenticated calls (health, reflection) being read at once: retry")
+	}
+	context.AfterFunc(ctx, release)
+	return context.WithValue(ctx, openReadKey{}, release), nil
+}
+
+// releaseOpenRead gives back a call's open reservation, once its message
+// has been read.
+func releaseOpenRead(ctx context.Context) {
+	if release, ok := ctx.Value(openReadKey{}).(func()); ok {
+		release()
+	}
+}
+
 // authorize checks the token again behind the tap: a server built with
 // these interceptors but without the tap is still closed.
 func (g *Gate) authorize(ctx context.Context, fullMethod string) error {
@@ -173,6 +211,8 @@ func (g *Gate) authorize(ctx context.Context, fullMethod string) error {
 }
 
 func (g *Gate) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	// The request has been read and decoded by now.
+	releaseOpenRead(ctx)
 	if err := g.authorize(ctx, info.FullMethod); err != nil {
 		return nil, err
 	}
@@ -186,17 +226,36 @@ func (g *Gate) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 	if err := g.authorize(ss.Context(), info.FullMethod); err != nil {
 		return err
 	}
-	return handler(srv, &checkedStream{ServerStream: ss, codec: g.codec})
+	cs := &checkedStream{ServerStream: ss, codec: g.codec}
+	if _, open, _ := required(info.FullMethod); open {
+		cs.open = g
+		cs.release, _ = ss.Context().Value(openReadKey{}).(func())
+	}
+	return handler(srv, cs)
 }
 
 // checkedStream turns what the codec found in each received message into
-// the call's status.
+// the call's status and, for a call that needs no token, reserves each
+// message's read from the open budget (the first one's reservation is the
+// tap's).
 type checkedStream struct {
 	grpc.ServerStream
-	codec *gateCodec
+	codec   *gateCodec
+	open    *Gate
+	release func()
 }
 
 func (s *checkedStream) RecvMsg(m any) error {
+	if s.open != nil {
+		if s.release == nil {
+			r, ok := s.open.open.TryAcquire(int64(s.open.limits.Largest()))
+			if !ok {
+				return status.Error(codes.Unavailable, "too many unauthenticated calls (health, reflection) being read at once: retry")
+			}
+			s.release = r
+		}
+		defer func() { s.release(); s.release = nil }()
+	}
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}

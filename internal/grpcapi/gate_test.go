@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -36,6 +38,8 @@ func TestGate(t *testing.T) {
 	type testBundle struct {
 		budget *inflight.Budget
 		events webhooksv1.EventServiceClient
+		gate   *Gate
+		health healthpb.HealthClient
 		calls  chan struct{}
 	}
 	setup := func(t *testing.T, throttle *auth.Throttle) *testBundle {
@@ -45,8 +49,10 @@ func TestGate(t *testing.T) {
 		b := &testBundle{budget: inflight.New(256 << 10), calls: make(chan struct{}, 100)}
 		gate := NewGate(GateConfig{Auth: a, Throttle: throttle, Budget: b.budget, Limits: Limits{RequestBytes: 64 << 10, BatchBytes: 128 << 10}})
 		lis := bufconn.Listen(1 << 20)
+		b.gate = gate
 		srv := grpc.NewServer(gate.ServerOptions()...)
 		webhooksv1.RegisterEventServiceServer(srv, &countingEvents{calls: b.calls})
+		healthpb.RegisterHealthServer(srv, health.NewServer())
 		go func() { _ = srv.Serve(lis) }()
 		t.Cleanup(srv.Stop)
 		conn, err := grpc.NewClient("passthrough:///bufnet",
@@ -55,6 +61,7 @@ func TestGate(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = conn.Close() })
 		b.events = webhooksv1.NewEventServiceClient(conn)
+		b.health = healthpb.NewHealthClient(conn)
 		return b
 	}
 	bigRequest := func(t *testing.T, n int) *webhooksv1.PublishRequest {
@@ -115,6 +122,44 @@ func TestGate(t *testing.T) {
 			require.True(t, time.Now().Before(deadline), "the calls' reservations were not given back")
 			time.Sleep(10 * time.Millisecond)
 		}
+	})
+
+	t.Run("CallsWithoutTokenBoundedApart", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		openFree := func() bool {
+			r, ok := b.gate.open.TryAcquire(b.gate.open.Size())
+			if ok {
+				r()
+			}
+			return ok
+		}
+		// Health needs no token, so its messages are read; a large one is
+		// refused undecoded, and its reservation given back.
+		_, err := b.health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: strings.Repeat("s", 100<<10)})
+		requireAuthCode(t, err, codes.ResourceExhausted)
+		_, err = b.health.Check(t.Context(), &healthpb.HealthCheckRequest{})
+		require.NoError(t, err)
+		require.Eventually(t, openFree, 10*time.Second, 10*time.Millisecond)
+
+		// A Watch holds nothing once its request has been read.
+		watch, err := b.health.Watch(t.Context(), &healthpb.HealthCheckRequest{})
+		require.NoError(t, err)
+		_, err = watch.Recv()
+		require.NoError(t, err)
+		require.True(t, openFree(), "the open stream holds no reservation")
+
+		// While the open budget is taken, such calls wait outside.
+		release, ok := b.gate.open.TryAcquire(b.gate.open.Size())
+		require.True(t, ok)
+		_, err = b.health.Check(t.Context(), &healthpb.HealthCheckRequest{})
+		requireAuthCode(t, err, codes.Unavailable)
+		release()
+		_, err = b.health.Check(t.Context(), &healthpb.HealthCheckRequest{})
+		require.NoError(t, err)
+		// The authenticated API has its own budget.
+		_, err = b.events.Publish(withToken(t.Context(), authPublisherToken), bigRequest(t, 10))
+		require.NoError(t, err)
 	})
 
 	t.Run("ThrottledAfterUnknownTokens", func(t *testing.T) {

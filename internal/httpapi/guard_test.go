@@ -67,7 +67,9 @@ func TestGuard(t *testing.T) {
 	body := func(s string) *watchedBody { return &watchedBody{r: strings.NewReader(s)} }
 	message := func(t *testing.T, rec *httptest.ResponseRecorder) string {
 		t.Helper()
-		var st struct{ Message string }
+		var st struct {
+			Message string `json:"message"`
+		}
 		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &st), rec.Body.String())
 		return st.Message
 	}

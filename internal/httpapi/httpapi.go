@@ -129,10 +129,10 @@ type guard struct {
 // route is what the guard needs to know of a request's RPC: the role it
 // takes and the gRPC method whose size limit applies.
 func route(r *http.Request) (need auth.Role, method string) {
-	switch {
-	case r.URL.Path == "/v1/events:publishBatch":
+	switch r.URL.Path {
+	case "/v1/events:publishBatch":
 		return auth.RolePublisher, webhooksv1.EventService_PublishBatch_FullMethodName
-	case r.URL.Path == "/v1/events:publish":
+	case "/v1/events:publish":
 		return auth.RolePublisher, webhooksv1.EventService_Publish_FullMethodName
 	default:
 		// Every other route is an EndpointService RPC (see http.yaml).
@@ -197,7 +197,11 @@ func (g *guard) authorize(r *http.Request, need auth.Role) (code int, msg string
 		return http.StatusUnauthorized, msgUnknownToken
 	case role&need == 0:
 		g.cfg.Auth.Denied(r.Context(), "http", r.Method+" "+r.URL.Path, "role "+role.String()+" not allowed", r.RemoteAddr)
-		return http.StatusForbidden, "token role " + role.String() + " may not call " + r.Method + " " + r.URL.Path
+		service := webhooksv1.EndpointService_ServiceDesc.ServiceName
+		if need == auth.RolePublisher {
+			service = webhooksv1.EventService_ServiceDesc.ServiceName
+		}
+		return http.StatusForbidden, "token role " + role.String() + " may not call " + service
 	}
 	return 0, ""
 }
@@ -303,6 +307,7 @@ func writeStatus(w http.ResponseWriter, httpStatus int, code codes.Code, msg str
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(httpStatus)
-	_, _ = w.Write(b)
+	_, _ = w.Write(b) //nolint:gosec // G705: JSON (application/json, nosniff), never rendered as HTML
 }
