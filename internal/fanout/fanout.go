@@ -168,7 +168,9 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 	if w.metrics != nil {
 		w.metrics.FanoutEnqueuedTotal.Add(float64(enqueued))
 	}
-	w.logger.InfoContext(ctx, "fanout done",
+	// Per event, and nothing an operator acts on: DEBUG, like a delivery's
+	// success (fanout_enqueued and the event's decision record count it).
+	w.logger.DebugContext(ctx, "fanout done",
 		slog.String("event_id", e.ID),
 		slog.String("type", e.Type),
 		slog.Int("matched", len(candidates)),
