@@ -185,7 +185,7 @@ func (b *bench) runScenario(ctx context.Context, name string) []result {
 		return []result{runFor(b.cfg.SoakDuration+15*time.Minute, b.soak)}
 	case "S10":
 		var out []result
-		for _, n := range s10InFlight {
+		for _, n := range b.cfg.S10InFlight {
 			if ctx.Err() != nil {
 				break
 			}
