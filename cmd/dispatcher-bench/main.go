@@ -23,7 +23,10 @@
 // GetEvent over 10 million stored events), S10 a slow receiver (100 ms, 2,000
 // deliveries queued at once) at max_in_flight 1 and 16, S11 hung receivers
 // (20 of 100 endpoints never answer while the others get 500 events/s; run
-// without them too, S11h0, for the healthy p99 to compare with). The soak
+// without them too, S11h0, for the healthy p99 to compare with), open (the
+// open loop: Publish at 200, 500 and 1,000 events/s offered, each rate followed
+// by its floor, the same generator doing one durable single-row INSERT and
+// COMMIT per call over a pool of the dispatcher's size). The soak
 // (run only when named: -scenario soak) is a steady load for -soak-duration,
 // sampling the dispatcher's RSS, heap, goroutines and connections and the
 // size of every table the load writes, and judging whether each levels off;
@@ -60,7 +63,7 @@ import (
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // allScenarios in run order.
-var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8", "S9", "S10", "S11", "soak"}
+var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8", "S9", "S10", "S11", "open", "soak"}
 
 // defaultScenarios run when -scenario is not given: all but the soak, which
 // takes as long as -soak-duration says.
