@@ -23,7 +23,10 @@
 // GetEvent over 10 million stored events), S10 a slow receiver (100 ms, 2,000
 // deliveries queued at once) at max_in_flight 1 and 16, S11 hung receivers
 // (20 of 100 endpoints never answer while the others get 500 events/s; run
-// without them too, S11h0, for the healthy p99 to compare with). The soak
+// without them too, S11h0, for the healthy p99 to compare with), open (the
+// open loop: Publish at 200, 500 and 1,000 events/s offered, each rate followed
+// by its floor, the same generator doing one durable single-row INSERT and
+// COMMIT per call over a pool of the dispatcher's size). The soak
 // (run only when named: -scenario soak) is a steady load for -soak-duration,
 // sampling the dispatcher's RSS, heap, goroutines and connections and the
 // size of every table the load writes, and judging whether each levels off;
@@ -60,7 +63,7 @@ import (
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // allScenarios in run order.
-var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8", "S9", "S10", "S11", "soak"}
+var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8", "S9", "S10", "S11", "open", "soak"}
 
 // defaultScenarios run when -scenario is not given: all but the soak, which
 // takes as long as -soak-duration says.
@@ -78,12 +81,18 @@ type config struct {
 	Timeout       time.Duration
 	Env           []string
 	S6Procs       []int
-	ConnBudget    int
-	Latency       time.Duration
-	OneHost       bool
+	// S10InFlight are the max_in_flight settings S10 runs at.
+	S10InFlight []int32
+	ConnBudget  int
+	Latency     time.Duration
+	OneHost     bool
 	// S8Live: S8 publishes while the endpoint delivers instead of queuing
 	// the backlog behind a pause.
-	S8Live    bool
+	S8Live bool
+	// S10Live: S10 publishes its backlog while the endpoint delivers (so
+	// the deliveries are handed off as they are fanned out) instead of
+	// queuing it behind a pause.
+	S10Live   bool
 	Top       int
 	KeepLogs  string
 	SchemaSQL string
@@ -107,6 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.SetOutput(stderr)
 	scenarios := fs.String("scenario", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run: "+strings.Join(allScenarios, ",")+" (soak only when named)")
 	s6 := fs.String("s6-procs", "1,2,3", "dispatcher process counts for S6")
+	s10 := fs.String("s10-in-flight", "1,16", "max_in_flight settings S10 runs at")
 	var env stringList
 	fs.StringVar(&c.Binary, "binary", "", "dispatcher binary to run; empty: go build ./cmd/dispatcher into a temporary directory")
 	fs.StringVar(&c.DatabaseURL, "database-url", envOr("BENCH_DATABASE_URL", DefaultDatabaseURL), "Postgres server to measure against (env BENCH_DATABASE_URL); a URL, not a key=value DSN, when -isolated-db")
@@ -120,6 +130,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.ConnBudget, "conn-budget", 60, "total Postgres connections the dispatcher processes of one scenario may open; each process gets min(40, budget/processes) unless -env sets DISPATCHER_DB_MAX_CONNS")
 	fs.DurationVar(&c.Latency, "receiver-latency", 0, "extra latency of every receiver response (S2 always uses 1ms)")
 	fs.BoolVar(&c.S8Live, "s8-live", false, "S8: publish the deliveries while the rate-limited endpoint delivers, instead of queuing them behind a pause and releasing them at once")
+	fs.BoolVar(&c.S10Live, "s10-live", false, "S10: publish the backlog while the endpoint delivers (handed off as it is fanned out), instead of queuing it behind a pause and releasing it at once")
 	fs.BoolVar(&c.OneHost, "one-host", false, "put every endpoint on one receiver listener (one host, endpoint i at /e/i) instead of one listener per endpoint, so all deliveries share the dispatcher's per-host connection pool")
 	fs.IntVar(&c.Top, "top", 12, "statements to list per scenario when pg_stat_statements is available (0: none)")
 	fs.StringVar(&c.KeepLogs, "logs", "", "directory to write each dispatcher process's stderr to (default: kept in memory, tail shown on failure)")
@@ -157,6 +168,13 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 			return nil, fmt.Errorf("invalid -s6-procs entry %q: want 1..8", s)
 		}
 		c.S6Procs = append(c.S6Procs, n)
+	}
+	for s := range strings.SplitSeq(*s10, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 1000 {
+			return nil, fmt.Errorf("invalid -s10-in-flight entry %q: want 1..1000", s)
+		}
+		c.S10InFlight = append(c.S10InFlight, int32(n))
 	}
 	for _, kv := range env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || !strings.HasPrefix(k, "DISPATCHER_") {

@@ -45,6 +45,16 @@ const (
 	MaxHandoffLimit     = 20000
 )
 
+// DefaultHandoffMemoryMB and MaxHandoffMemoryMB bound -handoff-memory-mb,
+// the same deliveries' bound by memory (internal/delivery's
+// DeliveryBytes: a fixed 16 kB each plus its event's bytes): 16 MB is
+// about 1,000 deliveries of small events, whichever of the two bounds is
+// reached first.
+const (
+	DefaultHandoffMemoryMB = delivery.DefaultHandoffBytes >> 20
+	MaxHandoffMemoryMB     = 4096
+)
+
 // dbConfig is shared by every command that talks to Postgres directly.
 type dbConfig struct {
 	URL      string
@@ -109,8 +119,10 @@ type serveConfig struct {
 	DeliverWorkers int
 	// HandoffLimit bounds the deliveries handed off (internal/delivery's
 	// Direct) and not yet done at once; beyond it they go through River.
-	HandoffLimit  int
-	FanoutWorkers int
+	HandoffLimit int
+	// HandoffMemoryMB bounds the same deliveries by the memory they hold.
+	HandoffMemoryMB int
+	FanoutWorkers   int
 	// IngestTxs bounds the ingest transactions running at once
 	// (internal/ingest's group commit).
 	IngestTxs        int
@@ -189,6 +201,7 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.DurationVar(&c.AccessTimeout, "access-timeout", env.duration("DISPATCHER_ACCESS_TIMEOUT", 2*time.Second), "timeout of one EmbedAdmits call (env DISPATCHER_ACCESS_TIMEOUT)")
 	fs.IntVar(&c.DeliverWorkers, "deliver-workers", env.integer("DISPATCHER_DELIVER_WORKERS", 200), "concurrent deliveries per process (env DISPATCHER_DELIVER_WORKERS)")
 	fs.IntVar(&c.HandoffLimit, "handoff-limit", env.integer("DISPATCHER_HANDOFF_LIMIT", DefaultHandoffLimit), "deliveries handed off directly (started by this process without River's fetch) and not yet done, at most, including those waiting for their endpoint's turn; beyond it new deliveries go through River (env DISPATCHER_HANDOFF_LIMIT)")
+	fs.IntVar(&c.HandoffMemoryMB, "handoff-memory-mb", env.integer("DISPATCHER_HANDOFF_MEMORY_MB", DefaultHandoffMemoryMB), "memory the deliveries handed off and not yet done may hold, at most, in MB (16 kB each plus their event's bytes); beyond it new deliveries go through River (env DISPATCHER_HANDOFF_MEMORY_MB)")
 	fs.IntVar(&c.FanoutWorkers, "fanout-workers", env.integer("DISPATCHER_FANOUT_WORKERS", 20), "concurrent fanouts per process (env DISPATCHER_FANOUT_WORKERS)")
 	fs.IntVar(&c.IngestTxs, "ingest-transactions", env.integer("DISPATCHER_INGEST_TRANSACTIONS", ingest.DefaultGroupInFlight),
 		"ingest transactions at once; events published meanwhile share the next one (env DISPATCHER_INGEST_TRANSACTIONS)")
@@ -280,6 +293,9 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	}
 	if c.DeliverWorkers < 1 || c.DeliverWorkers > 10000 {
 		return nil, fmt.Errorf("invalid -deliver-workers %d: want 1..10000", c.DeliverWorkers)
+	}
+	if c.HandoffMemoryMB < 1 || c.HandoffMemoryMB > MaxHandoffMemoryMB {
+		return nil, fmt.Errorf("invalid -handoff-memory-mb %d (DISPATCHER_HANDOFF_MEMORY_MB): want 1..%d", c.HandoffMemoryMB, MaxHandoffMemoryMB)
 	}
 	if c.HandoffLimit < 1 || c.HandoffLimit > MaxHandoffLimit {
 		return nil, fmt.Errorf("invalid -handoff-limit %d (DISPATCHER_HANDOFF_LIMIT): want 1..%d", c.HandoffLimit, MaxHandoffLimit)

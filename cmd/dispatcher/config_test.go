@@ -216,6 +216,22 @@ func TestParseServeConfig(t *testing.T) {
 		require.ErrorContains(t, err, "DISPATCHER_HANDOFF_LIMIT")
 	})
 
+	t.Run("HandoffMemory", func(t *testing.T) {
+		t.Parallel()
+		c, err := parse(setup(t))
+		require.NoError(t, err)
+		require.Equal(t, 16, c.HandoffMemoryMB)
+		b := setup(t)
+		b.env["DISPATCHER_HANDOFF_MEMORY_MB"] = "64"
+		c, err = parse(b)
+		require.NoError(t, err)
+		require.Equal(t, 64, c.HandoffMemoryMB)
+		for _, bad := range []string{"0", "-1", "4097"} {
+			_, err = parse(setup(t), "--handoff-memory-mb", bad)
+			require.ErrorContains(t, err, "invalid -handoff-memory-mb "+bad+" (DISPATCHER_HANDOFF_MEMORY_MB)")
+		}
+	})
+
 	t.Run("AttemptBodyBytes", func(t *testing.T) {
 		t.Parallel()
 		c, err := parse(setup(t))

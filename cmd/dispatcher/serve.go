@@ -234,7 +234,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	// up to -handoff-limit of them under way (not the deliver workers'
 	// count: a burst of PublishBatch calls hands off thousands at once,
 	// most of them waiting for their endpoint's turn).
-	direct := deliverWorker.NewDirect(delivery.DirectConfig{Works: member.Works, Member: member.ID(), Limit: cfg.HandoffLimit, Middleware: traces.RiverMiddleware()})
+	direct := deliverWorker.NewDirect(delivery.DirectConfig{Works: member.Works, Member: member.ID(), Limit: cfg.HandoffLimit, LimitBytes: int64(cfg.HandoffMemoryMB) << 20, Middleware: traces.RiverMiddleware()})
 	store := ingest.NewStore(ingest.StoreConfig{
 		Fanout:        fanout.NewInline(decider.Func(), member.Active, m).WithHandoff(direct),
 		UnknownTypes:  cfg.UnknownTypes,

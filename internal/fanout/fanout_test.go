@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -822,16 +823,22 @@ type handoff struct {
 	accept func(queue string) bool
 	mu     sync.Mutex
 	asked  []string
+	// planned holds each offer's endpoint and planned count.
+	planned []string
+	// totals holds each offer's count of the plan's earlier hand-offs.
+	totals []int
 }
 
 func (h *handoff) Hold() time.Duration { return time.Hour }
 
 func (h *handoff) Member() string { return "test-member" }
 
-func (h *handoff) Accepts(queue string) bool {
+func (h *handoff) Accepts(queue, endpointID string, _ *webhook.Event, toEndpoint, total int) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.asked = append(h.asked, queue)
+	h.planned = append(h.planned, fmt.Sprintf("%s:%d", endpointID, toEndpoint))
+	h.totals = append(h.totals, total)
 	return h.accept(queue)
 }
 
@@ -992,6 +999,31 @@ func TestInlineHandoff(t *testing.T) {
 		// The same event again: nothing new, nothing handed off.
 		_, again := b.inlineTxHanded(t, ev)
 		require.Empty(t, again, "a duplicate is never handed off")
+	})
+
+	t.Run("TellsTheHandoffWhatItsPlanHandsOffPerEndpoint", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ep1 := b.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		ep2 := b.insertEndpoint(t, []string{"code.*"}, endpointOpts{})
+		// Accepts two per endpoint per plan, whatever the queue: the third
+		// delivery to ep1 is left to River.
+		h := &handoff{accept: func(string) bool { return true }}
+		h.accept = func(string) bool {
+			last := h.planned[len(h.planned)-1]
+			return !strings.HasSuffix(last, ":2")
+		}
+		b.inline.WithHandoff(h)
+		ev1 := b.insertEvent(t, ownerID, "code.issued", "code://1", "{}")
+		ev2 := b.insertEvent(t, ownerID, "booking.created", "booking://2", "{}")
+		ev3 := b.insertEvent(t, ownerID, "code.issued", "code://3", "{}")
+
+		_, handed := b.inlineTxHanded(t, ev1, ev2, ev3)
+		// Endpoints are read in id order; each endpoint's offers count up.
+		require.ElementsMatch(t, []string{ep1 + ":0", ep2 + ":0", ep1 + ":1", ep1 + ":2", ep2 + ":1"}, h.planned,
+			"each offer counts the plan's earlier hand-offs to its endpoint")
+		require.Len(t, handed, 4, "the third to ep1 went to River")
+		require.Equal(t, []int{0, 1, 2, 3, 4}, h.totals, "and every earlier hand-off of the plan, to any endpoint")
 	})
 
 	t.Run("LeavesWaitingAndOrderedDeliveriesToRiver", func(t *testing.T) {
