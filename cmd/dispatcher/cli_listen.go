@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -223,9 +224,20 @@ type receiver struct {
 	out      io.Writer
 
 	mu sync.Mutex
-	// attempts counts the deliveries seen per event id: a retry carries the
-	// same webhook-id, so the count is the attempt number as seen here.
+	// attempts counts the deliveries seen per event id, for a server that
+	// does not say which attempt a request is (job.AttemptHeader): a retry
+	// carries the same webhook-id, so the count is the attempt number as
+	// seen here, which misses the attempts made while no listen ran.
 	attempts map[string]int
+}
+
+// attemptSaid says which attempt r is: the server's count from its
+// job.AttemptHeader ("attempt 4 of 18, 2 probes"), else the count seen here.
+func attemptSaid(r *http.Request, seen int) string {
+	if n, ok := job.ParseAttemptHeader(r.Header.Get(job.AttemptHeader)); ok {
+		return n.String()
+	}
+	return fmt.Sprintf("attempt %d (seen here)", seen)
 }
 
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -242,10 +254,10 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		clear(rc.attempts)
 	}
 	rc.attempts[id]++
-	attempt := rc.attempts[id]
+	attempt := attemptSaid(r, rc.attempts[id])
 
 	if err != nil {
-		fmt.Fprintf(rc.out, "%s  %s %s  %s  attempt %d  verified ✗ (%v)  → 401\n",
+		fmt.Fprintf(rc.out, "%s  %s %s  %s  %s  verified ✗ (%v)  → 401\n",
 			at.UTC().Format(time.RFC3339), r.Method, r.URL.Path, orDash(id), attempt, err)
 		http.Error(w, "signature verification failed", http.StatusUnauthorized)
 		return
@@ -255,7 +267,7 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		data.Reset()
 		data.Write(ev.Data)
 	}
-	fmt.Fprintf(rc.out, "%s  %s  %s  %s  attempt %d  verified ✓  age %s  → %d\n  data %s (%d bytes)\n",
+	fmt.Fprintf(rc.out, "%s  %s  %s  %s  %s  verified ✓  age %s  → %d\n  data %s (%d bytes)\n",
 		at.UTC().Format(time.RFC3339), ev.ID, ev.Type, ev.Subject, attempt,
 		at.Sub(ev.OccurredAt).Round(time.Millisecond), rc.status, data.String(), len(body))
 	w.WriteHeader(rc.status)

@@ -37,7 +37,8 @@ import (
 // but not its place. A delivery probed before its retry step keeps the step
 // (nextRetry returns the time it was due, recorded as probe_due in its
 // metadata), its max_attempts grows by one, and probes do not count as steps
-// of the schedule; so a receiver that stays down still sees each delivery
+// of the schedule (job.ProbeMark: the River attempt it runs as is recorded
+// too, so that what people see counts scheduled attempts and probes apart); so a receiver that stays down still sees each delivery
 // tried on the 18-attempt, 5.3-day schedule, and the disable-after period
 // is unchanged. A probe picks, among the endpoint's oldest waiting
 // deliveries (probePool), the one that has spent the fewest attempts, so a
@@ -77,15 +78,6 @@ const (
 // index river_job_webhook_deliver_waiting_idx's, spelled the same so the
 // planner uses it.
 const notDirect = `NOT (j.metadata @> '{"output": {"snooze_reason": "direct"}}')`
-
-// probeMark is what a probe leaves in the metadata of the delivery it took
-// ahead of its time (nextRetry reads it).
-type probeMark struct {
-	// Due is when the delivery was due before the probe took it.
-	Due *time.Time `json:"probe_due"`
-	// Probes counts the probes it carried.
-	Probes int `json:"probes"`
-}
 
 // probeSQL sends one probe to each of up to $1 failing endpoints whose
 // probe is due, and schedules their next. $2: probePool; $3: probeFirst and
@@ -131,7 +123,8 @@ probed AS (
            max_attempts = j.max_attempts + CASE WHEN j.attempt > 0 THEN 1 ELSE 0 END,
            metadata     = CASE WHEN j.attempt > 0
                                THEN j.metadata || jsonb_build_object('probe_due', j.scheduled_at,
-                                                     'probes', coalesce((j.metadata->>'probes')::int, 0) + 1)
+                                                     'probes', coalesce((j.metadata->>'probes')::int, 0) + 1,
+                                                     'probe_attempts', coalesce(j.metadata->'probe_attempts', '[]'::jsonb) || to_jsonb(j.attempt + 1))
                                ELSE j.metadata END
       FROM pick p
      WHERE j.id = p.job_id AND j.state IN ('retryable', 'scheduled')
