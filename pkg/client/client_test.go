@@ -26,6 +26,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 	"github.com/standmeet/webhook-dispatcher/pkg/client"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -278,6 +279,31 @@ func TestClient_Publish(t *testing.T) {
 		res, err := b.client.Publish(ctx, ev)
 		require.NoError(t, err)
 		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN, res.GetOutcome())
+		require.Equal(t, "corpus.note.changed", res.GetDidYouMean(), "the default catalog stands in: no refusal, but a did-you-mean")
+	})
+
+	t.Run("UnknownTypeRefusedWithTheDispatchersCatalog", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, client.WithCatalog(catalog.Default()))
+		ev, err := client.NewEvent("corpus.note.chnaged", "owner_1", "wiki://x").Event()
+		require.NoError(t, err)
+		_, err = b.client.Publish(ctx, ev)
+		st := status.Convert(err)
+		require.Equal(t, codes.InvalidArgument, st.Code())
+		require.Contains(t, st.Message(), `invalid event.type: is in no event catalog; did you mean "corpus.note.changed"?`)
+		_, err = b.client.PublishBatch(ctx, []*webhook.Event{newEvent(t, "evt_1"), ev})
+		require.Equal(t, codes.InvalidArgument, status.Code(err))
+		require.Contains(t, status.Convert(err).Message(), "events[1].type: is in no event catalog")
+		require.Zero(t, b.fault.calls.Load(), "refused before it is sent")
+		require.Zero(t, testfactory.CountEvents(ctx, t, b.db.Pool))
+
+		// AllowUnknownTypes sends it; the dispatcher drops it, and says
+		// which type was probably meant.
+		ab := setup(t, client.WithCatalog(catalog.Default()), client.AllowUnknownTypes())
+		res, err := ab.client.Publish(ctx, ev)
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN, res.GetOutcome())
+		require.Equal(t, "corpus.note.changed", res.GetDidYouMean())
 	})
 
 	t.Run("WrongTokenIsNotRetried", func(t *testing.T) {

@@ -354,6 +354,64 @@ func TestWriteValidation(t *testing.T) {
 	})
 }
 
+// TestUnknownTypes: given the dispatcher's catalog, a type in none of it is
+// refused before anything is written, naming the type the writer probably
+// meant; without one (the default catalog stands in), or with
+// AllowUnknownTypes, it is written and the dispatcher drops it.
+func TestUnknownTypes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	misspelt := func() outbox.Event {
+		e := validEvent()
+		e.Type = "corpus.note.chnaged"
+		return e
+	}
+
+	t.Run("RefusedWithTheDispatchersCatalog", func(t *testing.T) {
+		t.Parallel()
+		for _, write := range []func(outbox.Event, ...outbox.Option) error{
+			func(e outbox.Event, opts ...outbox.Option) error {
+				q := &recordingQuerier{}
+				err := outbox.Write(ctx, q, e, opts...)
+				require.Zero(t, q.calls)
+				return err
+			},
+			func(e outbox.Event, opts ...outbox.Option) error {
+				return outbox.WriteSQL(ctx, failingExecer{t}, e, opts...)
+			},
+		} {
+			err := write(misspelt(), outbox.WithCatalog(catalog.Default()))
+			var fe *outbox.FieldError
+			require.ErrorAs(t, err, &fe)
+			require.Equal(t, "type", fe.Field)
+			require.Equal(t, `is in no event catalog; did you mean "corpus.note.changed"?`, fe.Reason)
+		}
+	})
+
+	t.Run("AcceptedWithoutOne", func(t *testing.T) {
+		t.Parallel()
+		q := &recordingQuerier{}
+		require.NoError(t, outbox.Write(ctx, q, misspelt()))
+		require.NoError(t, outbox.Write(ctx, q, misspelt(), outbox.WithCatalog(nil)))
+		require.Equal(t, 2, q.calls)
+	})
+
+	t.Run("AllowUnknownTypes", func(t *testing.T) {
+		t.Parallel()
+		q := &recordingQuerier{}
+		require.NoError(t, outbox.Write(ctx, q, misspelt(), outbox.WithCatalog(catalog.Default()), outbox.AllowUnknownTypes()))
+		require.Equal(t, 1, q.calls)
+	})
+}
+
+// failingExecer fails the test if anything is written.
+type failingExecer struct{ t *testing.T }
+
+func (f failingExecer) ExecContext(context.Context, string, ...any) (sql.Result, error) {
+	f.t.Error("nothing may be written")
+	return nil, nil
+}
+
 func TestWriteSQL(t *testing.T) {
 	t.Parallel()
 
