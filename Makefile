@@ -16,7 +16,7 @@ run: ## Run the dispatcher locally (DATABASE_URL, else database dispatcher_dev o
 	@scripts/run-dev.sh
 
 .PHONY: stop
-stop: ## Stop what make run started (its dispatcher, its private Postgres cluster).
+stop: ## Stop what make run started (its dispatcher, its private Postgres cluster) and the dispatcher listen receivers run with its .data/dev.env.
 	@scripts/stop-dev.sh
 
 .PHONY: clean

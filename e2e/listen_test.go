@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,8 +33,14 @@ var listenRE = regexp.MustCompile(`listen: (created|reusing) endpoint (\S+) for 
 // startListen runs `dispatcher listen` against d and waits for its endpoint.
 func startListen(t *testing.T, d *dispatcher, args ...string) *listener {
 	t.Helper()
+	return startListenEnv(t, d, nil, args...)
+}
+
+// startListenEnv is startListen with env added to the environment.
+func startListenEnv(t *testing.T, d *dispatcher, env []string, args ...string) *listener {
+	t.Helper()
 	cmd := exec.Command(binary, append([]string{"listen", "--addr", d.grpcAddr}, args...)...)
-	cmd.Env = append(os.Environ(), "DISPATCHER_TOKEN="+adminToken)
+	cmd.Env = append(append(os.Environ(), "DISPATCHER_TOKEN="+adminToken), env...)
 	l := &listener{cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = l.out, l.out
 	require.NoError(t, cmd.Start())
@@ -209,4 +218,73 @@ func TestListenAndPublish(t *testing.T) {
 		require.Error(t, err)
 		require.Contains(t, out, "PermissionDenied", "publishing takes the publisher token")
 	})
+}
+
+// TestStopDevStopsListen: make stop and make clean (scripts/stop-dev.sh)
+// stop the `dispatcher listen` receivers run with the clone's .data/dev.env,
+// which records them under .data/listen (DISPATCHER_LISTEN_PID_DIR): each
+// gets SIGTERM, stops cleanly, and its record is gone. The script runs from
+// a copy in a scratch clone, whose .data holds nothing else.
+func TestStopDevStopsListen(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
+	clone := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(clone, "scripts"), 0o755))
+	script, err := os.ReadFile("../scripts/stop-dev.sh")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(clone, "scripts", "stop-dev.sh"), script, 0o755)) //nolint:gosec // a script, run below
+	pidDir := filepath.Join(clone, ".data", "listen")
+	env := []string{"DISPATCHER_LISTEN_PID_DIR=" + pidDir}
+
+	stopDev := func(t *testing.T, args ...string) string {
+		t.Helper()
+		out, err := exec.Command("bash", append([]string{filepath.Join(clone, "scripts", "stop-dev.sh")}, args...)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return string(out)
+	}
+	exited := func(t *testing.T, l *listener) {
+		t.Helper()
+		select {
+		case err := <-l.done:
+			l.done <- err
+			require.NoError(t, err, "a clean stop\n%s", l.out.String())
+		case <-time.After(30 * time.Second):
+			t.Fatalf("listen still runs\n%s", l.out.String())
+		}
+		require.Contains(t, l.out.String(), "listen: stopped; endpoint "+l.endpointID+" stays")
+	}
+
+	first := startListenEnv(t, d, env, "--owner", "stop-owner", "--listen", "127.0.0.1:0")
+	second := startListenEnv(t, d, env, "--owner", "stop-owner", "--listen", "127.0.0.1:0", "--status", "503")
+	entries, err := os.ReadDir(pidDir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	require.ElementsMatch(t, []string{strconv.Itoa(first.cmd.Process.Pid) + ".pid", strconv.Itoa(second.cmd.Process.Pid) + ".pid"}, names,
+		"each listen records itself")
+
+	out := stopDev(t)
+	for _, l := range []*listener{first, second} {
+		require.Contains(t, out, fmt.Sprintf("stop-dev: stopped dispatcher listen (pid %d, on %s)", l.cmd.Process.Pid, strings.TrimSuffix(strings.TrimPrefix(l.url, "http://"), "/hooks")))
+		exited(t, l)
+	}
+	entries, err = os.ReadDir(pidDir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "no record left")
+
+	// make clean stops them too, before it removes .data.
+	third := startListenEnv(t, d, env, "--owner", "stop-owner", "--listen", "127.0.0.1:0")
+	out = stopDev(t, "--clean")
+	require.Contains(t, out, fmt.Sprintf("stop-dev: stopped dispatcher listen (pid %d", third.cmd.Process.Pid))
+	exited(t, third)
+	require.NoDirExists(t, filepath.Join(clone, ".data"))
+
+	// A record whose process is gone, or is not a listen, is only removed.
+	require.NoError(t, os.MkdirAll(pidDir, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(pidDir, "1.pid"), []byte("1 127.0.0.1:1\n"), 0o600))
+	out = stopDev(t)
+	require.NotContains(t, out, "stopped dispatcher listen")
+	require.NoFileExists(t, filepath.Join(pidDir, "1.pid"))
 }

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +71,8 @@ func runListenCLI(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var types stringList
 	fs.Var(&types, "event-types", `event type globs the endpoint hears, comma-separated or repeated (default: "*" for a new endpoint, a reused one keeps its own)`)
 	status := fs.Int("status", http.StatusNoContent, "HTTP status to answer verified deliveries with: a 2xx, or e.g. 500 or 429 to watch the retries")
+	pidDir := fs.String("pid-dir", os.Getenv("DISPATCHER_LISTEN_PID_DIR"),
+		"directory to record this process in (<pid>.pid, removed on exit), so that make stop finds and stops it; make run sets it in .data/dev.env (env DISPATCHER_LISTEN_PID_DIR)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -87,6 +91,13 @@ func runListenCLI(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer lis.Close()
+	if *pidDir != "" {
+		remove, err := writePidFile(*pidDir, lis.Addr().String())
+		if err != nil {
+			return fmt.Errorf("listen: --pid-dir: %w", err)
+		}
+		defer remove()
+	}
 	if *url == "" {
 		*url = "http://" + lis.Addr().String() + "/hooks"
 	}
@@ -132,6 +143,21 @@ func runListenCLI(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	_ = srv.Shutdown(shutdownCtx)
 	fmt.Fprintf(stdout, "listen: stopped; endpoint %s stays (dispatcher endpoints delete --owner %s %s removes it)\n", ep.GetId(), conn.owner, ep.GetId())
 	return nil
+}
+
+// writePidFile records this process in dir as <pid>.pid, holding the pid
+// and the address it listens on, for scripts/stop-dev.sh (make stop), and
+// returns what removes it.
+func writePidFile(dir, addr string) (func(), error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	pid := strconv.Itoa(os.Getpid())
+	path := filepath.Join(dir, pid+".pid")
+	if err := os.WriteFile(path, []byte(pid+" "+addr+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	return func() { _ = os.Remove(path) }, nil
 }
 
 // listenOn opens the receiver's socket: addr when given, else the first free
