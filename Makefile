@@ -16,7 +16,7 @@ run: ## Run the dispatcher locally (DATABASE_URL, else database dispatcher_dev o
 	@scripts/run-dev.sh
 
 .PHONY: stop
-stop: ## Stop what make run started (its dispatcher, its private Postgres cluster).
+stop: ## Stop what make run started (its dispatcher, its private Postgres cluster) and the dispatcher listen receivers run with its .data/dev.env.
 	@scripts/stop-dev.sh
 
 .PHONY: clean
@@ -92,9 +92,14 @@ push: ## Push dist/VERSION's image: make push IMAGE=ghcr.io/you/webhook-dispatch
 check/release: ## Build a release of a CI version, push it to a registry started here, pull it back and check it.
 	@scripts/check-release.sh
 
+# pkg/ is a module of its own (what applications import, without this
+# module's dependencies): every target that covers ./... covers ./pkg too.
+PKG_MOD := pkg
+
 .PHONY: test
-test: ## Run every test (needs Postgres with 20 free connections: DATABASE_URL or 127.0.0.1:5432).
+test: ## Run every test, of pkg/'s module too (needs Postgres with 20 free connections: DATABASE_URL or 127.0.0.1:5432).
 	@mkdir -p bin
+	$(GO) -C $(PKG_MOD) test $(TEST_FLAGS) -parallel $(TEST_PARALLEL) ./...
 	TEST_LOCK=$(CURDIR)/bin/.test.lock $(GO) test $(TEST_FLAGS) -p $(TEST_P) $(if $(TEST_EXEC),-exec $(TEST_EXEC)) -parallel $(TEST_PARALLEL) ./...
 
 .PHONY: test/chaos
@@ -106,6 +111,7 @@ test/chaos: ## The long reliability run: 10,000 events through 3 dispatchers kil
 .PHONY: test/race
 test/race: ## Run every test with the race detector.
 	@mkdir -p bin
+	$(GO) -C $(PKG_MOD) test -race $(TEST_FLAGS) -parallel $(TEST_PARALLEL) ./...
 	TEST_LOCK=$(CURDIR)/bin/.test.lock $(GO) test -race $(TEST_FLAGS) -p $(TEST_P) $(if $(TEST_EXEC),-exec $(TEST_EXEC)) -parallel $(TEST_PARALLEL) ./...
 
 .PHONY: generate
@@ -125,11 +131,13 @@ lint/buf:
 .PHONY: lint/go
 lint/go:
 	$(GO) vet ./...
+	$(GO) -C $(PKG_MOD) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: lint/golangci
 lint/golangci: ## golangci-lint (built from the module proxy).
 	$(GO) tool -modfile=tools/lint/go.mod golangci-lint run --allow-serial-runners ./...
+	cd $(PKG_MOD) && $(GO) tool -modfile=../tools/lint/go.mod golangci-lint run --allow-serial-runners --config ../.golangci.yaml ./...
 
 .PHONY: check/generated
 GENERATED := pkg/api docs/openapi docs/events.md pkg/client docs/design.md
@@ -143,8 +151,8 @@ check/vuln: ## govulncheck over the module where its database (vuln.go.dev) is r
 	@scripts/vulncheck.sh
 
 .PHONY: check/tidy
-check/tidy: ## Fail if go.mod/go.sum of the module or of a tools/ module is not tidy.
-	@fail=0; for d in . tools/*/; do \
+check/tidy: ## Fail if go.mod/go.sum of the module, of pkg/ or of a tools/ module is not tidy.
+	@fail=0; for d in . $(PKG_MOD)/ tools/*/; do \
 		if ! (cd "$$d" && $(GO) mod tidy -diff >/dev/null); then echo "go.mod in $$d is not tidy: run go mod tidy there"; fail=1; fi; \
 	done; exit $$fail
 

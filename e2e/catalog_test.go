@@ -21,9 +21,10 @@ import (
 
 // TestUnknownTypes: through the real binary, a type in no catalog is not
 // silently taken for an internal one. By default it is accepted and dropped
-// with its own outcome, the CLI exits non-zero, the server counts it by type
-// and logs it; with -unknown-types=refuse it is InvalidArgument naming
-// event.type.
+// with its own outcome and a did-you-mean, the CLI exits non-zero without
+// saying "published", the server counts it by type and logs it (and warns at
+// start-up that such events are dropped); with -unknown-types=refuse it is
+// InvalidArgument naming event.type, with the did-you-mean.
 func TestUnknownTypes(t *testing.T) {
 	t.Parallel()
 
@@ -36,14 +37,30 @@ func TestUnknownTypes(t *testing.T) {
 		var exit *exec.ExitError
 		require.ErrorAs(t, err, &exit, out)
 		require.Equal(t, 1, exit.ExitCode(), out)
-		require.Contains(t, out, "dropped: the type is in no event catalog")
-		require.Contains(t, out, `type "corpus.note.chnaged" is in no event catalog`)
+		require.NotContains(t, out, "published", "an event that goes nowhere was not published")
+		require.Regexp(t, `events publish: event \S+ dropped: type "corpus.note.chnaged" is in no event catalog, so it goes nowhere \(did you mean "corpus.note.changed"\?`, out)
 
-		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN,
-			publish(t, d, newEvent("owner-u", "corpus.note.chnaged", "wiki://x", `{}`)).GetOutcome())
+		resp := publish(t, d, newEvent("owner-u", "corpus.note.chnaged", "wiki://x", `{}`))
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN, resp.GetOutcome())
+		require.Equal(t, "corpus.note.changed", resp.GetDidYouMean())
+		require.Equal(t, `type "corpus.note.chnaged" is in no event catalog, so it is never delivered; did you mean "corpus.note.changed"?`, resp.GetReason())
 		require.InDelta(t, 2, metric(t, d, `dispatcher_ingest_unknown_types_total{type="corpus.note.chnaged"}`), 0)
 		require.InDelta(t, 2, metric(t, d, `dispatcher_ingest_events_total{path="grpc",result="dropped_unknown"}`), 0)
 		require.Contains(t, d.logs.String(), `"type":"corpus.note.chnaged"`)
+		require.Contains(t, d.logs.String(), `"did_you_mean":"corpus.note.changed"`)
+		require.Contains(t, d.logs.String(), "events of types in no event catalog are accepted and dropped", "the start-up warning")
+
+		// Nothing near: no guess.
+		resp = publish(t, d, newEvent("owner-u", "order.placed", "wiki://x", `{}`))
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN, resp.GetOutcome())
+		require.Empty(t, resp.GetDidYouMean())
+
+		// An internal type is dropped too, and the CLI says so (exit 0: the
+		// catalog says it never leaves).
+		out, err = cli(t, d, publisherToken, "events", "publish", "--owner", "owner-u",
+			"--type", "corpus.note.changed", "--subject", "raw://x", "--data", `{"op":"updated"}`)
+		require.NoError(t, err, out)
+		require.Regexp(t, `^dropped event \S+ \(raw:// subjects never leave\)\n$`, out)
 
 		// A catalog type still publishes, and the CLI exits 0.
 		out, err = cli(t, d, publisherToken, "events", "publish", "--owner", "owner-u",
@@ -61,7 +78,8 @@ func TestUnknownTypes(t *testing.T) {
 		_, err := d.events().Publish(ctx, &webhooksv1.PublishRequest{Event: newEvent("owner-u", "corpus.note.chnaged", "wiki://x", `{}`)})
 		st := status.Convert(err)
 		require.Equal(t, codes.InvalidArgument, st.Code(), "%v", err)
-		require.Contains(t, st.Message(), "event.type: is in no event catalog")
+		require.Contains(t, st.Message(), `event.type: is in no event catalog; did you mean "corpus.note.changed"?`)
+		require.NotContains(t, d.logs.String(), "events of types in no event catalog are accepted", "no start-up warning when refusing")
 		require.InDelta(t, 1, metric(t, d, `dispatcher_ingest_unknown_types_total{type="corpus.note.chnaged"}`), 0)
 	})
 }

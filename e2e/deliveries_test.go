@@ -190,7 +190,8 @@ func TestRetryNowAndSendTest(t *testing.T) {
 			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERED
 		})
 		require.GreaterOrEqual(t, del.GetAttempt(), int32(3))
-		require.Len(t, rc.requests(), int(del.GetAttempt()), "one request per attempt")
+		require.Equal(t, int32(18), del.GetMaxAttempts(), "probes do not raise the maximum")
+		require.Len(t, rc.requests(), int(del.GetAttempt()+del.GetProbes()), "one request per attempt or probe")
 
 		// Delivered is not waiting: refused, and said so.
 		_, err = d.endpoints().RetryDelivery(adminCtx(t), &webhooksv1.RetryDeliveryRequest{OwnerId: deliveriesOwner, DeliveryId: del.GetId()})

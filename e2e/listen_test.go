@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,8 +33,14 @@ var listenRE = regexp.MustCompile(`listen: (created|reusing) endpoint (\S+) for 
 // startListen runs `dispatcher listen` against d and waits for its endpoint.
 func startListen(t *testing.T, d *dispatcher, args ...string) *listener {
 	t.Helper()
+	return startListenEnv(t, d, nil, args...)
+}
+
+// startListenEnv is startListen with env added to the environment.
+func startListenEnv(t *testing.T, d *dispatcher, env []string, args ...string) *listener {
+	t.Helper()
 	cmd := exec.Command(binary, append([]string{"listen", "--addr", d.grpcAddr}, args...)...)
-	cmd.Env = append(os.Environ(), "DISPATCHER_TOKEN="+adminToken)
+	cmd.Env = append(append(os.Environ(), "DISPATCHER_TOKEN="+adminToken), env...)
 	l := &listener{cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = l.out, l.out
 	require.NoError(t, cmd.Start())
@@ -105,7 +114,7 @@ func TestListenAndPublish(t *testing.T) {
 		require.NotNil(t, m, out)
 		id := m[1]
 
-		line := regexp.MustCompile(`\S+  ` + regexp.QuoteMeta(id) + `  corpus\.note\.changed  wiki://software/project/x  attempt 1  verified ✓  age \S+  → 204\n  data \{"op":"updated","published":true\}`)
+		line := regexp.MustCompile(`\S+  ` + regexp.QuoteMeta(id) + `  corpus\.note\.changed  wiki://software/project/x  attempt 1 of 18  verified ✓  age \S+  → 204\n  data \{"op":"updated","published":true\}`)
 		waitFor(t, 30*time.Second, "listen to print the delivery", func() bool { return line.MatchString(l.out.String()) })
 
 		// The same event again is a duplicate, and nothing new arrives.
@@ -146,11 +155,15 @@ func TestListenAndPublish(t *testing.T) {
 			"--type", "booking.created", "--subject", "booking://42")
 		require.NoError(t, err, out)
 		id := publishedRE.FindStringSubmatch(out)[1]
-		// The first retry comes about 5 s after the first attempt.
+		// The first retry comes about 5 s after the first attempt, or a
+		// recovery probe as early (the endpoint is failing), which spends
+		// no attempt of the schedule: listen prints the server's count.
+		second := regexp.MustCompile(regexp.QuoteMeta(id+"  booking.created  booking://42  ") +
+			`(attempt 2 of 18|probe 1, after attempt 1 of 18)  verified ✓`)
 		waitFor(t, 40*time.Second, "the second attempt", func() bool {
-			return strings.Contains(l.out.String(), id+"  booking.created  booking://42  attempt 2  verified ✓")
+			return second.MatchString(l.out.String())
 		})
-		require.Contains(t, l.out.String(), id+"  booking.created  booking://42  attempt 1  verified ✓")
+		require.Contains(t, l.out.String(), id+"  booking.created  booking://42  attempt 1 of 18  verified ✓")
 		require.Contains(t, l.out.String(), "→ 503")
 	})
 
@@ -185,7 +198,7 @@ func TestListenAndPublish(t *testing.T) {
 		require.NoError(t, err, out)
 		id := publishedRE.FindStringSubmatch(out)[1]
 		waitFor(t, 30*time.Second, "the delivery", func() bool {
-			return strings.Contains(second.out.String(), id+"  booking.created  booking://7  attempt 1  verified ✓")
+			return strings.Contains(second.out.String(), id+"  booking.created  booking://7  attempt 1 of 18  verified ✓")
 		})
 	})
 
@@ -205,4 +218,73 @@ func TestListenAndPublish(t *testing.T) {
 		require.Error(t, err)
 		require.Contains(t, out, "PermissionDenied", "publishing takes the publisher token")
 	})
+}
+
+// TestStopDevStopsListen: make stop and make clean (scripts/stop-dev.sh)
+// stop the `dispatcher listen` receivers run with the clone's .data/dev.env,
+// which records them under .data/listen (DISPATCHER_LISTEN_PID_DIR): each
+// gets SIGTERM, stops cleanly, and its record is gone. The script runs from
+// a copy in a scratch clone, whose .data holds nothing else.
+func TestStopDevStopsListen(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
+	clone := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(clone, "scripts"), 0o755))
+	script, err := os.ReadFile("../scripts/stop-dev.sh")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(clone, "scripts", "stop-dev.sh"), script, 0o755)) //nolint:gosec // a script, run below
+	pidDir := filepath.Join(clone, ".data", "listen")
+	env := []string{"DISPATCHER_LISTEN_PID_DIR=" + pidDir}
+
+	stopDev := func(t *testing.T, args ...string) string {
+		t.Helper()
+		out, err := exec.Command("bash", append([]string{filepath.Join(clone, "scripts", "stop-dev.sh")}, args...)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return string(out)
+	}
+	exited := func(t *testing.T, l *listener) {
+		t.Helper()
+		select {
+		case err := <-l.done:
+			l.done <- err
+			require.NoError(t, err, "a clean stop\n%s", l.out.String())
+		case <-time.After(30 * time.Second):
+			t.Fatalf("listen still runs\n%s", l.out.String())
+		}
+		require.Contains(t, l.out.String(), "listen: stopped; endpoint "+l.endpointID+" stays")
+	}
+
+	first := startListenEnv(t, d, env, "--owner", "stop-owner", "--listen", "127.0.0.1:0")
+	second := startListenEnv(t, d, env, "--owner", "stop-owner", "--listen", "127.0.0.1:0", "--status", "503")
+	entries, err := os.ReadDir(pidDir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	require.ElementsMatch(t, []string{strconv.Itoa(first.cmd.Process.Pid) + ".pid", strconv.Itoa(second.cmd.Process.Pid) + ".pid"}, names,
+		"each listen records itself")
+
+	out := stopDev(t)
+	for _, l := range []*listener{first, second} {
+		require.Contains(t, out, fmt.Sprintf("stop-dev: stopped dispatcher listen (pid %d, on %s)", l.cmd.Process.Pid, strings.TrimSuffix(strings.TrimPrefix(l.url, "http://"), "/hooks")))
+		exited(t, l)
+	}
+	entries, err = os.ReadDir(pidDir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "no record left")
+
+	// make clean stops them too, before it removes .data.
+	third := startListenEnv(t, d, env, "--owner", "stop-owner", "--listen", "127.0.0.1:0")
+	out = stopDev(t, "--clean")
+	require.Contains(t, out, fmt.Sprintf("stop-dev: stopped dispatcher listen (pid %d", third.cmd.Process.Pid))
+	exited(t, third)
+	require.NoDirExists(t, filepath.Join(clone, ".data"))
+
+	// A record whose process is gone, or is not a listen, is only removed.
+	require.NoError(t, os.MkdirAll(pidDir, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(pidDir, "1.pid"), []byte("1 127.0.0.1:1\n"), 0o600))
+	out = stopDev(t)
+	require.NotContains(t, out, "stopped dispatcher listen")
+	require.NoFileExists(t, filepath.Join(pidDir, "1.pid"))
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/testtime"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
@@ -298,4 +301,114 @@ SELECT coalesce(extract(epoch FROM min(scheduled_at) - now())::float8, 3600)
  WHERE kind = 'webhook.deliver' AND args->>'endpoint_id' = $1 AND state IN ('retryable', 'scheduled')`, endpointID).Scan(&soonest))
 	require.Greater(t, soonest, 60.0, "a waiting delivery is due within a minute of the fast-forwarded now (a failed probe followed by its delivery's own 5-s retry would be)")
 	require.NoError(t, tx.Commit(ctx))
+}
+
+// TestAttemptsCountProbesApart: a receiver fails until a recovery probe
+// reaches it. Every request says where the delivery stands (the
+// Dispatcher-Attempt header), and the API, the attempt history and the CLI
+// count the schedule's attempts and the probes apart: "1 of 18, 1 probe",
+// never River's own "2/19", whose counts include the probe.
+func TestAttemptsCountProbesApart(t *testing.T) {
+	t.Parallel()
+	const owner = "owner-probe-count"
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(d.logs.String())
+		}
+	})
+
+	var (
+		mu       sync.Mutex
+		headers  []job.Attempts
+		inFlight *webhooksv1.Delivery // as listed while the probe was in flight
+		epID     string
+	)
+	rc := newReceiver(t)
+	rc.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		n, ok := job.ParseAttemptHeader(r.Header.Get(job.AttemptHeader))
+		mu.Lock()
+		defer mu.Unlock()
+		if !ok {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		headers = append(headers, n)
+		if !n.Probe {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		resp, err := d.endpoints().ListDeliveries(adminCtx(t), &webhooksv1.ListDeliveriesRequest{OwnerId: owner, EndpointId: epID})
+		if err == nil && len(resp.GetDeliveries()) == 1 {
+			inFlight = resp.GetDeliveries()[0]
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mu.Lock()
+	epID = createEndpoint(t, d, owner, rc.URL, "code.*").GetEndpoint().GetId()
+	mu.Unlock()
+	publish(t, d, newEvent(owner, "code.issued", "code://probe-count", `{}`))
+
+	// The first probe is due 5 s after the first failure, the next 10 s
+	// later: a liveness bound for a loaded machine.
+	var delivery *webhooksv1.Delivery
+	waitFor(t, 90*time.Second, "delivered by a probe", func() bool {
+		resp, err := d.endpoints().ListDeliveries(adminCtx(t), &webhooksv1.ListDeliveriesRequest{OwnerId: owner, EndpointId: epID})
+		require.NoError(t, err)
+		if len(resp.GetDeliveries()) != 1 {
+			return false
+		}
+		delivery = resp.GetDeliveries()[0]
+		return delivery.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERED
+	})
+
+	mu.Lock()
+	got := slices.Clone(headers)
+	listed := inFlight
+	mu.Unlock()
+	require.GreaterOrEqual(t, len(got), 2, "a failure, then the probe")
+	regular := len(got) - 1
+	for i, n := range got[:regular] {
+		require.Equal(t, job.Attempts{Attempt: i + 1, Max: 18}, n, "request %d: a scheduled attempt", i+1)
+	}
+	probe := got[regular]
+	require.Equal(t, job.Attempts{Attempt: regular, Max: 18, Probes: 1, Probe: true}, probe, "the last request: the probe")
+
+	require.NotNil(t, listed, "the delivery, listed while the probe was in flight")
+	require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERING, listed.GetState())
+	require.Equal(t, int32(regular), listed.GetAttempt())
+	require.Equal(t, int32(18), listed.GetMaxAttempts(), "probes do not raise the maximum")
+	require.Equal(t, int32(1), listed.GetProbes())
+	require.True(t, listed.GetProbe())
+	require.Equal(t, fmt.Sprintf("Probe 1, after attempt %d of 18 is in flight.", regular), listed.GetStateReason())
+
+	require.Equal(t, int32(regular), delivery.GetAttempt())
+	require.Equal(t, int32(18), delivery.GetMaxAttempts())
+	require.Equal(t, int32(1), delivery.GetProbes())
+
+	var attempts []*webhooksv1.Attempt
+	waitFor(t, 30*time.Second, "every attempt recorded", func() bool {
+		resp, err := d.endpoints().ListAttempts(adminCtx(t), &webhooksv1.ListAttemptsRequest{OwnerId: owner, DeliveryId: delivery.GetId()})
+		require.NoError(t, err)
+		attempts = resp.GetAttempts()
+		return len(attempts) == len(got)
+	})
+	require.True(t, attempts[0].GetProbe(), "the newest: the probe")
+	require.Equal(t, int32(regular), attempts[0].GetAttempt(), "a probe carries the number of the attempt before it")
+	require.Equal(t, int32(1), attempts[0].GetProbes())
+	for i, a := range attempts[1:] {
+		require.False(t, a.GetProbe())
+		require.Equal(t, int32(regular-i), a.GetAttempt())
+	}
+
+	id := strconv.FormatInt(delivery.GetId(), 10)
+	out, err := cli(t, d, adminToken, "endpoints", "delivery", id, "--owner", owner)
+	require.NoError(t, err, out)
+	require.Regexp(t, fmt.Sprintf(`attempt:\s+%d of 18, 1 probe\n`, regular), out)
+	out, err = cli(t, d, adminToken, "endpoints", "deliveries", epID, "--owner", owner)
+	require.NoError(t, err, out)
+	require.Contains(t, out, fmt.Sprintf("%d of 18, 1 probe", regular))
+	out, err = cli(t, d, adminToken, "endpoints", "attempts", id, "--owner", owner)
+	require.NoError(t, err, out)
+	require.Regexp(t, `(?m)^probe 1\s+\S+\s+\S+\s+success\s+204`, out)
 }

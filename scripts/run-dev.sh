@@ -15,8 +15,9 @@
 # clone keeps its ports from one run to the next. A port already taken stops
 # this with the variable that moves it.
 #
-# `make stop` stops what this started (scripts/stop-dev.sh); `make clean`
-# removes it all, this clone's database included.
+# `make stop` stops what this started (scripts/stop-dev.sh), and the
+# `dispatcher listen` receivers run with .data/dev.env; `make clean` removes
+# it all, this clone's database included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .data
@@ -182,12 +183,16 @@ fi
 if ! grep -q '^DISPATCHER_OPERATOR_TOKENS=' .data/dev.env; then
   echo "DISPATCHER_OPERATOR_TOKENS=dev-operator-$(od -An -tx1 -N12 /dev/urandom | tr -d ' \n')" >> .data/dev.env
 fi
-# This run's addresses, for the next run and for the CLI (DISPATCHER_ADDR).
-grep -v -e '^DISPATCHER_GRPC_ADDR=' -e '^DISPATCHER_OPS_ADDR=' -e '^DISPATCHER_ADDR=' .data/dev.env > .data/dev.env.new || true
+# This run's addresses, for the next run and for the CLI (DISPATCHER_ADDR),
+# and where a `dispatcher listen` run with this file records itself
+# (DISPATCHER_LISTEN_PID_DIR), so that make stop and make clean stop it too.
+grep -v -e '^DISPATCHER_GRPC_ADDR=' -e '^DISPATCHER_OPS_ADDR=' -e '^DISPATCHER_ADDR=' -e '^DISPATCHER_LISTEN_PID_DIR=' \
+  .data/dev.env > .data/dev.env.new || true
 {
   echo "DISPATCHER_GRPC_ADDR=$grpc_addr"
   echo "DISPATCHER_OPS_ADDR=$ops_addr"
   echo "DISPATCHER_ADDR=$grpc_addr"
+  echo "DISPATCHER_LISTEN_PID_DIR=$PWD/.data/listen"
 } >> .data/dev.env.new
 chmod 600 .data/dev.env.new
 mv .data/dev.env.new .data/dev.env

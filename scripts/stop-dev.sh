@@ -1,12 +1,35 @@
 #!/usr/bin/env bash
-# `make stop`: stops what `make run` (scripts/run-dev.sh) started: its
-# dispatcher, if it still runs, and its private Postgres cluster, if it made
-# one. A server it found running (127.0.0.1:5432, DATABASE_URL) is left alone.
+# `make stop`: stops what `make run` (scripts/run-dev.sh) started: the
+# `dispatcher listen` receivers run with its .data/dev.env, its dispatcher,
+# if it still runs, and its private Postgres cluster, if it made one. A server it found running (127.0.0.1:5432, DATABASE_URL) is left alone.
 # With --clean (`make clean`) it then drops the database it created for this
 # clone on a local server (the name .data/database records), and removes
 # .data/, bin/ and a cluster kept outside the clone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The `dispatcher listen` receivers run with .data/dev.env: each records
+# itself as .data/listen/<pid>.pid (DISPATCHER_LISTEN_PID_DIR) and removes
+# the file when it stops. Only a pid that is still a dispatcher listen is
+# signalled: pids are reused.
+if [ -d .data/listen ]; then
+  for f in .data/listen/*.pid; do
+    [ -e "$f" ] || continue
+    pid=$(cut -d' ' -f1 "$f")
+    addr=$(cut -s -d' ' -f2 "$f")
+    case "$pid" in ''|*[!0-9]*) rm -f "$f"; continue ;; esac
+    if kill -0 "$pid" 2>/dev/null && ps -p "$pid" -o args= | grep -q 'dispatcher.* listen'; then
+      kill -TERM "$pid"
+      for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+      if kill -0 "$pid" 2>/dev/null; then
+        echo "stop-dev: dispatcher listen (pid $pid) still running 10 s after SIGTERM" >&2
+        exit 1
+      fi
+      echo "stop-dev: stopped dispatcher listen (pid $pid${addr:+, on $addr})"
+    fi
+    rm -f "$f"
+  done
+fi
 
 if [ -f .data/dispatcher.pid ]; then
   pid=$(cat .data/dispatcher.pid)

@@ -44,7 +44,12 @@ func attemptsFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string
 			if s := a.GetHttpStatus(); s != 0 {
 				status = strconv.Itoa(int(s))
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.GetAttempt(), fmtTime(a.GetStartedAt()), fmtDuration(a.GetDuration()),
+			number := strconv.Itoa(int(a.GetAttempt()))
+			if a.GetProbe() {
+				// A probe spends no attempt of the schedule.
+				number = "probe " + strconv.Itoa(int(a.GetProbes()))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", number, fmtTime(a.GetStartedAt()), fmtDuration(a.GetDuration()),
 				outcome, status, orDash(oneLine(printable(a.GetError()), 60)), orDash(oneLine(printable(a.GetResponseBody()), 40)))
 			if *bodies && a.GetResponseBody() != "" {
 				fmt.Fprintf(tw, "\t%s\n", strconv.QuoteToGraphic(a.GetResponseBody()))

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
@@ -89,8 +90,8 @@ func deliveriesFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, stri
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "DELIVERY\tEVENT\tTYPE\tSTATE\tATTEMPT\tLAST ERROR\tCREATED\tLINK")
 		for _, d := range resp.GetDeliveries() {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", d.GetId(), d.GetEventId(), orDash(d.GetEventType()),
-				deliveryState(d), d.GetAttempt(), d.GetMaxAttempts(), orDash(oneLine(d.GetLastError(), 60)),
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.GetId(), d.GetEventId(), orDash(d.GetEventType()),
+				deliveryState(d), deliveryAttempts(d), orDash(oneLine(d.GetLastError(), 60)),
 				fmtTime(d.GetCreatedAt()), orDash(d.GetLink()))
 		}
 		if err := tw.Flush(); err != nil {
@@ -130,7 +131,7 @@ func printDelivery(w io.Writer, d *webhooksv1.Delivery) error {
 	fmt.Fprintf(tw, "event:\t%s (%s)\n", d.GetEventId(), orDash(d.GetEventType()))
 	fmt.Fprintf(tw, "state:\t%s\n", deliveryState(d))
 	fmt.Fprintf(tw, "reason:\t%s\n", oneLine(d.GetStateReason(), 200))
-	fmt.Fprintf(tw, "attempt:\t%d/%d\n", d.GetAttempt(), d.GetMaxAttempts())
+	fmt.Fprintf(tw, "attempt:\t%s\n", deliveryAttempts(d))
 	fmt.Fprintf(tw, "last error:\t%s\n", orDash(oneLine(d.GetLastError(), 200)))
 	fmt.Fprintf(tw, "created:\t%s\n", fmtTime(d.GetCreatedAt()))
 	fmt.Fprintf(tw, "attempted:\t%s\n", fmtTime(d.GetAttemptedAt()))
@@ -201,4 +202,15 @@ func formatLabels(m map[string]string) string {
 		parts = append(parts, k+"="+m[k])
 	}
 	return strings.Join(parts, ",")
+}
+
+// deliveryAttempts says where a delivery stands, its scheduled attempts and
+// its recovery probes counted apart: "4 of 18", "4 of 18, 2 probes", or,
+// while a probe is in flight, "probe 2, after 3 of 18".
+func deliveryAttempts(d *webhooksv1.Delivery) string {
+	n := job.Attempts{
+		Attempt: int(d.GetAttempt()), Max: int(d.GetMaxAttempts()), Probes: int(d.GetProbes()),
+		Probe: d.GetProbe() && d.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERING,
+	}
+	return strings.Replace(strings.TrimPrefix(n.String(), "attempt "), "after attempt ", "after ", 1)
 }

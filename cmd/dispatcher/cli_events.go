@@ -105,17 +105,29 @@ func runPublishCLI(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return callError("events publish", err)
 	}
-	if conn.json {
+	unknown := resp.GetOutcome() == webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN
+	switch {
+	case conn.json:
 		if err := printJSON(stdout, resp); err != nil {
 			return err
 		}
-	} else {
-		fmt.Fprintf(stdout, "published event %s (%s)\n", resp.GetEventId(), publishOutcome(resp.GetOutcome()))
+	case unknown:
+		// Said once, by the error below: the event was not published.
+	default:
+		if dropped(resp.GetOutcome()) {
+			fmt.Fprintf(stdout, "dropped event %s (%s)\n", resp.GetEventId(), strings.TrimPrefix(publishOutcome(resp.GetOutcome()), "dropped: "))
+		} else {
+			fmt.Fprintf(stdout, "published event %s (%s)\n", resp.GetEventId(), publishOutcome(resp.GetOutcome()))
+		}
 	}
-	if resp.GetOutcome() == webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN {
+	if unknown {
 		// Accepted, but almost certainly not what was meant: a script must
 		// not carry on as if the event went anywhere.
-		return fmt.Errorf("events publish: type %q is in no event catalog, so the event goes nowhere (dispatcher event-types lists the catalog)", *typ)
+		hint := "dispatcher event-types lists the catalog"
+		if near := resp.GetDidYouMean(); near != "" {
+			hint = fmt.Sprintf("did you mean %q? dispatcher event-types lists the catalog", near)
+		}
+		return fmt.Errorf("events publish: event %s dropped: type %q is in no event catalog, so it goes nowhere (%s)", resp.GetEventId(), *typ, hint)
 	}
 	return nil
 }
@@ -151,6 +163,16 @@ func publishEvent(owner, typ, subject, data, id, occurred string, now time.Time)
 		Id: id, OwnerId: owner, Type: typ, Subject: subject,
 		OccurredAt: timestamppb.New(at), Data: &st,
 	}, nil
+}
+
+// dropped reports whether o means the event goes nowhere.
+func dropped(o webhooksv1.PublishOutcome) bool {
+	switch o {
+	case webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_INTERNAL, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_RAW,
+		webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN:
+		return true
+	}
+	return false
 }
 
 // publishOutcome names an outcome for a terminal.

@@ -119,8 +119,8 @@ func printEventDeliveries(w io.Writer, resp *webhooksv1.GetEventResponse) error 
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DELIVERY\tENDPOINT\tSTATE\tATTEMPT\tLAST ERROR")
 	for _, d := range resp.GetDeliveries() {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\n", d.GetId(), d.GetEndpointId(), deliveryState(d),
-			d.GetAttempt(), d.GetMaxAttempts(), orDash(oneLine(d.GetLastError(), 60)))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", d.GetId(), d.GetEndpointId(), deliveryState(d),
+			deliveryAttempts(d), orDash(oneLine(d.GetLastError(), 60)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

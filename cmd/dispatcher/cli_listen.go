@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -68,6 +71,8 @@ func runListenCLI(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var types stringList
 	fs.Var(&types, "event-types", `event type globs the endpoint hears, comma-separated or repeated (default: "*" for a new endpoint, a reused one keeps its own)`)
 	status := fs.Int("status", http.StatusNoContent, "HTTP status to answer verified deliveries with: a 2xx, or e.g. 500 or 429 to watch the retries")
+	pidDir := fs.String("pid-dir", os.Getenv("DISPATCHER_LISTEN_PID_DIR"),
+		"directory to record this process in (<pid>.pid, removed on exit), so that make stop finds and stops it; make run sets it in .data/dev.env (env DISPATCHER_LISTEN_PID_DIR)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -86,6 +91,13 @@ func runListenCLI(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer lis.Close()
+	if *pidDir != "" {
+		remove, err := writePidFile(*pidDir, lis.Addr().String())
+		if err != nil {
+			return fmt.Errorf("listen: --pid-dir: %w", err)
+		}
+		defer remove()
+	}
 	if *url == "" {
 		*url = "http://" + lis.Addr().String() + "/hooks"
 	}
@@ -131,6 +143,21 @@ func runListenCLI(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	_ = srv.Shutdown(shutdownCtx)
 	fmt.Fprintf(stdout, "listen: stopped; endpoint %s stays (dispatcher endpoints delete --owner %s %s removes it)\n", ep.GetId(), conn.owner, ep.GetId())
 	return nil
+}
+
+// writePidFile records this process in dir as <pid>.pid, holding the pid
+// and the address it listens on, for scripts/stop-dev.sh (make stop), and
+// returns what removes it.
+func writePidFile(dir, addr string) (func(), error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	pid := strconv.Itoa(os.Getpid())
+	path := filepath.Join(dir, pid+".pid")
+	if err := os.WriteFile(path, []byte(pid+" "+addr+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	return func() { _ = os.Remove(path) }, nil
 }
 
 // listenOn opens the receiver's socket: addr when given, else the first free
@@ -223,9 +250,20 @@ type receiver struct {
 	out      io.Writer
 
 	mu sync.Mutex
-	// attempts counts the deliveries seen per event id: a retry carries the
-	// same webhook-id, so the count is the attempt number as seen here.
+	// attempts counts the deliveries seen per event id, for a server that
+	// does not say which attempt a request is (job.AttemptHeader): a retry
+	// carries the same webhook-id, so the count is the attempt number as
+	// seen here, which misses the attempts made while no listen ran.
 	attempts map[string]int
+}
+
+// attemptSaid says which attempt r is: the server's count from its
+// job.AttemptHeader ("attempt 4 of 18, 2 probes"), else the count seen here.
+func attemptSaid(r *http.Request, seen int) string {
+	if n, ok := job.ParseAttemptHeader(r.Header.Get(job.AttemptHeader)); ok {
+		return n.String()
+	}
+	return fmt.Sprintf("attempt %d (seen here)", seen)
 }
 
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -242,10 +280,10 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		clear(rc.attempts)
 	}
 	rc.attempts[id]++
-	attempt := rc.attempts[id]
+	attempt := attemptSaid(r, rc.attempts[id])
 
 	if err != nil {
-		fmt.Fprintf(rc.out, "%s  %s %s  %s  attempt %d  verified ✗ (%v)  → 401\n",
+		fmt.Fprintf(rc.out, "%s  %s %s  %s  %s  verified ✗ (%v)  → 401\n",
 			at.UTC().Format(time.RFC3339), r.Method, r.URL.Path, orDash(id), attempt, err)
 		http.Error(w, "signature verification failed", http.StatusUnauthorized)
 		return
@@ -255,7 +293,7 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		data.Reset()
 		data.Write(ev.Data)
 	}
-	fmt.Fprintf(rc.out, "%s  %s  %s  %s  attempt %d  verified ✓  age %s  → %d\n  data %s (%d bytes)\n",
+	fmt.Fprintf(rc.out, "%s  %s  %s  %s  %s  verified ✓  age %s  → %d\n  data %s (%d bytes)\n",
 		at.UTC().Format(time.RFC3339), ev.ID, ev.Type, ev.Subject, attempt,
 		at.Sub(ev.OccurredAt).Round(time.Millisecond), rc.status, data.String(), len(body))
 	w.WriteHeader(rc.status)

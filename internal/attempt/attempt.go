@@ -64,7 +64,12 @@ type Attempt struct {
 	DeliveryID int64
 	// Number is River's attempt number (a snooze does not spend one, so a
 	// Retry-After answer and the attempt after it share the number).
-	Number     int
+	Number int
+	// Probes is how many of the delivery's attempts up to this one were
+	// recovery probes, this one included; Number - Probes is its place in
+	// the retry schedule. Probe says this one was a probe.
+	Probes     int
+	Probe      bool
 	OwnerID    string
 	EndpointID uuid.UUID
 	EventID    string

@@ -16,7 +16,7 @@ import (
 func List(ctx context.Context, pool *pgxpool.Pool, owner string, deliveryID, beforeID int64, limit int) ([]Attempt, error) {
 	rows, err := pool.Query(ctx, `
 SELECT id, delivery_id, attempt, owner_id, endpoint_id, event_id, started_at, duration_us, outcome, http_status,
-       response_body, error, coalesce(snooze_reason, ''), snoozed_until
+       response_body, error, coalesce(snooze_reason, ''), snoozed_until, probes, probe
   FROM delivery_attempts
  WHERE delivery_id = $1 AND owner_id = $2 AND ($3::bigint = 0 OR id < $3::bigint)
  ORDER BY id DESC
@@ -31,9 +31,11 @@ SELECT id, delivery_id, attempt, owner_id, endpoint_id, event_id, started_at, du
 			micros  int64
 			outcome string
 			status  int32
+			probes  int32
 		)
 		err := r.Scan(&a.ID, &a.DeliveryID, &number, &a.OwnerID, &a.EndpointID, &a.EventID, &a.StartedAt, &micros, &outcome, &status,
-			&a.Body, &a.Error, &a.SnoozeReason, &a.SnoozedUntil)
+			&a.Body, &a.Error, &a.SnoozeReason, &a.SnoozedUntil, &probes, &a.Probe)
+		a.Probes = int(probes)
 		a.Number, a.Duration, a.Outcome, a.Status = int(number), time.Duration(micros)*time.Microsecond, ParseOutcome(outcome), int(status)
 		return a, err
 	})

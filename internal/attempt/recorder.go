@@ -311,9 +311,9 @@ var writeSQL = func() string {
 	return `
 WITH a AS (
     INSERT INTO delivery_attempts (delivery_id, attempt, owner_id, endpoint_id, event_id, started_at, duration_us,
-                                   outcome, http_status, response_body, error, snooze_reason, snoozed_until)
+                                   outcome, http_status, response_body, error, snooze_reason, snoozed_until, probes, probe)
     SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::uuid[], $5::text[], $6::timestamptz[], $7::bigint[],
-                         $8::text[], $9::int[], $10::text[], $11::text[], $17::text[], $12::timestamptz[])
+                         $8::text[], $9::int[], $10::text[], $11::text[], $17::text[], $12::timestamptz[], $18::int[], $19::bool[])
 )
 INSERT INTO endpoint_stats (endpoint_id, span, bucket, ` + strings.Join(cols, ", ") + `)
 SELECT g.endpoint_id, g.span, g.bucket, ` + strings.Join(sel, ", ") + `
@@ -352,6 +352,8 @@ func writeArgs(batch []Attempt) []any {
 		errs       = make([]string, n)
 		until      = make([]*time.Time, n)
 		reasons    = make([]*string, n)
+		probes     = make([]int32, n)
+		probe      = make([]bool, n)
 		buckets    = make(map[bucketKey]*counters)
 	)
 	for i := range batch {
@@ -359,6 +361,7 @@ func writeArgs(batch []Attempt) []any {
 		deliveries[i], numbers[i], owners[i], endpoints[i], events[i] = a.DeliveryID, int32(a.Number), a.OwnerID, a.EndpointID, a.EventID
 		starts[i], durations[i], outcomes[i], statuses[i] = a.StartedAt, a.Duration.Microseconds(), a.Outcome.String(), int32(a.Status)
 		bodies[i], errs[i], until[i] = a.Body, a.Error, a.SnoozedUntil
+		probes[i], probe[i] = int32(a.Probes), a.Probe
 		if a.SnoozeReason != "" {
 			reasons[i] = &a.SnoozeReason
 		}
@@ -390,5 +393,5 @@ func writeArgs(batch []Attempt) []any {
 		bCounts = append(bCounts, buckets[k][:]...)
 	}
 	return []any{deliveries, numbers, owners, endpoints, events, starts, durations,
-		outcomes, statuses, bodies, errs, until, bEndpoints, bSpans, bStarts, bCounts, reasons}
+		outcomes, statuses, bodies, errs, until, bEndpoints, bSpans, bStarts, bCounts, reasons, probes, probe}
 }

@@ -30,8 +30,10 @@ func (h *history) after(d *delivery) {
 	if h.cfg.Attempts == nil || v.kind == verdictInterrupted {
 		return
 	}
+	n := d.attempts()
 	a := attempt.Attempt{
-		DeliveryID: j.ID, Number: j.Attempt, OwnerID: d.t.ownerID, EndpointID: d.ep, EventID: j.Args.EventID,
+		DeliveryID: j.ID, Number: j.Attempt, Probes: n.Probes, Probe: n.Probe,
+		OwnerID: d.t.ownerID, EndpointID: d.ep, EventID: j.Args.EventID,
 		StartedAt: s.start, Duration: s.elapsed, Status: s.status,
 		Body: attempt.Text(s.body, h.cfg.Attempts.BodyBytes()),
 	}

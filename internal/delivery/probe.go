@@ -49,7 +49,9 @@ import (
 // max_attempts grows by one, the time it was due is recorded as probe_due in
 // its metadata, and if the probe fails the delivery waits for that time
 // (nextRetry), not for a retry step of its own; probes do not count as steps
-// of the schedule. So a probe is one request, never followed by its
+// of the schedule (job.ProbeMark: the River attempt it runs as is
+// recorded too, so that what people see counts scheduled attempts and probes
+// apart). So a probe is one request, never followed by its
 // delivery's 5-s retry, and a receiver that stays down still sees each
 // delivery tried on the 18-attempt, 5.3-day schedule; the disable-after
 // period is unchanged. A delivery due within probeOnTime (a retry step that
@@ -104,22 +106,13 @@ const (
 // planner uses it.
 const notDirect = `NOT (j.metadata @> '{"output": {"snooze_reason": "direct"}}')`
 
-// probeMark is what a probe leaves in the metadata of the delivery it took
-// ahead of its time (nextRetry reads it).
-type probeMark struct {
-	// Due is when the delivery was due before the probe took it.
-	Due *time.Time `json:"probe_due"`
-	// Probes counts the probes it carried.
-	Probes int `json:"probes"`
-}
-
 // probeSQL sends one probe to each of up to $1 failing endpoints whose
 // probe is due, and schedules their next. $2: probePool; $3: probeFirst and
 // $4: probeEvery, in seconds; $5: probeOnTime, in seconds.
 //
 // The probed delivery is one already due (or due within $5): it goes as its
 // own attempt, unmarked; else the one with the fewest attempts, marked as a
-// probe (probeMark) and given one more attempt.
+// probe (job.ProbeMark) and given one more attempt.
 var probeSQL = `
 WITH due AS (
     SELECT id, ordered
@@ -161,7 +154,8 @@ probed AS (
            max_attempts = j.max_attempts + CASE WHEN j.scheduled_at > now() + make_interval(secs => $5) THEN 1 ELSE 0 END,
            metadata     = CASE WHEN j.scheduled_at > now() + make_interval(secs => $5)
                                THEN j.metadata || jsonb_build_object('probe_due', j.scheduled_at,
-                                                     'probes', coalesce((j.metadata->>'probes')::int, 0) + 1)
+                                                     'probes', coalesce((j.metadata->>'probes')::int, 0) + 1,
+                                                     'probe_attempts', coalesce(j.metadata->'probe_attempts', '[]'::jsonb) || to_jsonb(j.attempt + 1))
                                ELSE j.metadata END
       FROM pick p
      WHERE j.id = p.job_id AND j.state IN ('retryable', 'scheduled')

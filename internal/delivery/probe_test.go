@@ -139,7 +139,7 @@ func TestProbeOnce(t *testing.T) {
 		}
 		first := b.heldJob(t, ids[0])
 		require.Equal(t, job.DeliverMaxAttempts+1, first.maxAttempts, "a probe of a delivery never tried is not its first scheduled attempt")
-		var mark probeMark
+		var mark job.ProbeMark
 		require.NoError(t, json.Unmarshal(first.metadata, &mark))
 		require.NotNil(t, mark.Due)
 		require.Equal(t, 1, mark.Probes)
@@ -258,11 +258,15 @@ func TestProbeOnce(t *testing.T) {
 		require.Equal(t, "available", h.state)
 		require.Equal(t, job.DeliverMaxAttempts+1, h.maxAttempts, "the probe's attempt is not taken from the schedule")
 
-		var mark probeMark
-		require.NoError(t, json.Unmarshal(h.metadata, &mark))
+		mark := job.ReadProbeMark(h.metadata)
 		require.NotNil(t, mark.Due)
 		require.True(t, retryAt.Equal(*mark.Due), "due %v, want %v", *mark.Due, retryAt)
 		require.Equal(t, 1, mark.Probes)
+		require.Equal(t, []int{3}, mark.Attempts, "the probe runs as River's third attempt")
+		// As people see it while the probe runs: two scheduled attempts
+		// spent of 18, and this one is the first probe.
+		require.Equal(t, job.Attempts{Attempt: 2, Max: job.DeliverMaxAttempts, Probes: 1, Probe: true}, mark.Count(3, h.maxAttempts))
+		require.Equal(t, "probe 1, after attempt 2 of 18", mark.Count(3, h.maxAttempts).String())
 
 		// If the probe fails, the delivery's retry is where it was, and
 		// the probe is not a step of the schedule.

@@ -1,7 +1,6 @@
 package delivery
 
 import (
-	"encoding/json"
 	"math/rand/v2"
 	"time"
 
@@ -58,10 +57,7 @@ func RetryWindow() time.Duration {
 // schedule: its retry is the time it was due before the probe took it, and
 // the probes it carried do not count as steps.
 func nextRetry(j *river.Job[job.DeliverArgs], now time.Time) time.Time {
-	var mark probeMark
-	if len(j.Metadata) > 0 {
-		_ = json.Unmarshal(j.Metadata, &mark)
-	}
+	mark := job.ReadProbeMark(j.Metadata)
 	if mark.Due != nil && mark.Due.After(now) {
 		return *mark.Due
 	}

@@ -59,6 +59,12 @@ type delivery struct {
 	res  result
 }
 
+// attempts is where the delivery stands, scheduled attempts and recovery
+// probes counted apart (job.ProbeMark).
+func (d *delivery) attempts() job.Attempts {
+	return job.ReadProbeMark(d.j.Metadata).Count(d.j.Attempt, d.j.MaxAttempts)
+}
+
 // Work delivers one event to one endpoint.
 //
 // A success returns nil and River's batch completer marks the job completed

@@ -107,8 +107,13 @@ func (w *Worker) logAttempt(ctx context.Context, d *delivery, level slog.Level, 
 	if !w.logger.Enabled(ctx, level) {
 		return
 	}
-	w.logger.LogAttrs(ctx, level, msg, append([]slog.Attr{slog.String("endpoint_id", d.ep.String()), slog.String("event_id", d.j.Args.EventID),
-		slog.Int64("job_id", d.j.ID), slog.Int("attempt", d.j.Attempt)}, attrs...)...)
+	n := d.attempts()
+	base := []slog.Attr{slog.String("endpoint_id", d.ep.String()), slog.String("event_id", d.j.Args.EventID),
+		slog.Int64("job_id", d.j.ID), slog.Int("attempt", n.Attempt)}
+	if n.Probes > 0 {
+		base = append(base, slog.Int("probes", n.Probes), slog.Bool("probe", n.Probe))
+	}
+	w.logger.LogAttrs(ctx, level, msg, append(base, attrs...)...)
 }
 
 // send makes the delivery's attempt: the event checked again, the keys
@@ -174,6 +179,7 @@ func (w *Worker) send(ctx, jobCtx context.Context, d *delivery) bool {
 	// Signed at send time on every attempt: the timestamp changes, the id
 	// (= event id) never does.
 	keys.SetHeaders(req.Header, ev.ID, w.now(), body)
+	req.Header.Set(job.AttemptHeader, d.attempts().Header())
 
 	span := startHTTPSpan(ctx, req, d.ep, j)
 	s := &d.sent

@@ -85,8 +85,14 @@ type Delivery struct {
 	State       DeliveryState
 	Wait        WaitReason // WaitNone unless State is DeliveryScheduled
 	StateReason string     // the state in one sentence
+	// Attempt is how many attempts of the retry schedule it has spent, of
+	// MaxAttempts; Probes how many recovery probes it has carried besides
+	// (River's own attempt counts both), and Probe that the latest (or the
+	// one in flight) was a probe.
 	Attempt     int
 	MaxAttempts int
+	Probes      int
+	Probe       bool
 	LastError   string // the last failure as a sentence; "" once delivered
 	CreatedAt   time.Time
 	AttemptedAt *time.Time
@@ -109,6 +115,17 @@ type jobRow struct {
 	ScheduledAt time.Time
 	FinalizedAt *time.Time
 	Output      []byte // metadata->'output': a job.DeliverSnooze, or NULL
+	Probes      []byte // metadata's probe mark (job.ProbeMark), its keys possibly null
+}
+
+// attempts reads the row's River attempt counts apart (job.ProbeMark);
+// attempt is River's, or one more for a handed-off delivery in flight.
+func (r jobRow) attempts(attempt int) job.Attempts {
+	var mark job.ProbeMark
+	if len(r.Probes) > 0 {
+		_ = json.Unmarshal(r.Probes, &mark)
+	}
+	return mark.Count(attempt, r.MaxAttempts)
 }
 
 // snoozeSlack is how far a snooze note's Until may be from the job's
@@ -230,9 +247,10 @@ func stateCondition(states []DeliveryState) string {
 // delivery maps a River job row to a Delivery, as of now. This is the one
 // place River's states and error texts are translated.
 func (r jobRow) delivery(now time.Time) *Delivery {
+	n := r.attempts(r.Attempt)
 	d := &Delivery{
 		JobID: r.ID, EndpointID: r.EndpointID, EventID: r.EventID, EventType: r.EventType,
-		Attempt: r.Attempt, MaxAttempts: r.MaxAttempts, LastError: humanError(r.LastError),
+		Attempt: n.Attempt, MaxAttempts: n.Max, Probes: n.Probes, Probe: n.Probe, LastError: humanError(r.LastError),
 		CreatedAt: r.CreatedAt, AttemptedAt: r.AttemptedAt, ScheduledAt: r.ScheduledAt, FinalizedAt: r.FinalizedAt,
 		State: productState(r.State, r.ScheduledAt, r.Output, now),
 	}
@@ -245,20 +263,23 @@ func (r jobRow) delivery(now time.Time) *Delivery {
 			d.StateReason = "Delivered at " + stamp(*r.FinalizedAt) + "."
 		}
 	case DeliveryFailed:
-		d.StateReason = fmt.Sprintf("Failed: all %d attempts failed, so it is no longer retried.", r.Attempt)
+		d.StateReason = fmt.Sprintf("Failed: all %d attempts failed, so it is no longer retried.", n.Attempt)
+		if n.Probes > 0 {
+			d.StateReason = fmt.Sprintf("Failed: all %d attempts (and %s) failed, so it is no longer retried.", n.Attempt, probesPhrase(n.Probes))
+		}
 	case DeliveryCancelled:
 		d.StateReason = "Cancelled, not retried."
 		if d.LastError != "" {
 			d.StateReason = "Cancelled, not retried: " + d.LastError
 		}
 	case DeliveryDelivering:
-		d.StateReason = fmt.Sprintf("Attempt %d of %d is in flight.", r.Attempt, r.MaxAttempts)
 		if r.State == "scheduled" {
 			// Handed off: the attempt is counted when its outcome is
 			// written, but it is this one.
-			d.Attempt = r.Attempt + 1
-			d.StateReason = fmt.Sprintf("Attempt %d of %d is in flight.", d.Attempt, r.MaxAttempts)
+			n = r.attempts(r.Attempt + 1)
+			d.Attempt, d.Probe = n.Attempt, n.Probe
 		}
+		d.StateReason = capitalize(n.String()) + " is in flight."
 	case DeliveryPending:
 		d.StateReason = "Queued: it goes out as soon as a worker takes it."
 		if r.State == "pending" {
@@ -302,7 +323,23 @@ func (r jobRow) wait() (WaitReason, string) {
 				", or until a recovery probe finds the receiver back, which releases it at once."
 		}
 	}
-	return WaitRetry, fmt.Sprintf("Attempt %d of %d failed; the next is at %s.", r.Attempt, r.MaxAttempts, at)
+	return WaitRetry, capitalize(r.attempts(r.Attempt).String()) + " failed; the next is at " + at + "."
+}
+
+// probesPhrase is "1 probe" or "n probes".
+func probesPhrase(n int) string {
+	if n == 1 {
+		return "1 probe"
+	}
+	return fmt.Sprintf("%d probes", n)
+}
+
+// capitalize upper-cases the first letter of an ASCII sentence.
+func capitalize(s string) string {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
 }
 
 // humanError turns River's text of a job error into a sentence: River's type

@@ -28,6 +28,16 @@ func TestJobRowDelivery(t *testing.T) {
 		return jobRow{ID: 7, State: state, Attempt: attempt, MaxAttempts: 18, LastError: lastError, ScheduledAt: scheduledAt, Output: output}
 	}
 
+	// probed is a row whose River counts include probes: River's attempt
+	// runs as probeAttempts' last when it is one, max_attempts grew by one
+	// for each.
+	probed := func(r jobRow, probeAttempts ...int) jobRow {
+		b, err := json.Marshal(map[string]any{"probes": len(probeAttempts), "probe_attempts": probeAttempts})
+		require.NoError(t, err)
+		r.Probes, r.MaxAttempts = b, r.MaxAttempts+len(probeAttempts)
+		return r
+	}
+
 	tests := []struct {
 		name      string
 		row       jobRow
@@ -58,6 +68,18 @@ func TestJobRowDelivery(t *testing.T) {
 		{"CancelledEndpointGone", row("cancelled", 0, "JobCancelError: endpoint deleted", now, nil), DeliveryCancelled, WaitNone, "The endpoint was deleted.", "The endpoint was deleted."},
 		{"CancelledByOperator", row("cancelled", 1, "JobCancelError: job cancelled remotely", now, nil), DeliveryCancelled, WaitNone, "Cancelled by an operator.", "Cancelled by an operator."},
 		{"RescuedIsExplained", row("retryable", 1, "Stuck job rescued by JobRescuer", later, nil), DeliveryScheduled, WaitRetry, "The attempt did not finish: the process running it stopped or hung.", "Attempt 1"},
+		{"ProbesCountedApartWhileWaiting", probed(row("retryable", 6, "HTTP 503", later, nil), 3, 5), DeliveryScheduled, WaitRetry, "HTTP 503",
+			"Attempt 4 of 18, 2 probes failed; the next is at 2026-12-01T11:00:00Z."},
+		{"ProbeInFlight", probed(row("running", 3, "HTTP 503", now, nil), 3), DeliveryDelivering, WaitNone, "HTTP 503", "Probe 1, after attempt 2 of 18 is in flight."},
+		{"AttemptAfterProbeInFlight", probed(row("running", 4, "HTTP 503", now, nil), 3), DeliveryDelivering, WaitNone, "HTTP 503", "Attempt 3 of 18, 1 probe is in flight."},
+		{"ProbedAndFailed", probed(row("discarded", 20, "HTTP 503", now, nil), 4, 9), DeliveryFailed, WaitNone, "HTTP 503", "all 18 attempts (and 2 probes) failed"},
+		{"ProbesWithoutTheirAttemptsRecorded", func() jobRow {
+			r := row("retryable", 5, "HTTP 503", later, nil)
+			r.MaxAttempts = 19
+			r.Probes = []byte(`{"probes": 1, "probe_attempts": null}`)
+			return r
+		}(),
+			DeliveryScheduled, WaitRetry, "HTTP 503", "Attempt 4 of 18, 1 probe failed"},
 		{"NestedPrefixes", row("cancelled", 1, "JobCancelError: JobCancelError: HTTP 404", now, nil), DeliveryCancelled, WaitNone, "HTTP 404", "HTTP 404"}, //nolint:dupword // the repeated prefix is the case
 	}
 	for _, tt := range tests {

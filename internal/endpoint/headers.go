@@ -49,7 +49,8 @@ const PathHeaders = "headers"
 //     travels rather than what it says;
 //   - authorization, cookie and proxy-*: credentials that proxies, logs and
 //     HTTP libraries treat specially. A gateway's static key belongs in a
-//     header of its own.
+//     header of its own;
+//   - dispatcher-attempt: where the delivery stands, set on every attempt.
 //
 // webhook-* (the Standard Webhooks headers), content-* and proxy-* are
 // refused by prefix, see headerNameProblem.
@@ -67,6 +68,8 @@ var refusedHeaders = map[string]bool{
 	"expect":            true,
 	"http2-settings":    true,
 	"user-agent":        true,
+	// job.AttemptHeader, lower-case.
+	"dispatcher-attempt": true,
 }
 
 var refusedPrefixes = []string{"webhook-", "content-", "proxy-"}

@@ -484,12 +484,13 @@ RETURNING previous_secret_expires_at`, id, owner, sealed, grace.Microseconds(), 
 const deliveryColumns = `j.id, coalesce(j.args->>'endpoint_id', ''), coalesce(j.args->>'event_id', ''), coalesce(e.type, ''),
        j.state::text, j.attempt, j.max_attempts,
        coalesce(j.errors[cardinality(j.errors)]->>'error', ''),
-       j.created_at, j.attempted_at, j.scheduled_at, j.finalized_at, j.metadata->'output'`
+       j.created_at, j.attempted_at, j.scheduled_at, j.finalized_at, j.metadata->'output',
+       jsonb_build_object('probes', j.metadata->'probes', 'probe_attempts', j.metadata->'probe_attempts')`
 
 func scanJobRow(r pgx.Row, extra ...any) (jobRow, error) {
 	var jr jobRow
 	err := r.Scan(append([]any{&jr.ID, &jr.EndpointID, &jr.EventID, &jr.EventType, &jr.State, &jr.Attempt, &jr.MaxAttempts, &jr.LastError,
-		&jr.CreatedAt, &jr.AttemptedAt, &jr.ScheduledAt, &jr.FinalizedAt, &jr.Output}, extra...)...)
+		&jr.CreatedAt, &jr.AttemptedAt, &jr.ScheduledAt, &jr.FinalizedAt, &jr.Output, &jr.Probes}, extra...)...)
 	return jr, err
 }
 

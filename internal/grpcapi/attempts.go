@@ -56,7 +56,8 @@ var outcomeProto = map[attempt.Outcome]webhooksv1.AttemptOutcome{
 
 func attemptProto(a *attempt.Attempt) *webhooksv1.Attempt {
 	p := &webhooksv1.Attempt{
-		Id: a.ID, DeliveryId: a.DeliveryID, Attempt: int32(a.Number),
+		// River's number counts probes too: the schedule's does not.
+		Id: a.ID, DeliveryId: a.DeliveryID, Attempt: int32(max(a.Number-a.Probes, 0)), Probe: a.Probe, Probes: int32(a.Probes),
 		StartedAt: timestamppb.New(a.StartedAt), Duration: durationpb.New(a.Duration),
 		Outcome: outcomeProto[a.Outcome], HttpStatus: int32(a.Status), ResponseBody: a.Body, Error: a.Error,
 	}

@@ -102,6 +102,8 @@ func (s *endpointServer) deliveryProto(d *endpoint.Delivery) *webhooksv1.Deliver
 		StateReason: d.StateReason,
 		Attempt:     int32(min(d.Attempt, 1<<31-1)),
 		MaxAttempts: int32(min(d.MaxAttempts, 1<<31-1)),
+		Probes:      int32(min(d.Probes, 1<<31-1)),
+		Probe:       d.Probe,
 		LastError:   d.LastError,
 		CreatedAt:   timestamppb.New(d.CreatedAt),
 		ScheduledAt: timestamppb.New(d.ScheduledAt),

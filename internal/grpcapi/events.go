@@ -50,7 +50,7 @@ func (s *eventServer) Publish(ctx context.Context, req *webhooksv1.PublishReques
 	if err != nil {
 		return nil, err
 	}
-	return toProtoResult(results[0]), nil
+	return toProtoResult(results[0], req.GetEvent().GetType()), nil
 }
 
 // PublishBatch stores up to MaxBatchSize events, all or nothing. Every invalid
@@ -73,7 +73,7 @@ func (s *eventServer) PublishBatch(ctx context.Context, req *webhooksv1.PublishB
 	}
 	out := &webhooksv1.PublishBatchResponse{Results: make([]*webhooksv1.PublishResponse, len(results))}
 	for i, r := range results {
-		out.Results[i] = toProtoResult(r)
+		out.Results[i] = toProtoResult(r, in[i].GetType())
 	}
 	return out, nil
 }
@@ -226,8 +226,11 @@ func (s *eventServer) ingestError(ctx context.Context, err error, field func(int
 	return unexpected(ctx, s.logger.With(slog.Int("events", n)), "publish", "", codes.Unavailable, err)
 }
 
-func toProtoResult(r ingest.Result) *webhooksv1.PublishResponse {
-	var o webhooksv1.PublishOutcome
+func toProtoResult(r ingest.Result, typ string) *webhooksv1.PublishResponse {
+	var (
+		o      webhooksv1.PublishOutcome
+		reason string
+	)
 	switch r.Outcome {
 	case ingest.OutcomeStored:
 		o = webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED
@@ -235,10 +238,16 @@ func toProtoResult(r ingest.Result) *webhooksv1.PublishResponse {
 		o = webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DUPLICATE
 	case ingest.OutcomeDroppedInternal:
 		o = webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_INTERNAL
+		reason = fmt.Sprintf("type %q is internal in the event catalog: it never leaves", typ)
 	case ingest.OutcomeDroppedRaw:
 		o = webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_RAW
+		reason = "raw:// subjects never leave"
 	case ingest.OutcomeDroppedUnknown:
 		o = webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN
+		reason = fmt.Sprintf("type %q is in no event catalog, so it is never delivered", typ)
+		if r.DidYouMean != "" {
+			reason += fmt.Sprintf("; did you mean %q?", r.DidYouMean)
+		}
 	}
-	return &webhooksv1.PublishResponse{EventId: r.EventID, Outcome: o}
+	return &webhooksv1.PublishResponse{EventId: r.EventID, Outcome: o, Reason: reason, DidYouMean: r.DidYouMean}
 }

@@ -54,10 +54,13 @@ func run(path string) error {
 	return os.WriteFile(path, b.Bytes(), 0o644)
 }
 
-// imports maps each package of the module with non-test code (by its short
-// name) to the module's packages it imports outside tests.
+// imports maps each package of the module and of pkg/'s with non-test code
+// (by its short name) to the packages of either it imports outside tests.
 func imports() (map[string][]string, error) {
-	cmd := exec.CommandContext(context.Background(), "go", "list", "-f", `{{if .GoFiles}}{{.ImportPath}}{{range .Imports}} {{.}}{{end}}{{end}}`, "./...")
+	// pkg/ is a module of its own, required (and replaced by ./pkg) here:
+	// named by its module path, since ./... stops at its go.mod.
+	cmd := exec.CommandContext(context.Background(), "go", "list", "-f", `{{if .GoFiles}}{{.ImportPath}}{{range .Imports}} {{.}}{{end}}{{end}}`,
+		"./...", module+"pkg/...")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	outb, err := cmd.Output()

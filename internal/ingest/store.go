@@ -111,6 +111,10 @@ func Results() []string {
 type Result struct {
 	EventID string
 	Outcome Outcome
+	// DidYouMean is, for OutcomeDroppedUnknown, the catalog type nearest
+	// the event's (catalog.Closest): most often the one meant. Empty when
+	// none is near.
+	DidYouMean string
 }
 
 // ErrConflict is matched (errors.Is) by *ConflictError: an event id that is
@@ -324,7 +328,7 @@ func (s *Store) check(ctx context.Context, source Source, events []*webhook.Even
 			}
 			if err == nil && s.refuseUnknown && !event.Known(e.Type) {
 				s.unknown.seen(ctx, source, e.Type, e.OwnerID, true)
-				err = &webhook.FieldError{Field: webhook.FieldType, Reason: "is in no event catalog (see ListEventTypes); this dispatcher refuses unknown types"}
+				err = &webhook.FieldError{Field: webhook.FieldType, Reason: event.Catalog().UnknownType(e.Type) + " (see ListEventTypes); this dispatcher refuses unknown types"}
 			}
 			// Only what may leave is held to its type's schema: an Internal
 			// type has none and a raw:// subject never leaves, and both are
@@ -609,6 +613,7 @@ func (s *Store) plan(ctx context.Context, source Source, events []*webhook.Event
 		switch {
 		case !event.Known(e.Type):
 			p.results[i].Outcome = OutcomeDroppedUnknown
+			p.results[i].DidYouMean, _ = event.Catalog().Closest(e.Type)
 		case !event.Exposed(e.Type):
 			p.results[i].Outcome = OutcomeDroppedInternal
 		case event.IsRawSubject(e.Subject):

@@ -200,6 +200,18 @@ func TestStore_Ingest(t *testing.T) {
 		require.Equal(t, 1, unknownTypeCount(bundle.metrics, "billing.invoice.computed"))
 	})
 
+	t.Run("MisspeltTypeDroppedWithDidYouMean", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		e := testEvent("evt_1")
+		e.Type = "booking.craeted"
+		results, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{e})
+		require.NoError(t, err)
+		require.Equal(t, []Result{{EventID: "evt_1", Outcome: OutcomeDroppedUnknown, DidYouMean: "booking.created"}}, results)
+		require.Equal(t, 0, countEvents(t, bundle.db))
+	})
+
 	t.Run("RawSubjectDropped", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
@@ -340,8 +352,8 @@ func TestStore_Ingest(t *testing.T) {
 		errs, err := bundle.store.commitGroup(ctx, []*ingestPlan{a, b})
 		require.NoError(t, err)
 		require.Equal(t, []error{nil, nil}, errs)
-		require.Equal(t, []Result{{"evt_b", OutcomeStored}, {"evt_old", OutcomeDuplicate}}, a.results)
-		require.Equal(t, []Result{{"evt_int", OutcomeDroppedUnknown}, {"evt_a", OutcomeStored}, {"evt_b", OutcomeDuplicate}}, b.results)
+		require.Equal(t, []Result{{EventID: "evt_b", Outcome: OutcomeStored}, {EventID: "evt_old", Outcome: OutcomeDuplicate}}, a.results)
+		require.Equal(t, []Result{{EventID: "evt_int", Outcome: OutcomeDroppedUnknown}, {EventID: "evt_a", Outcome: OutcomeStored}, {EventID: "evt_b", Outcome: OutcomeDuplicate}}, b.results)
 		require.Equal(t, 3, countEvents(t, bundle.db))
 	})
 

@@ -3,9 +3,11 @@ package ingest
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 )
 
@@ -128,9 +130,13 @@ func (u *unknownTypes) seen(ctx context.Context, source Source, typ, ownerID str
 		slog.String("source", string(source)),
 		slog.String("owner_id", ownerID),
 	}
+	msg := "ingest: event type is in no catalog (a misspelling?); "
+	if near, ok := event.Catalog().Closest(typ); ok {
+		attrs = append(attrs, slog.String("did_you_mean", near))
+		msg = "ingest: event type is in no catalog; did you mean " + strconv.Quote(near) + "? "
+	}
 	if suppressed > 0 {
 		attrs = append(attrs, slog.Int("not_logged_last_interval", suppressed))
 	}
-	u.logger.LogAttrs(ctx, slog.LevelWarn, "ingest: event type is in no catalog (a misspelling?); "+what+
-		"; at most one line per type a minute", attrs...)
+	u.logger.LogAttrs(ctx, slog.LevelWarn, msg+what+"; at most one line per type a minute", attrs...)
 }

@@ -87,8 +87,10 @@ func TestUnknownTypes(t *testing.T) {
 		require.Equal(t, "grpc", recs[0]["source"])
 		require.Equal(t, "owner_1", recs[0]["owner_id"])
 		require.Equal(t, "WARN", recs[0]["level"])
-		require.Contains(t, recs[0]["msg"], "in no catalog")
+		require.Contains(t, recs[0]["msg"], `in no catalog; did you mean "corpus.note.changed"?`)
+		require.Equal(t, "corpus.note.changed", recs[0]["did_you_mean"])
 		require.Equal(t, "booking.creatd", recs[1]["type"])
+		require.Equal(t, "booking.created", recs[1]["did_you_mean"])
 
 		// A minute later the type is logged again, saying how many events
 		// went unlogged meanwhile.
@@ -149,7 +151,7 @@ func TestStore_UnknownTypesRefused(t *testing.T) {
 	var fe *webhook.FieldError
 	require.ErrorAs(t, invalid.Invalid[0].Err, &fe)
 	require.Equal(t, webhook.FieldType, fe.Field)
-	require.Contains(t, fe.Reason, "no event catalog")
+	require.Contains(t, fe.Reason, `no event catalog; did you mean "corpus.note.changed"?`)
 
 	require.Equal(t, 0, countEvents(t, db), "all or nothing: the valid event is not stored either")
 	require.Equal(t, 1, ingestCount(m, SourceGRPC, resultInvalid))

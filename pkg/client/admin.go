@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -11,6 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
@@ -126,15 +130,119 @@ func (a *Admin) SendTest(ctx context.Context, ownerID, endpointID string) (strin
 	return resp.GetEventId(), err
 }
 
-// GetEvent returns one of the owner's events with its deliveries.
+// GetEvent returns one of the owner's events with its deliveries to every
+// endpoint and the fanout's decision for each of the owner's endpoints
+// (Fanout: where the event went, and why not).
 func (a *Admin) GetEvent(ctx context.Context, ownerID, eventID string) (*webhooksv1.GetEventResponse, error) {
 	return adminCall(ctx, a, "get event", func(ctx context.Context) (*webhooksv1.GetEventResponse, error) {
 		return a.rpc.GetEvent(ctx, &webhooksv1.GetEventRequest{OwnerId: ownerID, EventId: eventID})
 	})
 }
 
+// GetDelivery returns one delivery of any of the owner's endpoints (an id
+// of Deliveries, or of GetEvent's deliveries). Its Attempt and MaxAttempts
+// count the retry schedule's attempts ("4 of 18"); Probes counts the
+// recovery probes it carried besides.
+func (a *Admin) GetDelivery(ctx context.Context, ownerID string, deliveryID int64) (*webhooksv1.Delivery, error) {
+	resp, err := adminCall(ctx, a, "get delivery", func(ctx context.Context) (*webhooksv1.GetDeliveryResponse, error) {
+		return a.rpc.GetDelivery(ctx, &webhooksv1.GetDeliveryRequest{OwnerId: ownerID, DeliveryId: deliveryID})
+	})
+	return resp.GetDelivery(), err
+}
+
+// RetryDelivery runs one waiting (SCHEDULED) delivery now rather than at its
+// scheduled time, and returns it as it is then (PENDING). A delivery in
+// another state is ErrFailedPrecondition: Redeliver re-queues finished ones.
+func (a *Admin) RetryDelivery(ctx context.Context, ownerID string, deliveryID int64) (*webhooksv1.Delivery, error) {
+	resp, err := adminCall(ctx, a, "retry delivery", func(ctx context.Context) (*webhooksv1.RetryDeliveryResponse, error) {
+		return a.rpc.RetryDelivery(ctx, &webhooksv1.RetryDeliveryRequest{OwnerId: ownerID, DeliveryId: deliveryID})
+	})
+	return resp.GetDelivery(), err
+}
+
+// Redeliver re-queues one batch (req.Limit, at most 1000) of an endpoint's
+// deliveries that ended FAILED or CANCELLED (since req.Since, when set). Pass
+// the response's NextPageToken as req.PageToken to continue, or use Recover,
+// which does the whole recovery.
+func (a *Admin) Redeliver(ctx context.Context, req *webhooksv1.RedeliverRequest) (*webhooksv1.RedeliverResponse, error) {
+	return adminCall(ctx, a, "redeliver", func(ctx context.Context) (*webhooksv1.RedeliverResponse, error) {
+		return a.rpc.Redeliver(ctx, req)
+	})
+}
+
+// Recover is the recovery after a receiver was down or broken, once it is
+// fixed: it clears the endpoint's failure state (re-enabling it if the
+// dispatcher disabled it, which also releases the deliveries held while it
+// failed), then re-queues every delivery that ended FAILED or CANCELLED
+// since since (the zero time: whenever), batch after batch. It returns how
+// many it re-queued. It is idempotent: run again with the same since, it
+// re-queues none of those again (see RedeliverRequest.since).
+func (a *Admin) Recover(ctx context.Context, ownerID, endpointID string, since time.Time) (int, error) {
+	ep, err := a.GetEndpoint(ctx, ownerID, endpointID)
+	if err != nil {
+		return 0, err
+	}
+	if !ep.GetEnabled() || ep.GetFailingSince() != nil {
+		if _, err := a.UpdateEndpoint(ctx, &webhooksv1.UpdateEndpointRequest{
+			OwnerId: ownerID, EndpointId: endpointID, Enabled: true,
+			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"enabled"}},
+		}); err != nil {
+			return 0, err
+		}
+	}
+	req := &webhooksv1.RedeliverRequest{OwnerId: ownerID, EndpointId: endpointID}
+	if !since.IsZero() {
+		req.Since = timestamppb.New(since)
+	}
+	total := 0
+	for {
+		resp, err := a.Redeliver(ctx, req)
+		if err != nil {
+			return total, err
+		}
+		total += int(resp.GetCount())
+		if resp.GetNextPageToken() == "" {
+			return total, nil
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+}
+
+// Attempts iterates over one delivery's attempts, newest first, page by page
+// as Endpoints does: every request sent, with its outcome, status, timing and
+// the start of the answer's body. Attempt is the attempt's place in the
+// retry schedule; Probe marks a recovery probe, which spends none.
+func (a *Admin) Attempts(ctx context.Context, req *webhooksv1.ListAttemptsRequest) iter.Seq2[*webhooksv1.Attempt, error] {
+	return pages(ctx, a, "list attempts", req, func(r *webhooksv1.ListAttemptsRequest, token string) {
+		r.PageToken = token
+	}, func(ctx context.Context, r *webhooksv1.ListAttemptsRequest) ([]*webhooksv1.Attempt, string, error) {
+		resp, err := a.rpc.ListAttempts(ctx, r)
+		return resp.GetAttempts(), resp.GetNextPageToken(), err
+	})
+}
+
+// maxStatsEndpoints is how many endpoints one GetEndpointStats call takes.
+const maxStatsEndpoints = 100
+
+// Stats returns the attempt statistics (last hour, day and week) of the
+// owner's endpoints, in the order given, asking for up to 100 per call.
+func (a *Admin) Stats(ctx context.Context, ownerID string, endpointIDs ...string) ([]*webhooksv1.EndpointStats, error) {
+	out := make([]*webhooksv1.EndpointStats, 0, len(endpointIDs))
+	for chunk := range slices.Chunk(endpointIDs, maxStatsEndpoints) {
+		resp, err := adminCall(ctx, a, "get endpoint stats", func(ctx context.Context) (*webhooksv1.GetEndpointStatsResponse, error) {
+			return a.rpc.GetEndpointStats(ctx, &webhooksv1.GetEndpointStatsRequest{OwnerId: ownerID, EndpointIds: chunk})
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, resp.GetStats()...)
+	}
+	return out, nil
+}
+
 // EventTypes lists the dispatcher's webhook event types with their data
-// schemas and examples.
+// schemas and examples: the catalog as the dispatcher serves it
+// (ListEventTypes).
 func (a *Admin) EventTypes(ctx context.Context) ([]*webhooksv1.EventType, error) {
 	resp, err := adminCall(ctx, a, "list event types", func(ctx context.Context) (*webhooksv1.ListEventTypesResponse, error) {
 		return a.rpc.ListEventTypes(ctx, &webhooksv1.ListEventTypesRequest{})

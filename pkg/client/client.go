@@ -82,6 +82,10 @@ type options struct {
 	dialOptions []grpc.DialOption
 	catalog     *catalog.Catalog
 	noCatalog   bool
+	// strictTypes: a catalog was given (WithCatalog), so a type in no
+	// catalog is a mistake, unless AllowUnknownTypes.
+	strictTypes  bool
+	allowUnknown bool
 }
 
 // WithToken sends token (the dispatcher's publisher token) as
@@ -102,11 +106,21 @@ func WithRetry(r Retry) Option { return func(o *options) { o.retry = r } }
 
 // WithCatalog checks events against c, the catalog the dispatcher runs with
 // (catalog.Load of the same files as its -catalog), instead of the default
-// one. nil sends events checked only against the thin-event rules, leaving
-// the schema to the dispatcher.
+// one. Given the dispatcher's catalog, an event whose type is in none of it
+// is refused before it is sent (InvalidArgument naming event.type, with the
+// nearest type: "did you mean \"booking.created\"?"): the dispatcher would
+// drop it, never delivered, so it is most often a misspelling.
+// AllowUnknownTypes sends such events all the same. nil sends events checked
+// only against the thin-event rules, leaving the schema to the dispatcher.
 func WithCatalog(c *catalog.Catalog) Option {
-	return func(o *options) { o.catalog = c; o.noCatalog = c == nil }
+	return func(o *options) { o.catalog = c; o.noCatalog = c == nil; o.strictTypes = c != nil }
 }
+
+// AllowUnknownTypes lets events of types in no catalog through the
+// WithCatalog check, for an application that publishes types it has not
+// declared on purpose (the dispatcher drops them as Internal). Declaring
+// them "internal" in the catalog says the same and keeps the check.
+func AllowUnknownTypes() Option { return func(o *options) { o.allowUnknown = true } }
 
 // WithDialOptions adds gRPC dial options, e.g. a stats handler for tracing
 // (otelgrpc) or a custom dialer.
@@ -124,6 +138,8 @@ type Client struct {
 	// catalog checks events before they are sent; nil: only the
 	// thin-event rules.
 	catalog *catalog.Catalog
+	// refuseUnknown: a type in no catalog is refused before it is sent.
+	refuseUnknown bool
 }
 
 // Dial returns a Client for the dispatcher's gRPC address target
@@ -178,7 +194,8 @@ func apply(opts []Option) *options {
 }
 
 func newClient(conn grpc.ClientConnInterface, o *options) *Client {
-	return &Client{rpc: webhooksv1.NewEventServiceClient(conn), token: o.token, retry: o.retry, catalog: o.catalog}
+	return &Client{rpc: webhooksv1.NewEventServiceClient(conn), token: o.token, retry: o.retry, catalog: o.catalog,
+		refuseUnknown: o.strictTypes && !o.allowUnknown}
 }
 
 // Close closes the connection Dial opened; a Client from New has none.
@@ -195,8 +212,10 @@ func (c *Client) Close() error {
 // the field ("event.subject", "event.data.op"); the error keeps the gRPC
 // status (status.FromError). The event is checked against the catalog
 // (WithCatalog) before it is sent, with the dispatcher's own rules, so most
-// mistakes cost no call. A type in no catalog is accepted and answered with
-// PUBLISH_OUTCOME_DROPPED_UNKNOWN: the event goes nowhere.
+// mistakes cost no call. A type in no catalog is refused when WithCatalog
+// gave the dispatcher's catalog; otherwise the dispatcher accepts it and
+// answers PUBLISH_OUTCOME_DROPPED_UNKNOWN (with did_you_mean): the event
+// goes nowhere.
 func (c *Client) Publish(ctx context.Context, e *webhook.Event) (*webhooksv1.PublishResponse, error) {
 	if err := c.check([]*webhook.Event{e}, func(int) string { return "event" }); err != nil {
 		return nil, err
@@ -283,7 +302,11 @@ func (c *Client) check(events []*webhook.Event, field func(int) string) error {
 		if len(ev.Data) == 0 {
 			ev.Data = json.RawMessage("{}") // what an unset Struct is
 		}
-		if fe, ok := errors.AsType[*webhook.FieldError](c.catalog.Validate(&ev, now)); ok {
+		err := c.catalog.Validate(&ev, now)
+		if err == nil && c.refuseUnknown {
+			err = c.catalog.RequireKnown(ev.Type)
+		}
+		if fe, ok := errors.AsType[*webhook.FieldError](err); ok {
 			violations = append(violations, &errdetails.BadRequest_FieldViolation{Field: field(i) + "." + fe.Field, Description: fe.Reason})
 		}
 	}

@@ -50,4 +50,4 @@
 // dispatcher is Unavailable, as Client does.
 package client
 
-//go:generate go run ../../internal/clientgen -o events.go
+//go:generate go run -C ../.. ./internal/clientgen -o pkg/client/events.go

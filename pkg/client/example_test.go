@@ -4,20 +4,26 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	"github.com/standmeet/webhook-dispatcher/pkg/client"
 )
 
 // Publishing an event, twice: the second Publish finds it stored and
-// delivers nothing more. dispatcherAddr is the dispatcher's gRPC address
-// (here: one this test binary runs, on loopback, so without TLS).
+// delivers nothing more; it prints
+//
+//	true PUBLISH_OUTCOME_STORED
+//	true PUBLISH_OUTCOME_DUPLICATE
+//
+// (Not run here: it needs a dispatcher, on loopback, so without TLS. The
+// dispatcher's own tests run the same calls against the real server.)
 func Example() {
 	ev, err := client.CodeIssued("owner_1", "code://c_123", client.CodeIssuedData{CodeID: "c_123"}).Event()
 	if err != nil {
 		log.Fatal(err)
 	}
-	c, err := client.Dial(dispatcherAddr, client.WithToken(publisherToken), client.WithInsecure())
+	c, err := client.Dial("127.0.0.1:7070", client.WithToken(os.Getenv("DISPATCHER_PUBLISHER_TOKENS")), client.WithInsecure())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -33,9 +39,6 @@ func Example() {
 		}
 		fmt.Println(res.GetEventId() == ev.ID, res.GetOutcome())
 	}
-	// Output:
-	// true PUBLISH_OUTCOME_STORED
-	// true PUBLISH_OUTCOME_DUPLICATE
 }
 
 // The builder of a catalog type sets the type and takes the type's data;

@@ -23,8 +23,10 @@
 //     webhook-id receivers deduplicate on, so reuse it only for the same event.
 //   - OwnerID: 1–128 printable ASCII characters, no spaces.
 //   - Type: dotted lower-case segments such as "corpus.note.changed", at most
-//     128 bytes. Types outside the dispatcher's catalog are accepted but are
-//     Internal: they are never delivered.
+//     128 bytes. Types outside the dispatcher's catalog are Internal: never
+//     delivered. They are refused, with a "did you mean", when WithCatalog
+//     gives the dispatcher's catalog (AllowUnknownTypes writes them anyway),
+//     and accepted otherwise.
 //   - Subject: a URI with a scheme ("wiki://software/project/x"), at most 1024
 //     bytes of valid UTF-8 without control characters. raw:// subjects are
 //     accepted but never leave the instance.
@@ -108,6 +110,10 @@ type options struct {
 	table     string
 	catalog   *catalog.Catalog
 	noCatalog bool
+	// strictTypes: a catalog was given (WithCatalog), so a type in no
+	// catalog is a mistake, unless AllowUnknownTypes.
+	strictTypes  bool
+	allowUnknown bool
 }
 
 // Table sets the outbox table, optionally schema-qualified ("app.webhook_outbox").
@@ -117,11 +123,22 @@ func Table(name string) Option {
 }
 
 // WithCatalog checks events against c, the catalog the dispatcher runs with,
-// instead of the default one. nil checks only the thin-event rules, no
-// schema: for a main app that cannot know the dispatcher's catalog.
+// instead of the default one. Given the dispatcher's catalog, an event whose
+// type is in none of it is refused before it is written (a *FieldError
+// naming type, with the nearest type: "did you mean \"booking.created\"?"):
+// the dispatcher would drop it, never delivered, so it is most often a
+// misspelling. AllowUnknownTypes writes such events all the same. nil checks
+// only the thin-event rules, no schema: for a main app that cannot know the
+// dispatcher's catalog.
 func WithCatalog(c *catalog.Catalog) Option {
-	return func(o *options) { o.catalog = c; o.noCatalog = c == nil }
+	return func(o *options) { o.catalog = c; o.noCatalog = c == nil; o.strictTypes = c != nil }
 }
+
+// AllowUnknownTypes lets events of types in no catalog through the
+// WithCatalog check, for an application that writes types it has not
+// declared on purpose (the dispatcher drops them as Internal). Declaring
+// them "internal" in the catalog says the same and keeps the check.
+func AllowUnknownTypes() Option { return func(o *options) { o.allowUnknown = true } }
 
 var tableNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
 
@@ -194,6 +211,9 @@ func prepare(e Event, opts []Option) (*insert, error) {
 		cat = catalog.Default()
 	}
 	data, err := validate(&e, cat, time.Now())
+	if err == nil && o.strictTypes && !o.allowUnknown {
+		err = cat.RequireKnown(e.Type)
+	}
 	if err != nil {
 		return nil, err
 	}

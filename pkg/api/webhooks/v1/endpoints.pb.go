@@ -1740,8 +1740,12 @@ type Delivery struct {
 	EventId   string        `protobuf:"bytes,2,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
 	EventType string        `protobuf:"bytes,3,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
 	State     DeliveryState `protobuf:"varint,4,opt,name=state,proto3,enum=webhooks.v1.DeliveryState" json:"state,omitempty"`
-	// Attempts spent so far (snoozes do not spend attempts).
-	Attempt     int32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Attempts of the retry schedule spent so far, one in flight included
+	// (snoozes spend none, and recovery probes are counted apart, in probes):
+	// "attempt 4 of 18, 2 probes".
+	Attempt int32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// How many attempts the schedule has: 18 (one more after each Redeliver
+	// of a delivery that had spent them all). Probes do not change it.
 	MaxAttempts int32 `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	// What the last failed attempt met, as a sentence without River's
 	// internals, e.g. "HTTP 500: upstream down". Empty once delivered.
@@ -1758,7 +1762,13 @@ type Delivery struct {
 	// (HTTP 429, Retry-After) until 2026-12-01T10:00:00Z."
 	StateReason string `protobuf:"bytes,14,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
 	// The endpoint it goes to.
-	EndpointId    string `protobuf:"bytes,30,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	EndpointId string `protobuf:"bytes,30,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// Recovery probes it carried: while its endpoint was failing, it was sent
+	// ahead of its retry step to learn whether the receiver was back. A probe
+	// is a request but spends no attempt of the schedule.
+	Probes int32 `protobuf:"varint,31,opt,name=probes,proto3" json:"probes,omitempty"`
+	// The attempt in flight (DELIVERING), or else the latest, was a probe.
+	Probe         bool `protobuf:"varint,32,opt,name=probe,proto3" json:"probe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1896,6 +1906,20 @@ func (x *Delivery) GetEndpointId() string {
 		return x.EndpointId
 	}
 	return ""
+}
+
+func (x *Delivery) GetProbes() int32 {
+	if x != nil {
+		return x.Probes
+	}
+	return 0
+}
+
+func (x *Delivery) GetProbe() bool {
+	if x != nil {
+		return x.Probe
+	}
+	return false
 }
 
 type ListDeliveriesResponse struct {
@@ -2508,8 +2532,10 @@ type Attempt struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Id         int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	DeliveryId int64                  `protobuf:"varint,2,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
-	// The delivery's attempt number; a Retry-After snooze spends none, so it
-	// shares the number with the attempt after it.
+	// The delivery's attempt number in its retry schedule (1 to 18); a
+	// Retry-After snooze spends none, so it shares the number with the
+	// attempt after it, and a recovery probe (probe) spends none either: it
+	// carries the number of the attempt before it.
 	Attempt   int32                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	StartedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	Duration  *durationpb.Duration   `protobuf:"bytes,5,opt,name=duration,proto3" json:"duration,omitempty"`
@@ -2525,8 +2551,13 @@ type Attempt struct {
 	Error string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
 	// For a snooze: why (DELIVERY_WAIT_REASON_RETRY_AFTER; ENDPOINT_PAUSED when
 	// a run of 429s without Retry-After paused the endpoint) and until when.
-	SnoozeReason  DeliveryWaitReason     `protobuf:"varint,10,opt,name=snooze_reason,json=snoozeReason,proto3,enum=webhooks.v1.DeliveryWaitReason" json:"snooze_reason,omitempty"`
-	SnoozedUntil  *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=snoozed_until,json=snoozedUntil,proto3" json:"snoozed_until,omitempty"`
+	SnoozeReason DeliveryWaitReason     `protobuf:"varint,10,opt,name=snooze_reason,json=snoozeReason,proto3,enum=webhooks.v1.DeliveryWaitReason" json:"snooze_reason,omitempty"`
+	SnoozedUntil *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=snoozed_until,json=snoozedUntil,proto3" json:"snoozed_until,omitempty"`
+	// This request was a recovery probe: sent ahead of the retry schedule
+	// while the endpoint was failing, to learn whether the receiver was back.
+	Probe bool `protobuf:"varint,12,opt,name=probe,proto3" json:"probe,omitempty"`
+	// The delivery's probes up to this request, this one included.
+	Probes        int32 `protobuf:"varint,13,opt,name=probes,proto3" json:"probes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2636,6 +2667,20 @@ func (x *Attempt) GetSnoozedUntil() *timestamppb.Timestamp {
 		return x.SnoozedUntil
 	}
 	return nil
+}
+
+func (x *Attempt) GetProbe() bool {
+	if x != nil {
+		return x.Probe
+	}
+	return false
+}
+
+func (x *Attempt) GetProbes() int32 {
+	if x != nil {
+		return x.Probes
+	}
+	return 0
 }
 
 type ListAttemptsResponse struct {
@@ -3558,7 +3603,7 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\n" +
 	"event_type\x18\x06 \x01(\tR\teventType\x12?\n" +
 	"\rcreated_after\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
-	"\x0ecreated_before\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\"\xf4\x04\n" +
+	"\x0ecreated_before\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\"\xa2\x05\n" +
 	"\bDelivery\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12\x1d\n" +
@@ -3580,7 +3625,9 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"waitReason\x12!\n" +
 	"\fstate_reason\x18\x0e \x01(\tR\vstateReason\x12\x1f\n" +
 	"\vendpoint_id\x18\x1e \x01(\tR\n" +
-	"endpointId\"w\n" +
+	"endpointId\x12\x16\n" +
+	"\x06probes\x18\x1f \x01(\x05R\x06probes\x12\x14\n" +
+	"\x05probe\x18  \x01(\bR\x05probe\"w\n" +
 	"\x16ListDeliveriesResponse\x125\n" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2\x15.webhooks.v1.DeliveryR\n" +
@@ -3625,7 +3672,7 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"deliveryId\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"\xe0\x03\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\x8e\x04\n" +
 	"\aAttempt\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x1f\n" +
 	"\vdelivery_id\x18\x02 \x01(\x03R\n" +
@@ -3641,7 +3688,9 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\x05error\x18\t \x01(\tR\x05error\x12D\n" +
 	"\rsnooze_reason\x18\n" +
 	" \x01(\x0e2\x1f.webhooks.v1.DeliveryWaitReasonR\fsnoozeReason\x12?\n" +
-	"\rsnoozed_until\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\fsnoozedUntil\"p\n" +
+	"\rsnoozed_until\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\fsnoozedUntil\x12\x14\n" +
+	"\x05probe\x18\f \x01(\bR\x05probe\x12\x16\n" +
+	"\x06probes\x18\r \x01(\x05R\x06probes\"p\n" +
 	"\x14ListAttemptsResponse\x120\n" +
 	"\battempts\x18\x01 \x03(\v2\x14.webhooks.v1.AttemptR\battempts\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"W\n" +

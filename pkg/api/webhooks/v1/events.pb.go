@@ -238,9 +238,17 @@ func (x *PublishRequest) GetEvent() *Event {
 }
 
 type PublishResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	EventId       string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
-	Outcome       PublishOutcome         `protobuf:"varint,2,opt,name=outcome,proto3,enum=webhooks.v1.PublishOutcome" json:"outcome,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	EventId string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	Outcome PublishOutcome         `protobuf:"varint,2,opt,name=outcome,proto3,enum=webhooks.v1.PublishOutcome" json:"outcome,omitempty"`
+	// For a dropped event: why it goes nowhere, for people, e.g. 'type
+	// "booking.craeted" is in no event catalog; did you mean
+	// "booking.created"?'. Empty when stored or a duplicate.
+	Reason string `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	// For PUBLISH_OUTCOME_DROPPED_UNKNOWN: the catalog type whose name is
+	// nearest the event's (a few edits away), most often the one meant.
+	// Empty when none is near.
+	DidYouMean    string `protobuf:"bytes,11,opt,name=did_you_mean,json=didYouMean,proto3" json:"did_you_mean,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -287,6 +295,20 @@ func (x *PublishResponse) GetOutcome() PublishOutcome {
 		return x.Outcome
 	}
 	return PublishOutcome_PUBLISH_OUTCOME_UNSPECIFIED
+}
+
+func (x *PublishResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PublishResponse) GetDidYouMean() string {
+	if x != nil {
+		return x.DidYouMean
+	}
+	return ""
 }
 
 type PublishBatchRequest struct {
@@ -392,10 +414,14 @@ const file_webhooks_v1_events_proto_rawDesc = "" +
 	"occurredAt\x12+\n" +
 	"\x04data\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x04data\":\n" +
 	"\x0ePublishRequest\x12(\n" +
-	"\x05event\x18\x01 \x01(\v2\x12.webhooks.v1.EventR\x05event\"c\n" +
+	"\x05event\x18\x01 \x01(\v2\x12.webhooks.v1.EventR\x05event\"\x9d\x01\n" +
 	"\x0fPublishResponse\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x125\n" +
-	"\aoutcome\x18\x02 \x01(\x0e2\x1b.webhooks.v1.PublishOutcomeR\aoutcome\"A\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x1b.webhooks.v1.PublishOutcomeR\aoutcome\x12\x16\n" +
+	"\x06reason\x18\n" +
+	" \x01(\tR\x06reason\x12 \n" +
+	"\fdid_you_mean\x18\v \x01(\tR\n" +
+	"didYouMean\"A\n" +
 	"\x13PublishBatchRequest\x12*\n" +
 	"\x06events\x18\x01 \x03(\v2\x12.webhooks.v1.EventR\x06events\"N\n" +
 	"\x14PublishBatchResponse\x126\n" +

@@ -1,4 +1,4 @@
-package client_test
+package clienttest_test
 
 import (
 	"context"
@@ -22,10 +22,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
-	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 	"github.com/standmeet/webhook-dispatcher/pkg/client"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -278,6 +278,31 @@ func TestClient_Publish(t *testing.T) {
 		res, err := b.client.Publish(ctx, ev)
 		require.NoError(t, err)
 		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN, res.GetOutcome())
+		require.Equal(t, "corpus.note.changed", res.GetDidYouMean(), "the default catalog stands in: no refusal, but a did-you-mean")
+	})
+
+	t.Run("UnknownTypeRefusedWithTheDispatchersCatalog", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, client.WithCatalog(catalog.Default()))
+		ev, err := client.NewEvent("corpus.note.chnaged", "owner_1", "wiki://x").Event()
+		require.NoError(t, err)
+		_, err = b.client.Publish(ctx, ev)
+		st := status.Convert(err)
+		require.Equal(t, codes.InvalidArgument, st.Code())
+		require.Contains(t, st.Message(), `invalid event.type: is in no event catalog; did you mean "corpus.note.changed"?`)
+		_, err = b.client.PublishBatch(ctx, []*webhook.Event{newEvent(t, "evt_1"), ev})
+		require.Equal(t, codes.InvalidArgument, status.Code(err))
+		require.Contains(t, status.Convert(err).Message(), "events[1].type: is in no event catalog")
+		require.Zero(t, b.fault.calls.Load(), "refused before it is sent")
+		require.Zero(t, testfactory.CountEvents(ctx, t, b.db.Pool))
+
+		// AllowUnknownTypes sends it; the dispatcher drops it, and says
+		// which type was probably meant.
+		ab := setup(t, client.WithCatalog(catalog.Default()), client.AllowUnknownTypes())
+		res, err := ab.client.Publish(ctx, ev)
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN, res.GetOutcome())
+		require.Equal(t, "corpus.note.changed", res.GetDidYouMean())
 	})
 
 	t.Run("WrongTokenIsNotRetried", func(t *testing.T) {
@@ -428,54 +453,6 @@ func TestClient_TLS(t *testing.T) {
 		_, err = c.Publish(ctx, newEvent(t, "evt_untrusted"))
 		require.Equal(t, codes.Unavailable, status.Code(err))
 		require.ErrorContains(t, err, "certificate")
-	})
-}
-
-func TestBuilders(t *testing.T) {
-	t.Parallel()
-
-	t.Run("OnePerCatalogType", func(t *testing.T) {
-		t.Parallel()
-		var want []string
-		for _, ti := range event.WebhookTypes() {
-			want = append(want, ti.Name)
-		}
-		require.Equal(t, want, client.Types())
-	})
-
-	t.Run("Defaults", func(t *testing.T) {
-		t.Parallel()
-		before := time.Now().Add(-time.Second)
-		ev, err := client.BookingCreated("owner_1", "booking://b_1", client.BookingCreatedData{}).Event()
-		require.NoError(t, err)
-		require.Equal(t, client.TypeBookingCreated, ev.Type)
-		require.NotEmpty(t, ev.ID)
-		require.True(t, ev.OccurredAt.After(before))
-		require.JSONEq(t, `{}`, string(ev.Data))
-		again, err := client.BookingCreated("owner_1", "booking://b_1", client.BookingCreatedData{}).Event()
-		require.NoError(t, err)
-		require.NotEqual(t, ev.ID, again.ID)
-	})
-
-	t.Run("InvalidNamesTheField", func(t *testing.T) {
-		t.Parallel()
-		_, err := client.OwnerLogin("", "owner://o", client.OwnerLoginData{}).Event()
-		var fe *webhook.FieldError
-		require.ErrorAs(t, err, &fe)
-		require.Equal(t, webhook.FieldOwnerID, fe.Field)
-
-		_, err = client.NewEvent(client.TypeOwnerLogin, "owner_1", "owner://o").Set("bad", func() {}).Event()
-		require.ErrorContains(t, err, "data")
-
-		_, err = client.OwnerLogin("owner_1", "owner://o", client.OwnerLoginData{}).Set("ip", "x").Event()
-		require.ErrorContains(t, err, "set the field instead")
-	})
-
-	t.Run("DataJSON", func(t *testing.T) {
-		t.Parallel()
-		ev, err := client.NewEvent(client.TypeGasRefilled, "owner_1", "gas://g").Set("dropped", 1).DataJSON([]byte(`{"amount":5}`)).Event()
-		require.NoError(t, err)
-		require.JSONEq(t, `{"amount":5}`, string(ev.Data))
 	})
 }
 

@@ -1,4 +1,4 @@
-package client_test
+package clienttest_test
 
 import (
 	"context"
@@ -21,6 +21,7 @@ type adminBundle struct {
 	fault *fault
 	admin *client.Admin
 	addr  string
+	db    *dbtest.DB
 }
 
 // setupAdmin runs the dispatcher's EndpointService (grpcapi over the real
@@ -36,7 +37,7 @@ func setupAdmin(t *testing.T) *adminBundle {
 	a, err := client.DialAdmin(lis.Addr().String(), client.WithInsecure(), client.WithToken(adminToken), client.WithRetry(fastRetry))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close() })
-	return &adminBundle{fault: f, admin: a, addr: lis.Addr().String()}
+	return &adminBundle{fault: f, admin: a, addr: lis.Addr().String(), db: db}
 }
 
 func createReq(owner string) *webhooksv1.CreateEndpointRequest {

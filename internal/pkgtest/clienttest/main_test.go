@@ -1,21 +1,20 @@
-package client_test
+// These are pkg/client's tests against the real dispatcher API (internal/grpcapi over
+// the real ingest and endpoint services, on a fresh schema of the test
+// database). They live in the dispatcher's module, not in
+// pkg/, because pkg/ is a module of its own: it cannot import internal/, and
+// its users must not download the dispatcher's test dependencies.
+
+package clienttest_test
 
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"encoding/base64"
-	"encoding/hex"
-	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"strconv"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
@@ -24,7 +23,6 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
-	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/fanout"
@@ -43,80 +41,7 @@ const publisherToken = "client-test-publisher-token-0123"
 // adminToken is their admin token.
 const adminToken = "client-test-admin-token-01234567"
 
-// dispatcherAddr is the gRPC address of the dispatcher the examples publish
-// to: the real API and ingest on a schema of their own, which TestMain starts
-// (examples get no *testing.T to start one with).
-var dispatcherAddr string
-
-func TestMain(m *testing.M) { dbtest.VerifyTestMain(withExampleDispatcher{m}) }
-
-type withExampleDispatcher struct{ m *testing.M }
-
-func (w withExampleDispatcher) Run() int {
-	stop, err := startExampleDispatcher()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "example dispatcher:", err)
-		return 1
-	}
-	defer stop()
-	return w.m.Run()
-}
-
-func startExampleDispatcher() (func(), error) {
-	ctx := context.Background()
-	url := cmp.Or(os.Getenv("TEST_DATABASE_URL"), os.Getenv("DATABASE_URL"), dbtest.LocalURL)
-	// Small pools: the suite keeps to about 20 connections (dbtest).
-	admCfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, err
-	}
-	admCfg.MaxConns = 1
-	adm, err := pgxpool.NewWithConfig(ctx, admCfg)
-	if err != nil {
-		return nil, err
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	// dbtest's prefix and clock, so a crashed run's schema is swept later.
-	schema := "t_" + strconv.FormatInt(time.Now().Unix(), 10) + "_" + hex.EncodeToString(b[:])
-	if _, err := adm.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{schema}.Sanitize()); err != nil {
-		adm.Close()
-		return nil, err
-	}
-	pool, srv, err := serveExample(ctx, url, schema)
-	return func() {
-		if srv != nil {
-			srv.Stop()
-		}
-		if pool != nil {
-			pool.Close()
-		}
-		_, _ = adm.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
-		adm.Close()
-	}, err
-}
-
-func serveExample(ctx context.Context, url, schema string) (*pgxpool.Pool, *grpc.Server, error) {
-	cfg, err := database.PoolConfig(url, schema)
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	logger := slog.New(slog.DiscardHandler)
-	if err := database.Migrate(ctx, pool, schema, logger); err != nil {
-		return pool, nil, err
-	}
-	srv, lis, err := newServer(pool, schema, serverOpts{})
-	if err != nil {
-		return pool, nil, err
-	}
-	dispatcherAddr = lis.Addr().String()
-	return pool, srv, nil
-}
+func TestMain(m *testing.M) { dbtest.VerifyTestMain(m) }
 
 // serverOpts varies the EventService a test runs.
 type serverOpts struct {

@@ -1,0 +1,128 @@
+package job
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ProbeMark is what recovery probes (internal/delivery's probe.go) leave in
+// a delivery job's metadata. A probe is a real request that River counts as
+// an attempt, and it raises the job's max_attempts by one so that it spends
+// no step of the retry schedule; River's own attempt and max_attempts
+// therefore count probes too ("6 of 20" for the 4th scheduled attempt of 18
+// after 2 probes). Everything shown to people reads the two apart through
+// Count.
+type ProbeMark struct {
+	// Due is when the delivery was due before the last probe took it.
+	Due *time.Time `json:"probe_due,omitempty"`
+	// Probes counts the probes it carried.
+	Probes int `json:"probes,omitempty"`
+	// Attempts are River's attempt numbers that were probes (recorded since
+	// this field exists; Probes counts older ones too).
+	Attempts []int `json:"probe_attempts,omitempty"`
+}
+
+// ReadProbeMark reads the probe mark of a delivery job's metadata; a job
+// never probed has the zero mark. It does not parse metadata without one.
+func ReadProbeMark(metadata []byte) ProbeMark {
+	var m ProbeMark
+	if bytes.Contains(metadata, []byte(`"probes"`)) {
+		_ = json.Unmarshal(metadata, &m)
+	}
+	return m
+}
+
+// Attempts is how far a delivery has gone, in a person's words: the
+// attempts of its retry schedule and its recovery probes, counted apart.
+type Attempts struct {
+	// Attempt is how many scheduled attempts it has spent, one in flight
+	// included.
+	Attempt int
+	// Max is how many scheduled attempts it has (DeliverMaxAttempts; one
+	// more for each Redeliver of a delivery that had spent them all).
+	Max int
+	// Probes is how many recovery probes it has carried, one in flight
+	// included.
+	Probes int
+	// Probe reports that River's current attempt (the one in flight, or
+	// the last one) was a probe.
+	Probe bool
+}
+
+// Count reads River's attempt and max_attempts of a delivery job apart:
+// the probes in m are taken out of both.
+func (m ProbeMark) Count(attempt, maxAttempts int) Attempts {
+	probes := min(max(m.Probes, 0), attempt)
+	return Attempts{
+		Attempt: attempt - probes,
+		Max:     max(maxAttempts-probes, 0),
+		Probes:  probes,
+		Probe:   attempt > 0 && slices.Contains(m.Attempts, attempt),
+	}
+}
+
+// String is the count as the CLI, the API's sentences and the logs say it:
+// "attempt 4 of 18", "attempt 4 of 18, 2 probes", or, while the current
+// request is a probe, "probe 2, after attempt 3 of 18".
+func (a Attempts) String() string {
+	if a.Probe {
+		return fmt.Sprintf("probe %d, after attempt %d of %d", a.Probes, a.Attempt, a.Max)
+	}
+	s := fmt.Sprintf("attempt %d of %d", a.Attempt, a.Max)
+	switch a.Probes {
+	case 0:
+	case 1:
+		s += ", 1 probe"
+	default:
+		s += fmt.Sprintf(", %d probes", a.Probes)
+	}
+	return s
+}
+
+// AttemptHeader is the request header that tells a receiver where a
+// delivery stands, in the form of Attempts.Header. It is informational
+// (not signed); `dispatcher listen` prints it.
+const AttemptHeader = "Dispatcher-Attempt"
+
+// Header is the AttemptHeader value: an RFC 8941 dictionary,
+// "attempt=4, max=18, probes=2", with ", probe" on a probe.
+func (a Attempts) Header() string {
+	s := fmt.Sprintf("attempt=%d, max=%d, probes=%d", a.Attempt, a.Max, a.Probes)
+	if a.Probe {
+		s += ", probe"
+	}
+	return s
+}
+
+// ParseAttemptHeader reads an AttemptHeader value; ok is false for a value
+// without a valid attempt and max.
+func ParseAttemptHeader(v string) (a Attempts, ok bool) {
+	var seen int
+	for item := range strings.SplitSeq(v, ",") {
+		key, val, hasVal := strings.Cut(strings.TrimSpace(item), "=")
+		if !hasVal {
+			if key == "probe" {
+				a.Probe = true
+			}
+			continue
+		}
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 0 {
+			return Attempts{}, false
+		}
+		switch key {
+		case "attempt":
+			a.Attempt, seen = n, seen|1
+		case "max":
+			a.Max, seen = n, seen|2
+		case "probes":
+			a.Probes = n
+		}
+	}
+	return a, seen == 3
+}

@@ -1,9 +1,0 @@
-package outbox_test
-
-import (
-	"testing"
-
-	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
-)
-
-func TestMain(m *testing.M) { dbtest.VerifyTestMain(m) }
