@@ -91,7 +91,8 @@ type GateConfig struct {
 // the connection's reader, before the server reads a byte of the message:
 // it refuses a throttled address, a missing or unknown token and a role that
 // may not call the method, then reserves the method's size limit from the
-// Budget (ResourceExhausted when it is full; the tap must not block) until
+// Budget (Unavailable when it is full, which clients retry with backoff as
+// they would HTTP's 503; the tap must not block) until
 // the call ends. So an unauthenticated caller costs the server the headers
 // it sent, whatever message follows them. Calls of the HTTP/JSON API come in
 // over the in-process pipe already authenticated and reserved by its guard
@@ -175,7 +176,7 @@ func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	}
 	release, ok := g.cfg.Budget.TryAcquire(int64(g.limits.For(info.FullMethodName)))
 	if !ok {
-		return ctx, status.Errorf(codes.ResourceExhausted,
+		return ctx, status.Errorf(codes.Unavailable,
 			"the server is reading as many requests as its memory budget allows (%d bytes): retry shortly", g.cfg.Budget.Size())
 	}
 	// The stream's context ends with the call, however it ends.

@@ -98,13 +98,13 @@ func TestGate(t *testing.T) {
 		require.NoError(t, err)
 	})
 
-	t.Run("BudgetFullIsResourceExhaustedAndCallsGiveTheirShareBack", func(t *testing.T) {
+	t.Run("BudgetFullIsUnavailableAndCallsGiveTheirShareBack", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
 		release, ok := b.budget.TryAcquire(b.budget.Size() - 32<<10) // less than Publish's 64 KiB left
 		require.True(t, ok)
 		_, err := b.events.Publish(withToken(t.Context(), authPublisherToken), bigRequest(t, 10))
-		requireAuthCode(t, err, codes.ResourceExhausted)
+		requireAuthCode(t, err, codes.Unavailable)
 		require.Contains(t, err.Error(), "memory budget")
 		release()
 		for range 10 {

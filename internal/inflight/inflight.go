@@ -6,8 +6,8 @@
 // it back when it has been answered. Authentication comes first (see
 // internal/httpapi and internal/grpcapi), so only callers holding a token
 // ever reserve: the budget is what bounds the memory of many large calls by
-// legitimate callers at once, and it is why a burst of them meets 503 or
-// ResourceExhausted (retry later) instead of the process's memory limit.
+// legitimate callers at once, and it is why a burst of them meets HTTP 503 or
+// gRPC Unavailable (retry later) instead of the process's memory limit.
 package inflight
 
 import (
