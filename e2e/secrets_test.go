@@ -143,3 +143,53 @@ func TestPlaintextCredentialsWarned(t *testing.T) {
 		require.Empty(t, warned(d))
 	})
 }
+
+// TestSecretsFromFiles: the layout the Helm chart and the overlays mount
+// (the master keys and every role's tokens as files, named by the *_FILE
+// variables, nothing of them in the environment) runs the dispatcher: an
+// endpoint created with the second admin token of a comma-separated file
+// (a Secret key written for the variable), an event published with the
+// file's publisher token, delivered signed with a secret sealed under the
+// file's master key.
+func TestSecretsFromFiles(t *testing.T) {
+	t.Parallel()
+	const (
+		admin2    = "e2e-admin-token-from-file-2-0123"
+		publisher = "e2e-publisher-token-from-file-0123"
+	)
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o400))
+		return p
+	}
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}, env: []string{
+		// The harness's variables, emptied: only the files count.
+		"DISPATCHER_MASTER_KEYS=", "DISPATCHER_ADMIN_TOKENS=", "DISPATCHER_PUBLISHER_TOKENS=", "DISPATCHER_OPERATOR_TOKENS=",
+		"DISPATCHER_MASTER_KEYS_FILE=" + write("master-keys", masterKey(t)+"\n"),
+		"DISPATCHER_ADMIN_TOKEN_FILE=" + write("admin-tokens", "e2e-admin-token-from-file-1-0123,"+admin2),
+		"DISPATCHER_PUBLISHER_TOKEN_FILE=" + write("publisher-tokens", publisher+"\n"),
+	}})
+	rc := newReceiver(t)
+	ctx, cancel := context.WithTimeout(withToken(context.Background(), admin2), 30*time.Second)
+	defer cancel()
+	created, err := d.endpoints().CreateEndpoint(ctx, &webhooksv1.CreateEndpointRequest{
+		OwnerId: "files-owner", Url: rc.URL, EventTypes: []string{"code.*"},
+	})
+	require.NoError(t, err)
+
+	// The environment's tokens are gone: the harness's admin token is refused.
+	_, err = d.endpoints().ListEndpoints(adminCtx(t), &webhooksv1.ListEndpointsRequest{OwnerId: "files-owner"})
+	require.Error(t, err)
+
+	e := newEvent("files-owner", "code.issued", "code://files/1", `{}`)
+	pctx, pcancel := context.WithTimeout(withToken(context.Background(), publisher), 30*time.Second)
+	defer pcancel()
+	_, err = d.events().Publish(pctx, &webhooksv1.PublishRequest{Event: e})
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the delivery", func() bool { return len(rc.requests()) > 0 })
+	got := rc.requests()[0]
+	wh, err := webhook.NewVerifier(created.GetSecret())
+	require.NoError(t, err)
+	require.NoError(t, wh.Verify(got.header, got.body), "signed with the secret sealed under the file's master key")
+}

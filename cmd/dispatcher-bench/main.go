@@ -30,7 +30,8 @@
 // (run only when named: -scenario soak) is a steady load for -soak-duration,
 // sampling the dispatcher's RSS, heap, goroutines and connections and the
 // size of every table the load writes, and judging whether each levels off;
-// it ends with a heap profile.
+// it ends with a heap profile. It runs alone, on a Postgres cluster of its
+// own with autovacuum at Postgres's defaults (-soak-cluster).
 //
 // Receivers listen on one loopback port per endpoint, or, with -one-host, all
 // on one port as distinct paths; every scenario reports how many TCP
@@ -103,6 +104,8 @@ type config struct {
 	SoakRate      int
 	SoakRetention time.Duration
 	SoakSample    time.Duration
+	// SoakCluster: the soak runs on a Postgres cluster of its own.
+	SoakCluster bool
 }
 
 type stringList []string
@@ -140,6 +143,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.SoakRate, "soak-rate", 100, "soak: events/s offered, one Publish and one delivery each")
 	fs.DurationVar(&c.SoakRetention, "soak-retention", retention.MinRetention, "soak: the dispatcher's DISPATCHER_RETENTION (at least "+retention.MinRetention.String()+")")
 	fs.DurationVar(&c.SoakSample, "soak-sample", 0, "soak: time between samples (0: a thirtieth of -soak-duration, 5s..1m, shortened by a twelfth when it divides the prune interval or is a multiple of it)")
+	fs.BoolVar(&c.SoakCluster, "soak-cluster", true, "soak: run on a Postgres cluster of its own (initdb and a server on a free loopback port, removed afterwards) with Postgres's default settings, autovacuum included, so that nothing else on a shared server shapes the table sizes; false: on -database-url")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -182,6 +186,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		}
 	}
 	c.Env = env
+	if c.SoakCluster && slices.Contains(c.Scenarios, "soak") && len(c.Scenarios) > 1 {
+		return nil, errors.New("the soak runs on a cluster of its own: run it alone (-scenario soak), or pass -soak-cluster=false to run it beside the others on -database-url")
+	}
 	switch {
 	case c.Scale <= 0 || c.Scale > 10:
 		return nil, fmt.Errorf("invalid -scale %v: want (0, 10]", c.Scale)
@@ -253,6 +260,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := os.MkdirAll(cfg.KeepLogs, 0o755); err != nil {
 			return err
 		}
+	}
+	if cfg.SoakCluster && slices.Contains(cfg.Scenarios, "soak") {
+		b.progressf("soak: starting a Postgres cluster of its own (autovacuum at Postgres's defaults)")
+		cluster, err := startOwnCluster(ctx)
+		if err != nil {
+			return fmt.Errorf("soak: own cluster: %w", err)
+		}
+		b.defers = append(b.defers, cluster.stop)
+		cfg.DatabaseURL = cluster.URL()
+		fmt.Fprintf(stdout, "soak: on a Postgres cluster of its own (%s, initdb defaults but %s)\n", cluster.bindir, cluster.settings())
 	}
 	if err := b.openDatabase(ctx); err != nil {
 		return err

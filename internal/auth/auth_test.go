@@ -118,6 +118,17 @@ func TestLoadTokens(t *testing.T) {
 		require.Equal(t, []string{adminToken, adminToken2}, toks)
 	})
 
+	t.Run("FromFileCommaSeparated", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// A Secret key written for the variable ("old,new"), mounted as a
+		// file: the same two tokens, not one token with a comma in it.
+		p := writeFile(t, b, adminToken+", "+adminToken2)
+		toks, err := LoadTokens("", p)
+		require.NoError(t, err)
+		require.Equal(t, []string{adminToken, adminToken2}, toks)
+	})
+
 	t.Run("BothSourcesCombinedAndDeduplicated", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
