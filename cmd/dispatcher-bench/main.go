@@ -84,10 +84,10 @@ type config struct {
 	// S10InFlight are the max_in_flight settings S10 runs at.
 	S10InFlight []int32
 	// OpenRates are the offered rates of the open loop, events/s.
-	OpenRates []int
-	ConnBudget  int
-	Latency     time.Duration
-	OneHost     bool
+	OpenRates  []int
+	ConnBudget int
+	Latency    time.Duration
+	OneHost    bool
 	// S8Live: S8 publishes while the endpoint delivers instead of queuing
 	// the backlog behind a pause.
 	S8Live bool
