@@ -25,8 +25,8 @@ import (
 // INSERT in a transaction of its own (INSERT and COMMIT), over a pool of
 // the size the dispatcher's own has. A Publish call is at least that: one
 // row made durable before it answers; what it costs beyond it is the
-// dispatcher's. Its targets are stated against the floor.
-var openRates = []int{200, 500, 1000}
+// dispatcher's. Its targets are stated against the floor. The rates are
+// -open-rates (200, 500 and 1,000/s by default).
 
 // openSenders is the callers per offered rate: 2 s of calls in flight at
 // most, as S5b has at 1,000/s.

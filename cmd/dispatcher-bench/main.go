@@ -84,9 +84,11 @@ type config struct {
 	S6Procs       []int
 	// S10InFlight are the max_in_flight settings S10 runs at.
 	S10InFlight []int32
-	ConnBudget  int
-	Latency     time.Duration
-	OneHost     bool
+	// OpenRates are the offered rates of the open loop, events/s.
+	OpenRates  []int
+	ConnBudget int
+	Latency    time.Duration
+	OneHost    bool
 	// S8Live: S8 publishes while the endpoint delivers instead of queuing
 	// the backlog behind a pause.
 	S8Live bool
@@ -120,6 +122,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	scenarios := fs.String("scenario", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run: "+strings.Join(allScenarios, ",")+" (soak only when named)")
 	s6 := fs.String("s6-procs", "1,2,3", "dispatcher process counts for S6")
 	s10 := fs.String("s10-in-flight", "1,16", "max_in_flight settings S10 runs at")
+	openRates := fs.String("open-rates", "200,500,1000", "offered rates (events/s) of the open loop (-scenario open)")
 	var env stringList
 	fs.StringVar(&c.Binary, "binary", "", "dispatcher binary to run; empty: go build ./cmd/dispatcher into a temporary directory")
 	fs.StringVar(&c.DatabaseURL, "database-url", envOr("BENCH_DATABASE_URL", DefaultDatabaseURL), "Postgres server to measure against (env BENCH_DATABASE_URL); a URL, not a key=value DSN, when -isolated-db")
@@ -179,6 +182,13 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 			return nil, fmt.Errorf("invalid -s10-in-flight entry %q: want 1..1000", s)
 		}
 		c.S10InFlight = append(c.S10InFlight, int32(n))
+	}
+	for s := range strings.SplitSeq(*openRates, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 20000 {
+			return nil, fmt.Errorf("invalid -open-rates entry %q: want 1..20000", s)
+		}
+		c.OpenRates = append(c.OpenRates, n)
 	}
 	for _, kv := range env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || !strings.HasPrefix(k, "DISPATCHER_") {

@@ -191,7 +191,7 @@ func (b *bench) runScenario(ctx context.Context, name string) []result {
 		return []result{runFor(b.cfg.SoakDuration+15*time.Minute, b.soak)}
 	case "open":
 		var out []result
-		for _, rate := range openRates {
+		for _, rate := range b.cfg.OpenRates {
 			if ctx.Err() != nil {
 				break
 			}

@@ -125,7 +125,9 @@ type serveConfig struct {
 	FanoutWorkers   int
 	// IngestTxs bounds the ingest transactions running at once
 	// (internal/ingest's group commit).
-	IngestTxs        int
+	IngestTxs int
+	// IngestLinger is ingest.StoreConfig.GroupLinger.
+	IngestLinger     time.Duration
 	ShutdownTimeout  time.Duration
 	RescueStuckAfter time.Duration
 	Retention        time.Duration
@@ -205,6 +207,8 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.IntVar(&c.FanoutWorkers, "fanout-workers", env.integer("DISPATCHER_FANOUT_WORKERS", 20), "concurrent fanouts per process (env DISPATCHER_FANOUT_WORKERS)")
 	fs.IntVar(&c.IngestTxs, "ingest-transactions", env.integer("DISPATCHER_INGEST_TRANSACTIONS", ingest.DefaultGroupInFlight),
 		"ingest transactions at once; events published meanwhile share the next one (env DISPATCHER_INGEST_TRANSACTIONS)")
+	fs.DurationVar(&c.IngestLinger, "ingest-linger", env.duration("DISPATCHER_INGEST_LINGER", ingest.DefaultGroupLinger),
+		"while Publish calls arrive closer together than this, an ingest transaction that would carry one call waits about one gap for the next (group commit at a few hundred calls a second); 0 never waits (env DISPATCHER_INGEST_LINGER)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("DISPATCHER_SHUTDOWN_TIMEOUT", 20*time.Second), "how long in-flight deliveries may finish after SIGTERM before they are cancelled and re-queued (env DISPATCHER_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&c.RescueStuckAfter, "rescue-stuck-after", env.duration("DISPATCHER_RESCUE_STUCK_AFTER", time.Minute), "how long a job may stay running before River rescues it as the job of a dead worker (SIGKILL, OOM); must exceed the deliver job timeout (20s) (env DISPATCHER_RESCUE_STUCK_AFTER)")
 	fs.DurationVar(&c.Retention, "retention", env.duration("DISPATCHER_RETENTION", retention.DefaultRetention), "how long events, the attempt history and finished River jobs are kept (at least 5m; env DISPATCHER_RETENTION)")
@@ -303,6 +307,9 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	c.APIReadBudget = int64(*budget)
 	if err := c.validateLimits(); err != nil {
 		return nil, err
+	}
+	if c.IngestLinger < 0 || c.IngestLinger > 100*time.Millisecond {
+		return nil, fmt.Errorf("invalid -ingest-linger %s (DISPATCHER_INGEST_LINGER): want 0..100ms", c.IngestLinger)
 	}
 	if c.IngestTxs < 1 || c.IngestTxs > 1000 {
 		return nil, fmt.Errorf("invalid -ingest-transactions %d: want 1..1000", c.IngestTxs)

@@ -216,6 +216,22 @@ func TestParseServeConfig(t *testing.T) {
 		require.ErrorContains(t, err, "DISPATCHER_HANDOFF_LIMIT")
 	})
 
+	t.Run("IngestLinger", func(t *testing.T) {
+		t.Parallel()
+		c, err := parse(setup(t))
+		require.NoError(t, err)
+		require.Equal(t, 3*time.Millisecond, c.IngestLinger)
+		b := setup(t)
+		b.env["DISPATCHER_INGEST_LINGER"] = "0s"
+		c, err = parse(b)
+		require.NoError(t, err)
+		require.Zero(t, c.IngestLinger, "0 never waits")
+		for _, bad := range []string{"-1ms", "101ms"} {
+			_, err = parse(setup(t), "--ingest-linger", bad)
+			require.ErrorContains(t, err, "invalid -ingest-linger "+bad+" (DISPATCHER_INGEST_LINGER)")
+		}
+	})
+
 	t.Run("HandoffMemory", func(t *testing.T) {
 		t.Parallel()
 		c, err := parse(setup(t))

@@ -248,6 +248,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		Fanout:        fanout.NewInline(decider.Func(), member.Active, m).WithHandoff(direct),
 		UnknownTypes:  cfg.UnknownTypes,
 		GroupInFlight: cfg.IngestTxs,
+		GroupLinger:   cfg.IngestLinger,
 	}, pool, riverClient, m, logger)
 
 	grpcTLS, err := serverTLS("grpc", tlsreload.Config{CertFile: cfg.GRPCTLSCert, KeyFile: cfg.GRPCTLSKey, ClientCAFile: cfg.GRPCTLSClientCA}, logger)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -187,6 +188,46 @@ func (d *Direct) Accepts(queue, endpointID string, e *webhook.Event, toEndpoint,
 // needs no statement of its own before its POST. Jobs handed off while
 // Direct stops are given back to River at once.
 func (d *Direct) Start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events []*webhook.Event) {
+	d.start(jobs, args, events, nil)
+}
+
+// PrepareTx implements fanout.TxPreparer: it reads the endpoints of the
+// deliveries of args (with events[i] the event of args[i]) in tx, the ingest
+// transaction that inserts them, so that no transaction of its own follows
+// the commit. It returns the targets for StartPrepared.
+func (d *Direct) PrepareTx(ctx context.Context, tx pgx.Tx, args []job.DeliverArgs, events []*webhook.Event) (any, error) {
+	ptrs := make([]*job.DeliverArgs, len(args))
+	for i := range args {
+		ptrs[i] = &args[i]
+	}
+	var err error
+	targets := d.prepare(ptrs, events, func(ids []uuid.UUID) ([]*target, error) {
+		var rows [][]*target
+		rows, err = readEndpoints(ctx, tx, [][]uuid.UUID{ids})
+		if err != nil {
+			return nil, err
+		}
+		return rows[0], nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return targets, nil
+}
+
+// StartPrepared implements fanout.TxPreparer: Start with the targets
+// PrepareTx read.
+func (d *Direct) StartPrepared(jobs []*rivertype.JobRow, args []job.DeliverArgs, events []*webhook.Event, prepared any) {
+	targets, _ := prepared.([]*target)
+	if len(targets) != len(jobs) {
+		targets = nil
+	}
+	d.start(jobs, args, events, targets)
+}
+
+// start runs jobs, with targets[i] the target of jobs[i] if read already
+// (nil: read them now).
+func (d *Direct) start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events []*webhook.Event, targets []*target) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -216,7 +257,9 @@ func (d *Direct) Start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events 
 	d.countMu.Unlock()
 	d.w.metrics.FanoutHandedOffTotal.Add(float64(len(jobs)))
 	d.wg.Go(func() {
-		targets := d.prepare(decoded, events)
+		if targets == nil {
+			targets = d.prepare(decoded, events, nil)
+		}
 		for i, row := range jobs {
 			d.wg.Go(func() {
 				defer d.done(decoded[i], costs[i])
@@ -259,8 +302,9 @@ func decodeArgs(jobs []*rivertype.JobRow, args []job.DeliverArgs) []*job.Deliver
 	return out
 }
 
-// prepare reads the targets of the jobs of args (nil for any it cannot).
-func (d *Direct) prepare(args []*job.DeliverArgs, events []*webhook.Event) []*target {
+// prepare reads the targets of the jobs of args (nil for any it cannot),
+// with read (nil: through the endpoints batcher, in a statement of its own).
+func (d *Direct) prepare(args []*job.DeliverArgs, events []*webhook.Event, read func([]uuid.UUID) ([]*target, error)) []*target {
 	out := make([]*target, len(args))
 	ids := make([]uuid.UUID, 0, len(args))
 	index := make([]int, 0, len(args))
@@ -278,7 +322,10 @@ func (d *Direct) prepare(args []*job.DeliverArgs, events []*webhook.Event) []*ta
 	if len(ids) == 0 {
 		return out
 	}
-	rows, err := d.w.endpoints.Do(context.WithoutCancel(d.ctx), ids)
+	if read == nil {
+		read = func(ids []uuid.UUID) ([]*target, error) { return d.w.endpoints.Do(context.WithoutCancel(d.ctx), ids) }
+	}
+	rows, err := read(ids)
 	if err != nil {
 		// Each delivery reads its own, as from River.
 		return out

@@ -294,6 +294,39 @@ func TestDirect(t *testing.T) {
 		d.Stop(context.Background())
 	})
 
+	t.Run("PreparedInTheIngestTransactionNeedsNoStatementAfterIt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rc := newReceiver(t, status(http.StatusOK))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		runWorker(t, b.worker) // lanes linger with their lease
+		d := b.worker.NewDirect(DirectConfig{})
+		first := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
+		d.Start([]*rivertype.JobRow{first}, nil, nil)
+		require.Equal(t, "completed", b.waitDirect(t, first.ID).state)
+
+		ctx := context.Background()
+		ev := &webhook.Event{ID: "evt_prepared", OwnerID: "owner-1", Type: "code.issued", Subject: "code://y",
+			OccurredAt: time.Now().UTC().Truncate(time.Microsecond), Data: json.RawMessage(`{}`)}
+		second := b.handOff(t, epID, ev.ID, time.Hour)
+		args := []job.DeliverArgs{{EndpointID: epID.String(), EventID: ev.ID}}
+		tx, err := b.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		prepared, err := d.PrepareTx(ctx, tx, args, []*webhook.Event{ev})
+		require.NoError(t, err)
+		require.Len(t, prepared, 1)
+		require.NotNil(t, prepared.([]*target)[0], "the endpoint read in the transaction")
+		require.NoError(t, tx.Commit(ctx))
+		// Were anything read after the commit, it would find the endpoint
+		// gone and cancel the delivery.
+		_, err = b.db.Pool.Exec(ctx, `UPDATE webhook_endpoints SET enabled = false WHERE id = $1`, epID)
+		require.NoError(t, err)
+		d.StartPrepared([]*rivertype.JobRow{second}, args, []*webhook.Event{ev}, prepared)
+		require.Equal(t, "completed", b.waitDirect(t, second.ID).state, "sent with what the transaction read")
+		require.EqualValues(t, 2, rc.hits.Load())
+		d.Stop(ctx)
+	})
+
 	t.Run("AcceptsOnlyItsQueuesAndUpToItsLimit", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -393,15 +393,20 @@ SELECT ep.id, ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.pre
   FROM unnest($1::uuid[]) AS r(id)
   JOIN LATERAL (SELECT * FROM webhook_endpoints WHERE id = r.id OFFSET 0) ep ON ep.enabled`
 
+// querier is a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // readEndpoints runs one batch of endpoint reads: each request is a list of
 // endpoint ids, answered with their targets in order (nil for one that is
 // gone or disabled), without event fields.
-func readEndpoints(ctx context.Context, pool *pgxpool.Pool, reqs [][]uuid.UUID) ([][]*target, error) {
+func readEndpoints(ctx context.Context, db querier, reqs [][]uuid.UUID) ([][]*target, error) {
 	var ids []uuid.UUID
 	for _, r := range reqs {
 		ids = append(ids, r...)
 	}
-	rows, err := pool.Query(ctx, endpointSQL, ids)
+	rows, err := db.Query(ctx, endpointSQL, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read delivery endpoints: %w", err)
 	}

