@@ -232,7 +232,7 @@ func TestStopDevStopsListen(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(clone, "scripts"), 0o755))
 	script, err := os.ReadFile("../scripts/stop-dev.sh")
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(clone, "scripts", "stop-dev.sh"), script, 0o755)) //nolint:gosec // a script, run below
+	require.NoError(t, os.WriteFile(filepath.Join(clone, "scripts", "stop-dev.sh"), script, 0o755))
 	pidDir := filepath.Join(clone, ".data", "listen")
 	env := []string{"DISPATCHER_LISTEN_PID_DIR=" + pidDir}
 

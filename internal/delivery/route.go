@@ -57,12 +57,19 @@ type delivery struct {
 	sent sent
 	v    verdict
 	res  result
+
+	// count is attempts(), once counted.
+	count   job.Attempts
+	counted bool
 }
 
 // attempts is where the delivery stands, scheduled attempts and recovery
-// probes counted apart (job.ProbeMark).
+// probes counted apart (job.ProbeMark); read once per attempt.
 func (d *delivery) attempts() job.Attempts {
-	return job.ReadProbeMark(d.j.Metadata).Count(d.j.Attempt, d.j.MaxAttempts)
+	if !d.counted {
+		d.count, d.counted = job.ReadProbeMark(d.j.Metadata).Count(d.j.Attempt, d.j.MaxAttempts), true
+	}
+	return d.count
 }
 
 // Work delivers one event to one endpoint.

@@ -92,11 +92,18 @@ const AttemptHeader = "Dispatcher-Attempt"
 // Header is the AttemptHeader value: an RFC 8941 dictionary,
 // "attempt=4, max=18, probes=2", with ", probe" on a probe.
 func (a Attempts) Header() string {
-	s := fmt.Sprintf("attempt=%d, max=%d, probes=%d", a.Attempt, a.Max, a.Probes)
+	// Built without fmt: every attempt sends one.
+	b := make([]byte, 0, 48)
+	b = append(b, "attempt="...)
+	b = strconv.AppendInt(b, int64(a.Attempt), 10)
+	b = append(b, ", max="...)
+	b = strconv.AppendInt(b, int64(a.Max), 10)
+	b = append(b, ", probes="...)
+	b = strconv.AppendInt(b, int64(a.Probes), 10)
 	if a.Probe {
-		s += ", probe"
+		b = append(b, ", probe"...)
 	}
-	return s
+	return string(b)
 }
 
 // ParseAttemptHeader reads an AttemptHeader value; ok is false for a value

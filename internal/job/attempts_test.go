@@ -63,3 +63,20 @@ func TestAttempts(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkAttemptsHeader is what every delivery attempt adds: the probe
+// mark read from the job's metadata and the Dispatcher-Attempt value.
+func BenchmarkAttemptsHeader(b *testing.B) {
+	for _, md := range []struct{ name, metadata string }{
+		{"NeverProbed", `{"output": {"snooze_reason": "direct", "snooze_until": "2026-12-01T10:00:00Z"}}`},
+		{"Probed", `{"probes": 2, "probe_due": "2026-12-01T10:00:00Z", "probe_attempts": [3, 5]}`},
+	} {
+		b.Run(md.name, func(b *testing.B) {
+			metadata := []byte(md.metadata)
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = ReadProbeMark(metadata).Count(6, 20).Header()
+			}
+		})
+	}
+}

@@ -174,7 +174,7 @@ func (a *Admin) Redeliver(ctx context.Context, req *webhooksv1.RedeliverRequest)
 // fixed: it clears the endpoint's failure state (re-enabling it if the
 // dispatcher disabled it, which also releases the deliveries held while it
 // failed), then re-queues every delivery that ended FAILED or CANCELLED
-// since since (the zero time: whenever), batch after batch. It returns how
+// at or after since (the zero time: whenever), batch after batch. It returns how
 // many it re-queued. It is idempotent: run again with the same since, it
 // re-queues none of those again (see RedeliverRequest.since).
 func (a *Admin) Recover(ctx context.Context, ownerID, endpointID string, since time.Time) (int, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -270,5 +271,5 @@ type failingExecer struct{ t *testing.T }
 
 func (f failingExecer) ExecContext(context.Context, string, ...any) (sql.Result, error) {
 	f.t.Error("nothing may be written")
-	return nil, nil
+	return nil, errors.New("written")
 }
