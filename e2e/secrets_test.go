@@ -2,14 +2,24 @@ package e2e
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	be "encoding/binary"
+	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -192,4 +202,84 @@ func TestSecretsFromFiles(t *testing.T) {
 	wh, err := webhook.NewVerifier(created.GetSecret())
 	require.NoError(t, err)
 	require.NoError(t, wh.Verify(got.header, got.body), "signed with the secret sealed under the file's master key")
+}
+
+// TestResealUpgradesFormatOne: an endpoint whose secret an earlier release
+// sealed (format 1, bound to the endpoint id alone) still signs, and
+// `dispatcher reseal-secrets` re-seals it in format 2 (bound to the id, the
+// scheme and the column), after which it signs the same way; a second run
+// has nothing to do.
+func TestResealUpgradesFormatOne(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	mk := masterKey(t)
+	d := start(t, options{db: db, masterKey: mk, args: []string{"--migrate"}})
+	rc := newReceiver(t)
+	created := createEndpoint(t, d, "reseal-owner", rc.URL, "code.*")
+	id := uuid.MustParse(created.GetEndpoint().GetId())
+	key, err := webhook.ParseSecret(created.GetSecret())
+	require.NoError(t, err)
+
+	format := func() byte {
+		var sealed []byte
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT secret_enc FROM webhook_endpoints WHERE id = $1`, id).Scan(&sealed))
+		return sealed[0]
+	}
+	require.Equal(t, byte(2), format(), "a new endpoint's secret is sealed in format 2")
+
+	// The row as an earlier release wrote it.
+	idText, keyB64, ok := strings.Cut(mk, ":")
+	require.True(t, ok)
+	keyID, err := strconv.ParseUint(idText, 10, 32)
+	require.NoError(t, err)
+	master, err := base64.StdEncoding.DecodeString(keyB64)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(context.Background(), `UPDATE webhook_endpoints SET secret_enc = $2 WHERE id = $1`,
+		id, sealFormatOne(t, master, uint32(keyID), key, id[:]))
+	require.NoError(t, err)
+	require.Equal(t, byte(1), format())
+
+	wh, err := webhook.NewVerifier(created.GetSecret())
+	require.NoError(t, err)
+	deliver := func(n int) {
+		t.Helper()
+		publish(t, d, newEvent("reseal-owner", "code.issued", fmt.Sprintf("code://reseal/%d", n), `{}`))
+		waitFor(t, 30*time.Second, "the delivery", func() bool { return len(rc.requests()) >= n })
+		got := rc.requests()[n-1]
+		require.NoError(t, wh.Verify(got.header, got.body), "signed with the endpoint's secret")
+	}
+	deliver(1)
+
+	reseal := func() string {
+		t.Helper()
+		cmd := exec.Command(binary, "reseal-secrets")
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+db.URL, "DISPATCHER_SCHEMA="+db.Schema, "DISPATCHER_MASTER_KEYS="+mk)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.NotContains(t, string(out), keyB64)
+		return string(out)
+	}
+	require.Contains(t, reseal(), "re-sealed 1 endpoint(s)")
+	require.Equal(t, byte(2), format(), "upgraded")
+	deliver(2)
+	require.Contains(t, reseal(), "re-sealed 0 endpoint(s)")
+}
+
+// sealFormatOne seals plain as format 1 did, built from the documented
+// construction (HKDF-SHA256 data key, AES-256-GCM, header 0x01 ‖ key id,
+// associated data header ‖ ad) independently of internal/seal.
+func sealFormatOne(t *testing.T, master []byte, keyID uint32, plain, ad []byte) []byte {
+	t.Helper()
+	dataKey, err := hkdf.Key(sha256.New, master, nil, "dispatcher/webhook-secret/aes-256-gcm/v1", 32)
+	require.NoError(t, err)
+	block, err := aes.NewCipher(dataKey)
+	require.NoError(t, err)
+	gcm, err := cipher.NewGCM(block)
+	require.NoError(t, err)
+	header := be.BigEndian.AppendUint32([]byte{0x01}, keyID)
+	nonce := make([]byte, gcm.NonceSize())
+	_, err = rand.Read(nonce)
+	require.NoError(t, err)
+	out := append(append([]byte(nil), header...), nonce...)
+	return gcm.Seal(out, nonce, plain, append(append([]byte(nil), header...), ad...))
 }
