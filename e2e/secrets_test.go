@@ -283,3 +283,72 @@ func sealFormatOne(t *testing.T, master []byte, keyID uint32, plain, ad []byte) 
 	out := append(append([]byte(nil), header...), nonce...)
 	return gcm.Seal(out, nonce, plain, append(append([]byte(nil), header...), ad...))
 }
+
+// TestCreateReplayShowsSecretOnlyForRandomRequestIDs: a CreateEndpoint
+// retried with the same request id creates nothing twice; its reply shows
+// the secret again only when the request id is a random UUID and the retry
+// comes within the replay window, never for a predictable request id (one
+// that may sit in a log), nor later.
+func TestCreateReplayShowsSecretOnlyForRandomRequestIDs(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	d := start(t, options{db: db, args: []string{"--migrate"}})
+	create := func(requestID string) *webhooksv1.CreateEndpointResponse {
+		t.Helper()
+		res, err := d.endpoints().CreateEndpoint(adminCtx(t), &webhooksv1.CreateEndpointRequest{
+			OwnerId: "replay-owner", Url: "http://127.0.0.1:1/hooks", EventTypes: []string{"code.*"}, RequestId: requestID,
+		})
+		require.NoError(t, err)
+		return res
+	}
+
+	random := uuid.NewString()
+	first := create(random)
+	again := create(random)
+	require.True(t, again.GetReplayed())
+	require.Equal(t, first.GetEndpoint().GetId(), again.GetEndpoint().GetId())
+	require.Equal(t, first.GetSecret(), again.GetSecret(), "a random request id, retried at once: the secret again")
+
+	_, err := db.Pool.Exec(context.Background(), `UPDATE webhook_endpoint_requests SET created_at = now() - interval '11 minutes' WHERE request_id = $1`, random)
+	require.NoError(t, err)
+	late := create(random)
+	require.True(t, late.GetReplayed())
+	require.Empty(t, late.GetSecret(), "past the replay window")
+
+	predictable := create("create-endpoint-42")
+	require.NotEmpty(t, predictable.GetSecret())
+	replay := create("create-endpoint-42")
+	require.True(t, replay.GetReplayed())
+	require.Equal(t, predictable.GetEndpoint().GetId(), replay.GetEndpoint().GetId())
+	require.Empty(t, replay.GetSecret(), "a predictable request id never replays the secret")
+}
+
+// TestGetEventListsOnlyTheOwnersDeliveries: GetEvent reads an event's
+// deliveries joined on their endpoint's owner, so a delivery row of the
+// event id that belongs to another owner's endpoint (the fanout never makes
+// one; a row written by anything else could) is not shown.
+func TestGetEventListsOnlyTheOwnersDeliveries(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	d := start(t, options{db: db, args: []string{"--migrate"}})
+	rc := newReceiver(t)
+	own1 := createEndpoint(t, d, "event-owner-a", rc.URL, "code.*").GetEndpoint().GetId()
+	own2 := createEndpoint(t, d, "event-owner-a", rc.URL, "code.*").GetEndpoint().GetId()
+	foreign := createEndpoint(t, d, "event-owner-b", rc.URL, "booking.*").GetEndpoint().GetId()
+	e := newEvent("event-owner-a", "code.issued", "code://owner/1", `{}`)
+	publish(t, d, e)
+	get := func() []*webhooksv1.Delivery {
+		res, err := d.endpoints().GetEvent(adminCtx(t), &webhooksv1.GetEventRequest{OwnerId: "event-owner-a", EventId: e.GetId()})
+		require.NoError(t, err)
+		return res.GetDeliveries()
+	}
+	waitFor(t, 30*time.Second, "both deliveries", func() bool { return len(get()) == 2 })
+
+	_, err := db.Pool.Exec(context.Background(), `
+UPDATE river_job SET args = jsonb_set(args, '{endpoint_id}', to_jsonb($2::text))
+ WHERE kind = 'webhook.deliver' AND args->>'event_id' = $1 AND args->>'endpoint_id' = $3`, e.GetId(), foreign, own2)
+	require.NoError(t, err)
+	ds := get()
+	require.Len(t, ds, 1, "the row now pointing at another owner's endpoint is not this owner's")
+	require.Equal(t, own1, ds[0].GetEndpointId())
+}
