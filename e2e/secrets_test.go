@@ -2,14 +2,24 @@ package e2e
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	be "encoding/binary"
+	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -192,4 +202,153 @@ func TestSecretsFromFiles(t *testing.T) {
 	wh, err := webhook.NewVerifier(created.GetSecret())
 	require.NoError(t, err)
 	require.NoError(t, wh.Verify(got.header, got.body), "signed with the secret sealed under the file's master key")
+}
+
+// TestResealUpgradesFormatOne: an endpoint whose secret an earlier release
+// sealed (format 1, bound to the endpoint id alone) still signs, and
+// `dispatcher reseal-secrets` re-seals it in format 2 (bound to the id, the
+// scheme and the column), after which it signs the same way; a second run
+// has nothing to do.
+func TestResealUpgradesFormatOne(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	mk := masterKey(t)
+	d := start(t, options{db: db, masterKey: mk, args: []string{"--migrate"}})
+	rc := newReceiver(t)
+	created := createEndpoint(t, d, "reseal-owner", rc.URL, "code.*")
+	id := uuid.MustParse(created.GetEndpoint().GetId())
+	key, err := webhook.ParseSecret(created.GetSecret())
+	require.NoError(t, err)
+
+	format := func() byte {
+		var sealed []byte
+		require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT secret_enc FROM webhook_endpoints WHERE id = $1`, id).Scan(&sealed))
+		return sealed[0]
+	}
+	require.Equal(t, byte(2), format(), "a new endpoint's secret is sealed in format 2")
+
+	// The row as an earlier release wrote it.
+	idText, keyB64, ok := strings.Cut(mk, ":")
+	require.True(t, ok)
+	keyID, err := strconv.ParseUint(idText, 10, 32)
+	require.NoError(t, err)
+	master, err := base64.StdEncoding.DecodeString(keyB64)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(context.Background(), `UPDATE webhook_endpoints SET secret_enc = $2 WHERE id = $1`,
+		id, sealFormatOne(t, master, uint32(keyID), key, id[:]))
+	require.NoError(t, err)
+	require.Equal(t, byte(1), format())
+
+	wh, err := webhook.NewVerifier(created.GetSecret())
+	require.NoError(t, err)
+	deliver := func(n int) {
+		t.Helper()
+		publish(t, d, newEvent("reseal-owner", "code.issued", fmt.Sprintf("code://reseal/%d", n), `{}`))
+		waitFor(t, 30*time.Second, "the delivery", func() bool { return len(rc.requests()) >= n })
+		got := rc.requests()[n-1]
+		require.NoError(t, wh.Verify(got.header, got.body), "signed with the endpoint's secret")
+	}
+	deliver(1)
+
+	reseal := func() string {
+		t.Helper()
+		cmd := exec.Command(binary, "reseal-secrets")
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+db.URL, "DISPATCHER_SCHEMA="+db.Schema, "DISPATCHER_MASTER_KEYS="+mk)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.NotContains(t, string(out), keyB64)
+		return string(out)
+	}
+	require.Contains(t, reseal(), "re-sealed 1 endpoint(s)")
+	require.Equal(t, byte(2), format(), "upgraded")
+	deliver(2)
+	require.Contains(t, reseal(), "re-sealed 0 endpoint(s)")
+}
+
+// sealFormatOne seals plain as format 1 did, built from the documented
+// construction (HKDF-SHA256 data key, AES-256-GCM, header 0x01 ‖ key id,
+// associated data header ‖ ad) independently of internal/seal.
+func sealFormatOne(t *testing.T, master []byte, keyID uint32, plain, ad []byte) []byte {
+	t.Helper()
+	dataKey, err := hkdf.Key(sha256.New, master, nil, "dispatcher/webhook-secret/aes-256-gcm/v1", 32)
+	require.NoError(t, err)
+	block, err := aes.NewCipher(dataKey)
+	require.NoError(t, err)
+	gcm, err := cipher.NewGCM(block)
+	require.NoError(t, err)
+	header := be.BigEndian.AppendUint32([]byte{0x01}, keyID)
+	nonce := make([]byte, gcm.NonceSize())
+	_, err = rand.Read(nonce)
+	require.NoError(t, err)
+	out := append(append([]byte(nil), header...), nonce...)
+	return gcm.Seal(out, nonce, plain, append(append([]byte(nil), header...), ad...))
+}
+
+// TestCreateReplayShowsSecretOnlyForRandomRequestIDs: a CreateEndpoint
+// retried with the same request id creates nothing twice; its reply shows
+// the secret again only when the request id is a random UUID and the retry
+// comes within the replay window, never for a predictable request id (one
+// that may sit in a log), nor later.
+func TestCreateReplayShowsSecretOnlyForRandomRequestIDs(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	d := start(t, options{db: db, args: []string{"--migrate"}})
+	create := func(requestID string) *webhooksv1.CreateEndpointResponse {
+		t.Helper()
+		res, err := d.endpoints().CreateEndpoint(adminCtx(t), &webhooksv1.CreateEndpointRequest{
+			OwnerId: "replay-owner", Url: "http://127.0.0.1:1/hooks", EventTypes: []string{"code.*"}, RequestId: requestID,
+		})
+		require.NoError(t, err)
+		return res
+	}
+
+	random := uuid.NewString()
+	first := create(random)
+	again := create(random)
+	require.True(t, again.GetReplayed())
+	require.Equal(t, first.GetEndpoint().GetId(), again.GetEndpoint().GetId())
+	require.Equal(t, first.GetSecret(), again.GetSecret(), "a random request id, retried at once: the secret again")
+
+	_, err := db.Pool.Exec(context.Background(), `UPDATE webhook_endpoint_requests SET created_at = now() - interval '11 minutes' WHERE request_id = $1`, random)
+	require.NoError(t, err)
+	late := create(random)
+	require.True(t, late.GetReplayed())
+	require.Empty(t, late.GetSecret(), "past the replay window")
+
+	predictable := create("create-endpoint-42")
+	require.NotEmpty(t, predictable.GetSecret())
+	replay := create("create-endpoint-42")
+	require.True(t, replay.GetReplayed())
+	require.Equal(t, predictable.GetEndpoint().GetId(), replay.GetEndpoint().GetId())
+	require.Empty(t, replay.GetSecret(), "a predictable request id never replays the secret")
+}
+
+// TestGetEventListsOnlyTheOwnersDeliveries: GetEvent reads an event's
+// deliveries joined on their endpoint's owner, so a delivery row of the
+// event id that belongs to another owner's endpoint (the fanout never makes
+// one; a row written by anything else could) is not shown.
+func TestGetEventListsOnlyTheOwnersDeliveries(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	d := start(t, options{db: db, args: []string{"--migrate"}})
+	rc := newReceiver(t)
+	own1 := createEndpoint(t, d, "event-owner-a", rc.URL, "code.*").GetEndpoint().GetId()
+	own2 := createEndpoint(t, d, "event-owner-a", rc.URL, "code.*").GetEndpoint().GetId()
+	foreign := createEndpoint(t, d, "event-owner-b", rc.URL, "booking.*").GetEndpoint().GetId()
+	e := newEvent("event-owner-a", "code.issued", "code://owner/1", `{}`)
+	publish(t, d, e)
+	get := func() []*webhooksv1.Delivery {
+		res, err := d.endpoints().GetEvent(adminCtx(t), &webhooksv1.GetEventRequest{OwnerId: "event-owner-a", EventId: e.GetId()})
+		require.NoError(t, err)
+		return res.GetDeliveries()
+	}
+	waitFor(t, 30*time.Second, "both deliveries", func() bool { return len(get()) == 2 })
+
+	_, err := db.Pool.Exec(context.Background(), `
+UPDATE river_job SET args = jsonb_set(args, '{endpoint_id}', to_jsonb($2::text))
+ WHERE kind = 'webhook.deliver' AND args->>'event_id' = $1 AND args->>'endpoint_id' = $3`, e.GetId(), foreign, own2)
+	require.NoError(t, err)
+	ds := get()
+	require.Len(t, ds, 1, "the row now pointing at another owner's endpoint is not this owner's")
+	require.Equal(t, own1, ds[0].GetEndpointId())
 }

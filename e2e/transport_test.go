@@ -36,6 +36,7 @@ func TestTransportSecurity(t *testing.T) {
 		client            tls.Certificate
 		serial            *big.Int
 		certFile, keyFile string
+		caFile            string
 	}
 
 	setup := func(t *testing.T) *testBundle {
@@ -50,6 +51,7 @@ func TestTransportSecurity(t *testing.T) {
 		b.serial = pair.Serial
 		clientCA := tlstest.NewCA(t, "client-ca")
 		caFile := filepath.Join(dir, "client-ca.crt")
+		b.caFile = caFile
 		require.NoError(t, os.WriteFile(caFile, clientCA.PEM, 0o600))
 		b.client = clientCA.Client(t).TLS(t)
 		b.d = start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}, env: []string{
@@ -170,6 +172,31 @@ func TestTransportSecurity(t *testing.T) {
 		exited, err := b.d.exited()
 		require.False(t, exited, "the same process: %v", err)
 		require.Contains(t, b.d.logs.String(), "TLS certificate reloaded")
+	})
+
+	t.Run("ClientCARotatedWithoutRestart", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		check := func(cert *tls.Certificate) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, err := healthpb.NewHealthClient(dial(t, b, cert)).Check(ctx, &healthpb.HealthCheckRequest{})
+			return err
+		}
+		require.NoError(t, check(&b.client))
+		next := tlstest.NewCA(t, "next-client-ca")
+		nextClient := next.Client(t).TLS(t)
+		require.Error(t, check(&nextClient), "a CA not yet in the bundle")
+
+		// The bundle now holds the new CA only.
+		later := time.Now().Add(time.Minute)
+		require.NoError(t, os.WriteFile(b.caFile, next.PEM, 0o600))
+		require.NoError(t, os.Chtimes(b.caFile, later, later))
+		waitFor(t, 30*time.Second, "the new CA's client let in", func() bool { return check(&nextClient) == nil })
+		require.Error(t, check(&b.client), "the removed CA's client is refused")
+		exited, err := b.d.exited()
+		require.False(t, exited, "the same process: %v", err)
+		require.Contains(t, b.d.logs.String(), "client CA bundle reloaded")
 	})
 
 	t.Run("PlaintextOffLoopbackWarnsOnce", func(t *testing.T) {

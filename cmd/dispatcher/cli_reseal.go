@@ -87,6 +87,6 @@ func runResealCLI(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return fmt.Errorf("reseal-secrets: %d endpoints re-sealed before the failure: %w", n, err)
 	}
-	fmt.Fprintf(stdout, "re-sealed %d endpoint(s) under master key id %d; nothing left sealed under another key\n", n, kr.PrimaryID())
+	fmt.Fprintf(stdout, "re-sealed %d endpoint(s) under master key id %d in format 2; nothing left sealed under another key or in format 1\n", n, kr.PrimaryID())
 	return nil
 }

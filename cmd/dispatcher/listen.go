@@ -33,7 +33,7 @@ func tlsMode(tc *tls.Config) string {
 	switch {
 	case tc == nil:
 		return "plaintext"
-	case tc.ClientAuth == tls.RequireAndVerifyClientCert:
+	case tlsreload.MutualTLS(tc):
 		return "mtls"
 	default:
 		return "tls"

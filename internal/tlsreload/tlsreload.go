@@ -47,10 +47,9 @@ type Certificates struct {
 	stamp     [2]fileStamp
 	checkedAt time.Time
 
-	// The client CAs: the server configuration carrying the current bundle,
-	// handed to each handshake, and the bundle file's stamp.
+	// The client CAs: the current bundle and its file's stamp.
 	caMu        sync.Mutex
-	caConfig    *tls.Config
+	caPool      *x509.CertPool
 	caStamp     fileStamp
 	caCheckedAt time.Time
 }
@@ -84,6 +83,16 @@ func New(cfg Config, logger *slog.Logger) (*Certificates, error) {
 // ServerConfig returns a TLS server configuration serving the current pair
 // (TLS 1.2 at least) and, with a client CA file, requiring client
 // certificates signed by the CAs it holds at each handshake.
+//
+// The client certificate is verified in VerifyConnection against the
+// current bundle, as crypto/tls verifies it for RequireAndVerifyClientCert
+// against ClientCAs (the chain the client sent, for client
+// authentication, at the handshake's time), so that a changed bundle takes
+// effect without a new configuration: callers clone the returned one and
+// set their own fields (ALPN), which a configuration swapped in per
+// handshake (GetConfigForClient) would lose. No CA names are sent in the
+// certificate request: names of an earlier bundle would make a client
+// holding only a certificate of a new CA send none.
 func (c *Certificates) ServerConfig() (*tls.Config, error) {
 	cfg := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
@@ -100,47 +109,67 @@ func (c *Certificates) ServerConfig() (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.ClientAuth = tls.RequireAndVerifyClientCert
-	cfg.ClientCAs = pool
-	// Each handshake takes the configuration of the current bundle: the
-	// same one, built again only when the bundle changes (a clone shares
-	// the session ticket keys, so resumption keeps working).
-	perCA := cfg.Clone()
 	c.caMu.Lock()
-	c.caConfig, c.caStamp, c.caCheckedAt = perCA, stamp, c.now()
+	c.caPool, c.caStamp, c.caCheckedAt = pool, stamp, c.now()
 	c.caMu.Unlock()
-	cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) { return c.clientCAConfig(), nil }
+	cfg.ClientAuth = tls.RequireAnyClientCert
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error { return c.verifyClient(cs.PeerCertificates) }
 	return cfg, nil
 }
 
-// clientCAConfig returns the server configuration with the current client
-// CA bundle, re-reading the bundle first when it changed.
-func (c *Certificates) clientCAConfig() *tls.Config {
+// MutualTLS reports whether cfg, made by ServerConfig, requires client
+// certificates.
+func MutualTLS(cfg *tls.Config) bool {
+	return cfg != nil && (cfg.ClientAuth == tls.RequireAndVerifyClientCert || cfg.ClientAuth == tls.RequireAnyClientCert && cfg.VerifyConnection != nil)
+}
+
+// verifyClient verifies a client's certificate chain against the current
+// client CA bundle.
+func (c *Certificates) verifyClient(chain []*x509.Certificate) error {
+	if len(chain) == 0 {
+		return errors.New("tlsreload: client certificate required")
+	}
+	opts := x509.VerifyOptions{
+		Roots:         c.clientCAs(),
+		Intermediates: x509.NewCertPool(),
+		CurrentTime:   c.now(),
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	for _, cert := range chain[1:] {
+		opts.Intermediates.AddCert(cert)
+	}
+	if _, err := chain[0].Verify(opts); err != nil {
+		return fmt.Errorf("tlsreload: client certificate: %w", err)
+	}
+	return nil
+}
+
+// clientCAs returns the current client CA bundle, re-reading the file
+// first when it changed.
+func (c *Certificates) clientCAs() *x509.CertPool {
 	c.caMu.Lock()
 	defer c.caMu.Unlock()
 	now := c.now()
 	if now.Sub(c.caCheckedAt) < CheckInterval {
-		return c.caConfig
+		return c.caPool
 	}
 	c.caCheckedAt = now
 	stamp, err := statFile(c.cfg.ClientCAFile)
 	if err != nil {
 		c.logger.Warn("client CA file unreadable; trusting the previous bundle", slog.Any("error", err))
-		return c.caConfig
+		return c.caPool
 	}
 	if stamp == c.caStamp {
-		return c.caConfig
+		return c.caPool
 	}
 	pool, err := loadCAs(c.cfg.ClientCAFile)
 	if err != nil {
 		c.logger.Warn("client CA file changed but does not load; trusting the previous bundle", slog.Any("error", err))
-		return c.caConfig
+		return c.caPool
 	}
-	next := c.caConfig.Clone()
-	next.ClientCAs = pool
-	c.caConfig, c.caStamp = next, stamp
+	c.caPool, c.caStamp = pool, stamp
 	c.logger.Info("client CA bundle reloaded", slog.String("client_ca_file", c.cfg.ClientCAFile))
-	return c.caConfig
+	return c.caPool
 }
 
 // loadCAs reads a PEM bundle of CA certificates.
