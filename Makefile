@@ -146,6 +146,10 @@ check/generated: generate ## Fail if regenerating changes any committed file (pk
 	@git diff --exit-code -- $(GENERATED) || (echo "generated code is out of date: run make generate and commit" && exit 1)
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || (git status --porcelain -- $(GENERATED); echo "generated code is out of date" && exit 1)
 
+.PHONY: check/vuln
+check/vuln: ## govulncheck over the module where its database (vuln.go.dev) is reachable; prints SKIPPED where it is not.
+	@scripts/vulncheck.sh
+
 .PHONY: check/tidy
 check/tidy: ## Fail if go.mod/go.sum of the module, of pkg/ or of a tools/ module is not tidy.
 	@fail=0; for d in . $(PKG_MOD)/ tools/*/; do \

@@ -154,6 +154,11 @@ func TestHTTPAPI(t *testing.T) {
 		big := append(append([]byte(`{"owner_id":"`), bytes.Repeat([]byte("a"), 5<<20)...), `"}`...)
 		code, _, body := httpCall(t, d, http.MethodPost, "/v1/endpoints", adminToken, "application/json", big)
 		require.Equal(t, http.StatusRequestEntityTooLarge, code)
+		require.Contains(t, body["message"], "at most 64 KiB", "an endpoint call's limit")
+
+		// PublishBatch takes more than the other calls, but not without end.
+		code, _, body = httpCall(t, d, http.MethodPost, "/v1/events:publishBatch", publisherToken, "application/json", big)
+		require.Equal(t, http.StatusRequestEntityTooLarge, code)
 		require.Contains(t, body["message"], "at most 4 MiB")
 	})
 

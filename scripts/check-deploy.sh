@@ -12,7 +12,8 @@
 # script the schema sources):
 #   helm lint, helm template   the chart deploy/helm/dispatcher, for each value set
 #                        in its ci/ (dev, prod, secrets-created)
-#   kustomize build      each overlay of deploy/kustomize
+#   kustomize build      each overlay of deploy/kustomize, and each of
+#                        kustomize/examples (hand-written, using kustomize/components)
 #   kubeconform -strict  every rendering, against JSON schemas built offline
 #                        from Kubernetes' OpenAPI document (module
 #                        k8s.io/kubernetes) and the Prometheus operator's CRDs
@@ -101,6 +102,15 @@ render() {
   done
   for f in "$dir"/kustomize/overlays/*/; do
     set=$(basename "$f")
+    if ! "$bin/kustomize" build "$f" >"$out/kustomize-$set.yaml" 2>"$out/log"; then
+      echo "kustomize build ($set):"; cat "$out/log"; rc=1
+    fi
+  done
+  # Hand-written examples (overlays using the components), built so that
+  # the components are validated with them.
+  for f in "$dir"/kustomize/examples/*/; do
+    [ -d "$f" ] || continue
+    set=example-$(basename "$f")
     if ! "$bin/kustomize" build "$f" >"$out/kustomize-$set.yaml" 2>"$out/log"; then
       echo "kustomize build ($set):"; cat "$out/log"; rc=1
     fi

@@ -23,11 +23,15 @@
 // GetEvent over 10 million stored events), S10 a slow receiver (100 ms, 2,000
 // deliveries queued at once) at max_in_flight 1 and 16, S11 hung receivers
 // (20 of 100 endpoints never answer while the others get 500 events/s; run
-// without them too, S11h0, for the healthy p99 to compare with). The soak
+// without them too, S11h0, for the healthy p99 to compare with), open (the
+// open loop: Publish at 200, 500 and 1,000 events/s offered, each rate followed
+// by its floor, the same generator doing one durable single-row INSERT and
+// COMMIT per call over a pool of the dispatcher's size). The soak
 // (run only when named: -scenario soak) is a steady load for -soak-duration,
 // sampling the dispatcher's RSS, heap, goroutines and connections and the
 // size of every table the load writes, and judging whether each levels off;
-// it ends with a heap profile.
+// it ends with a heap profile. It runs alone, on a Postgres cluster of its
+// own with autovacuum at Postgres's defaults (-soak-cluster).
 //
 // Receivers listen on one loopback port per endpoint, or, with -one-host, all
 // on one port as distinct paths; every scenario reports how many TCP
@@ -60,7 +64,7 @@ import (
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // allScenarios in run order.
-var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8", "S9", "S10", "S11", "soak"}
+var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8", "S9", "S10", "S11", "open", "soak"}
 
 // defaultScenarios run when -scenario is not given: all but the soak, which
 // takes as long as -soak-duration says.
@@ -78,12 +82,20 @@ type config struct {
 	Timeout       time.Duration
 	Env           []string
 	S6Procs       []int
-	ConnBudget    int
-	Latency       time.Duration
-	OneHost       bool
+	// S10InFlight are the max_in_flight settings S10 runs at.
+	S10InFlight []int32
+	// OpenRates are the offered rates of the open loop, events/s.
+	OpenRates  []int
+	ConnBudget int
+	Latency    time.Duration
+	OneHost    bool
 	// S8Live: S8 publishes while the endpoint delivers instead of queuing
 	// the backlog behind a pause.
-	S8Live    bool
+	S8Live bool
+	// S10Live: S10 publishes its backlog while the endpoint delivers (so
+	// the deliveries are handed off as they are fanned out) instead of
+	// queuing it behind a pause.
+	S10Live   bool
 	Top       int
 	KeepLogs  string
 	SchemaSQL string
@@ -94,6 +106,8 @@ type config struct {
 	SoakRate      int
 	SoakRetention time.Duration
 	SoakSample    time.Duration
+	// SoakCluster: the soak runs on a Postgres cluster of its own.
+	SoakCluster bool
 }
 
 type stringList []string
@@ -107,6 +121,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.SetOutput(stderr)
 	scenarios := fs.String("scenario", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run: "+strings.Join(allScenarios, ",")+" (soak only when named)")
 	s6 := fs.String("s6-procs", "1,2,3", "dispatcher process counts for S6")
+	s10 := fs.String("s10-in-flight", "1,16", "max_in_flight settings S10 runs at")
+	openRates := fs.String("open-rates", "200,500,1000", "offered rates (events/s) of the open loop (-scenario open)")
 	var env stringList
 	fs.StringVar(&c.Binary, "binary", "", "dispatcher binary to run; empty: go build ./cmd/dispatcher into a temporary directory")
 	fs.StringVar(&c.DatabaseURL, "database-url", envOr("BENCH_DATABASE_URL", DefaultDatabaseURL), "Postgres server to measure against (env BENCH_DATABASE_URL); a URL, not a key=value DSN, when -isolated-db")
@@ -120,6 +136,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.ConnBudget, "conn-budget", 60, "total Postgres connections the dispatcher processes of one scenario may open; each process gets min(40, budget/processes) unless -env sets DISPATCHER_DB_MAX_CONNS")
 	fs.DurationVar(&c.Latency, "receiver-latency", 0, "extra latency of every receiver response (S2 always uses 1ms)")
 	fs.BoolVar(&c.S8Live, "s8-live", false, "S8: publish the deliveries while the rate-limited endpoint delivers, instead of queuing them behind a pause and releasing them at once")
+	fs.BoolVar(&c.S10Live, "s10-live", false, "S10: publish the backlog while the endpoint delivers (handed off as it is fanned out), instead of queuing it behind a pause and releasing it at once")
 	fs.BoolVar(&c.OneHost, "one-host", false, "put every endpoint on one receiver listener (one host, endpoint i at /e/i) instead of one listener per endpoint, so all deliveries share the dispatcher's per-host connection pool")
 	fs.IntVar(&c.Top, "top", 12, "statements to list per scenario when pg_stat_statements is available (0: none)")
 	fs.StringVar(&c.KeepLogs, "logs", "", "directory to write each dispatcher process's stderr to (default: kept in memory, tail shown on failure)")
@@ -129,6 +146,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.SoakRate, "soak-rate", 100, "soak: events/s offered, one Publish and one delivery each")
 	fs.DurationVar(&c.SoakRetention, "soak-retention", retention.MinRetention, "soak: the dispatcher's DISPATCHER_RETENTION (at least "+retention.MinRetention.String()+")")
 	fs.DurationVar(&c.SoakSample, "soak-sample", 0, "soak: time between samples (0: a thirtieth of -soak-duration, 5s..1m, shortened by a twelfth when it divides the prune interval or is a multiple of it)")
+	fs.BoolVar(&c.SoakCluster, "soak-cluster", true, "soak: run on a Postgres cluster of its own (initdb and a server on a free loopback port, removed afterwards) with Postgres's default settings, autovacuum included, so that nothing else on a shared server shapes the table sizes; false: on -database-url")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -158,12 +176,29 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		}
 		c.S6Procs = append(c.S6Procs, n)
 	}
+	for s := range strings.SplitSeq(*s10, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 1000 {
+			return nil, fmt.Errorf("invalid -s10-in-flight entry %q: want 1..1000", s)
+		}
+		c.S10InFlight = append(c.S10InFlight, int32(n))
+	}
+	for s := range strings.SplitSeq(*openRates, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 20000 {
+			return nil, fmt.Errorf("invalid -open-rates entry %q: want 1..20000", s)
+		}
+		c.OpenRates = append(c.OpenRates, n)
+	}
 	for _, kv := range env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || !strings.HasPrefix(k, "DISPATCHER_") {
 			return nil, fmt.Errorf("invalid -env %q: want DISPATCHER_NAME=value", kv)
 		}
 	}
 	c.Env = env
+	if c.SoakCluster && slices.Contains(c.Scenarios, "soak") && len(c.Scenarios) > 1 {
+		return nil, errors.New("the soak runs on a cluster of its own: run it alone (-scenario soak), or pass -soak-cluster=false to run it beside the others on -database-url")
+	}
 	switch {
 	case c.Scale <= 0 || c.Scale > 10:
 		return nil, fmt.Errorf("invalid -scale %v: want (0, 10]", c.Scale)
@@ -235,6 +270,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := os.MkdirAll(cfg.KeepLogs, 0o755); err != nil {
 			return err
 		}
+	}
+	if cfg.SoakCluster && slices.Contains(cfg.Scenarios, "soak") {
+		b.progressf("soak: starting a Postgres cluster of its own (autovacuum at Postgres's defaults)")
+		cluster, err := startOwnCluster(ctx)
+		if err != nil {
+			return fmt.Errorf("soak: own cluster: %w", err)
+		}
+		b.defers = append(b.defers, cluster.stop)
+		cfg.DatabaseURL = cluster.URL()
+		fmt.Fprintf(stdout, "soak: on a Postgres cluster of its own (%s, initdb defaults but %s)\n", cluster.bindir, cluster.settings())
 	}
 	if err := b.openDatabase(ctx); err != nil {
 		return err

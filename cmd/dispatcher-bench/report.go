@@ -95,6 +95,8 @@ func targets(res *result) []targetCheck {
 		out = append(out, rateTargets(res)...)
 	case strings.HasPrefix(res.Scenario, "S10"):
 		out = append(out, slowTargets(res)...)
+	case strings.HasPrefix(res.Scenario, "O"):
+		out = append(out, openTargets(res)...)
 	case res.Scenario == "soak" && res.Soak != nil:
 		for _, l := range res.Soak.Levels {
 			switch {

@@ -46,6 +46,11 @@ type result struct {
 	// PublishMs is how long one Publish call took (S5, S5b, S7): the
 	// caller's wait for its event to be durable.
 	PublishMs *latency `json:"publish_ms,omitempty"`
+	// MachineBusyPct is how busy the whole machine was while the load was
+	// offered (open), in percent of one core.
+	MachineBusyPct float64 `json:"machine_busy_pct,omitempty"`
+	// Floor is the open scenario's bare INSERT + COMMIT at the same rate.
+	Floor *floorFigures `json:"floor,omitempty"`
 
 	Commits           int64   `json:"commits"`
 	CommitsPerUnit    float64 `json:"commits_per_unit"`
@@ -101,6 +106,7 @@ type result struct {
 
 type latency struct {
 	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90,omitempty"`
 	P95 float64 `json:"p95"`
 	P99 float64 `json:"p99"`
 	Max float64 `json:"max"`
@@ -183,9 +189,20 @@ func (b *bench) runScenario(ctx context.Context, name string) []result {
 	case "soak":
 		// Bounded by its own length: the load, then the drain and settle.
 		return []result{runFor(b.cfg.SoakDuration+15*time.Minute, b.soak)}
+	case "open":
+		var out []result
+		for _, rate := range b.cfg.OpenRates {
+			if ctx.Err() != nil {
+				break
+			}
+			out = append(out, run(func(ctx context.Context) result {
+				return b.fixedRate(ctx, fmt.Sprintf("O%d", rate), rate, openSenders(rate), 0)
+			}))
+		}
+		return out
 	case "S10":
 		var out []result
-		for _, n := range s10InFlight {
+		for _, n := range b.cfg.S10InFlight {
 			if ctx.Err() != nil {
 				break
 			}
@@ -743,6 +760,7 @@ func (b *bench) fixedRate(ctx context.Context, label string, rate, senders, hung
 			}
 		})
 	}
+	busy := machineBusy()
 	for i := 0; i < events && ctx.Err() == nil; i++ {
 		at := d.t0.Add(time.Duration(i) * interval)
 		if wait := time.Until(at); wait > 0 {
@@ -756,6 +774,7 @@ func (b *bench) fixedRate(ctx context.Context, label string, rate, senders, hung
 	}
 	close(jobs)
 	wg.Wait()
+	res.MachineBusyPct = busy()
 	res.PublishSeconds = round(time.Since(d.t0).Seconds(), 3)
 	if n := failures.Load(); n > 0 {
 		return failed(res, fmt.Errorf("%d publishes failed, first: %v", n, firstErr.Load()))
@@ -768,7 +787,7 @@ func (b *bench) fixedRate(ctx context.Context, label string, rate, senders, hung
 	}
 	lag, lagLate := durationQuantiles(sendLag, 50*time.Millisecond)
 	rpcQ, _ := durationQuantiles(rpc, 0)
-	res.PublishMs = &latency{P50: rpcQ[0], P99: rpcQ[1], Max: rpcQ[2]}
+	res.PublishMs = &latency{P50: rpcQ[0], P90: percentiles(rpc).P90, P99: rpcQ[1], Max: rpcQ[2]}
 	var lastSend time.Time
 	for i := range sendLag {
 		lastSend = maxTime(lastSend, d.occurred[i].Add(sendLag[i]))
@@ -780,6 +799,26 @@ func (b *bench) fixedRate(ctx context.Context, label string, rate, senders, hung
 	}
 	if err := d.complete(ctx); err != nil {
 		return failed(res, err)
+	}
+	if strings.HasPrefix(label, "O") {
+		conns := 40
+		for _, kv := range s.env {
+			if v, ok := strings.CutPrefix(kv, "DISPATCHER_DB_MAX_CONNS="); ok {
+				conns, _ = strconv.Atoi(v)
+			}
+		}
+		f, err := b.floor(ctx, s.schema, rate, senders, conns, dur)
+		if err != nil {
+			return failed(res, fmt.Errorf("floor: %w", err))
+		}
+		res.Floor = f
+		res.notef("Publish ms p50 %.2f / p90 %.2f / p99 %.2f; machine busy %.0f %% of a core",
+			res.PublishMs.P50, res.PublishMs.P90, res.PublishMs.P99, res.MachineBusyPct)
+		res.notef("floor (INSERT + COMMIT of one row per call, %d/s, %d callers, %d connections): ms p50 %.2f / p90 %.2f / p99 %.2f; machine busy %.0f %%; Publish ÷ floor: p50 %.2f×, p99 %.2f×",
+			rate, senders, conns, f.CallMs.P50, f.CallMs.P90, f.CallMs.P99, f.BusyPct,
+			res.PublishMs.P50/max(f.CallMs.P50, 0.001), res.PublishMs.P99/max(f.CallMs.P99, 0.001))
+		res.notef("CPU per delivery: dispatcher %.3f ms + Postgres %.3f ms = %.3f ms; commits per delivery %.2f",
+			res.CPUMillisPerUnit, res.PGCPUMillisPerUnit, res.CPUMillisPerUnit+res.PGCPUMillisPerUnit, res.CommitsPerUnit)
 	}
 	return res
 }

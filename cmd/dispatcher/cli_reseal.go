@@ -24,6 +24,10 @@ of DISPATCHER_MASTER_KEYS, the third step of a master-key rotation:
   3. run this command;
   4. remove the old key.
 
+It also upgrades values sealed in format 1 (bound to the endpoint id alone)
+to format 2 (bound to the endpoint id, its signing scheme and the column),
+so after an upgrade it is worth running once with the keyring unchanged.
+
 It talks to the database directly, works in small batches while the
 dispatcher serves, and is safe to re-run: a second run re-seals nothing.
 

@@ -12,11 +12,15 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
 	"github.com/standmeet/webhook-dispatcher/internal/attempt"
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/delivery"
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
+	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	"github.com/standmeet/webhook-dispatcher/internal/retention"
 	"github.com/standmeet/webhook-dispatcher/internal/tracing"
@@ -39,6 +43,16 @@ const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=
 const (
 	DefaultHandoffLimit = 2000
 	MaxHandoffLimit     = 20000
+)
+
+// DefaultHandoffMemoryMB and MaxHandoffMemoryMB bound -handoff-memory-mb,
+// the same deliveries' bound by memory (internal/delivery's
+// DeliveryBytes: a fixed 16 kB each plus its event's bytes): 16 MB is
+// about 1,000 deliveries of small events, whichever of the two bounds is
+// reached first.
+const (
+	DefaultHandoffMemoryMB = delivery.DefaultHandoffBytes >> 20
+	MaxHandoffMemoryMB     = 4096
 )
 
 // dbConfig is shared by every command that talks to Postgres directly.
@@ -105,11 +119,15 @@ type serveConfig struct {
 	DeliverWorkers int
 	// HandoffLimit bounds the deliveries handed off (internal/delivery's
 	// Direct) and not yet done at once; beyond it they go through River.
-	HandoffLimit  int
-	FanoutWorkers int
+	HandoffLimit int
+	// HandoffMemoryMB bounds the same deliveries by the memory they hold.
+	HandoffMemoryMB int
+	FanoutWorkers   int
 	// IngestTxs bounds the ingest transactions running at once
 	// (internal/ingest's group commit).
-	IngestTxs        int
+	IngestTxs int
+	// IngestLinger is ingest.StoreConfig.GroupLinger.
+	IngestLinger     time.Duration
 	ShutdownTimeout  time.Duration
 	RescueStuckAfter time.Duration
 	Retention        time.Duration
@@ -122,6 +140,28 @@ type serveConfig struct {
 	JobLinkTemplate  string
 	RiverUI          bool
 	Pprof            bool
+
+	// API port limits (both protocols unless named).
+	APIMaxConns        int
+	APIIdleTimeout     time.Duration
+	APIMaxBatchBytes   int
+	APIMaxRequestBytes int
+	APIReadBudget      int64
+	GRPCMaxStreams     int
+	GRPCMaxConnAge     time.Duration
+	GRPCMaxConnGrace   time.Duration
+	GRPCKeepaliveMin   time.Duration
+	// Ops port limits.
+	OpsReadTimeout    time.Duration
+	OpsIdleTimeout    time.Duration
+	OpsMaxHeaderBytes int
+	HealthzCache      time.Duration
+	// Failed tokens per client address (login form and bearer tokens).
+	AuthFailures    int
+	AuthFailuresPer time.Duration
+	// CookieSecure marks River UI's session cookie Secure even when the ops
+	// port serves plain HTTP (behind a TLS-terminating proxy).
+	CookieSecure bool
 
 	LogFormat string
 	LogLevel  slog.Level
@@ -163,9 +203,12 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.DurationVar(&c.AccessTimeout, "access-timeout", env.duration("DISPATCHER_ACCESS_TIMEOUT", 2*time.Second), "timeout of one EmbedAdmits call (env DISPATCHER_ACCESS_TIMEOUT)")
 	fs.IntVar(&c.DeliverWorkers, "deliver-workers", env.integer("DISPATCHER_DELIVER_WORKERS", 200), "concurrent deliveries per process (env DISPATCHER_DELIVER_WORKERS)")
 	fs.IntVar(&c.HandoffLimit, "handoff-limit", env.integer("DISPATCHER_HANDOFF_LIMIT", DefaultHandoffLimit), "deliveries handed off directly (started by this process without River's fetch) and not yet done, at most, including those waiting for their endpoint's turn; beyond it new deliveries go through River (env DISPATCHER_HANDOFF_LIMIT)")
+	fs.IntVar(&c.HandoffMemoryMB, "handoff-memory-mb", env.integer("DISPATCHER_HANDOFF_MEMORY_MB", DefaultHandoffMemoryMB), "memory the deliveries handed off and not yet done may hold, at most, in MB (16 kB each plus their event's bytes); beyond it new deliveries go through River (env DISPATCHER_HANDOFF_MEMORY_MB)")
 	fs.IntVar(&c.FanoutWorkers, "fanout-workers", env.integer("DISPATCHER_FANOUT_WORKERS", 20), "concurrent fanouts per process (env DISPATCHER_FANOUT_WORKERS)")
 	fs.IntVar(&c.IngestTxs, "ingest-transactions", env.integer("DISPATCHER_INGEST_TRANSACTIONS", ingest.DefaultGroupInFlight),
 		"ingest transactions at once; events published meanwhile share the next one (env DISPATCHER_INGEST_TRANSACTIONS)")
+	fs.DurationVar(&c.IngestLinger, "ingest-linger", env.duration("DISPATCHER_INGEST_LINGER", ingest.DefaultGroupLinger),
+		"while Publish calls arrive closer together than this, an ingest transaction that would carry one call waits about one gap for the next (group commit at a few hundred calls a second); 0 never waits (env DISPATCHER_INGEST_LINGER)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("DISPATCHER_SHUTDOWN_TIMEOUT", 20*time.Second), "how long in-flight deliveries may finish after SIGTERM before they are cancelled and re-queued (env DISPATCHER_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&c.RescueStuckAfter, "rescue-stuck-after", env.duration("DISPATCHER_RESCUE_STUCK_AFTER", time.Minute), "how long a job may stay running before River rescues it as the job of a dead worker (SIGKILL, OOM); must exceed the deliver job timeout (20s) (env DISPATCHER_RESCUE_STUCK_AFTER)")
 	fs.DurationVar(&c.Retention, "retention", env.duration("DISPATCHER_RETENTION", retention.DefaultRetention), "how long events, the attempt history and finished River jobs are kept (at least 5m; env DISPATCHER_RETENTION)")
@@ -175,6 +218,22 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.StringVar(&c.JobLinkTemplate, "job-link-template", env.str("DISPATCHER_JOB_LINK_TEMPLATE", ""), "link to a delivery job in ListDeliveries; {job_id} is replaced; default: this process's River UI (env DISPATCHER_JOB_LINK_TEMPLATE)")
 	fs.BoolVar(&c.RiverUI, "river-ui", env.boolean("DISPATCHER_RIVER_UI", true), "serve River UI at /riverui/ on the ops port, behind the operator token (env DISPATCHER_RIVER_UI)")
 	fs.BoolVar(&c.Pprof, "pprof", env.boolean("DISPATCHER_PPROF", false), "serve Go's profiler at /debug/pprof/ on the ops port, for diagnosing CPU and memory use; keep the ops port private (env DISPATCHER_PPROF)")
+	fs.IntVar(&c.APIMaxConns, "api-max-connections", env.integer("DISPATCHER_API_MAX_CONNECTIONS", 1000), "connections the API port (gRPC and HTTP/JSON) holds open at once; more wait in the kernel's backlog until one closes (env DISPATCHER_API_MAX_CONNECTIONS)")
+	fs.DurationVar(&c.APIIdleTimeout, "api-idle-timeout", env.duration("DISPATCHER_API_IDLE_TIMEOUT", 5*time.Minute), "an API connection with no call under way for this long is closed (gRPC: GOAWAY) (env DISPATCHER_API_IDLE_TIMEOUT)")
+	fs.IntVar(&c.APIMaxBatchBytes, "api-max-batch-bytes", env.integer("DISPATCHER_API_MAX_BATCH_BYTES", grpcapi.DefaultBatchBytes), "largest PublishBatch request, in bytes (the gRPC message or the HTTP/JSON body) (env DISPATCHER_API_MAX_BATCH_BYTES)")
+	fs.IntVar(&c.APIMaxRequestBytes, "api-max-request-bytes", env.integer("DISPATCHER_API_MAX_REQUEST_BYTES", grpcapi.DefaultRequestBytes), "largest request of every other call, in bytes (env DISPATCHER_API_MAX_REQUEST_BYTES)")
+	budget := fs.Int("api-read-budget-bytes", env.integer("DISPATCHER_API_READ_BUDGET_BYTES", DefaultReadBudget), "bytes the API requests being read may reserve at once, over both protocols; an HTTP request reserves its Content-Length (its route's limit if unknown), a gRPC call its method's limit; beyond it HTTP waits up to 1s then answers 503, gRPC answers Unavailable (env DISPATCHER_API_READ_BUDGET_BYTES)")
+	fs.IntVar(&c.GRPCMaxStreams, "grpc-max-concurrent-streams", env.integer("DISPATCHER_GRPC_MAX_CONCURRENT_STREAMS", 100), "gRPC calls under way at once on one connection (env DISPATCHER_GRPC_MAX_CONCURRENT_STREAMS)")
+	fs.DurationVar(&c.GRPCMaxConnAge, "grpc-max-connection-age", env.duration("DISPATCHER_GRPC_MAX_CONNECTION_AGE", 30*time.Minute), "a gRPC connection is asked to close (GOAWAY) after this long, so clients spread over new replicas (env DISPATCHER_GRPC_MAX_CONNECTION_AGE)")
+	fs.DurationVar(&c.GRPCMaxConnGrace, "grpc-max-connection-age-grace", env.duration("DISPATCHER_GRPC_MAX_CONNECTION_AGE_GRACE", time.Minute), "how long the calls of a connection past its age may finish before it is closed (env DISPATCHER_GRPC_MAX_CONNECTION_AGE_GRACE)")
+	fs.DurationVar(&c.GRPCKeepaliveMin, "grpc-keepalive-min-time", env.duration("DISPATCHER_GRPC_KEEPALIVE_MIN_TIME", 20*time.Second), "a client pinging more often than this is disconnected (GOAWAY too_many_pings); pings without a call under way are allowed (env DISPATCHER_GRPC_KEEPALIVE_MIN_TIME)")
+	fs.DurationVar(&c.OpsReadTimeout, "ops-read-timeout", env.duration("DISPATCHER_OPS_READ_TIMEOUT", 30*time.Second), "the ops port closes a connection whose request (headers and body) takes longer to arrive (env DISPATCHER_OPS_READ_TIMEOUT)")
+	fs.DurationVar(&c.OpsIdleTimeout, "ops-idle-timeout", env.duration("DISPATCHER_OPS_IDLE_TIMEOUT", 2*time.Minute), "the ops port closes a keep-alive connection idle this long (env DISPATCHER_OPS_IDLE_TIMEOUT)")
+	fs.IntVar(&c.OpsMaxHeaderBytes, "ops-max-header-bytes", env.integer("DISPATCHER_OPS_MAX_HEADER_BYTES", 64<<10), "largest request header block the ops port reads (431 beyond) (env DISPATCHER_OPS_MAX_HEADER_BYTES)")
+	fs.DurationVar(&c.HealthzCache, "healthz-cache", env.duration("DISPATCHER_HEALTHZ_CACHE", time.Second), "how long /healthz reuses its last database ping; 0 pings on every request (env DISPATCHER_HEALTHZ_CACHE)")
+	fs.IntVar(&c.AuthFailures, "auth-failures", env.integer("DISPATCHER_AUTH_FAILURES", 10), "failed tokens (bearer or login form) one client address may send in a burst before it is throttled (HTTP 429, gRPC ResourceExhausted) (env DISPATCHER_AUTH_FAILURES)")
+	fs.DurationVar(&c.AuthFailuresPer, "auth-failures-per", env.duration("DISPATCHER_AUTH_FAILURES_PER", time.Minute), "how long a throttled address takes to earn back -auth-failures attempts (env DISPATCHER_AUTH_FAILURES_PER)")
+	fs.BoolVar(&c.CookieSecure, "cookie-secure", env.boolean("DISPATCHER_COOKIE_SECURE", false), "mark River UI's session cookie Secure even though the ops port serves plain HTTP: set it behind a TLS-terminating proxy (env DISPATCHER_COOKIE_SECURE)")
 	fs.StringVar(&c.LogFormat, "log-format", env.str("DISPATCHER_LOG_FORMAT", "json"), "log format: json or text (env DISPATCHER_LOG_FORMAT)")
 	level := fs.String("log-level", env.str("DISPATCHER_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env DISPATCHER_LOG_LEVEL)")
 	if err := parseFlags(fs, args); err != nil {
@@ -239,8 +298,18 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	if c.DeliverWorkers < 1 || c.DeliverWorkers > 10000 {
 		return nil, fmt.Errorf("invalid -deliver-workers %d: want 1..10000", c.DeliverWorkers)
 	}
+	if c.HandoffMemoryMB < 1 || c.HandoffMemoryMB > MaxHandoffMemoryMB {
+		return nil, fmt.Errorf("invalid -handoff-memory-mb %d (DISPATCHER_HANDOFF_MEMORY_MB): want 1..%d", c.HandoffMemoryMB, MaxHandoffMemoryMB)
+	}
 	if c.HandoffLimit < 1 || c.HandoffLimit > MaxHandoffLimit {
 		return nil, fmt.Errorf("invalid -handoff-limit %d (DISPATCHER_HANDOFF_LIMIT): want 1..%d", c.HandoffLimit, MaxHandoffLimit)
+	}
+	c.APIReadBudget = int64(*budget)
+	if err := c.validateLimits(); err != nil {
+		return nil, err
+	}
+	if c.IngestLinger < 0 || c.IngestLinger > 100*time.Millisecond {
+		return nil, fmt.Errorf("invalid -ingest-linger %s (DISPATCHER_INGEST_LINGER): want 0..100ms", c.IngestLinger)
 	}
 	if c.IngestTxs < 1 || c.IngestTxs > 1000 {
 		return nil, fmt.Errorf("invalid -ingest-transactions %d: want 1..1000", c.IngestTxs)
@@ -299,6 +368,71 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	}
 	c.Tracing = tr
 	return c, nil
+}
+
+// DefaultReadBudget is -api-read-budget-bytes' default: sixteen of the
+// largest PublishBatch at once, or a thousand of any other call.
+const DefaultReadBudget = 64 << 20
+
+// validateLimits checks the connection and request limits.
+func (c *serveConfig) validateLimits() error {
+	type intRange struct {
+		flag      string
+		v, lo, hi int64
+	}
+	for _, r := range []intRange{
+		{"-api-max-connections (DISPATCHER_API_MAX_CONNECTIONS)", int64(c.APIMaxConns), 1, 1 << 20},
+		{"-api-max-batch-bytes (DISPATCHER_API_MAX_BATCH_BYTES)", int64(c.APIMaxBatchBytes), 64 << 10, 64 << 20},
+		{"-api-max-request-bytes (DISPATCHER_API_MAX_REQUEST_BYTES)", int64(c.APIMaxRequestBytes), 4 << 10, 64 << 20},
+		{"-api-read-budget-bytes (DISPATCHER_API_READ_BUDGET_BYTES)", c.APIReadBudget, 1 << 20, 1 << 40},
+		{"-grpc-max-concurrent-streams (DISPATCHER_GRPC_MAX_CONCURRENT_STREAMS)", int64(c.GRPCMaxStreams), 1, 1 << 20},
+		{"-ops-max-header-bytes (DISPATCHER_OPS_MAX_HEADER_BYTES)", int64(c.OpsMaxHeaderBytes), 4 << 10, 1 << 20},
+		{"-auth-failures (DISPATCHER_AUTH_FAILURES)", int64(c.AuthFailures), 1, 1 << 20},
+	} {
+		if r.v < r.lo || r.v > r.hi {
+			return fmt.Errorf("invalid %s %d: want %d..%d", r.flag, r.v, r.lo, r.hi)
+		}
+	}
+	if largest := int64(max(c.APIMaxBatchBytes, c.APIMaxRequestBytes)); c.APIReadBudget < largest {
+		return fmt.Errorf("invalid -api-read-budget-bytes (DISPATCHER_API_READ_BUDGET_BYTES) %d: want at least the largest request (%d)", c.APIReadBudget, largest)
+	}
+	type durRange struct {
+		flag      string
+		v, lo, hi time.Duration
+	}
+	for _, r := range []durRange{
+		{"-api-idle-timeout (DISPATCHER_API_IDLE_TIMEOUT)", c.APIIdleTimeout, time.Second, 24 * time.Hour},
+		{"-grpc-max-connection-age (DISPATCHER_GRPC_MAX_CONNECTION_AGE)", c.GRPCMaxConnAge, time.Minute, 30 * 24 * time.Hour},
+		{"-grpc-max-connection-age-grace (DISPATCHER_GRPC_MAX_CONNECTION_AGE_GRACE)", c.GRPCMaxConnGrace, time.Second, 24 * time.Hour},
+		{"-grpc-keepalive-min-time (DISPATCHER_GRPC_KEEPALIVE_MIN_TIME)", c.GRPCKeepaliveMin, time.Second, time.Hour},
+		{"-ops-read-timeout (DISPATCHER_OPS_READ_TIMEOUT)", c.OpsReadTimeout, time.Second, time.Hour},
+		{"-ops-idle-timeout (DISPATCHER_OPS_IDLE_TIMEOUT)", c.OpsIdleTimeout, time.Second, 24 * time.Hour},
+		{"-healthz-cache (DISPATCHER_HEALTHZ_CACHE)", c.HealthzCache, 0, time.Minute},
+		{"-auth-failures-per (DISPATCHER_AUTH_FAILURES_PER)", c.AuthFailuresPer, time.Second, 24 * time.Hour},
+	} {
+		if r.v < r.lo || r.v > r.hi {
+			return fmt.Errorf("invalid %s %s: want %s..%s", r.flag, r.v, r.lo, r.hi)
+		}
+	}
+	return nil
+}
+
+// grpcConnOptions bounds the gRPC API's connections: calls per connection,
+// idle and old connections, and how often clients may ping. The server pings
+// a connection quiet for two minutes and drops it if the ping goes
+// unanswered for 20 s, so a peer that vanished frees its connection.
+func (c *serveConfig) grpcConnOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(uint32(c.GRPCMaxStreams)),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     c.APIIdleTimeout,
+			MaxConnectionAge:      c.GRPCMaxConnAge,
+			MaxConnectionAgeGrace: c.GRPCMaxConnGrace,
+			Time:                  2 * time.Minute,
+			Timeout:               20 * time.Second,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.GRPCKeepaliveMin, PermitWithoutStream: true}),
+	}
 }
 
 // tokenSources names where each role's tokens are configured, for errors.

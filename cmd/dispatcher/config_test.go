@@ -50,6 +50,56 @@ func TestParseServeConfig(t *testing.T) {
 		require.Equal(t, ingest.UnknownTypesAccept, c.UnknownTypes, "types in no catalog are Internal, as ever")
 	})
 
+	t.Run("ConnectionAndRequestLimits", func(t *testing.T) {
+		t.Parallel()
+		c, err := parse(setup(t))
+		require.NoError(t, err)
+		require.Equal(t, 1000, c.APIMaxConns)
+		require.Equal(t, 100, c.GRPCMaxStreams)
+		require.Equal(t, 5*time.Minute, c.APIIdleTimeout)
+		require.Equal(t, 30*time.Minute, c.GRPCMaxConnAge)
+		require.Equal(t, 4<<20, c.APIMaxBatchBytes)
+		require.Equal(t, 64<<10, c.APIMaxRequestBytes)
+		require.Equal(t, int64(64<<20), c.APIReadBudget)
+		require.Equal(t, 30*time.Second, c.OpsReadTimeout)
+		require.Equal(t, 2*time.Minute, c.OpsIdleTimeout)
+		require.Equal(t, 64<<10, c.OpsMaxHeaderBytes)
+		require.Equal(t, time.Second, c.HealthzCache)
+		require.Equal(t, 10, c.AuthFailures)
+		require.Equal(t, time.Minute, c.AuthFailuresPer)
+		require.False(t, c.CookieSecure)
+
+		b := setup(t)
+		b.env["DISPATCHER_API_MAX_CONNECTIONS"] = "50"
+		b.env["DISPATCHER_GRPC_MAX_CONCURRENT_STREAMS"] = "8"
+		b.env["DISPATCHER_HEALTHZ_CACHE"] = "0s"
+		b.env["DISPATCHER_COOKIE_SECURE"] = "true"
+		c, err = parse(b, "--api-read-budget-bytes", "8388608")
+		require.NoError(t, err)
+		require.Equal(t, 50, c.APIMaxConns)
+		require.Equal(t, 8, c.GRPCMaxStreams)
+		require.Zero(t, c.HealthzCache)
+		require.True(t, c.CookieSecure)
+		require.Equal(t, int64(8<<20), c.APIReadBudget)
+		require.Len(t, c.grpcConnOptions(), 3)
+
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--api-max-connections", "0"}, "-api-max-connections (DISPATCHER_API_MAX_CONNECTIONS) 0"},
+			{[]string{"--grpc-max-concurrent-streams", "0"}, "-grpc-max-concurrent-streams"},
+			{[]string{"--api-read-budget-bytes", "2000000"}, "want at least the largest request"},
+			{[]string{"--api-max-request-bytes", "10"}, "-api-max-request-bytes"},
+			{[]string{"--ops-read-timeout", "0s"}, "-ops-read-timeout"},
+			{[]string{"--api-idle-timeout", "1ms"}, "-api-idle-timeout"},
+			{[]string{"--auth-failures", "0"}, "-auth-failures (DISPATCHER_AUTH_FAILURES)"},
+		} {
+			_, err := parse(setup(t), tc.args...)
+			require.ErrorContains(t, err, tc.want, "%v", tc.args)
+		}
+	})
+
 	t.Run("UnknownTypes", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -164,6 +214,38 @@ func TestParseServeConfig(t *testing.T) {
 		b.env["DISPATCHER_HANDOFF_LIMIT"] = "lots"
 		_, err = parse(b)
 		require.ErrorContains(t, err, "DISPATCHER_HANDOFF_LIMIT")
+	})
+
+	t.Run("IngestLinger", func(t *testing.T) {
+		t.Parallel()
+		c, err := parse(setup(t))
+		require.NoError(t, err)
+		require.Equal(t, 3*time.Millisecond, c.IngestLinger)
+		b := setup(t)
+		b.env["DISPATCHER_INGEST_LINGER"] = "0s"
+		c, err = parse(b)
+		require.NoError(t, err)
+		require.Zero(t, c.IngestLinger, "0 never waits")
+		for _, bad := range []string{"-1ms", "101ms"} {
+			_, err = parse(setup(t), "--ingest-linger", bad)
+			require.ErrorContains(t, err, "invalid -ingest-linger "+bad+" (DISPATCHER_INGEST_LINGER)")
+		}
+	})
+
+	t.Run("HandoffMemory", func(t *testing.T) {
+		t.Parallel()
+		c, err := parse(setup(t))
+		require.NoError(t, err)
+		require.Equal(t, 16, c.HandoffMemoryMB)
+		b := setup(t)
+		b.env["DISPATCHER_HANDOFF_MEMORY_MB"] = "64"
+		c, err = parse(b)
+		require.NoError(t, err)
+		require.Equal(t, 64, c.HandoffMemoryMB)
+		for _, bad := range []string{"0", "-1", "4097"} {
+			_, err = parse(setup(t), "--handoff-memory-mb", bad)
+			require.ErrorContains(t, err, "invalid -handoff-memory-mb "+bad+" (DISPATCHER_HANDOFF_MEMORY_MB)")
+		}
 	})
 
 	t.Run("AttemptBodyBytes", func(t *testing.T) {

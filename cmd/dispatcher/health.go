@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net/http"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/health"
@@ -56,4 +59,50 @@ func followDatabase(ctx context.Context, db pinger, hs *health.Server, services 
 			hs.SetServingStatus(s, status)
 		}
 	}
+}
+
+// healthz answers /healthz with a database ping, reusing a result for up to
+// every: a burst of probes (several kubelets, a load balancer, a scraper)
+// costs the database one ping per period, not one per request. Requests
+// arriving during a ping wait for it and share its answer.
+type healthz struct {
+	db    pinger
+	every time.Duration
+	now   func() time.Time
+	mu    sync.Mutex
+	at    time.Time
+	err   error
+	valid bool
+}
+
+// healthzPingTimeout bounds one ping, so a hung database answers 503 in
+// time for a probe instead of never.
+const healthzPingTimeout = 5 * time.Second
+
+// newHealthz returns the /healthz handler; now nil means time.Now.
+func newHealthz(db pinger, every time.Duration, now func() time.Time) *healthz {
+	if now == nil {
+		now = time.Now
+	}
+	return &healthz{db: db, every: every, now: now}
+}
+
+func (h *healthz) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	if !h.valid || h.now().Sub(h.at) >= h.every {
+		// Not the request's context: its answer is shared, and one probe
+		// giving up must not turn into a cached failure for the others.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), healthzPingTimeout)
+		h.err = h.db.Ping(ctx)
+		cancel()
+		h.at, h.valid = h.now(), true
+	}
+	err := h.err
+	h.mu.Unlock()
+	w.Header().Set("Cache-Control", "no-store")
+	if err != nil {
+		http.Error(w, "database unreachable", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = io.WriteString(w, "ok\n")
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -61,5 +63,44 @@ func TestFollowDatabase(t *testing.T) {
 
 		cancel()
 		<-done
+	})
+}
+
+// countingPinger counts pings and fails while down is set.
+type countingPinger struct {
+	fakePinger
+	pings atomic.Int32
+}
+
+func (p *countingPinger) Ping(ctx context.Context) error {
+	p.pings.Add(1)
+	return p.fakePinger.Ping(ctx)
+}
+
+func TestHealthzCached(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		db := &countingPinger{}
+		h := newHealthz(db, time.Second, nil)
+		get := func() int {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+			return rec.Code
+		}
+		for range 50 {
+			require.Equal(t, http.StatusOK, get())
+		}
+		require.Equal(t, int32(1), db.pings.Load(), "50 probes within a second: one ping")
+
+		db.down.Store(true)
+		require.Equal(t, http.StatusOK, get(), "the cached answer, for under a second")
+		time.Sleep(time.Second)
+		require.Equal(t, http.StatusServiceUnavailable, get())
+		require.Equal(t, int32(2), db.pings.Load())
+
+		db.down.Store(false)
+		time.Sleep(time.Second)
+		require.Equal(t, http.StatusOK, get())
+		require.Equal(t, int32(3), db.pings.Load())
 	})
 }

@@ -20,7 +20,9 @@ import (
 // mountRiverUI serves River UI at /riverui/ behind the operator token, so the
 // job links of ListDeliveries open a real page. Job args hold only ids, but
 // args are hidden by default anyway.
-func mountRiverUI(ctx context.Context, mux *http.ServeMux, client *river.Client[pgx.Tx], authn *auth.Authenticator, logger *slog.Logger) error {
+// pages says how operators' sessions are kept (revocation, throttle, Secure
+// cookies); mountRiverUI sets its role and prefix.
+func mountRiverUI(ctx context.Context, mux *http.ServeMux, client *river.Client[pgx.Tx], authn *auth.Authenticator, pages auth.PagesConfig, logger *slog.Logger) error {
 	// Its background queries fail at ERROR while Postgres restarts, and run
 	// again by themselves: warnings (riverlevel).
 	h, err := riverui.NewHandler(&riverui.HandlerOpts{
@@ -38,7 +40,8 @@ func mountRiverUI(ctx context.Context, mux *http.ServeMux, client *river.Client[
 	if err := h.Start(ctx); err != nil {
 		return fmt.Errorf("start river UI: %w", err)
 	}
-	mux.Handle("/riverui/", authn.Pages(auth.RoleOperator, "/riverui").Handler(jsonRequests(h)))
+	pages.Role, pages.Prefix = auth.RoleOperator, "/riverui"
+	mux.Handle("/riverui/", authn.Pages(pages).Handler(jsonRequests(h)))
 	return nil
 }
 

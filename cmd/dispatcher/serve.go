@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"go.opentelemetry.io/otel/metric/noop"
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -40,12 +41,14 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/fanout"
 	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
 	"github.com/standmeet/webhook-dispatcher/internal/httpapi"
+	"github.com/standmeet/webhook-dispatcher/internal/inflight"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/partition"
 	"github.com/standmeet/webhook-dispatcher/internal/portmux"
 	"github.com/standmeet/webhook-dispatcher/internal/retention"
+	"github.com/standmeet/webhook-dispatcher/internal/revocation"
 	"github.com/standmeet/webhook-dispatcher/internal/riverlevel"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
@@ -128,6 +131,11 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	metrics.RegisterRuntime(reg)
 	m := metrics.New(reg, metricLabels())
 	reg.MustRegister(metrics.NewStateCollector(pool, logger, job.Kinds()))
+
+	for _, c := range plaintextCredentials(cfg) {
+		logger.WarnContext(ctx, "credentials go over plaintext to an address off this host: "+c.what,
+			slog.String("address", c.addr), slog.String("fix", c.fix))
+	}
 
 	// Scope: the one decision, handed to fanout as a function.
 	var admitter scope.EmbedAdmitter
@@ -235,11 +243,12 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	// up to -handoff-limit of them under way (not the deliver workers'
 	// count: a burst of PublishBatch calls hands off thousands at once,
 	// most of them waiting for their endpoint's turn).
-	direct := deliverWorker.NewDirect(delivery.DirectConfig{Works: member.Works, Member: member.ID(), Limit: cfg.HandoffLimit, Middleware: traces.RiverMiddleware()})
+	direct := deliverWorker.NewDirect(delivery.DirectConfig{Works: member.Works, Member: member.ID(), Limit: cfg.HandoffLimit, LimitBytes: int64(cfg.HandoffMemoryMB) << 20, Middleware: traces.RiverMiddleware()})
 	store := ingest.NewStore(ingest.StoreConfig{
 		Fanout:        fanout.NewInline(decider.Func(), member.Active, m).WithHandoff(direct),
 		UnknownTypes:  cfg.UnknownTypes,
 		GroupInFlight: cfg.IngestTxs,
+		GroupLinger:   cfg.IngestLinger,
 	}, pool, riverClient, m, logger)
 
 	grpcTLS, err := serverTLS("grpc", tlsreload.Config{CertFile: cfg.GRPCTLSCert, KeyFile: cfg.GRPCTLSKey, ClientCAFile: cfg.GRPCTLSClientCA}, logger)
@@ -267,9 +276,17 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	}, pool, riverClient, keyring, testPublisher{store}, logger)
 
 	// gRPC API.
+	// Every call is authenticated before a byte of its request is read (the
+	// gate's tap handler, internal/grpcapi), and the requests being read on
+	// both faces of the port share one memory budget (internal/inflight).
+	throttle := auth.NewThrottle(auth.ThrottleConfig{Failures: cfg.AuthFailures, Per: cfg.AuthFailuresPer})
+	readBudget := inflight.New(cfg.APIReadBudget)
+	limits := grpcapi.Limits{BatchBytes: cfg.APIMaxBatchBytes, RequestBytes: cfg.APIMaxRequestBytes}
+	gate := grpcapi.NewGate(grpcapi.GateConfig{Auth: authn, Throttle: throttle, Budget: readBudget, Limits: limits})
 	// The port's TLS is terminated by the port mux (below), which hands
 	// gRPC connections over already secured; these credentials say so.
-	serverOpts := []grpc.ServerOption{grpc.Creds(portmux.Creds()), grpc.MaxRecvMsgSize(httpapi.MaxBodyBytes)}
+	serverOpts := []grpc.ServerOption{grpc.Creds(portmux.Creds())}
+	serverOpts = append(serverOpts, cfg.grpcConnOptions()...)
 	if traces.Enabled() {
 		// A server span per call (health checks excepted), the child of the
 		// caller's trace when it sends one.
@@ -277,7 +294,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 			otelgrpc.WithFilter(filters.Not(filters.HealthCheck())),
 			otelgrpc.WithMeterProvider(noop.NewMeterProvider()))))
 	}
-	serverOpts = append(serverOpts, grpcapi.ServerOptions(authn)...)
+	serverOpts = append(serverOpts, gate.ServerOptions()...)
 	grpcServer := grpc.NewServer(serverOpts...)
 	webhooksv1.RegisterEventServiceServer(grpcServer, grpcapi.NewEventServer(store, logger))
 	webhooksv1.RegisterEndpointServiceServer(grpcServer, grpcapi.NewEndpointServer(endpoints, logger))
@@ -289,6 +306,9 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	if err != nil {
 		return fmt.Errorf("gRPC listen on %s: %w", cfg.GRPCAddr, err)
 	}
+	// Connections of both protocols count: beyond the limit, new ones wait
+	// in the kernel's backlog until one closes.
+	grpcLis = netutil.LimitListener(grpcLis, cfg.APIMaxConns)
 	// One port, two protocols: gRPC, and the HTTP/JSON API transcoded into
 	// calls of the same gRPC server over an in-process connection, so both
 	// meet the same interceptors, handlers and errors.
@@ -301,7 +321,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		return fmt.Errorf("http api: %w", err)
 	}
 	defer apiConn.Close()
-	apiHandler, err := httpapi.New(ctx, apiConn)
+	apiHandler, err := httpapi.New(ctx, apiConn, httpapi.Config{Auth: authn, Throttle: throttle, Budget: readBudget, Limits: limits})
 	if err != nil {
 		_ = grpcLis.Close()
 		return err
@@ -309,7 +329,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	// Bounded like the gRPC side: a client cannot hold a connection open
 	// by sending its request slowly, nor keep an idle one for ever.
 	httpServer := &http.Server{Handler: apiHandler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
-		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+		IdleTimeout: cfg.APIIdleTimeout, MaxHeaderBytes: 64 << 10}
 	opsLis, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.OpsAddr)
 	if err != nil {
 		_ = grpcLis.Close()
@@ -318,13 +338,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 
 	opsMux := http.NewServeMux()
 	opsMux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	opsMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := pool.Ping(r.Context()); err != nil {
-			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ok\n")
-	})
+	opsMux.Handle("GET /healthz", newHealthz(pool, cfg.HealthzCache, nil))
 	if cfg.Pprof {
 		// Off by default: profiles reveal code paths and timing, and the ops
 		// port has no authentication of its own for these.
@@ -335,13 +349,22 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		opsMux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	}
 	if cfg.RiverUI {
-		if err := mountRiverUI(ctx, opsMux, riverClient, authn, logger); err != nil {
+		// Logout is seen by every replica (internal/revocation); failed
+		// logins share the API's throttle, so guesses on one face count on
+		// the other.
+		pages := auth.PagesConfig{Revocations: revocation.New(pool), Throttle: throttle, SecureCookies: cfg.CookieSecure}
+		if err := mountRiverUI(ctx, opsMux, riverClient, authn, pages, logger); err != nil {
 			_ = grpcLis.Close()
 			_ = opsLis.Close()
 			return err
 		}
 	}
-	opsServer := &http.Server{Handler: opsMux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: opsTLS}
+	// Bounded: a client cannot hold a connection by sending slowly or by
+	// keeping it idle, nor send headers without end. No write timeout: a
+	// CPU profile (-pprof) takes 30 s to write.
+	opsServer := &http.Server{Handler: opsMux, TLSConfig: opsTLS,
+		ReadHeaderTimeout: min(10*time.Second, cfg.OpsReadTimeout), ReadTimeout: cfg.OpsReadTimeout,
+		IdleTimeout: cfg.OpsIdleTimeout, MaxHeaderBytes: cfg.OpsMaxHeaderBytes}
 
 	// River gets a context SIGTERM does not cancel: cancelling Start's
 	// context would cancel in-flight deliveries at once, while shutdown

@@ -42,6 +42,12 @@ type RecorderConfig struct {
 	// them; beyond it the oldest are dropped (and counted in the log).
 	// Default 100,000.
 	MaxBuffered int
+	// MaxBufferedBytes bounds the same attempts by their size in memory
+	// (Size: a fixed cost plus the body, error and ids they carry); beyond
+	// it the oldest are dropped too. Default DefaultMaxBufferedBytes: the
+	// count alone would let 100,000 attempts with 1 KiB bodies hold about
+	// 130 MB.
+	MaxBufferedBytes int
 	// Metrics, if set, counts refused batches and dropped attempts
 	// (dispatcher_attempt_history_*), so that an alert, not only a log
 	// line, says the history has gaps.
@@ -56,8 +62,10 @@ type Recorder struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
 
-	mu      sync.Mutex
-	buf     []Attempt
+	mu  sync.Mutex
+	buf []Attempt
+	// bytes is the Size of the attempts in buf.
+	bytes   int
 	dropped int
 	full    chan struct{}
 	// flushing serializes writers, so batches go out in order.
@@ -75,6 +83,9 @@ func NewRecorder(cfg RecorderConfig, pool *pgxpool.Pool, logger *slog.Logger) *R
 	if cfg.MaxBuffered <= 0 {
 		cfg.MaxBuffered = 100_000
 	}
+	if cfg.MaxBufferedBytes <= 0 {
+		cfg.MaxBufferedBytes = DefaultMaxBufferedBytes
+	}
 	cfg.BodyBytes = max(cfg.BodyBytes, 0)
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -90,15 +101,22 @@ func (r *Recorder) Record(a Attempt) {
 	// Error texts quote what the receiver sent; text columns take neither
 	// NUL nor invalid UTF-8.
 	a.Body, a.Error = safeText(a.Body), safeText(a.Error)
+	size := Size(&a)
 	r.mu.Lock()
-	if len(r.buf) >= r.cfg.MaxBuffered {
-		// The oldest tenth at once, so that a long outage does not move the
-		// whole buffer on every attempt.
-		n := max(r.cfg.MaxBuffered/10, 1)
+	if len(r.buf) >= r.cfg.MaxBuffered || r.bytes+size > r.cfg.MaxBufferedBytes {
+		// The oldest tenth at once (by count, or by bytes), so that a long
+		// outage does not move the whole buffer on every attempt.
+		n, freed := 0, 0
+		for n < len(r.buf) && (n < max(r.cfg.MaxBuffered/10, 1) || r.bytes-freed+size > r.cfg.MaxBufferedBytes*9/10) {
+			freed += Size(&r.buf[n])
+			n++
+		}
 		r.buf = slices.Delete(r.buf, 0, n)
+		r.bytes -= freed
 		r.drop(n)
 	}
 	r.buf = append(r.buf, a)
+	r.bytes += size
 	full := len(r.buf) >= r.cfg.MaxBatch
 	r.mu.Unlock()
 	if full {
@@ -165,6 +183,7 @@ func (r *Recorder) flush(ctx context.Context, fullOnly bool) error {
 		}
 		batch := slices.Clone(r.buf[:n])
 		r.buf = slices.Delete(r.buf, 0, n)
+		r.bytes -= sizeOf(batch)
 		dropped := r.dropped
 		r.dropped = 0
 		r.mu.Unlock()
@@ -177,7 +196,13 @@ func (r *Recorder) flush(ctx context.Context, fullOnly bool) error {
 		if err := write(ctx, r.pool, batch); err != nil {
 			r.mu.Lock()
 			r.buf = append(batch, r.buf...)
-			if over := len(r.buf) - r.cfg.MaxBuffered; over > 0 {
+			r.bytes += sizeOf(batch)
+			over := max(len(r.buf)-r.cfg.MaxBuffered, 0)
+			for over < len(r.buf) && r.bytes-sizeOf(r.buf[:over]) > r.cfg.MaxBufferedBytes {
+				over++
+			}
+			if over > 0 {
+				r.bytes -= sizeOf(r.buf[:over])
 				r.buf = slices.Delete(r.buf, 0, over)
 				r.drop(over)
 			}
@@ -192,6 +217,27 @@ func (r *Recorder) flush(ctx context.Context, fullOnly bool) error {
 		}
 	}
 	return nil
+}
+
+// DefaultMaxBufferedBytes is RecorderConfig.MaxBufferedBytes's default.
+const DefaultMaxBufferedBytes = 16 << 20
+
+// attemptFixedBytes is what an Attempt holds besides its strings' bytes:
+// the struct (its fields and string headers, about 200 bytes) in the
+// buffer's backing array, and the array's spare capacity.
+const attemptFixedBytes = 256
+
+// Size is the memory a buffered attempt is counted for.
+func Size(a *Attempt) int {
+	return attemptFixedBytes + len(a.OwnerID) + len(a.EventID) + len(a.Body) + len(a.Error) + len(a.SnoozeReason)
+}
+
+func sizeOf(as []Attempt) int {
+	n := 0
+	for i := range as {
+		n += Size(&as[i])
+	}
+	return n
 }
 
 // drop counts n attempts dropped from the buffer; r.mu is held.

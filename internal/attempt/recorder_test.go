@@ -2,6 +2,7 @@ package attempt
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,5 +180,39 @@ func TestRecorder(t *testing.T) {
 		require.Equal(t, 5, got[0].Number)
 		require.Equal(t, 3, got[2].Number)
 		require.InDelta(t, 2, testutil.ToFloat64(m.AttemptHistoryDroppedTotal), 0, "each dropped attempt counted")
+	})
+
+	t.Run("ABufferBoundedByBytesDropsTheOldest", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
+		ep := uuid.New()
+		withBody := func(i int) Attempt {
+			a := sample(1, ep, time.Now(), OutcomeHTTP5xx, time.Millisecond)
+			a.Number, a.Body = i+1, strings.Repeat("x", 1000)
+			return a
+		}
+		one := Size(new(withBody(0)))
+		require.Greater(t, one, 1000, "the body counts")
+		// Room for 4 by bytes, 100 by count.
+		b := setup(t, RecorderConfig{MaxBuffered: 100, MaxBufferedBytes: 4*one + one/2, Metrics: m})
+		for i := range 6 {
+			b.rec.Record(withBody(i))
+		}
+		b.rec.mu.Lock()
+		require.LessOrEqual(t, b.rec.bytes, 4*one+one/2, "never more than the bytes allowed")
+		require.Equal(t, sizeOf(b.rec.buf), b.rec.bytes)
+		kept := len(b.rec.buf)
+		b.rec.mu.Unlock()
+		require.Less(t, kept, 6)
+		require.NoError(t, b.rec.Flush(ctx))
+		got, err := List(ctx, b.db.Pool, "owner-1", 1, 0, 10)
+		require.NoError(t, err)
+		require.Len(t, got, kept)
+		require.Equal(t, 6, got[0].Number, "the newest kept")
+		require.InDelta(t, 6-kept, testutil.ToFloat64(m.AttemptHistoryDroppedTotal), 0, "each dropped attempt counted")
+		b.rec.mu.Lock()
+		require.Zero(t, b.rec.bytes, "written: nothing held")
+		b.rec.mu.Unlock()
 	})
 }

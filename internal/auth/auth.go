@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"time"
 )
 
 // MinTokenLen is the shortest token accepted: anything shorter is guessable.
@@ -91,21 +93,25 @@ type entry struct {
 type Authenticator struct {
 	entries []entry
 	logger  *slog.Logger
+	denials sampler
 }
 
 // New builds an Authenticator. Tokens shorter than MinTokenLen are refused,
-// and so is a token listed under two roles (*SharedTokenError); errors name
+// and so are weak ones (CheckStrength) and a token listed under two roles (*SharedTokenError); errors name
 // the role and position, never the token. At least one publisher or admin
 // token is needed: operator tokens alone leave the API uncallable.
 func New(tokens Tokens, logger *slog.Logger) (*Authenticator, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	a := &Authenticator{logger: logger}
+	a := &Authenticator{logger: logger, denials: sampler{now: time.Now}}
 	add := func(list []string, role Role) error {
 		for i, tok := range list {
 			if len(tok) < MinTokenLen {
 				return fmt.Errorf("auth: %s token #%d is %d characters, need at least %d", role, i+1, len(tok), MinTokenLen)
+			}
+			if err := CheckStrength(tok); err != nil {
+				return fmt.Errorf("auth: %s token #%d: %w", role, i+1, err)
 			}
 			// Stored as digests: comparing fixed-size digests keeps the
 			// comparison constant-time even across tokens of different length,
@@ -159,13 +165,55 @@ func (a *Authenticator) RoleOf(presented string) Role {
 	return role
 }
 
+// Denial log sampling: at most denialBurst lines per denialWindow, so that
+// a flood of bad tokens (a misconfigured client retrying, a guesser) costs a
+// few lines, not one per call. The lines dropped are counted, and the next
+// line logged says how many.
+const (
+	denialWindow = 10 * time.Second
+	denialBurst  = 5
+)
+
+type sampler struct {
+	now        func() time.Time
+	mu         sync.Mutex
+	start      time.Time
+	logged     int
+	suppressed int
+}
+
+// take reports whether to log one more denial now and, if so, how many were
+// dropped since the last line logged.
+func (s *sampler) take() (suppressed int, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now := s.now(); now.Sub(s.start) >= denialWindow {
+		s.start, s.logged = now, 0
+	}
+	if s.logged >= denialBurst {
+		s.suppressed++
+		return 0, false
+	}
+	s.logged++
+	suppressed, s.suppressed = s.suppressed, 0
+	return suppressed, true
+}
+
 // Denied logs a refused call: on which surface ("grpc", "http"), what was
 // called, why it was refused, and from where (peer, empty when unknown).
-// Never the token.
+// Never the token. Lines are sampled: at most 5 per 10 s, the next logged
+// line counting those dropped (suppressed).
 func (a *Authenticator) Denied(ctx context.Context, surface, target, reason, peer string) {
+	suppressed, ok := a.denials.take()
+	if !ok {
+		return
+	}
 	attrs := []any{slog.String("method", target), slog.String("reason", reason)}
 	if peer != "" {
 		attrs = append(attrs, slog.String("peer", peer))
+	}
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int("suppressed", suppressed))
 	}
 	a.logger.WarnContext(ctx, surface+" call denied", attrs...)
 }

@@ -1,6 +1,11 @@
 package auth
 
 import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,6 +118,17 @@ func TestLoadTokens(t *testing.T) {
 		require.Equal(t, []string{adminToken, adminToken2}, toks)
 	})
 
+	t.Run("FromFileCommaSeparated", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// A Secret key written for the variable ("old,new"), mounted as a
+		// file: the same two tokens, not one token with a comma in it.
+		p := writeFile(t, b, adminToken+", "+adminToken2)
+		toks, err := LoadTokens("", p)
+		require.NoError(t, err)
+		require.Equal(t, []string{adminToken, adminToken2}, toks)
+	})
+
 	t.Run("BothSourcesCombinedAndDeduplicated", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -157,4 +173,62 @@ func TestLoadTokens(t *testing.T) {
 		_, err := LoadTokens("", filepath.Join(b.dir, "nope"))
 		require.ErrorIs(t, err, os.ErrNotExist)
 	})
+}
+
+func TestCheckStrength(t *testing.T) {
+	t.Parallel()
+
+	t.Run("WeakRefused", func(t *testing.T) {
+		t.Parallel()
+		for _, tok := range []string{
+			"aaaaaaaaaaaaaaaaaaaaaaaa",
+			"abcdefghijklmnopqrstuvwxyz",
+			"1234567890123456",
+			"passwordpassword",
+			"changemechangemechangeme",
+			"qwertyqwertyqwerty",
+		} {
+			err := CheckStrength(tok)
+			var weak *WeakTokenError
+			require.ErrorAs(t, err, &weak, tok)
+			require.NotContains(t, err.Error(), tok, "the error never holds the token")
+		}
+	})
+
+	t.Run("RandomAccepted", func(t *testing.T) {
+		t.Parallel()
+		for range 200 {
+			b := make([]byte, 32)
+			_, _ = rand.Read(b)
+			require.NoError(t, CheckStrength(base64.RawURLEncoding.EncodeToString(b)))
+			require.NoError(t, CheckStrength(hex.EncodeToString(b[:16])))
+		}
+		require.NoError(t, CheckStrength("e2e-publisher-token-0123456789"), "a long made-up token of mixed parts")
+	})
+
+	t.Run("NewAndLoadTokensRefuseWeak", func(t *testing.T) {
+		t.Parallel()
+		_, err := New(Tokens{Admin: []string{"aaaaaaaaaaaaaaaaaaaa"}}, nil)
+		require.ErrorContains(t, err, "admin token #1: token is too weak")
+		_, err = LoadTokens("good-token-Zq81x-Pw0Lm3, passwordpassword", "")
+		require.ErrorContains(t, err, "environment list item 2: token is too weak")
+		require.NotContains(t, err.Error(), "passwordpassword")
+	})
+}
+
+func TestDeniedSampled(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	a, err := New(Tokens{Publisher: []string{"pub-token-0123456789"}}, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	clock := newFakeClock()
+	a.denials.now = clock.Now
+	for range 100 {
+		a.Denied(t.Context(), "grpc", "/x", "unknown token", "192.0.2.1:1")
+	}
+	require.Equal(t, denialBurst, strings.Count(logs.String(), "call denied"), "a burst of 100: the first few only")
+	clock.Add(denialWindow)
+	a.Denied(t.Context(), "grpc", "/x", "unknown token", "192.0.2.1:1")
+	require.Equal(t, denialBurst+1, strings.Count(logs.String(), "call denied"))
+	require.Contains(t, logs.String(), "suppressed=95", "the next line counts those dropped")
 }

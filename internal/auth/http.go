@@ -1,12 +1,14 @@
 package auth
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"html/template"
+	"log/slog"
 	"mime"
 	"net/http"
 	"net/url"
@@ -27,12 +29,19 @@ const sessionLabel = "dispatcher operator session v1"
 // Pages guards an operator's browser pages (River UI) under one path prefix.
 //
 // A browser logs in once with a form (prefix/login) and then carries a
-// session cookie: HttpOnly, SameSite=Strict, Secure when served over TLS,
+// session cookie: HttpOnly, SameSite=Strict, Secure when served over TLS (or
+// always, with PagesConfig.SecureCookies, behind a TLS-terminating proxy),
 // valid for SessionTTL. The cookie is not the token but an expiry and a nonce
 // signed with HMAC under a key derived from the operator token that logged in,
 // so every replica with the same tokens accepts it, and removing a token ends
-// its sessions. Scripts may send "Authorization: Bearer <token>" instead. HTTP
-// Basic is refused: browsers attach it to cross-site requests on their own.
+// its sessions. Logging out ends the session on the server too: its nonce
+// goes to PagesConfig.Revocations, which every replica consults. Scripts may
+// send "Authorization: Bearer <token>" instead. HTTP Basic is refused:
+// browsers attach it to cross-site requests on their own.
+//
+// Failed logins and failed bearer tokens count against the client's address
+// in PagesConfig.Throttle. Every response carries SecurityHeaders (no
+// framing, no content sniffing).
 //
 // Against cross-site request forgery, every request other than GET and HEAD
 // must be same-origin (Sec-Fetch-Site same-origin, else Origin against Host as
@@ -41,23 +50,73 @@ const sessionLabel = "dispatcher operator session v1"
 // without a CORS preflight that is never granted.
 type Pages struct {
 	a      *Authenticator
-	role   Role
+	cfg    PagesConfig
 	prefix string
 	keys   [][]byte // one session key per token of role
 	cop    *http.CrossOriginProtection
-	now    func() time.Time
 }
 
-// Pages returns the guard for pages under prefix (say "/riverui") that need
-// role.
-func (a *Authenticator) Pages(role Role, prefix string) *Pages {
-	p := &Pages{a: a, role: role, prefix: strings.TrimSuffix(prefix, "/"), cop: http.NewCrossOriginProtection(), now: time.Now}
+// Revocations remembers sessions ended before their expiry (logged out), for
+// every replica: a Postgres table in the dispatcher (internal/revocation).
+type Revocations interface {
+	// Revoke records that session id ended; it need be remembered only
+	// until expires, when the session would have ended anyway.
+	Revoke(ctx context.Context, id string, expires time.Time) error
+	// Revoked reports whether session id was revoked.
+	Revoked(ctx context.Context, id string) (bool, error)
+}
+
+// PagesConfig configures Pages.
+type PagesConfig struct {
+	// Role is the role a token needs to open the pages.
+	Role Role
+	// Prefix is the pages' path prefix, say "/riverui".
+	Prefix string
+	// Revocations, when set, makes logout end the session on the server
+	// (every replica refuses it); without it a logged-out cookie stays valid
+	// until it expires, if someone kept a copy.
+	Revocations Revocations
+	// Throttle limits failed logins and failed bearer tokens per client
+	// address; nil: no limit.
+	Throttle *Throttle
+	// SecureCookies marks the session cookie Secure even when the request
+	// came over plain HTTP: for a TLS-terminating proxy in front.
+	SecureCookies bool
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Pages returns the guard for the pages cfg describes.
+func (a *Authenticator) Pages(cfg PagesConfig) *Pages {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	p := &Pages{a: a, cfg: cfg, prefix: strings.TrimSuffix(cfg.Prefix, "/"), cop: http.NewCrossOriginProtection()}
 	for _, e := range a.entries {
-		if e.role == role {
+		if e.role == cfg.Role {
 			p.keys = append(p.keys, sessionKey(e.digest))
 		}
 	}
 	return p
+}
+
+// SecurityHeaders sets, on every response of h, the headers every HTML page
+// of the dispatcher needs whatever it shows: no other site may frame it
+// (Content-Security-Policy frame-ancestors 'none', and X-Frame-Options DENY
+// for browsers without CSP), which stops clickjacking; no browser may guess
+// a content type other than the one sent (X-Content-Type-Options nosniff);
+// and no URL leaks to other sites in a Referer (Referrer-Policy
+// same-origin). The CSP holds only frame-ancestors, so it restricts nothing
+// else a page does; a page's own policy, if it sends one, is kept beside it.
+func SecurityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Add("Content-Security-Policy", "frame-ancestors 'none'")
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "same-origin")
+		h.ServeHTTP(w, r)
+	})
 }
 
 // sessionKey derives the key signing the sessions of the token with digest d.
@@ -66,7 +125,7 @@ func sessionKey(d [sha256.Size]byte) []byte { return sign(d[:], sessionLabel) }
 // Handler serves prefix/login and prefix/logout and passes every other
 // request that is authenticated and passes the cross-site checks to h.
 func (p *Pages) Handler(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return SecurityHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		form := r.URL.Path == p.prefix+"/login" || r.URL.Path == p.prefix+"/logout"
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			// Stricter than CrossOriginProtection, which also lets "none"
@@ -94,13 +153,42 @@ func (p *Pages) Handler(h http.Handler) http.Handler {
 			p.logout(w, r)
 			return
 		}
+		if r.Header.Get("Authorization") != "" && !p.allowed(w, r) {
+			return
+		}
 		if reason, code := p.authenticated(r); code != 0 {
+			if code == http.StatusServiceUnavailable {
+				p.a.logger.ErrorContext(r.Context(), "operator session check failed", slog.String("reason", reason))
+				http.Error(w, "cannot check the session now: try again", code)
+				return
+			}
+			if code == http.StatusUnauthorized && reason == reasonUnknownToken && p.cfg.Throttle != nil {
+				p.cfg.Throttle.Fail(r.RemoteAddr)
+			}
 			p.unauthenticated(w, r, reason, code)
 			return
 		}
 		h.ServeHTTP(w, r)
-	})
+	}))
 }
+
+// allowed checks the client's address against the throttle; when it is
+// throttled, it answers 429 and returns false.
+func (p *Pages) allowed(w http.ResponseWriter, r *http.Request) bool {
+	if p.cfg.Throttle == nil {
+		return true
+	}
+	wait, ok := p.cfg.Throttle.Allow(r.RemoteAddr)
+	if ok {
+		return true
+	}
+	p.a.Denied(r.Context(), "http", r.Method+" "+r.URL.Path, "throttled after failed tokens", r.RemoteAddr)
+	w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)))
+	http.Error(w, "too many failed attempts from this address: try again in "+wait.String(), http.StatusTooManyRequests)
+	return false
+}
+
+const reasonUnknownToken = "unknown token"
 
 func isJSON(r *http.Request) bool {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -123,8 +211,8 @@ func (p *Pages) authenticated(r *http.Request) (reason string, code int) {
 		}
 		switch role := p.a.RoleOf(strings.TrimSpace(tok)); {
 		case role == 0:
-			return "unknown token", http.StatusUnauthorized
-		case role != p.role:
+			return reasonUnknownToken, http.StatusUnauthorized
+		case role != p.cfg.Role:
 			return "role " + role.String() + " not allowed", http.StatusForbidden
 		}
 		return "", 0
@@ -133,8 +221,20 @@ func (p *Pages) authenticated(r *http.Request) (reason string, code int) {
 	if err != nil {
 		return "no session", http.StatusUnauthorized
 	}
-	if !p.validSession(c.Value) {
+	id, ok := p.validSession(c.Value)
+	if !ok {
 		return "invalid or expired session", http.StatusUnauthorized
+	}
+	if p.cfg.Revocations != nil {
+		revoked, err := p.cfg.Revocations.Revoked(r.Context(), id)
+		if err != nil {
+			// Closed while it cannot tell: a session it cannot check may be
+			// one that was logged out.
+			return "session check failed: " + err.Error(), http.StatusServiceUnavailable
+		}
+		if revoked {
+			return "session logged out", http.StatusUnauthorized
+		}
 	}
 	return "", 0
 }
@@ -170,16 +270,22 @@ func (p *Pages) login(w http.ResponseWriter, r *http.Request) {
 	case http.MethodGet, http.MethodHead:
 		_ = loginPage.Execute(w, loginData{Action: p.prefix + "/login", Next: p.next(r.URL.Query().Get("next"))})
 	case http.MethodPost:
+		if !p.allowed(w, r) {
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 		if err := r.ParseForm(); err != nil {
 			http.Error(w, "bad login form", http.StatusBadRequest)
 			return
 		}
 		next := p.next(r.PostForm.Get("next"))
-		if role := p.a.RoleOf(r.PostForm.Get("token")); role != p.role {
-			reason := "unknown token"
+		if role := p.a.RoleOf(r.PostForm.Get("token")); role != p.cfg.Role {
+			reason := reasonUnknownToken
 			if role != 0 {
 				reason = "role " + role.String() + " not allowed"
+			}
+			if p.cfg.Throttle != nil {
+				p.cfg.Throttle.Fail(r.RemoteAddr)
 			}
 			p.a.Denied(r.Context(), "http", "POST "+r.URL.Path, reason, r.RemoteAddr)
 			w.WriteHeader(http.StatusUnauthorized)
@@ -200,6 +306,16 @@ func (p *Pages) logout(w http.ResponseWriter, r *http.Request) {
 	case http.MethodGet, http.MethodHead:
 		_ = logoutPage.Execute(w, p.prefix+"/logout")
 	case http.MethodPost:
+		// The form is same-origin (Handler checked), so whoever posts it
+		// holds the cookie: its session ends here, for every replica.
+		if c, err := r.Cookie(SessionCookie); err == nil && p.cfg.Revocations != nil {
+			if id, ok := p.validSession(c.Value); ok {
+				if err := p.cfg.Revocations.Revoke(r.Context(), id, p.sessionExpiry(c.Value)); err != nil {
+					http.Error(w, "could not end the session on the server: try again", http.StatusServiceUnavailable)
+					return
+				}
+			}
+		}
 		http.SetCookie(w, p.cookie(r, "", -1))
 		http.Redirect(w, r, p.prefix+"/login", http.StatusSeeOther)
 	default:
@@ -210,10 +326,12 @@ func (p *Pages) logout(w http.ResponseWriter, r *http.Request) {
 
 func (p *Pages) cookie(r *http.Request, value string, maxAge int) *http.Cookie {
 	// Secure follows the connection: over plain HTTP (loopback, a
-	// port-forward) a Secure cookie would never come back.
+	// port-forward) a Secure cookie would never come back. Behind a proxy
+	// that terminates TLS the connection is plain HTTP and the browser's is
+	// not: SecureCookies says so.
 	return &http.Cookie{ //nolint:gosec // G124: HttpOnly and SameSite=Strict always; Secure whenever TLS serves it
 		Name: SessionCookie, Value: value, Path: p.prefix + "/", MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil || p.cfg.SecureCookies,
 	}
 }
 
@@ -233,27 +351,29 @@ func (p *Pages) next(s string) string {
 func (p *Pages) newSession(token string) string {
 	nonce := make([]byte, 16)
 	_, _ = rand.Read(nonce)
-	body := "v1." + strconv.FormatInt(p.now().Add(SessionTTL).Unix(), 10) + "." + base64.RawURLEncoding.EncodeToString(nonce)
+	body := "v1." + strconv.FormatInt(p.cfg.Now().Add(SessionTTL).Unix(), 10) + "." + base64.RawURLEncoding.EncodeToString(nonce)
 	return body + "." + base64.RawURLEncoding.EncodeToString(sign(sessionKey(sha256.Sum256([]byte(token))), body))
 }
 
-func (p *Pages) validSession(v string) bool {
+// validSession checks a session value's signature and expiry, and returns
+// its id (the nonce) when it passes.
+func (p *Pages) validSession(v string) (id string, ok bool) {
 	i := strings.LastIndexByte(v, '.')
 	if i < 0 {
-		return false
+		return "", false
 	}
 	body, sig := v[:i], v[i+1:]
 	got, err := base64.RawURLEncoding.DecodeString(sig)
 	if err != nil {
-		return false
+		return "", false
 	}
 	parts := strings.Split(body, ".")
 	if len(parts) != 3 || parts[0] != "v1" {
-		return false
+		return "", false
 	}
 	exp, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil || p.now().Unix() >= exp {
-		return false
+	if err != nil || p.cfg.Now().Unix() >= exp {
+		return "", false
 	}
 	// Every key is tried, without an early exit, so the time taken does not
 	// say which token's session this is.
@@ -261,7 +381,20 @@ func (p *Pages) validSession(v string) bool {
 	for _, k := range p.keys {
 		match |= subtle.ConstantTimeCompare(got, sign(k, body))
 	}
-	return match == 1
+	return parts[2], match == 1
+}
+
+// sessionExpiry is when a valid session value expires.
+func (p *Pages) sessionExpiry(v string) time.Time {
+	parts := strings.Split(v, ".")
+	if len(parts) != 4 {
+		return p.cfg.Now().Add(SessionTTL)
+	}
+	exp, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return p.cfg.Now().Add(SessionTTL)
+	}
+	return time.Unix(exp, 0)
 }
 
 func sign(key []byte, body string) []byte {

@@ -2,11 +2,14 @@ package auth
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +27,8 @@ func TestPages(t *testing.T) {
 		calls   *int
 	}
 
-	setup := func(t *testing.T) *testBundle {
+	// setupWith builds the pages with cfg (its role and prefix set here).
+	setupWith := func(t *testing.T, cfg PagesConfig) *testBundle {
 		t.Helper()
 		a, err := New(Tokens{Publisher: []string{publisherToken}, Admin: []string{adminToken}, Operator: []string{operatorToken}}, nil)
 		require.NoError(t, err)
@@ -33,8 +37,13 @@ func TestPages(t *testing.T) {
 			*calls++
 			_, _ = io.WriteString(w, "ok")
 		})
-		p := a.Pages(RoleOperator, "/riverui")
+		cfg.Role, cfg.Prefix = RoleOperator, "/riverui"
+		p := a.Pages(cfg)
 		return &testBundle{handler: p.Handler(inner), pages: p, calls: calls}
+	}
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		return setupWith(t, PagesConfig{})
 	}
 
 	do := func(t *testing.T, b *testBundle, req *http.Request) *httptest.ResponseRecorder {
@@ -206,11 +215,96 @@ func TestPages(t *testing.T) {
 		}
 	})
 
+	logout := func(t *testing.T, b *testBundle, c *http.Cookie) *httptest.ResponseRecorder {
+		t.Helper()
+		req := httptest.NewRequest(http.MethodPost, origin+"/riverui/logout", nil)
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		req.AddCookie(c)
+		return do(t, b, req)
+	}
+
+	t.Run("LogoutRevokesTheSessionOnEveryReplica", func(t *testing.T) {
+		t.Parallel()
+		store := &memRevocations{}
+		b := setupWith(t, PagesConfig{Revocations: store})
+		other := setupWith(t, PagesConfig{Revocations: store}) // another replica, same tokens and table
+		c := sessionCookie(t, b)
+		require.Equal(t, http.StatusOK, do(t, b, retry(c)).Code)
+		require.Equal(t, http.StatusOK, do(t, other, retry(c)).Code)
+
+		rec := logout(t, b, c)
+		require.Equal(t, http.StatusSeeOther, rec.Code)
+		// The browser drops its cookie; a copy kept elsewhere is dead too.
+		require.Equal(t, http.StatusUnauthorized, do(t, b, retry(c)).Code)
+		require.Equal(t, http.StatusUnauthorized, do(t, other, retry(c)).Code)
+		require.Len(t, store.ids, 1)
+		for _, exp := range store.ids {
+			require.WithinDuration(t, exp, time.Now().Add(SessionTTL), time.Minute, "kept until the session would have expired")
+		}
+		// A new login is a new session.
+		require.Equal(t, http.StatusOK, do(t, b, retry(sessionCookie(t, b))).Code)
+	})
+
+	t.Run("RevocationUncheckableIs503", func(t *testing.T) {
+		t.Parallel()
+		b := setupWith(t, PagesConfig{Revocations: &memRevocations{fail: true}})
+		c := sessionCookie(t, b)
+		require.Equal(t, http.StatusServiceUnavailable, do(t, b, retry(c)).Code)
+		require.Equal(t, http.StatusServiceUnavailable, logout(t, b, c).Code, "a logout that did not reach the table says so")
+		require.Zero(t, *b.calls)
+	})
+
+	t.Run("FailedLoginsAndTokensThrottled", func(t *testing.T) {
+		t.Parallel()
+		clock := newFakeClock()
+		b := setupWith(t, PagesConfig{Throttle: NewThrottle(ThrottleConfig{Failures: 3, Per: time.Minute, Now: clock.Now})})
+		require.Equal(t, http.StatusUnauthorized, login(t, b, "not-the-operator-token-0").Code)
+		require.Equal(t, http.StatusUnauthorized, login(t, b, adminToken).Code)
+		bearer := httptest.NewRequest(http.MethodGet, origin+"/riverui/api/jobs", nil)
+		bearer.Header.Set("Authorization", "Bearer guess-guess-guess-guess")
+		require.Equal(t, http.StatusUnauthorized, do(t, b, bearer).Code)
+
+		rec := login(t, b, operatorToken)
+		require.Equal(t, http.StatusTooManyRequests, rec.Code, "the right token too, once throttled")
+		require.Equal(t, "20", rec.Header().Get("Retry-After"))
+		require.Empty(t, rec.Result().Cookies())
+
+		clock.Add(20 * time.Second)
+		require.Equal(t, http.StatusSeeOther, login(t, b, operatorToken).Code)
+	})
+
+	t.Run("SecureCookiesForcedBehindAProxy", func(t *testing.T) {
+		t.Parallel()
+		require.False(t, sessionCookie(t, setup(t)).Secure, "plain HTTP, not forced")
+		require.True(t, sessionCookie(t, setupWith(t, PagesConfig{SecureCookies: true})).Secure)
+	})
+
+	t.Run("SecurityHeadersOnEveryPage", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		c := sessionCookie(t, b)
+		page := httptest.NewRequest(http.MethodGet, origin+"/riverui/jobs", nil)
+		page.AddCookie(c)
+		for name, req := range map[string]*http.Request{
+			"LoginForm":     httptest.NewRequest(http.MethodGet, origin+"/riverui/login", nil),
+			"LogoutForm":    httptest.NewRequest(http.MethodGet, origin+"/riverui/logout", nil),
+			"RedirectToLog": httptest.NewRequest(http.MethodGet, origin+"/riverui/", nil),
+			"Unauthorized":  httptest.NewRequest(http.MethodGet, origin+"/riverui/api/jobs", nil),
+			"Page":          page,
+		} {
+			rec := do(t, b, req)
+			require.Equal(t, "frame-ancestors 'none'", rec.Header().Get("Content-Security-Policy"), name)
+			require.Equal(t, "DENY", rec.Header().Get("X-Frame-Options"), name)
+			require.Equal(t, "nosniff", rec.Header().Get("X-Content-Type-Options"), name)
+		}
+	})
+
 	t.Run("ExpiredSessionRefused", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		c := sessionCookie(t, b)
-		b.pages.now = func() time.Time { return time.Now().Add(SessionTTL + time.Minute) }
+		b.pages.cfg.Now = func() time.Time { return time.Now().Add(SessionTTL + time.Minute) }
 		require.Equal(t, http.StatusUnauthorized, do(t, b, retry(c)).Code)
 	})
 
@@ -222,7 +316,7 @@ func TestPages(t *testing.T) {
 		a, err := New(Tokens{Admin: []string{adminToken}, Operator: []string{"operator-token-rotated-0001"}}, nil)
 		require.NoError(t, err)
 		rec := httptest.NewRecorder()
-		a.Pages(RoleOperator, "/riverui").Handler(http.NotFoundHandler()).ServeHTTP(rec, retry(c))
+		a.Pages(PagesConfig{Role: RoleOperator, Prefix: "/riverui"}).Handler(http.NotFoundHandler()).ServeHTTP(rec, retry(c))
 		require.Equal(t, http.StatusUnauthorized, rec.Code)
 	})
 
@@ -280,4 +374,35 @@ func TestPages(t *testing.T) {
 		req.Header.Set("Sec-Fetch-Site", "cross-site")
 		require.Equal(t, http.StatusForbidden, do(t, b, req).Code, "no logging out from another site")
 	})
+}
+
+// memRevocations is an in-memory Revocations, shared by the "replicas" of a
+// test as the table is by real ones.
+type memRevocations struct {
+	mu   sync.Mutex
+	ids  map[string]time.Time
+	fail bool
+}
+
+func (m *memRevocations) Revoke(_ context.Context, id string, expires time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail {
+		return errors.New("database unreachable")
+	}
+	if m.ids == nil {
+		m.ids = map[string]time.Time{}
+	}
+	m.ids[id] = expires
+	return nil
+}
+
+func (m *memRevocations) Revoked(_ context.Context, id string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail {
+		return false, errors.New("database unreachable")
+	}
+	_, ok := m.ids[id]
+	return ok, nil
 }

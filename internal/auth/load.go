@@ -9,10 +9,10 @@ import (
 )
 
 // LoadTokens reads one role's tokens from an environment value (a comma-
-// separated list) and/or a file (one token per line; blank lines and lines
-// starting with '#' are ignored). Either source may be empty; tokens from both
-// are combined, duplicates dropped. A token shorter than MinTokenLen is an
-// error. Errors name the source and position, never the token, so they are
+// separated list) and/or a file (one token per line, or several on a line
+// comma-separated; blank lines and lines starting with '#' are ignored). Either source may be empty; tokens from both
+// are combined, duplicates dropped. A token shorter than MinTokenLen, or weak
+// (CheckStrength), is an error. Errors name the source and position, never the token, so they are
 // safe to log.
 func LoadTokens(envValue, filePath string) ([]string, error) {
 	var out []string
@@ -23,6 +23,9 @@ func LoadTokens(envValue, filePath string) ([]string, error) {
 		}
 		if len(tok) < MinTokenLen {
 			return fmt.Errorf("auth: %s: token is %d characters, need at least %d", where, len(tok), MinTokenLen)
+		}
+		if err := CheckStrength(tok); err != nil {
+			return fmt.Errorf("auth: %s: %w", where, err)
 		}
 		if !seen[tok] {
 			seen[tok] = true
@@ -50,12 +53,21 @@ func LoadTokens(envValue, filePath string) ([]string, error) {
 		}
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		for line := 1; sc.Scan(); line++ {
-			tok := strings.TrimSpace(sc.Text())
-			if tok == "" || strings.HasPrefix(tok, "#") {
+			text := strings.TrimSpace(sc.Text())
+			if text == "" || strings.HasPrefix(text, "#") {
 				continue
 			}
-			if err := add(tok, fmt.Sprintf("%s line %d", filePath, line)); err != nil {
-				return nil, err
+			// A line may also list tokens comma-separated, as the
+			// variable does, so one Secret key serves either way (a Helm
+			// chart mounting "old,new" as a file).
+			for part := range strings.SplitSeq(text, ",") {
+				tok := strings.TrimSpace(part)
+				if tok == "" {
+					continue
+				}
+				if err := add(tok, fmt.Sprintf("%s line %d", filePath, line)); err != nil {
+					return nil, err
+				}
 			}
 		}
 		if err := sc.Err(); err != nil {

@@ -38,6 +38,15 @@ type Config struct {
 	// Linger delays a flush that has fewer than MaxSize calls by up to this
 	// long, to gather more. Default 0: flush at once.
 	Linger time.Duration
+	// LingerBelowGap, if positive, delays a flush of a lone call, only
+	// while calls arrive closer together than this: by the mean gap
+	// between recent calls (a moving average) and a quarter, about the time
+	// it takes the next call to come. So at a steady rate a batch waits for
+	// about one more call (two per batch instead of one, at the price of
+	// one gap of latency); when calls are further apart than
+	// LingerBelowGap, or queue up behind running batches anyway, nothing
+	// waits. It applies when Linger is 0.
+	LingerBelowGap time.Duration
 	// Timeout bounds one batch. Calls cannot cancel a batch they joined (the
 	// others in it must not fail with them), so this is what bounds it.
 	// Default 10 s.
@@ -53,6 +62,10 @@ type Batcher[Req, Res any] struct {
 	mu      sync.Mutex
 	queue   []*call[Req, Res]
 	running int // flush loops running
+	// last is when the latest call arrived; gap the moving average of the
+	// time between calls (LingerBelowGap), 0 until two have arrived.
+	last time.Time
+	gap  time.Duration
 }
 
 type call[Req, Res any] struct {
@@ -93,6 +106,20 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	c := &call[Req, Res]{req: req, done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
+	if b.cfg.LingerBelowGap > 0 {
+		now := time.Now()
+		if !b.last.IsZero() {
+			// Gaps far beyond the threshold count as the threshold, so that
+			// one idle minute does not hide the next burst for long.
+			g := min(now.Sub(b.last), 2*b.cfg.LingerBelowGap)
+			if b.gap == 0 {
+				b.gap = g
+			} else {
+				b.gap = (7*b.gap + g) / 8
+			}
+		}
+		b.last = now
+	}
 	if b.running < b.cfg.MaxInFlight {
 		b.running++
 		go b.flushLoop(context.WithoutCancel(ctx))
@@ -105,14 +132,23 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 // flushLoop runs batches until the queue is empty.
 func (b *Batcher[Req, Res]) flushLoop(ctx context.Context) {
 	for {
-		if b.cfg.Linger > 0 {
+		if b.cfg.Linger > 0 || b.cfg.LingerBelowGap > 0 {
 			// Only a short batch waits: with nothing queued the loop exits
 			// at once rather than lingering on for nothing.
 			b.mu.Lock()
 			short := len(b.queue) > 0 && b.take() == len(b.queue)
+			wait := b.cfg.Linger
+			if wait == 0 && len(b.queue) == 1 && b.gap > 0 && b.gap < b.cfg.LingerBelowGap {
+				// A lone call only: calls that queued while a batch ran are
+				// company enough, and waiting would only cost a busy
+				// batcher the time.
+				// A quarter more than the mean gap, so that a call due
+				// right then is not missed by a hair.
+				wait = b.gap + b.gap/4
+			}
 			b.mu.Unlock()
-			if short {
-				time.Sleep(b.cfg.Linger)
+			if short && wait > 0 {
+				time.Sleep(wait)
 			}
 		}
 		b.mu.Lock()

@@ -43,6 +43,52 @@ func TestBatcher(t *testing.T) {
 		})
 	})
 
+	t.Run("LingerBelowGapPairsCallsOfASteadyRate", func(t *testing.T) {
+		t.Parallel()
+		// Calls every 2 ms, each batch taking 1 ms: without a linger each
+		// call would be a batch of its own.
+		run := func(t *testing.T, every, below time.Duration) (batches int, waited time.Duration) {
+			t.Helper()
+			var n atomic.Int64
+			b := New(Config{LingerBelowGap: below}, func(ctx context.Context, reqs []int) ([]int, error) {
+				n.Add(1)
+				time.Sleep(time.Millisecond)
+				return double(ctx, reqs)
+			})
+			var (
+				wg    sync.WaitGroup
+				total atomic.Int64
+			)
+			const calls = 200
+			for i := range calls {
+				wg.Go(func() {
+					start := time.Now()
+					_, err := b.Do(ctx, i)
+					require.NoError(t, err)
+					total.Add(int64(time.Since(start) - time.Millisecond))
+				})
+				time.Sleep(every)
+			}
+			wg.Wait()
+			return int(n.Load()), time.Duration(total.Load() / calls)
+		}
+		synctest.Test(t, func(t *testing.T) {
+			batches, waited := run(t, 2*time.Millisecond, 0)
+			require.Equal(t, 200, batches, "no linger: a batch per call")
+			require.Zero(t, waited)
+		})
+		synctest.Test(t, func(t *testing.T) {
+			batches, waited := run(t, 2*time.Millisecond, 3*time.Millisecond)
+			require.LessOrEqual(t, batches, 110, "calls closer than the threshold go about two to a batch")
+			require.LessOrEqual(t, waited, 5*time.Millisecond/2, "each waits at most about one gap")
+		})
+		synctest.Test(t, func(t *testing.T) {
+			batches, waited := run(t, 5*time.Millisecond, 3*time.Millisecond)
+			require.Equal(t, 200, batches, "calls further apart than the threshold: no linger")
+			require.Zero(t, waited)
+		})
+	})
+
 	t.Run("ConcurrentCallsShareBatches", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -15,6 +16,8 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/standmeet/webhook-dispatcher/internal/egress"
+	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -249,7 +252,7 @@ func TestDirect(t *testing.T) {
 		require.Equal(t, "available", j.state, "back for any process at once")
 		require.Zero(t, j.attempt, "an interrupted attempt is not spent")
 		require.LessOrEqual(t, j.scheduledIn, time.Duration(0))
-		require.False(t, d.Accepts(job.DeliverPartitionQueue(0)), "stopped: takes nothing more")
+		require.False(t, d.Accepts(job.DeliverPartitionQueue(0), epID.String(), nil, 0, 0), "stopped: takes nothing more")
 	})
 
 	t.Run("HandedOffAfterStopGoesBackToRiver", func(t *testing.T) {
@@ -291,16 +294,154 @@ func TestDirect(t *testing.T) {
 		d.Stop(context.Background())
 	})
 
+	t.Run("PreparedInTheIngestTransactionNeedsNoStatementAfterIt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rc := newReceiver(t, status(http.StatusOK))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		runWorker(t, b.worker) // lanes linger with their lease
+		d := b.worker.NewDirect(DirectConfig{})
+		first := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
+		d.Start([]*rivertype.JobRow{first}, nil, nil)
+		require.Equal(t, "completed", b.waitDirect(t, first.ID).state)
+
+		ctx := context.Background()
+		ev := &webhook.Event{ID: "evt_prepared", OwnerID: "owner-1", Type: "code.issued", Subject: "code://y",
+			OccurredAt: time.Now().UTC().Truncate(time.Microsecond), Data: json.RawMessage(`{}`)}
+		second := b.handOff(t, epID, ev.ID, time.Hour)
+		args := []job.DeliverArgs{{EndpointID: epID.String(), EventID: ev.ID}}
+		tx, err := b.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		prepared, err := d.PrepareTx(ctx, tx, args, []*webhook.Event{ev})
+		require.NoError(t, err)
+		require.Len(t, prepared, 1)
+		require.NotNil(t, prepared.([]*target)[0], "the endpoint read in the transaction")
+		require.NoError(t, tx.Commit(ctx))
+		// Were anything read after the commit, it would find the endpoint
+		// gone and cancel the delivery.
+		_, err = b.db.Pool.Exec(ctx, `UPDATE webhook_endpoints SET enabled = false WHERE id = $1`, epID)
+		require.NoError(t, err)
+		d.StartPrepared([]*rivertype.JobRow{second}, args, []*webhook.Event{ev}, prepared)
+		require.Equal(t, "completed", b.waitDirect(t, second.ID).state, "sent with what the transaction read")
+		require.EqualValues(t, 2, rc.hits.Load())
+		d.Stop(ctx)
+	})
+
 	t.Run("AcceptsOnlyItsQueuesAndUpToItsLimit", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		mine := job.DeliverPartitionQueue(3)
 		d := b.worker.NewDirect(DirectConfig{Works: func(q string) bool { return q == mine }, Limit: 1})
-		require.True(t, d.Accepts(mine))
-		require.False(t, d.Accepts(job.DeliverPartitionQueue(4)), "another process works that queue")
+		ep := uuid.NewString()
+		require.True(t, d.Accepts(mine, ep, nil, 0, 0))
+		require.False(t, d.Accepts(job.DeliverPartitionQueue(4), ep, nil, 0, 0), "another process works that queue")
 		d.running.Add(1)
-		require.False(t, d.Accepts(mine), "at the limit: left to River")
+		require.False(t, d.Accepts(mine, ep, nil, 0, 0), "at the limit: left to River")
 		d.running.Add(-1)
+		require.False(t, d.Accepts(mine, ep, nil, 0, 1), "the plan's own earlier hand-off counts")
+	})
+
+	t.Run("AcceptsUpToItsLimitInBytes", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		q := job.DeliverPartitionQueue(0)
+		small := &webhook.Event{ID: "evt_small", OwnerID: "owner-1", Type: "code.issued", Subject: "code://x", Data: json.RawMessage(`{}`)}
+		big := &webhook.Event{ID: "evt_big", OwnerID: "owner-1", Type: "code.issued", Subject: "code://x",
+			Data: json.RawMessage(`{"blob":"` + strings.Repeat("x", 64<<10) + `"}`)}
+		require.Greater(t, DeliveryBytes(big), DeliveryBytes(small)+64<<10, "an event's data counts")
+		d := b.worker.NewDirect(DirectConfig{LimitBytes: 3 * DeliveryBytes(small)})
+		ep := uuid.NewString()
+		require.True(t, d.Accepts(q, ep, small, 0, 0))
+		require.False(t, d.Accepts(q, ep, big, 0, 0), "more than the bytes allowed: left to River")
+		d.bytes.Add(2 * DeliveryBytes(small))
+		require.True(t, d.Accepts(q, ep, small, 0, 0), "the last one that fits")
+		require.False(t, d.Accepts(q, ep, small, 0, 1), "the plan's own earlier hand-offs count")
+		d.bytes.Add(DeliveryBytes(small))
+		require.False(t, d.Accepts(q, ep, small, 0, 0), "full by bytes, though far below the count")
+	})
+
+	t.Run("UnderWayBytesAndCountsFollowTheRuns", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		release := make(chan struct{})
+		rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		})
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		d := b.worker.NewDirect(DirectConfig{})
+		ev := &webhook.Event{ID: b.insertEvent(t, "owner-1", "code.issued", "code://x"), OwnerID: "owner-1", Type: "code.issued",
+			Subject: "code://x", OccurredAt: time.Now().UTC().Truncate(time.Microsecond), Data: json.RawMessage(`{"op":"updated","published":true}`)}
+		row := b.handOff(t, epID, ev.ID, time.Hour)
+		d.Start([]*rivertype.JobRow{row}, nil, []*webhook.Event{ev})
+		require.Equal(t, DeliveryBytes(ev), d.bytes.Load(), "counted from the start")
+		d.countMu.Lock()
+		require.Equal(t, 1, d.perEndpoint[epID.String()])
+		d.countMu.Unlock()
+		close(release)
+		require.Equal(t, "completed", b.waitDirect(t, row.ID).state)
+		require.Eventually(t, func() bool { return d.bytes.Load() == 0 && d.running.Load() == 0 }, 30*time.Second, 5*time.Millisecond)
+		d.countMu.Lock()
+		require.Empty(t, d.perEndpoint, "nothing under way")
+		d.countMu.Unlock()
+		d.Stop(context.Background())
+	})
+
+	t.Run("HandsOffToAnEndpointOnlyWhatItsLaneCanStartSoon", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		q := job.DeliverPartitionQueue(0)
+		d := b.worker.NewDirect(DirectConfig{Limit: 100000, LimitBytes: 1 << 40})
+		ep := uuid.New()
+		window := b.worker.cfg.LocalWait / 2
+		// A lane never seen, or none of whose requests has ended yet:
+		// assumedRequest per turn, one slot.
+		fresh := int(window / assumedRequest)
+		unanswered := uuid.New()
+		b.worker.lanes.mu.Lock()
+		b.worker.lanes.byEndpoint[unanswered] = &lane{slots: 16, remote: make(chan struct{}, 1)}
+		b.worker.lanes.mu.Unlock()
+		require.Equal(t, fresh, b.worker.lanes.startable(unanswered, window), "16 slots, but no request time known yet")
+		require.True(t, d.Accepts(q, ep.String(), nil, fresh-1, 0))
+		require.False(t, d.Accepts(q, ep.String(), nil, fresh, 0), "the plan's own deliveries count")
+
+		// A receiver that takes 100 ms, 16 slots: 16 per 100 ms.
+		b.worker.lanes.mu.Lock()
+		b.worker.lanes.byEndpoint[ep] = &lane{slots: 16, reqTime: 100 * time.Millisecond, remote: make(chan struct{}, 1)}
+		b.worker.lanes.mu.Unlock()
+		soon := int(16 * window / (100 * time.Millisecond))
+		require.Equal(t, soon, b.worker.lanes.startable(ep, window))
+		d.countMu.Lock()
+		d.perEndpoint[ep.String()] = soon - 10
+		d.countMu.Unlock()
+		require.True(t, d.Accepts(q, ep.String(), nil, 9, 0))
+		require.False(t, d.Accepts(q, ep.String(), nil, 10, 0), "under way and planned together")
+		require.True(t, d.Accepts(q, uuid.NewString(), nil, 0, 0), "another endpoint is not held back")
+
+		// A hung receiver's lane (15 s per request): its slots, no more.
+		b.worker.lanes.mu.Lock()
+		b.worker.lanes.byEndpoint[ep].reqTime = 15 * time.Second
+		b.worker.lanes.mu.Unlock()
+		require.Equal(t, 16, b.worker.lanes.startable(ep, window))
+
+		// The backlog a new delivery would wait behind: 16 running and 32
+		// waiting, 16 at a time, 15 s each.
+		b.worker.lanes.mu.Lock()
+		b.worker.lanes.byEndpoint[ep].running = 16
+		b.worker.lanes.byEndpoint[ep].waiters = make([]*waiter, 32)
+		b.worker.lanes.mu.Unlock()
+		require.Equal(t, 45*time.Second, b.worker.lanes.backlog(ep))
+		b.worker.lanes.mu.Lock()
+		b.worker.lanes.byEndpoint[ep].running, b.worker.lanes.byEndpoint[ep].waiters = 0, nil
+		b.worker.lanes.mu.Unlock()
+
+		// A rate-limited one: one start per interval.
+		b.worker.lanes.mu.Lock()
+		b.worker.lanes.byEndpoint[ep].ctl.rate.interval = 100 * time.Millisecond
+		b.worker.lanes.mu.Unlock()
+		require.Equal(t, int(window/(100*time.Millisecond)), b.worker.lanes.startable(ep, window))
 	})
 
 	t.Run("WhenTheProcessDiesRiverDeliversAfterTheHold", func(t *testing.T) {
@@ -323,4 +464,31 @@ func TestDirect(t *testing.T) {
 		defer rc.mu.Unlock()
 		require.Equal(t, evID, rc.requests[0].header.Get("webhook-id"), "the same webhook-id")
 	})
+}
+
+func TestBusyLaneSnoozeFollowsTheBacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A lane's wait that runs out at once: every delivery that finds the
+	// lane full snoozes.
+	b.worker = NewWorker(Config{StallAfter: time.Hour, LocalWait: time.Millisecond}, b.db.Pool,
+		egress.NewClient(egress.Config{AllowCIDRs: loopback}), endpoint.NewKeyOpener(b.keyring), b.metrics, slog.New(slog.DiscardHandler))
+	epID, _ := b.createEndpoint(t, "http://127.0.0.1:1/", endpointOpts{enabled: true})
+	snoozeOf := func(waiting int) time.Duration {
+		t.Helper()
+		ls := b.worker.lanes
+		ls.mu.Lock()
+		waiters := make([]*waiter, waiting)
+		for i := range waiters {
+			waiters[i] = &waiter{ch: make(chan struct{}, 1)}
+		}
+		// 16 slots all taken, a request takes 1 s here.
+		ls.byEndpoint[epID] = &lane{slots: 16, running: 16, reqTime: time.Second, waiters: waiters,
+			token: uuid.New(), expires: time.Now().Add(time.Minute), remote: make(chan struct{}, 1)}
+		ls.mu.Unlock()
+		return requireSnooze(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
+	}
+	require.Equal(t, 2*time.Second, snoozeOf(0), "a short backlog: BusySnooze")
+	require.Equal(t, 5*time.Second, snoozeOf(64), "16 running and 64 waiting, 16 at a time, 1 s each")
+	require.Equal(t, 30*time.Second, snoozeOf(16*60), "at most LeaseTTL")
 }

@@ -184,7 +184,11 @@ func (s *shared) turn(ctx context.Context, d *delivery) error {
 		if away.reason != "" {
 			return s.snooze(ctx, away.d, away.reason)
 		}
-		return s.snoozeBusy(ctx, s.cfg.BusySnooze)
+		// The wait follows the backlog: a delivery whose turn is further
+		// off than the lane's wait comes back about when the deliveries
+		// ahead of it are done, not every BusySnooze (up to LeaseTTL, as a
+		// busy lease's snooze).
+		return s.snoozeBusy(ctx, min(max(s.cfg.BusySnooze, s.lanes.backlog(d.ep)), s.cfg.LeaseTTL))
 	}
 	return nil
 }
@@ -572,4 +576,46 @@ func (ls *lanes) setLinger(on bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ls.linger = on
+}
+
+// assumedRequest stands for a lane's request time until one has ended.
+const assumedRequest = 20 * time.Millisecond
+
+// startable is about how many deliveries ep's lane can start within window:
+// a turn per slot per request time (the lane's moving average, or
+// assumedRequest before one has ended), or per rate-limit interval if that
+// is longer; at least its slots. The direct path (Direct.Accepts) hands
+// off no more than that to one endpoint, so that a handed-off delivery is
+// started within its wait for a turn rather than snoozed back to River.
+func (ls *lanes) startable(ep uuid.UUID, window time.Duration) int {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	slots, per := 1, time.Duration(0)
+	if ln := ls.byEndpoint[ep]; ln != nil {
+		slots, per = ln.slots, ln.reqTime
+		if iv := ln.ctl.rate.interval; iv > 0 {
+			// One start per interval, whatever the slots.
+			return max(1, int(window/iv))
+		}
+	}
+	if per <= 0 {
+		// Nothing known of the receiver yet: as for one slot, whatever
+		// the endpoint allows, until a request has ended.
+		return max(1, int(window/assumedRequest))
+	}
+	return max(slots, int(int64(slots)*int64(window)/int64(per)))
+}
+
+// backlog estimates how long a delivery that joins ep's lane now waits for
+// its turn: the runners and waiters ahead of it, slots at a time, one
+// request time each (0 before a request has ended).
+func (ls *lanes) backlog(ep uuid.UUID) time.Duration {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.byEndpoint[ep]
+	if ln == nil || ln.reqTime <= 0 {
+		return 0
+	}
+	ahead := ln.running + len(ln.waiters)
+	return time.Duration(int64(ahead) * int64(ln.reqTime) / int64(max(ln.slots, 1)))
 }

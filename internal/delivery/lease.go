@@ -393,15 +393,20 @@ SELECT ep.id, ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.pre
   FROM unnest($1::uuid[]) AS r(id)
   JOIN LATERAL (SELECT * FROM webhook_endpoints WHERE id = r.id OFFSET 0) ep ON ep.enabled`
 
+// querier is a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // readEndpoints runs one batch of endpoint reads: each request is a list of
 // endpoint ids, answered with their targets in order (nil for one that is
 // gone or disabled), without event fields.
-func readEndpoints(ctx context.Context, pool *pgxpool.Pool, reqs [][]uuid.UUID) ([][]*target, error) {
+func readEndpoints(ctx context.Context, db querier, reqs [][]uuid.UUID) ([][]*target, error) {
 	var ids []uuid.UUID
 	for _, r := range reqs {
 		ids = append(ids, r...)
 	}
-	rows, err := pool.Query(ctx, endpointSQL, ids)
+	rows, err := db.Query(ctx, endpointSQL, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read delivery endpoints: %w", err)
 	}
@@ -589,7 +594,7 @@ type settleRes struct {
 // statement or a commit of their own. Its id is derived from the endpoint,
 // the transition and failing_since, so one transition is one event. Inserted
 // rows wake the operational relay ($9).
-const settleSQL = `
+var settleSQL = `
 WITH s AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::bool[], $5::text[], $10::bool[])
         AS s(id, token, health, release, summary, clear_pause)
@@ -608,10 +613,14 @@ upd AS (
                                   THEN 'failing continuously since ' || to_char(old.failing_since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ': ' || s.summary
                                   ELSE ep.disabled_reason END,
            -- Recovery probing (probe.go): the first failure schedules the
-           -- first probe; a recovery asks for the held deliveries' release
-           -- (probe_at due, failing_since NULL); disabling ends both.
+           -- first probe, and every further failure pushes the next one to
+           -- a probe gap after it (the receiver was just tried); a recovery
+           -- asks for the held deliveries' release (probe_at due,
+           -- failing_since NULL); disabling ends both.
            probe_at        = CASE WHEN s.health = 2 AND old.failing_since < now() - make_interval(secs => $6) THEN NULL
                                   WHEN s.health = 2 AND old.failing_since IS NULL THEN now() + make_interval(secs => $11)
+                                  WHEN s.health = 2 AND ep.probe_at IS NOT NULL
+                                  THEN greatest(ep.probe_at, now() + ` + probeGapSQL("ep.probes", "$11", "$12") + `)
                                   WHEN s.health = 1 AND old.failing_since IS NOT NULL THEN now()
                                   ELSE ep.probe_at END,
            probes          = CASE WHEN (s.health = 1 AND old.failing_since IS NOT NULL) OR (s.health = 2 AND old.failing_since IS NULL)
@@ -716,7 +725,7 @@ func settle(ctx context.Context, pool *pgxpool.Pool, disableAfter time.Duration,
 	for i, r := range merged {
 		ids[i], tokens[i], healths[i], releases[i], summaries[i], clears[i] = r.endpointID, r.token, int32(r.health), r.release, r.summary, r.clearPause
 	}
-	rows, err := pool.Query(ctx, settleSQL, ids, tokens, healths, releases, summaries, disableAfter.Seconds(), channel, ops.owner, ops.channel, clears, probeFirst.Seconds())
+	rows, err := pool.Query(ctx, settleSQL, ids, tokens, healths, releases, summaries, disableAfter.Seconds(), channel, ops.owner, ops.channel, clears, probeFirst.Seconds(), probeEvery.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("settle endpoints: %w", err)
 	}

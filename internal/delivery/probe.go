@@ -7,19 +7,30 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
 // Recovery probing. While an endpoint is failing, its deliveries are held:
 // new ones wait the failing cool-down (fanout), failed ones their retry step
 // (5 min after the second failure, then longer). Left alone, a receiver that
 // was down for a minute would hear nothing for five. So each process looks
-// every probeLook for failing endpoints whose probe is due (probe_at, set to
-// probeFirst after the first failure) and makes one of their waiting
-// deliveries available at once: the probe. It is a real delivery and spends
-// its attempt; the next probe is due after a backoff (probeFirst × 2^probes,
-// capped at job.FailingCooldown), whether the probe has answered or not.
+// every probeLook for failing endpoints whose probe is due (probe_at) and
+// makes one of their waiting deliveries available at once: the probe. It is
+// a real delivery and spends an attempt.
+//
+// When probes go. The first is due probeFirst after the first failure: the
+// delivery that failed retries after 5 s on its own schedule, and that
+// retry is in effect the first probe. Then each probe is due probeFirst ×
+// 2^probes after the one before, capped at probeEvery, whether it has
+// answered or not; and any failed request to the endpoint (a schedule
+// retry, a delivery that was already running) pushes the next probe to
+// at least probeFirst × 2^probes, at most probeEvery, after it. So a failing
+// receiver hears at least one request every probeEvery (plus the length of
+// a request that hangs), and probing adds none to an interval in which it
+// already heard one: a receiver that stays down gets at most 3600 s /
+// probeEvery = 240 probes an hour, fewer when deliveries' own retries fall
+// due, and a receiver that comes back after any outage gets its next
+// request, and with it the release of its backlog, within probeEvery plus
+// a look.
 //
 // The first success (a probe's or any other delivery's) clears failing_since
 // in the settle statement, which also sets probe_at to now: the endpoint's
@@ -34,24 +45,40 @@ import (
 // (UpdateEndpoint enabled) releases its held deliveries the same way.
 //
 // What a probe costs the delivery it carries: an attempt in its history,
-// but not its place. A delivery probed before its retry step keeps the step
-// (nextRetry returns the time it was due, recorded as probe_due in its
-// metadata), its max_attempts grows by one, and probes do not count as steps
-// of the schedule (job.ProbeMark: the River attempt it runs as is recorded
-// too, so that what people see counts scheduled attempts and probes apart); so a receiver that stays down still sees each delivery
-// tried on the 18-attempt, 5.3-day schedule, and the disable-after period
-// is unchanged. A probe picks, among the endpoint's oldest waiting
-// deliveries (probePool), the one that has spent the fewest attempts, so a
-// long outage spreads its probes over them; an ordered endpoint's probe is
-// always its head. A paused endpoint is not probed: the receiver said when
-// (its probe then is the pause's own, job.PauseProbeGap).
+// but not its place. A delivery probed before its time keeps it: its
+// max_attempts grows by one, the time it was due is recorded as probe_due in
+// its metadata, and if the probe fails the delivery waits for that time
+// (nextRetry), not for a retry step of its own; probes do not count as steps
+// of the schedule (job.ProbeMark: the River attempt it runs as is
+// recorded too, so that what people see counts scheduled attempts and probes
+// apart). So a probe is one request, never followed by its
+// delivery's 5-s retry, and a receiver that stays down still sees each
+// delivery tried on the 18-attempt, 5.3-day schedule; the disable-after
+// period is unchanged. A delivery due within probeOnTime (a retry step that
+// has come, or is about to) is no probe: it is made available as its own
+// scheduled attempt, a little early at most, so its due time can never pass
+// while a probe of it is in flight. A probe picks, among the endpoint's
+// oldest waiting deliveries (probePool), one that is due, else the one that
+// has spent the fewest attempts, so a long outage spreads its probes over
+// them; an ordered endpoint's probe is always its head. A paused endpoint
+// is not probed: the receiver said when (its probe then is the pause's own,
+// job.PauseProbeGap).
 const (
 	// probeLook is how often a process looks for due probes and releases.
 	probeLook = time.Second
 	// probeFirst is the first probe's delay after the first failure; each
 	// further probe waits twice as long as the one before, up to
-	// job.FailingCooldown.
-	probeFirst = 5 * time.Second
+	// probeEvery.
+	probeFirst = 10 * time.Second
+	// probeEvery is the longest wait between two requests to a failing
+	// endpoint: how late, at most, a receiver that is back hears of it
+	// (plus a look and River's fetch), whatever the outage's length.
+	probeEvery = 15 * time.Second
+	// probeOnTime: a waiting delivery due within this is sent as its own
+	// scheduled attempt, not as a probe (see above). It is longer than an
+	// attempt can last (job timeout), so that a probe's due time is still
+	// ahead when the probe fails.
+	probeOnTime = 30 * time.Second
 	// probeEndpoints bounds the endpoints one look probes or releases.
 	probeEndpoints = 100
 	// probePool is how many of an endpoint's oldest waiting deliveries a
@@ -81,7 +108,11 @@ const notDirect = `NOT (j.metadata @> '{"output": {"snooze_reason": "direct"}}')
 
 // probeSQL sends one probe to each of up to $1 failing endpoints whose
 // probe is due, and schedules their next. $2: probePool; $3: probeFirst and
-// $4: the longest wait between probes, in seconds.
+// $4: probeEvery, in seconds; $5: probeOnTime, in seconds.
+//
+// The probed delivery is one already due (or due within $5): it goes as its
+// own attempt, unmarked; else the one with the fewest attempts, marked as a
+// probe (job.ProbeMark) and given one more attempt.
 var probeSQL = `
 WITH due AS (
     SELECT id, ordered
@@ -96,13 +127,13 @@ pick AS (
     SELECT d.id AS endpoint_id, p.id AS job_id
       FROM due d CROSS JOIN LATERAL (
           SELECT w.id
-            FROM (SELECT j.id, j.attempt
+            FROM (SELECT j.id, j.attempt, j.scheduled_at
                     FROM river_job j
                    WHERE j.kind = 'webhook.deliver' AND j.args->>'endpoint_id' = d.id::text
                      AND j.state IN ('retryable', 'scheduled') AND ` + notDirect + `
                    ORDER BY j.id
                    LIMIT $2) w
-           ORDER BY w.attempt, w.id
+           ORDER BY w.scheduled_at <= now() + make_interval(secs => $5) DESC, w.attempt, w.id
            LIMIT 1) p
      WHERE NOT d.ordered
     UNION ALL
@@ -120,8 +151,8 @@ probed AS (
     UPDATE river_job j
        SET state        = 'available',
            scheduled_at = now(),
-           max_attempts = j.max_attempts + CASE WHEN j.attempt > 0 THEN 1 ELSE 0 END,
-           metadata     = CASE WHEN j.attempt > 0
+           max_attempts = j.max_attempts + CASE WHEN j.scheduled_at > now() + make_interval(secs => $5) THEN 1 ELSE 0 END,
+           metadata     = CASE WHEN j.scheduled_at > now() + make_interval(secs => $5)
                                THEN j.metadata || jsonb_build_object('probe_due', j.scheduled_at,
                                                      'probes', coalesce((j.metadata->>'probes')::int, 0) + 1,
                                                      'probe_attempts', coalesce(j.metadata->'probe_attempts', '[]'::jsonb) || to_jsonb(j.attempt + 1))
@@ -131,11 +162,17 @@ probed AS (
  RETURNING p.endpoint_id
 )
 UPDATE webhook_endpoints ep
-   SET probe_at = now() + least(make_interval(secs => $3::float8 * power(2, least(ep.probes + 1, 30))), make_interval(secs => $4::float8)),
+   SET probe_at = now() + ` + probeGapSQL("ep.probes + 1", "$3", "$4") + `,
        probes   = ep.probes + 1
   FROM due d
  WHERE ep.id = d.id
 RETURNING (SELECT count(*) FROM probed)`
+
+// probeGapSQL is the wait after a failing endpoint's probes-th probe:
+// first × 2^probes seconds, at most every seconds (SQL expressions).
+func probeGapSQL(probes, first, every string) string {
+	return `least(make_interval(secs => ` + first + `::float8 * power(2, least(` + probes + `, 30))), make_interval(secs => ` + every + `::float8))`
+}
 
 // releaseSQL releases the held deliveries of up to $1 endpoints whose
 // release is due (probe_at due, failing_since NULL): up to $2 each, made
@@ -208,7 +245,7 @@ func probeOnce(ctx context.Context, pool *pgxpool.Pool) (probes, released int64,
 	if err := rows.Err(); err != nil {
 		return 0, 0, fmt.Errorf("release held deliveries: %w", err)
 	}
-	rows, err = pool.Query(ctx, probeSQL, probeEndpoints, probePool, probeFirst.Seconds(), job.FailingCooldown.Seconds())
+	rows, err = pool.Query(ctx, probeSQL, probeEndpoints, probePool, probeFirst.Seconds(), probeEvery.Seconds(), probeOnTime.Seconds())
 	if err != nil {
 		return 0, released, fmt.Errorf("probe failing endpoints: %w", err)
 	}

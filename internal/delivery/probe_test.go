@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -137,27 +138,101 @@ func TestProbeOnce(t *testing.T) {
 			require.Equal(t, "scheduled", b.heldJob(t, id).state, "the others stay held")
 		}
 		first := b.heldJob(t, ids[0])
-		require.Equal(t, job.DeliverMaxAttempts, first.maxAttempts, "a delivery never tried spends its own first attempt")
-		require.NotContains(t, string(first.metadata), "probe_due")
+		require.Equal(t, job.DeliverMaxAttempts+1, first.maxAttempts, "a probe of a delivery never tried is not its first scheduled attempt")
+		var mark job.ProbeMark
+		require.NoError(t, json.Unmarshal(first.metadata, &mark))
+		require.NotNil(t, mark.Due)
+		require.Equal(t, 1, mark.Probes)
+
+		// If it fails, the delivery waits for its own time, the cool-down's
+		// end: the probe is one request, not followed by a 5-s retry.
+		j := &river.Job[job.DeliverArgs]{JobRow: &rivertype.JobRow{Metadata: first.metadata}}
+		require.True(t, mark.Due.Equal(nextRetry(j, time.Now())), "retry at %v, want the due time %v", nextRetry(j, time.Now()), *mark.Due)
+		// At that time its first scheduled attempt fails: the schedule's
+		// first step (5 s), the probe not counted.
+		j.Errors = make([]rivertype.AttemptError, 1)
+		at := mark.Due.Add(time.Second)
+		require.InDelta(t, Backoff(1).Seconds(), nextRetry(j, at).Sub(at).Seconds(), Backoff(1).Seconds()*jitter+0.01)
 
 		p := b.probeState(t, b.ep)
 		require.Equal(t, 1, p.probes)
 		require.NotNil(t, p.probeAt)
-		testtime.RequireBetween(t, before.Add(2*probeFirst), after.Add(2*probeFirst), *p.probeAt)
+		testtime.RequireBetween(t, before.Add(min(2*probeFirst, probeEvery)), after.Add(min(2*probeFirst, probeEvery)), *p.probeAt)
 
 		// Not due again yet: nothing more goes.
 		probes, _, err = probeOnce(ctx, b.db.Pool)
 		require.NoError(t, err)
 		require.Zero(t, probes)
+	})
 
-		// The backoff doubles and stops at the cool-down.
-		b.setProbe(t, b.ep, `probe_at = now(), probes = 20`)
-		before = b.dbNow(t)
-		_, _, err = probeOnce(ctx, b.db.Pool)
-		after = b.dbNow(t)
+	t.Run("GapIsCappedWhateverTheOutagesLength", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.hold(t, b.ep, later, b.events[0])
+		require.Less(t, probeFirst, probeEvery)
+		// After the first probe the gap is already at the cap, and it stays
+		// there however many probes an outage of an hour (240) or of days
+		// has sent: a receiver back from any outage is tried again within
+		// probeEvery.
+		for _, sent := range []int{0, 1, 2, 10, 240, 20000} {
+			b.setProbe(t, b.ep, fmt.Sprintf(`probe_at = now(), probes = %d`, sent))
+			before := b.dbNow(t)
+			_, _, err := probeOnce(ctx, b.db.Pool)
+			after := b.dbNow(t)
+			require.NoError(t, err)
+			want := min(probeFirst<<(sent+1), probeEvery)
+			if sent > 30 {
+				want = probeEvery
+			}
+			p := b.probeState(t, b.ep)
+			require.Equal(t, sent+1, p.probes)
+			testtime.RequireBetween(t, before.Add(want), after.Add(want), *p.probeAt, "after %d probes", sent)
+		}
+	})
+
+	t.Run("AnyFailedRequestPushesTheNextProbe", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		tok := uuid.New()
+		b.setProbe(t, b.ep, fmt.Sprintf(`lease_token = '%s', busy_until = now() + interval '1 minute', probe_at = now() + interval '1 second', probes = 3`, tok))
+
+		// A delivery's own retry failed a second before the probe was due:
+		// the receiver was just tried, so the probe waits a gap after it.
+		before := b.dbNow(t)
+		_, err := settle(ctx, b.db.Pool, time.Hour, "test_lease", operational{channel: "test_ops"},
+			[]settleReq{{endpointID: b.ep, token: tok, health: healthFailure, summary: "HTTP 503"}})
+		after := b.dbNow(t)
 		require.NoError(t, err)
-		p = b.probeState(t, b.ep)
-		testtime.RequireBetween(t, before.Add(job.FailingCooldown), after.Add(job.FailingCooldown), *p.probeAt)
+		p := b.probeState(t, b.ep)
+		testtime.RequireBetween(t, before.Add(probeEvery), after.Add(probeEvery), *p.probeAt)
+		require.Equal(t, 3, p.probes, "a retry is not a probe")
+
+		// A failure never brings a later probe nearer.
+		b.setProbe(t, b.ep, `probe_at = now() + interval '1 hour'`)
+		_, err = settle(ctx, b.db.Pool, time.Hour, "test_lease", operational{channel: "test_ops"},
+			[]settleReq{{endpointID: b.ep, token: tok, health: healthFailure, summary: "HTTP 503"}})
+		require.NoError(t, err)
+		require.Greater(t, time.Until(*b.probeState(t, b.ep).probeAt), 50*time.Minute)
+	})
+
+	t.Run("DueDeliveryGoesAsItsOwnAttempt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ids := b.hold(t, b.ep, later, b.events[:2]...)
+		// The second waits a retry step that ends within probeOnTime: it is
+		// the probe, as the scheduled attempt it is about to be, unmarked,
+		// even though the first has spent fewer attempts.
+		soon := time.Now().Add(probeOnTime / 2)
+		b.failedOnce(t, ids[1], 1, soon)
+
+		probes, _, err := probeOnce(ctx, b.db.Pool)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, probes)
+		require.Equal(t, "scheduled", b.heldJob(t, ids[0]).state)
+		h := b.heldJob(t, ids[1])
+		require.Equal(t, "available", h.state)
+		require.Equal(t, job.DeliverMaxAttempts, h.maxAttempts, "a scheduled attempt, not an extra one")
+		require.NotContains(t, string(h.metadata), "probe_due")
 	})
 
 	t.Run("PrefersFewestAttemptsAndKeepsTheRetryStep", func(t *testing.T) {

@@ -77,21 +77,21 @@ func (b *testBundle) createEndpoint(t *testing.T, url string, opts endpointOpts)
 	id := uuid.New()
 	secret, err := webhook.GenerateSecret()
 	require.NoError(t, err)
-	sealKey := func(s string) []byte {
+	sealKey := func(s, column string) []byte {
 		key, err := webhook.ParseSecret(s)
 		require.NoError(t, err)
-		sealed, err := b.keyring.Seal(key, id[:])
+		sealed, err := endpoint.SealSigningKey(b.keyring, id, endpoint.SchemeV1, column, key)
 		require.NoError(t, err)
 		return sealed
 	}
 	var prev []byte
 	var prevExp *time.Time
 	if opts.previousSecret != "" {
-		prev = sealKey(opts.previousSecret)
+		prev = sealKey(opts.previousSecret, endpoint.ColumnPreviousSecret)
 		prevExp = new(time.Now().Add(time.Hour))
 	}
 	testfactory.Endpoint(context.Background(), t, b.db.Pool, &testfactory.EndpointOpts{
-		ID: &id, OwnerID: opts.ownerID, URL: url, SecretEnc: sealKey(secret),
+		ID: &id, OwnerID: opts.ownerID, URL: url, SecretEnc: sealKey(secret, endpoint.ColumnSecret),
 		PreviousSecretEnc: prev, PreviousSecretExpiresAt: prevExp, Disabled: !opts.enabled, FailingSince: opts.failingSince,
 	})
 	return id, secret

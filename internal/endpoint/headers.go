@@ -208,11 +208,6 @@ type Header struct {
 	Value string `json:"v"`
 }
 
-// headersAD is the associated data of a sealed header set.
-func headersAD(id uuid.UUID) []byte {
-	return append(id[:len(id):len(id)], "headers"...)
-}
-
 // sealHeaders seals hs for endpoint id; nil for no headers.
 func sealHeaders(kr *seal.Keyring, id uuid.UUID, hs []Header) ([]byte, error) {
 	if len(hs) == 0 {
@@ -223,7 +218,7 @@ func sealHeaders(kr *seal.Keyring, id uuid.UUID, hs []Header) ([]byte, error) {
 		return nil, fmt.Errorf("encode headers: %w", err)
 	}
 	defer clear(plain)
-	sealed, err := kr.Seal(plain, headersAD(id))
+	sealed, err := sealFor(kr, plain, headersBinding(id))
 	if err != nil {
 		return nil, fmt.Errorf("seal headers: %w", err)
 	}
@@ -238,7 +233,7 @@ func OpenHeaders(kr *seal.Keyring, id uuid.UUID, sealed []byte) (http.Header, er
 	if sealed == nil {
 		return http.Header{}, nil
 	}
-	plain, err := kr.Open(sealed, headersAD(id))
+	plain, err := openFor(kr, sealed, headersBinding(id))
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %s: open custom headers: %w", id, err)
 	}

@@ -25,8 +25,8 @@ const (
 const FieldSignatureScheme = "signature_scheme"
 
 // For a v1a endpoint, what is sealed (in secret_enc and previous_secret_enc,
-// with the same associated data as a shared secret: the endpoint id) is the
-// 32-byte Ed25519 seed. The private key never leaves the dispatcher: neither
+// bound like a shared secret to the endpoint, its scheme and the column) is
+// the 32-byte Ed25519 seed. The private key never leaves the dispatcher: neither
 // create nor rotate shows it, since only the dispatcher signs.
 
 // newKeyPair generates a key pair and seals its seed for endpoint id. It
@@ -43,7 +43,7 @@ func newKeyPair(kr *seal.Keyring, id uuid.UUID) (publicKey string, sealed []byte
 	seed := priv.Seed()
 	defer clear(seed)
 	defer clear(priv)
-	sealed, err = kr.Seal(seed, id[:])
+	sealed, err = sealFor(kr, seed, keyBinding(id, SchemeV1a, ColumnSecret))
 	if err != nil {
 		return "", nil, fmt.Errorf("seal signing key: %w", err)
 	}

@@ -25,6 +25,28 @@ const RequestRetention = 24 * time.Hour
 // MaxRequestIDLen bounds CreateEndpointRequest.request_id.
 const MaxRequestIDLen = 128
 
+// SecretReplayWindow is how long after a create a replay of it (the same
+// request id and parameters) shows the secret again, and then only if the
+// request id is random (SecretReplayable). A client whose reply was lost
+// retries within seconds or minutes; after that, a replay returns the
+// endpoint without its secret, and RotateSecret issues a new one. The
+// request id is remembered longer (RequestRetention) so that a late retry
+// still creates nothing twice.
+const SecretReplayWindow = 10 * time.Minute
+
+// SecretReplayable reports whether a replay with requestID may show the
+// secret: only a UUID of version 4 or 7, whose random bits make it as hard
+// to guess as a bearer of it is trusted. A predictable id ("create-42",
+// an order number) may sit in logs and proxies, and whoever reads it there
+// must not be able to read the secret with it.
+func SecretReplayable(requestID string) bool {
+	if len(requestID) != 36 {
+		return false // the canonical form only: no braces, no urn: prefix
+	}
+	id, err := uuid.Parse(requestID)
+	return err == nil && (id.Version() == 4 || id.Version() == 7) && id.Variant() == uuid.RFC4122
+}
+
 // ErrRequestIDReused: a create's request id was already used, by the same
 // owner within RequestRetention, with other parameters.
 var ErrRequestIDReused = errors.New("request_id was already used with different parameters")
@@ -95,16 +117,19 @@ func recordRequest(ctx context.Context, tx pgx.Tx, p CreateParams, id uuid.UUID,
 }
 
 // replay answers a create whose request id is taken: the endpoint it made,
-// and the secret it showed while that is still the current one.
+// and the secret it showed while that is still the current one, if the
+// request id is random and the create is recent (SecretReplayWindow).
 func (s *Store) replay(ctx context.Context, p CreateParams) (Created, error) {
 	var (
 		hash, secretHash []byte
 		id               *uuid.UUID
+		recent           bool
 	)
 	err := s.pool.QueryRow(ctx, `
-SELECT params_hash, secret_hash, endpoint_id FROM webhook_endpoint_requests
+SELECT params_hash, secret_hash, endpoint_id, created_at >= now() - make_interval(secs => $4)
+  FROM webhook_endpoint_requests
  WHERE owner_id = $1 AND request_id = $2 AND created_at >= now() - $3::interval`,
-		p.OwnerID, p.RequestID, RequestRetention.String()).Scan(&hash, &secretHash, &id)
+		p.OwnerID, p.RequestID, RequestRetention.String(), SecretReplayWindow.Seconds()).Scan(&hash, &secretHash, &id, &recent)
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && id == nil {
 		return Created{}, errClaimGone
 	}
@@ -122,7 +147,7 @@ SELECT params_hash, secret_hash, endpoint_id FROM webhook_endpoint_requests
 		return Created{}, fmt.Errorf("replay create: %w", err)
 	}
 	c := Created{Endpoint: e, Replayed: true}
-	if secretHash == nil {
+	if secretHash == nil || !recent || !SecretReplayable(p.RequestID) {
 		return c, nil
 	}
 	var sealed []byte

@@ -18,8 +18,9 @@ import (
 // "whsec_…" text: OpenKeys hands the delivery worker ready-to-use keys, and no
 // encoding of the secret sits anywhere at rest.
 //
-// The associated data is the endpoint id's 16 bytes, so a sealed secret copied
-// onto another endpoint's row fails to open instead of signing for it.
+// The associated data binds the sealed key to its endpoint, scheme and
+// column (sealing.go), so a sealed secret copied onto another endpoint's
+// row, or into the other key column, fails to open instead of signing.
 
 // newSecret generates a secret and seals its key for endpoint id. It returns
 // the text shown to the owner once and the sealed value to store.
@@ -33,7 +34,7 @@ func newSecret(kr *seal.Keyring, id uuid.UUID) (secret string, sealed []byte, er
 		return "", nil, fmt.Errorf("decode generated secret: %w", err)
 	}
 	defer clear(key)
-	sealed, err = kr.Seal(key, id[:])
+	sealed, err = sealFor(kr, key, keyBinding(id, SchemeV1, ColumnSecret))
 	if err != nil {
 		return "", nil, fmt.Errorf("seal secret: %w", err)
 	}
@@ -49,13 +50,13 @@ func newSecret(kr *seal.Keyring, id uuid.UUID) (secret string, sealed []byte, er
 // Errors name the endpoint and the seal failure (unknown key id, failed
 // authentication), never any key material.
 func OpenKeys(kr *seal.Keyring, id uuid.UUID, k seal.SigningKeys, now time.Time) ([][]byte, error) {
-	cur, err := kr.Open(k.Current, id[:])
+	cur, err := openFor(kr, k.Current, keyBinding(id, k.Scheme, ColumnSecret))
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %s: open current secret: %w", id, err)
 	}
 	keys := [][]byte{cur}
 	if k.Previous != nil && k.PreviousExpiresAt != nil && now.Before(*k.PreviousExpiresAt) {
-		prev, err := kr.Open(k.Previous, id[:])
+		prev, err := openFor(kr, k.Previous, keyBinding(id, k.Scheme, ColumnPreviousSecret))
 		if err != nil {
 			return nil, fmt.Errorf("endpoint %s: open previous secret: %w", id, err)
 		}
@@ -104,7 +105,7 @@ func Reseal(ctx context.Context, pool *pgxpool.Pool, kr *seal.Keyring) (int, err
 		)
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			rows, err := tx.Query(ctx, `
-SELECT id, secret_enc, previous_secret_enc, previous_secret_expires_at <= now(), headers_enc
+SELECT id, signing_scheme, secret_enc, previous_secret_enc, previous_secret_expires_at <= now(), headers_enc
   FROM webhook_endpoints
  WHERE id > $1
  ORDER BY id
@@ -115,13 +116,14 @@ SELECT id, secret_enc, previous_secret_enc, previous_secret_expires_at <= now(),
 			}
 			type row struct {
 				id              uuid.UUID
+				scheme          string
 				cur, prev       []byte
 				previousExpired *bool
 				headers         []byte
 			}
 			batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
 				var x row
-				return x, r.Scan(&x.id, &x.cur, &x.prev, &x.previousExpired, &x.headers)
+				return x, r.Scan(&x.id, &x.scheme, &x.cur, &x.prev, &x.previousExpired, &x.headers)
 			})
 			if err != nil {
 				return fmt.Errorf("read batch: %w", err)
@@ -136,17 +138,17 @@ SELECT id, secret_enc, previous_secret_enc, previous_secret_expires_at <= now(),
 				if !needCur && !needPrev && !dropPrev && !needHeaders {
 					continue
 				}
-				newCur, err := reseal(kr, r.id, r.cur, needCur)
+				newCur, err := reseal(kr, keyBinding(r.id, r.scheme, ColumnSecret), r.cur, needCur)
 				if err != nil {
 					return fmt.Errorf("endpoint %s: current secret: %w", r.id, err)
 				}
 				var newPrev []byte
 				if !dropPrev {
-					if newPrev, err = reseal(kr, r.id, r.prev, needPrev); err != nil {
+					if newPrev, err = reseal(kr, keyBinding(r.id, r.scheme, ColumnPreviousSecret), r.prev, needPrev); err != nil {
 						return fmt.Errorf("endpoint %s: previous secret: %w", r.id, err)
 					}
 				}
-				newHeaders, err := resealAD(kr, headersAD(r.id), r.headers, needHeaders)
+				newHeaders, err := reseal(kr, headersBinding(r.id), r.headers, needHeaders)
 				if err != nil {
 					return fmt.Errorf("endpoint %s: custom headers: %w", r.id, err)
 				}
@@ -176,23 +178,19 @@ UPDATE webhook_endpoints
 	}
 }
 
-// reseal opens sealed and seals it again under the primary key when need is
-// set; otherwise it returns sealed unchanged.
-func reseal(kr *seal.Keyring, id uuid.UUID, sealed []byte, need bool) ([]byte, error) {
-	return resealAD(kr, id[:], sealed, need)
-}
-
-// resealAD is reseal for a value sealed with associated data ad.
-func resealAD(kr *seal.Keyring, ad, sealed []byte, need bool) ([]byte, error) {
+// reseal opens sealed (bound to b, in either format) and seals it again
+// for b under the primary key in the current format when need is set;
+// otherwise it returns sealed unchanged.
+func reseal(kr *seal.Keyring, b binding, sealed []byte, need bool) ([]byte, error) {
 	if sealed == nil || !need {
 		return sealed, nil
 	}
-	key, err := kr.Open(sealed, ad)
+	key, err := openFor(kr, sealed, b)
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
 	}
 	defer clear(key)
-	out, err := kr.Seal(key, ad)
+	out, err := sealFor(kr, key, b)
 	if err != nil {
 		return nil, fmt.Errorf("seal: %w", err)
 	}

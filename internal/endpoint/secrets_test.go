@@ -1,7 +1,12 @@
 package endpoint
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"testing"
 	"time"
 
@@ -40,7 +45,9 @@ func TestOpenKeys(t *testing.T) {
 			return sealed, key
 		}
 		cur, curKey := mk()
-		prev, prevKey := mk()
+		prevSealed, prevKey := mk()
+		prev, err := moveSealed(kr, prevSealed, keyBinding(id, SchemeV1, ColumnSecret), keyBinding(id, SchemeV1, ColumnPreviousSecret))
+		require.NoError(t, err)
 		now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 		return &testBundle{
 			id: id, keyring: kr, cur: cur, curKey: curKey, prev: prev, prevKey: prevKey,
@@ -92,6 +99,23 @@ func TestOpenKeys(t *testing.T) {
 		require.ErrorIs(t, err, seal.ErrAuth)
 		require.Contains(t, err.Error(), other.String())
 		require.NotContains(t, err.Error(), string(b.curKey))
+	})
+
+	t.Run("BoundToColumnAndScheme", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// The previous key copied over the current one, or the current
+		// one into the previous column: neither opens.
+		_, err := OpenKeys(b.keyring, b.id, seal.SigningKeys{Current: b.prev}, b.now)
+		require.ErrorIs(t, err, seal.ErrAuth)
+		_, err = OpenKeys(b.keyring, b.id, seal.SigningKeys{Current: b.cur, Previous: b.cur, PreviousExpiresAt: &b.expires}, b.now)
+		require.ErrorIs(t, err, seal.ErrAuth)
+		// A shared secret read as a v1a seed (the scheme changed in the
+		// row) does not open either.
+		_, err = OpenSigningKeys(b.keyring, b.id, seal.SigningKeys{Scheme: SchemeV1a, Current: b.cur}, b.now)
+		require.ErrorIs(t, err, seal.ErrAuth)
+		_, err = OpenSigningKeys(b.keyring, b.id, seal.SigningKeys{Scheme: SchemeV1, Current: b.cur}, b.now)
+		require.NoError(t, err)
 	})
 
 	t.Run("CorruptPreviousIsAnError", func(t *testing.T) {
@@ -201,6 +225,48 @@ func TestReseal(t *testing.T) {
 		require.Zero(t, n)
 	})
 
+	t.Run("MigratesFormatOne", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id := create(t, b)
+		// The row as a release before format 2 wrote it: every value sealed
+		// in format 1, bound to the endpoint id alone (headers: the id and
+		// "headers").
+		curKey, prevKey := make([]byte, 32), make([]byte, 32)
+		_, _ = rand.Read(curKey)
+		_, _ = rand.Read(prevKey)
+		headers := []byte(`[{"n":"X-Api-Key","v":"k1"}]`)
+		_, err := b.db.Pool.Exec(t.Context(), `
+UPDATE webhook_endpoints SET secret_enc = $2, previous_secret_enc = $3, previous_secret_expires_at = now() + interval '1 hour',
+       headers_enc = $4, header_names = ARRAY['X-Api-Key'] WHERE id = $1`, id,
+			sealFormatOne(t, b.oldMaster, 1, curKey, id[:]), sealFormatOne(t, b.oldMaster, 1, prevKey, id[:]),
+			sealFormatOne(t, b.oldMaster, 1, headers, append(id[:len(id):len(id)], "headers"...)))
+		require.NoError(t, err)
+		now := time.Now()
+		require.Equal(t, [][]byte{curKey, prevKey}, readKeys(t, b, b.oldRing, id, now), "format 1 still opens")
+
+		// reseal-secrets with the same keyring upgrades them.
+		n, err := Reseal(t.Context(), b.db.Pool, b.oldRing)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		var cur, prev, hs []byte
+		require.NoError(t, b.db.Pool.QueryRow(t.Context(),
+			`SELECT secret_enc, previous_secret_enc, headers_enc FROM webhook_endpoints WHERE id = $1`, id).Scan(&cur, &prev, &hs))
+		for _, v := range [][]byte{cur, prev, hs} {
+			f, err := seal.FormatOf(v)
+			require.NoError(t, err)
+			require.Equal(t, 2, f)
+		}
+		require.Equal(t, [][]byte{curKey, prevKey}, readKeys(t, b, b.oldRing, id, now), "the same keys")
+		got, err := OpenHeaders(b.oldRing, id, hs)
+		require.NoError(t, err)
+		require.Equal(t, "k1", got.Get("X-Api-Key"))
+
+		n, err = Reseal(t.Context(), b.db.Pool, b.oldRing)
+		require.NoError(t, err)
+		require.Zero(t, n, "nothing left in format 1")
+	})
+
 	t.Run("MissingOldKeyFails", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -217,4 +283,24 @@ func TestReseal(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, n)
 	})
+}
+
+// sealFormatOne seals plain as format 1 did (the documented construction,
+// built here independently of internal/seal): header 0x01 ‖ key id, then
+// AES-256-GCM under the HKDF-derived data key with a random nonce, the
+// associated data being the header ‖ ad.
+func sealFormatOne(t *testing.T, master []byte, keyID uint32, plain, ad []byte) []byte {
+	t.Helper()
+	dataKey, err := hkdf.Key(sha256.New, master, nil, "dispatcher/webhook-secret/aes-256-gcm/v1", 32)
+	require.NoError(t, err)
+	block, err := aes.NewCipher(dataKey)
+	require.NoError(t, err)
+	gcm, err := cipher.NewGCM(block)
+	require.NoError(t, err)
+	header := binary.BigEndian.AppendUint32([]byte{0x01}, keyID)
+	nonce := make([]byte, gcm.NonceSize())
+	_, err = rand.Read(nonce)
+	require.NoError(t, err)
+	out := append(append([]byte(nil), header...), nonce...)
+	return gcm.Seal(out, nonce, plain, append(append([]byte(nil), header...), ad...))
 }

@@ -428,9 +428,12 @@ type Rotation struct {
 func (s *Store) RotateSecret(ctx context.Context, owner string, id uuid.UUID, grace time.Duration) (*Rotation, error) {
 	var r Rotation
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var scheme string
-		err := tx.QueryRow(ctx, `SELECT signing_scheme FROM webhook_endpoints WHERE id = $1 AND owner_id = $2 FOR NO KEY UPDATE`,
-			id, owner).Scan(&scheme)
+		var (
+			scheme  string
+			current []byte
+		)
+		err := tx.QueryRow(ctx, `SELECT signing_scheme, secret_enc FROM webhook_endpoints WHERE id = $1 AND owner_id = $2 FOR NO KEY UPDATE`,
+			id, owner).Scan(&scheme, &current)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -446,20 +449,26 @@ func (s *Store) RotateSecret(ctx context.Context, owner string, id uuid.UUID, gr
 		if err != nil {
 			return err
 		}
-		// The right-hand sides read the row as it was, so previous_secret_enc
-		// receives the old secret_enc (and previous_public_key the old public
-		// key). The sealed value moves as is: its associated data is the
-		// endpoint id, which has not changed.
+		// The current key becomes the previous one, sealed again for its new
+		// column (a sealed key is bound to its column, sealing.go).
+		var previous []byte
+		if grace > 0 {
+			if previous, err = moveSealed(s.keyring, current, keyBinding(id, scheme, ColumnSecret), keyBinding(id, scheme, ColumnPreviousSecret)); err != nil {
+				return fmt.Errorf("current secret: %w", err)
+			}
+		}
+		// The right-hand sides read the row as it was, so previous_public_key
+		// receives the old public key.
 		return tx.QueryRow(ctx, `
 UPDATE webhook_endpoints
-   SET previous_secret_enc        = CASE WHEN $4::bigint > 0 THEN secret_enc END,
+   SET previous_secret_enc        = CASE WHEN $4::bigint > 0 THEN $6::bytea END,
        previous_secret_expires_at = CASE WHEN $4::bigint > 0 THEN now() + $4::bigint * interval '1 microsecond' END,
        previous_public_key        = CASE WHEN $4::bigint > 0 THEN public_key END,
        secret_enc                 = $3,
        public_key                 = nullif($5, ''),
        updated_at                 = now()
  WHERE id = $1 AND owner_id = $2
-RETURNING previous_secret_expires_at`, id, owner, sealed, grace.Microseconds(), r.PublicKey).Scan(&r.PreviousExpiresAt)
+RETURNING previous_secret_expires_at`, id, owner, sealed, grace.Microseconds(), r.PublicKey, previous).Scan(&r.PreviousExpiresAt)
 	})
 	if errors.Is(err, ErrNotFound) {
 		return nil, ErrNotFound

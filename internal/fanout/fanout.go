@@ -141,7 +141,7 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 		return fmt.Errorf("fanout: %w", err)
 	}
 	// Metadata nil: the jobs take this run's trace (tracing.JobContext).
-	params, _, _ := deliverJobs(e, seq, admitted, w.partitions.active(), time.Now(), nil, nil, &rec)
+	params, _, _ := deliverJobs(e, seq, admitted, w.partitions.active(), time.Now(), nil, nil, nil, &rec)
 	var enqueued, duplicates int
 	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		results, err := insert(ctx, tx, client, params)
@@ -168,7 +168,9 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 	if w.metrics != nil {
 		w.metrics.FanoutEnqueuedTotal.Add(float64(enqueued))
 	}
-	w.logger.InfoContext(ctx, "fanout done",
+	// Per event, and nothing an operator acts on: DEBUG, like a delivery's
+	// success (fanout_enqueued and the event's decision record count it).
+	w.logger.DebugContext(ctx, "fanout done",
 		slog.String("event_id", e.ID),
 		slog.String("type", e.Type),
 		slog.Int("matched", len(candidates)),
@@ -229,12 +231,27 @@ type Handoff interface {
 	// internal/partition member id), for their note: should it die, the
 	// others give them back without waiting for the Hold.
 	Member() string
-	// Accepts reports whether a delivery in queue may be handed off now.
-	Accepts(queue string) bool
+	// Accepts reports whether a delivery of e to endpointID, in queue, may
+	// be handed off now. toEndpoint and total count the deliveries that the
+	// same plan (one ingest transaction's events) hands off before this
+	// one, to the same endpoint and in all: they are not under way yet, so
+	// the taker cannot count them itself.
+	Accepts(queue, endpointID string, e *webhook.Event, toEndpoint, total int) bool
 	// Start starts the handed-off deliveries (job rows as inserted; args[i]
 	// and events[i] are the arguments and the event of jobs[i]), once their
 	// transaction has committed.
 	Start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events []*webhook.Event)
+}
+
+// TxPreparer is a Handoff that reads what its deliveries need (their
+// endpoints' rows) in the ingest transaction itself, before it commits,
+// rather than in a transaction of its own after: one commit fewer per
+// ingest transaction, which at low load is one per Publish. What PrepareTx
+// returns goes to StartPrepared instead of Start. An error fails the ingest
+// transaction (it has run a statement in it).
+type TxPreparer interface {
+	PrepareTx(ctx context.Context, tx pgx.Tx, args []job.DeliverArgs, events []*webhook.Event) (any, error)
+	StartPrepared(jobs []*rivertype.JobRow, args []job.DeliverArgs, events []*webhook.Event, prepared any)
 }
 
 // Handed is the deliveries EnqueueTx handed off, to start once their
@@ -243,6 +260,8 @@ type Handed struct {
 	jobs   []*rivertype.JobRow
 	args   []job.DeliverArgs
 	events []*webhook.Event
+	// prepared is what a TxPreparer read for them in the transaction.
+	prepared any
 }
 
 func (h *Handed) add(row *rivertype.JobRow, args job.DeliverArgs, e *webhook.Event) {
@@ -268,9 +287,14 @@ func (f *Inline) WithHandoff(h Handoff) *Inline {
 // Start starts what EnqueueTx handed off; call it once their transaction
 // has committed.
 func (f *Inline) Start(h *Handed) {
-	if h.Len() > 0 && f.handoff != nil {
-		f.handoff.Start(h.jobs, h.args, h.events)
+	if h.Len() == 0 || f.handoff == nil {
+		return
 	}
+	if pr, ok := f.handoff.(TxPreparer); ok && h.prepared != nil {
+		pr.StartPrepared(h.jobs, h.args, h.events, h.prepared)
+		return
+	}
+	f.handoff.Start(h.jobs, h.args, h.events)
 }
 
 // Plan is the inline fanout's decision for events about to be stored:
@@ -372,6 +396,10 @@ func (f *Inline) plan(ctx context.Context, byOwner map[string][]endpointRow, eve
 	p := &Plan{plans: make([]eventPlan, len(events))}
 	local := scope.WithoutAccess(ctx)
 	now, active := time.Now(), f.partitions.active()
+	var planned map[string]int
+	if f.handoff != nil {
+		planned = make(map[string]int)
+	}
 	for i, e := range events {
 		var md []byte
 		if traces != nil {
@@ -390,7 +418,7 @@ func (f *Inline) plan(ctx context.Context, byOwner map[string][]endpointRow, eve
 		if err != nil {
 			return nil, err
 		}
-		p.plans[i].jobs, p.plans[i].ordered, p.plans[i].handed = deliverJobs(e, 0, admitted, active, now, md, f.handoff, &rec)
+		p.plans[i].jobs, p.plans[i].ordered, p.plans[i].handed = deliverJobs(e, 0, admitted, active, now, md, f.handoff, planned, &rec)
 		p.plans[i].record = rec.Encode()
 	}
 	return p, nil
@@ -448,6 +476,11 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 	}
 	if len(mine) > 0 {
 		handed = handedOff(params, results, mine, stored)
+		if pr, ok := f.handoff.(TxPreparer); ok && handed.Len() > 0 {
+			if handed.prepared, err = pr.PrepareTx(ctx, tx, handed.args, handed.events); err != nil {
+				return 0, nil, err
+			}
+		}
 	}
 	if f.metrics != nil {
 		f.metrics.FanoutEnqueuedTotal.Add(float64(enqueued - deferred))
@@ -688,8 +721,10 @@ func refusal(dec scope.Decision) decision.Reason {
 // learns seq only later. A paused endpoint's delivery is scheduled for the
 // end of the pause (instead of the failing cool-down: the receiver said
 // when). A delivery that goes now to an unordered endpoint is handed off if
-// handoff (nil: none) accepts it; handed lists the indexes of those.
-func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions int, now time.Time, md []byte, handoff Handoff, rec *decision.Builder) (params []river.InsertManyParams, ordered, handed []int) {
+// handoff (nil: none) accepts it; handed lists the indexes of those, and
+// planned counts them per endpoint across the calls of one plan (and in all,
+// under "").
+func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions int, now time.Time, md []byte, handoff Handoff, planned map[string]int, rec *decision.Builder) (params []river.InsertManyParams, ordered, handed []int) {
 	seen := make(map[string]struct{}, len(admitted))
 	params = make([]river.InsertManyParams, 0, len(admitted))
 	for _, c := range admitted {
@@ -717,13 +752,15 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 			// failure, and the cool-down applies again).
 			opts.ScheduledAt = now.Add(job.FailingCooldown)
 			how = decision.CoolingDown
-		case !c.ordered && handoff != nil && handoff.Accepts(opts.Queue):
+		case !c.ordered && handoff != nil && handoff.Accepts(opts.Queue, c.ep.ID, e, planned[c.ep.ID], planned[""]):
 			// Ordered endpoints are left to River: their head is decided
 			// among the jobs River can see as due.
 			opts.ScheduledAt = now.Add(handoff.Hold())
 			opts.Metadata = withNote(md, job.DeliverSnooze{Reason: job.SnoozeDirect, Until: opts.ScheduledAt.UTC(), By: handoff.Member()})
 			how = decision.HandedOff
 			handed = append(handed, len(params))
+			planned[c.ep.ID]++
+			planned[""]++ // all endpoints
 		}
 		rec.Add(how, c.ep.ID)
 		args := job.DeliverArgs{EndpointID: c.ep.ID, EventID: e.ID}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -822,20 +823,54 @@ type handoff struct {
 	accept func(queue string) bool
 	mu     sync.Mutex
 	asked  []string
+	// planned holds each offer's endpoint and planned count.
+	planned []string
+	// totals holds each offer's count of the plan's earlier hand-offs.
+	totals []int
 }
 
 func (h *handoff) Hold() time.Duration { return time.Hour }
 
 func (h *handoff) Member() string { return "test-member" }
 
-func (h *handoff) Accepts(queue string) bool {
+func (h *handoff) Accepts(queue, endpointID string, _ *webhook.Event, toEndpoint, total int) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.asked = append(h.asked, queue)
+	h.planned = append(h.planned, fmt.Sprintf("%s:%d", endpointID, toEndpoint))
+	h.totals = append(h.totals, total)
 	return h.accept(queue)
 }
 
 func (h *handoff) Start([]*rivertype.JobRow, []job.DeliverArgs, []*webhook.Event) {}
+
+// preparingHandoff is a handoff that prepares in the transaction
+// (TxPreparer): it counts, in tx, the handed-off jobs it is given.
+type preparingHandoff struct {
+	handoff
+	visible  int // jobs PrepareTx saw in its transaction
+	prepared any // what StartPrepared got
+	started  int // Start calls (there should be none)
+}
+
+func (h *preparingHandoff) PrepareTx(ctx context.Context, tx pgx.Tx, args []job.DeliverArgs, _ []*webhook.Event) (any, error) {
+	ids := make([]string, len(args))
+	for i, a := range args {
+		ids[i] = a.EventID
+	}
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'event_id' = ANY($1)`, ids).Scan(&h.visible); err != nil {
+		return nil, err
+	}
+	return "prepared", nil
+}
+
+func (h *preparingHandoff) StartPrepared(_ []*rivertype.JobRow, _ []job.DeliverArgs, _ []*webhook.Event, prepared any) {
+	h.prepared = prepared
+}
+
+func (h *preparingHandoff) Start([]*rivertype.JobRow, []job.DeliverArgs, []*webhook.Event) {
+	h.started++
+}
 
 func TestInline(t *testing.T) {
 	t.Parallel()
@@ -992,6 +1027,56 @@ func TestInlineHandoff(t *testing.T) {
 		// The same event again: nothing new, nothing handed off.
 		_, again := b.inlineTxHanded(t, ev)
 		require.Empty(t, again, "a duplicate is never handed off")
+	})
+
+	t.Run("APreparerReadsInTheTransactionAndStartsWithWhatItRead", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		h := &preparingHandoff{handoff: handoff{accept: func(string) bool { return true }}}
+		b.inline.WithHandoff(h)
+		ev := b.insertEvent(t, ownerID, "code.issued", "code://1", "{}")
+		ctx := context.Background()
+		var handed *Handed
+		require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+			e := &webhook.Event{ID: ev, OwnerID: ownerID, Type: "code.issued", Subject: "code://1", Data: []byte("{}")}
+			plan, err := b.inline.Plan(ctx, tx, []*webhook.Event{e}, nil)
+			if err != nil {
+				return err
+			}
+			_, handed, err = b.inline.EnqueueTx(ctx, tx, b.client, plan, []Stored{{Index: 0, Event: e}})
+			return err
+		}))
+		require.Equal(t, 1, handed.Len())
+		require.Equal(t, 1, h.visible, "PrepareTx ran in the transaction that inserted the job")
+		b.inline.Start(handed)
+		require.Equal(t, "prepared", h.prepared, "started with what it prepared")
+		require.Zero(t, h.started)
+	})
+
+	t.Run("TellsTheHandoffWhatItsPlanHandsOffPerEndpoint", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ep1 := b.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		ep2 := b.insertEndpoint(t, []string{"code.*"}, endpointOpts{})
+		// Accepts two per endpoint per plan, whatever the queue: the third
+		// delivery to ep1 is left to River.
+		h := &handoff{accept: func(string) bool { return true }}
+		h.accept = func(string) bool {
+			last := h.planned[len(h.planned)-1]
+			return !strings.HasSuffix(last, ":2")
+		}
+		b.inline.WithHandoff(h)
+		ev1 := b.insertEvent(t, ownerID, "code.issued", "code://1", "{}")
+		ev2 := b.insertEvent(t, ownerID, "booking.created", "booking://2", "{}")
+		ev3 := b.insertEvent(t, ownerID, "code.issued", "code://3", "{}")
+
+		_, handed := b.inlineTxHanded(t, ev1, ev2, ev3)
+		// Endpoints are read in id order; each endpoint's offers count up.
+		require.ElementsMatch(t, []string{ep1 + ":0", ep2 + ":0", ep1 + ":1", ep1 + ":2", ep2 + ":1"}, h.planned,
+			"each offer counts the plan's earlier hand-offs to its endpoint")
+		require.Len(t, handed, 4, "the third to ep1 went to River")
+		require.Equal(t, []int{0, 1, 2, 3}, h.totals[:4], "and every earlier hand-off of the plan, to any endpoint")
 	})
 
 	t.Run("LeavesWaitingAndOrderedDeliveriesToRiver", func(t *testing.T) {

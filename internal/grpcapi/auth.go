@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -105,32 +104,4 @@ func caller(ctx context.Context) string {
 		}
 	}
 	return p.Addr.String()
-}
-
-// UnaryInterceptor enforces Authorize on unary calls.
-func UnaryInterceptor(a *auth.Authenticator) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := Authorize(ctx, a, info.FullMethod); err != nil {
-			return nil, err
-		}
-		return handler(ctx, req)
-	}
-}
-
-// StreamInterceptor enforces Authorize on streaming calls (reflection is one).
-func StreamInterceptor(a *auth.Authenticator) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := Authorize(ss.Context(), a, info.FullMethod); err != nil {
-			return err
-		}
-		return handler(srv, ss)
-	}
-}
-
-// ServerOptions returns both interceptors as server options.
-func ServerOptions(a *auth.Authenticator) []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(UnaryInterceptor(a)),
-		grpc.ChainStreamInterceptor(StreamInterceptor(a)),
-	}
 }

@@ -256,7 +256,7 @@ func TestAuthorize(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		called := false
-		err := StreamInterceptor(b.auth)(nil, fakeStream{ctx: incoming(t.Context(), authPublisherToken)},
+		err := NewGate(GateConfig{Auth: b.auth}).stream(nil, fakeStream{ctx: incoming(t.Context(), authPublisherToken)},
 			&grpc.StreamServerInfo{FullMethod: webhooksv1.EndpointService_ListEndpoints_FullMethodName},
 			func(any, grpc.ServerStream) error { called = true; return nil })
 		requireAuthCode(t, err, codes.PermissionDenied)

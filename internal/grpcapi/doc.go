@@ -1,7 +1,8 @@
 // Package grpcapi is the dispatcher's gRPC surface: webhooks.v1.EventService
-// over ingest, webhooks.v1.EndpointService over endpoint, the bearer-token
-// interceptors that decide who may call what, and the one mapping from the
-// domain's errors to gRPC statuses.
+// over ingest, webhooks.v1.EndpointService over endpoint, the Gate that
+// decides who may call what (from a call's headers, before its message is
+// read) and makes an undecodable request the client's error, and the one
+// mapping from the domain's errors to gRPC statuses.
 //
 // The packages behind it keep the rules and the storage and know nothing of
 // gRPC: they answer with their own errors (an *endpoint.ValidationError or an

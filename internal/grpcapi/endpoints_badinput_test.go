@@ -820,8 +820,9 @@ func TestEndpointBadInput(t *testing.T) {
 	}
 
 	// A client that is not Go's can put invalid UTF-8 on the wire: gRPC
-	// refuses it before the service runs (grpc-go answers Internal for a
-	// request it cannot unmarshal).
+	// refuses it before the service runs, as InvalidArgument (the Gate's
+	// codec: grpc-go alone answers Internal for a request it cannot
+	// unmarshal).
 	t.Run("InvalidUTF8OnTheWire", func(t *testing.T) {
 		t.Parallel()
 		var body []byte
@@ -834,7 +835,7 @@ func TestEndpointBadInput(t *testing.T) {
 		var resp webhooksv1.CreateEndpointResponse
 		err := f.env.raw.Invoke(metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+testAdminToken),
 			webhooksv1.EndpointService_CreateEndpoint_FullMethodName, rawMessage(body), &resp, grpc.ForceCodec(rawCodec{}))
-		requireCode(t, err, codes.Internal)
+		requireCode(t, err, codes.InvalidArgument) // the client's error: retrying cannot help
 		require.Contains(t, err.Error(), "invalid UTF-8")
 		require.Equal(t, before, f.snapshot(t), "nothing written")
 	})

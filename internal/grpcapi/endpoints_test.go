@@ -879,16 +879,54 @@ func TestCreateEndpointIdempotent(t *testing.T) {
 
 	t.Run("RetryReturnsTheSameEndpointAndSecret", func(t *testing.T) {
 		t.Parallel()
+		for _, id := range []string{uuid.NewString(), uuid.Must(uuid.NewV7()).String()} {
+			b := setup(t)
+			first, err := b.env.client.CreateEndpoint(t.Context(), req(id))
+			require.NoError(t, err)
+			require.False(t, first.GetReplayed())
+			again, err := b.env.client.CreateEndpoint(t.Context(), req(id))
+			require.NoError(t, err)
+			require.True(t, again.GetReplayed())
+			require.Equal(t, first.GetEndpoint().GetId(), again.GetEndpoint().GetId())
+			require.Equal(t, first.GetSecret(), again.GetSecret(), "the first reply's secret, for a client that lost it")
+			require.Equal(t, 1, count(t, b))
+		}
+	})
+
+	t.Run("PredictableRequestIDReplaysNoSecret", func(t *testing.T) {
+		t.Parallel()
+		// Not a random UUID (an opaque id, a UUID of version 1, 3 or 5, a
+		// UUID in another spelling): whoever read it in a log could replay
+		// it, so the replay is the endpoint without the secret.
+		for _, id := range []string{"req-1", "6ba7b810-9dad-11d1-80b4-00c04fd430c8", uuid.NewSHA1(uuid.NameSpaceURL, []byte("x")).String(),
+			"urn-" + strings.ReplaceAll(uuid.NewString(), "-", "")} {
+			b := setup(t)
+			first, err := b.env.client.CreateEndpoint(t.Context(), req(id))
+			require.NoError(t, err)
+			require.NotEmpty(t, first.GetSecret())
+			again, err := b.env.client.CreateEndpoint(t.Context(), req(id))
+			require.NoError(t, err)
+			require.True(t, again.GetReplayed(), id)
+			require.Equal(t, first.GetEndpoint().GetId(), again.GetEndpoint().GetId(), id)
+			require.Empty(t, again.GetSecret(), id)
+			require.Equal(t, 1, count(t, b))
+		}
+	})
+
+	t.Run("LateReplayHasNoSecret", func(t *testing.T) {
+		t.Parallel()
 		b := setup(t)
-		first, err := b.env.client.CreateEndpoint(t.Context(), req("req-1"))
+		id := uuid.NewString()
+		first, err := b.env.client.CreateEndpoint(t.Context(), req(id))
 		require.NoError(t, err)
-		require.False(t, first.GetReplayed())
-		again, err := b.env.client.CreateEndpoint(t.Context(), req("req-1"))
+		_, err = b.env.db.Pool.Exec(t.Context(), `UPDATE webhook_endpoint_requests SET created_at = now() - $1::interval`,
+			(endpoint.SecretReplayWindow + time.Second).String())
 		require.NoError(t, err)
-		require.True(t, again.GetReplayed())
+		again, err := b.env.client.CreateEndpoint(t.Context(), req(id))
+		require.NoError(t, err)
+		require.True(t, again.GetReplayed(), "still nothing created twice")
 		require.Equal(t, first.GetEndpoint().GetId(), again.GetEndpoint().GetId())
-		require.Equal(t, first.GetSecret(), again.GetSecret(), "the first reply's secret, for a client that lost it")
-		require.Equal(t, 1, count(t, b))
+		require.Empty(t, again.GetSecret(), "past the replay window")
 	})
 
 	t.Run("ConcurrentCreatesMakeOne", func(t *testing.T) {
@@ -900,11 +938,12 @@ func TestCreateEndpointIdempotent(t *testing.T) {
 			err  error
 		}
 		replies := make(chan reply, n)
+		raceID := uuid.NewString()
 		startGun := make(chan struct{})
 		for range n {
 			go func() {
 				<-startGun
-				resp, err := b.env.client.CreateEndpoint(t.Context(), req("req-race"))
+				resp, err := b.env.client.CreateEndpoint(t.Context(), req(raceID))
 				replies <- reply{resp, err}
 			}()
 		}

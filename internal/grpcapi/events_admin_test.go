@@ -145,6 +145,24 @@ func TestGetEvent(t *testing.T) {
 		require.Equal(t, "HTTP 500: down", resp.GetDeliveries()[1].GetLastError())
 	})
 
+	t.Run("OnlyTheOwnersEndpointsDeliveries", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		own := b.env.create(t, ownerA).GetEndpoint().GetId()
+		foreign := b.env.create(t, ownerB).GetEndpoint().GetId()
+		ev := b.env.insertEvent(t, ownerA, "booking.created")
+		b.env.insertDelivery(t, own, ev)
+		// A delivery of this event id to another owner's endpoint (the
+		// fanout never makes one; a row written by anything else could) is
+		// not the owner's to see.
+		b.env.insertDelivery(t, foreign, ev)
+
+		resp, err := b.env.client.GetEvent(t.Context(), &webhooksv1.GetEventRequest{OwnerId: ownerA, EventId: ev})
+		require.NoError(t, err)
+		require.Len(t, resp.GetDeliveries(), 1)
+		require.Equal(t, own, resp.GetDeliveries()[0].GetEndpointId())
+	})
+
 	t.Run("NoDeliveries", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -9,9 +9,15 @@
 // 429, Unavailable 503) with a google.rpc.Status body whose BadRequest detail
 // names each bad field as over gRPC.
 //
-// Before transcoding, a request with a body must be application/json (415
-// otherwise) and at most MaxBodyBytes (413), and a JSON field the request
-// message does not have is refused (400 naming it), never ignored.
+// Before anything of a request's body is read, its guard checks what costs
+// nothing to check: the client's address is not throttled for failed tokens
+// (429), the bearer token is known (401) and holds the role the route needs
+// (403), a body is application/json (415) and within its route's limit (413:
+// PublishBatch takes more than the rest), and the bytes of the requests
+// being read fit the process's budget (503 with Retry-After, after a short
+// wait). Only then is the body read; JSON nested deeper than MaxJSONDepth is
+// refused (400), and so is a JSON field the request message does not have
+// (400 naming it), never ignored. The gRPC server checks the token again.
 package httpapi
 
 import (
@@ -23,6 +29,9 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
@@ -30,17 +39,46 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/standmeet/webhook-dispatcher/internal/auth"
+	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
+	"github.com/standmeet/webhook-dispatcher/internal/inflight"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
-// MaxBodyBytes bounds a request body: the gRPC server's own bound on a
-// message (its default, 4 MiB), so a request too big for one is too big for
-// the other.
-const MaxBodyBytes = 4 << 20
+// MaxJSONDepth bounds how deeply a request body's JSON may nest: a thin
+// event's data needs a handful of levels, and a deeper document is refused
+// with 400 before it reaches the decoder.
+const MaxJSONDepth = 32
+
+// DefaultBudgetWait is how long a request waits for room in the budget
+// before it is answered 503.
+const DefaultBudgetWait = time.Second
+
+// Config configures the HTTP/JSON API's guard.
+type Config struct {
+	// Auth checks bearer tokens; required.
+	Auth *auth.Authenticator
+	// Throttle limits failed tokens per client address; nil: no limit.
+	Throttle *auth.Throttle
+	// Budget bounds the bytes of request bodies being read at once, shared
+	// with the gRPC API; nil: no bound.
+	Budget *inflight.Budget
+	// BudgetWait is how long a request waits for room in Budget (0:
+	// DefaultBudgetWait).
+	BudgetWait time.Duration
+	// Limits bounds one request body per route, as over gRPC.
+	Limits grpcapi.Limits
+}
 
 // New returns the HTTP/JSON API calling the gRPC server at conn (an
 // in-process connection to the port's own server).
-func New(ctx context.Context, conn grpc.ClientConnInterface) (http.Handler, error) {
+func New(ctx context.Context, conn grpc.ClientConnInterface, cfg Config) (http.Handler, error) {
+	if cfg.Auth == nil {
+		return nil, errors.New("http api: no authenticator")
+	}
+	if cfg.BudgetWait <= 0 {
+		cfg.BudgetWait = DefaultBudgetWait
+	}
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 			// The proto field names, as the errors name them.
@@ -59,7 +97,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface) (http.Handler, erro
 	if err := webhooksv1.RegisterEndpointServiceHandlerClient(ctx, mux, webhooksv1.NewEndpointServiceClient(conn)); err != nil {
 		return nil, fmt.Errorf("http api: %w", err)
 	}
-	return guard(mux), nil
+	return &guard{cfg: cfg, next: mux}, nil
 }
 
 // errorHandler is grpc-gateway's, with the challenge a 401 owes (RFC 6750):
@@ -82,46 +120,194 @@ func (c challenge) WriteHeader(code int) {
 	c.ResponseWriter.WriteHeader(code)
 }
 
-// guard refuses what must not reach the transcoder: a body that is not JSON
-// or too large.
-func guard(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
-			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-				writeStatus(w, http.StatusUnsupportedMediaType,
-					"the request body must be JSON: send Content-Type: application/json")
-				return
-			}
-			if r.ContentLength > MaxBodyBytes {
-				writeStatus(w, http.StatusRequestEntityTooLarge, tooLarge)
-				return
-			}
-			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-			if err != nil {
-				if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-					writeStatus(w, http.StatusRequestEntityTooLarge, tooLarge)
-					return
-				}
-				writeStatus(w, http.StatusBadRequest, "could not read the request body")
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
-		}
-		next.ServeHTTP(w, r)
-	})
+// guard checks a request before its body is read (see the package doc).
+type guard struct {
+	cfg  Config
+	next http.Handler
 }
 
-var tooLarge = "the request body must be at most " + strconv.Itoa(MaxBodyBytes>>20) + " MiB"
+// route is what the guard needs to know of a request's RPC: the role it
+// takes and the gRPC method whose size limit applies.
+func route(r *http.Request) (need auth.Role, method string) {
+	switch r.URL.Path {
+	case "/v1/events:publishBatch":
+		return auth.RolePublisher, webhooksv1.EventService_PublishBatch_FullMethodName
+	case "/v1/events:publish":
+		return auth.RolePublisher, webhooksv1.EventService_Publish_FullMethodName
+	default:
+		// Every other route is an EndpointService RPC (see http.yaml).
+		return auth.RoleAdmin, ""
+	}
+}
 
-// writeStatus answers as grpc-gateway does, a google.rpc.Status as JSON:
-// InvalidArgument, with httpStatus saying what was wrong with the request.
-func writeStatus(w http.ResponseWriter, httpStatus int, msg string) {
-	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(status.New(codes.InvalidArgument, msg).Proto())
+func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	need, method := route(r)
+	if g.cfg.Throttle != nil {
+		if wait, ok := g.cfg.Throttle.Allow(r.RemoteAddr); !ok {
+			g.cfg.Auth.Denied(r.Context(), "http", r.Method+" "+r.URL.Path, "throttled after failed tokens", r.RemoteAddr)
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)))
+			writeStatus(w, http.StatusTooManyRequests, codes.ResourceExhausted,
+				"too many failed authentications from this address: retry in "+wait.String())
+			return
+		}
+	}
+	if code, msg := g.authorize(r, need); code != 0 {
+		if code == http.StatusUnauthorized {
+			// Only a token presented and wrong is a guess; a missing one
+			// (a misconfigured client) is not throttled.
+			if g.cfg.Throttle != nil && msg == msgUnknownToken {
+				g.cfg.Throttle.Fail(r.RemoteAddr)
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dispatcher", error="invalid_token", error_description=`+strconv.Quote(msg))
+			writeStatus(w, code, codes.Unauthenticated, msg)
+			return
+		}
+		writeStatus(w, code, codes.PermissionDenied, msg)
+		return
+	}
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		release, ok := g.readBody(w, r, g.cfg.Limits.For(method))
+		if !ok {
+			return
+		}
+		defer release()
+	}
+	g.next.ServeHTTP(w, r)
+}
+
+const msgUnknownToken = "invalid bearer token"
+
+// authorize checks the bearer token against the role need: a zero code
+// passes, 401 or 403 do not (msg says why, and never holds the token).
+func (g *guard) authorize(r *http.Request, need auth.Role) (code int, msg string) {
+	vals := r.Header.Values("Authorization")
+	if len(vals) != 1 {
+		g.cfg.Auth.Denied(r.Context(), "http", r.Method+" "+r.URL.Path, "missing bearer token", r.RemoteAddr)
+		return http.StatusUnauthorized, "missing bearer token: send the header \"Authorization: Bearer <token>\""
+	}
+	scheme, tok, found := strings.Cut(strings.TrimSpace(vals[0]), " ")
+	if tok = strings.TrimSpace(tok); !found || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		g.cfg.Auth.Denied(r.Context(), "http", r.Method+" "+r.URL.Path, "missing bearer token", r.RemoteAddr)
+		return http.StatusUnauthorized, "missing bearer token: send the header \"Authorization: Bearer <token>\""
+	}
+	role := g.cfg.Auth.RoleOf(tok)
+	switch {
+	case role == 0:
+		g.cfg.Auth.Denied(r.Context(), "http", r.Method+" "+r.URL.Path, "unknown token", r.RemoteAddr)
+		return http.StatusUnauthorized, msgUnknownToken
+	case role&need == 0:
+		g.cfg.Auth.Denied(r.Context(), "http", r.Method+" "+r.URL.Path, "role "+role.String()+" not allowed", r.RemoteAddr)
+		service := webhooksv1.EndpointService_ServiceDesc.ServiceName
+		if need == auth.RolePublisher {
+			service = webhooksv1.EventService_ServiceDesc.ServiceName
+		}
+		return http.StatusForbidden, "token role " + role.String() + " may not call " + service
+	}
+	return 0, ""
+}
+
+// readBody reserves the body's size in the budget, reads it whole (at most
+// limit bytes) and checks its nesting. On failure it has answered, and ok is
+// false; otherwise release gives the reservation back.
+func (g *guard) readBody(w http.ResponseWriter, r *http.Request, limit int) (release func(), ok bool) {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeStatus(w, http.StatusUnsupportedMediaType, codes.InvalidArgument,
+			"the request body must be JSON: send Content-Type: application/json")
+		return nil, false
+	}
+	if r.ContentLength > int64(limit) {
+		writeStatus(w, http.StatusRequestEntityTooLarge, codes.InvalidArgument, tooLarge(limit))
+		return nil, false
+	}
+	release = func() {}
+	if g.cfg.Budget != nil {
+		n := r.ContentLength
+		if n < 0 { // not known up front (chunked): the most it may be
+			n = int64(limit)
+		}
+		var err error
+		if release, err = g.cfg.Budget.Acquire(r.Context(), n, g.cfg.BudgetWait); err != nil {
+			w.Header().Set("Retry-After", "1")
+			writeStatus(w, http.StatusServiceUnavailable, codes.Unavailable,
+				"the server is reading as many requests as its memory budget allows: retry shortly")
+			return nil, false
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(limit)))
+	if err != nil {
+		release()
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			writeStatus(w, http.StatusRequestEntityTooLarge, codes.InvalidArgument, tooLarge(limit))
+			return nil, false
+		}
+		writeStatus(w, http.StatusBadRequest, codes.InvalidArgument, "could not read the request body")
+		return nil, false
+	}
+	if msg := checkJSON(body); msg != "" {
+		release()
+		writeStatus(w, http.StatusBadRequest, codes.InvalidArgument, msg)
+		return nil, false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return release, true
+}
+
+// checkJSON refuses, before the decoder sees them, a body that nests deeper
+// than MaxJSONDepth or that is not UTF-8: the message says which, and where.
+func checkJSON(body []byte) string {
+	if !utf8.Valid(body) {
+		i := 0
+		for i < len(body) {
+			r, n := utf8.DecodeRune(body[i:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			i += n
+		}
+		return "the request body is not valid UTF-8 (at byte " + strconv.Itoa(i) + ")"
+	}
+	depth := 0
+	inString, escaped := false, false
+	for i, c := range body {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			if depth++; depth > MaxJSONDepth {
+				return "the request body's JSON nests deeper than " + strconv.Itoa(MaxJSONDepth) + " levels (at byte " + strconv.Itoa(i) + ")"
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return ""
+}
+
+func tooLarge(limit int) string {
+	if limit >= 1<<20 && limit%(1<<20) == 0 {
+		return "the request body must be at most " + strconv.Itoa(limit>>20) + " MiB"
+	}
+	return "the request body must be at most " + strconv.Itoa(limit>>10) + " KiB"
+}
+
+// writeStatus answers as grpc-gateway does, a google.rpc.Status as JSON.
+func writeStatus(w http.ResponseWriter, httpStatus int, code codes.Code, msg string) {
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(status.New(code, msg).Proto())
 	if err != nil {
 		http.Error(w, msg, httpStatus)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(httpStatus)
-	_, _ = w.Write(b)
+	_, _ = w.Write(b) //nolint:gosec // G705: JSON (application/json, nosniff), never rendered as HTML
 }

@@ -38,9 +38,9 @@ type committedHandoff struct {
 	events      []*webhook.Event
 }
 
-func (h *committedHandoff) Hold() time.Duration { return time.Hour }
-func (h *committedHandoff) Member() string      { return "test-member" }
-func (h *committedHandoff) Accepts(string) bool { return true }
+func (h *committedHandoff) Hold() time.Duration                                   { return time.Hour }
+func (h *committedHandoff) Member() string                                        { return "test-member" }
+func (h *committedHandoff) Accepts(string, string, *webhook.Event, int, int) bool { return true }
 func (h *committedHandoff) Start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events []*webhook.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

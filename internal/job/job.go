@@ -175,10 +175,10 @@ func SnoozeReasons() []string {
 
 // FailingCooldown delays a new delivery to an endpoint that is failing, so
 // a broken receiver is not hammered by every new event (docs/spec.md, the
-// pipeline). It is also the longest wait between two recovery probes of a
-// failing endpoint (internal/delivery's probe.go): held deliveries are
-// released as soon as a probe succeeds, so the cool-down bounds how long
-// they wait after the receiver is back only if every probe fails.
+// pipeline). Held deliveries are released as soon as a recovery probe
+// succeeds (internal/delivery's probe.go, at most 15 s apart), so the
+// cool-down bounds how long they wait after the receiver is back only if
+// every probe fails.
 // A webhook.test event is not delayed.
 const FailingCooldown = 5 * time.Minute
 

@@ -6,14 +6,22 @@
 //
 // A sealed value is
 //
-//	0x01 (format) ‖ key id (uint32, big-endian) ‖ nonce (12) ‖ ciphertext ‖ tag (16)
+//	format (0x01 or 0x02) ‖ key id (uint32, big-endian) ‖ nonce (12) ‖ ciphertext ‖ tag (16)
 //
 // sealed with AES-256-GCM under a data key derived from the master key with
 // HKDF-SHA256 (info "dispatcher/webhook-secret/aes-256-gcm/v1"). The
-// associated data is format ‖ key id ‖ the caller's associated data (the
-// endpoint id), so a sealed value moved to another row, or relabelled with
-// another key id, fails to open instead of decrypting under the wrong
-// identity. Nonces are random; a key must not seal more than 2^32 values,
+// associated data is format ‖ key id ‖ the caller's associated data, so a
+// sealed value moved to another row, or relabelled with another key id or
+// format, fails to open instead of decrypting under the wrong identity.
+//
+// The two formats differ only in what the caller binds a value to, which
+// the format number tells it (FormatOf): format 1 values were bound to the
+// endpoint id alone, so an endpoint's current signing key, its previous one
+// and a key of the other scheme were interchangeable within its row; format
+// 2 values, the only ones Seal writes, are bound to the endpoint id, its
+// signing scheme and the column (internal/endpoint builds both). Open
+// reads both; NeedsReseal is true for format 1, so the re-seal that
+// rotation runs also upgrades them. Nonces are random; a key must not seal more than 2^32 values,
 // which is far beyond the number of endpoint secrets a deployment will have.
 //
 // # Rotation
@@ -51,6 +59,7 @@ const (
 	MinMasterKeyLen = 32
 
 	formatV1  byte = 0x01
+	formatV2  byte = 0x02
 	headerLen      = 1 + 4
 	// overhead of cipher.NewGCMWithRandomNonce: 12-byte nonce + 16-byte tag.
 	gcmOverhead = 12 + 16
@@ -162,7 +171,7 @@ func (k *Keyring) Seal(plaintext, ad []byte) ([]byte, error) {
 	}
 	aead := k.ring.aeads[k.ring.primary]
 	out := make([]byte, headerLen, headerLen+gcmOverhead+len(plaintext))
-	out[0] = formatV1
+	out[0] = formatV2
 	binary.BigEndian.PutUint32(out[1:headerLen], k.ring.primary)
 	return aead.Seal(out, nil, plaintext, additionalData(out[:headerLen], ad)), nil
 }
@@ -175,7 +184,7 @@ func (k *Keyring) Open(sealed, ad []byte) ([]byte, error) {
 	if k == nil || k.ring == nil {
 		return nil, ErrNoKeyring
 	}
-	id, err := parseHeader(sealed)
+	_, id, err := parseHeader(sealed)
 	if err != nil {
 		return nil, err
 	}
@@ -198,18 +207,29 @@ func (k *Keyring) Open(sealed, ad []byte) ([]byte, error) {
 // unknown key, so "nothing needs resealing" is a sound precondition for
 // removing an old key; such values then surface as errors from Open.
 func (k *Keyring) NeedsReseal(sealed []byte) bool {
-	id, err := parseHeader(sealed)
-	return err != nil || id != k.PrimaryID()
+	format, id, err := parseHeader(sealed)
+	return err != nil || int(format) != CurrentFormat || id != k.PrimaryID()
 }
 
-func parseHeader(sealed []byte) (uint32, error) {
+// CurrentFormat is the format Seal writes.
+const CurrentFormat = int(formatV2)
+
+// FormatOf returns the format of a sealed value (1 or 2), so the caller
+// can give Open the associated data that format binds; ErrMalformed if it
+// is not a sealed value.
+func FormatOf(sealed []byte) (int, error) {
+	format, _, err := parseHeader(sealed)
+	return int(format), err
+}
+
+func parseHeader(sealed []byte) (format byte, id uint32, err error) {
 	if len(sealed) < headerLen+gcmOverhead {
-		return 0, fmt.Errorf("%w: %d bytes is too short", ErrMalformed, len(sealed))
+		return 0, 0, fmt.Errorf("%w: %d bytes is too short", ErrMalformed, len(sealed))
 	}
-	if sealed[0] != formatV1 {
-		return 0, fmt.Errorf("%w: unknown format 0x%02x", ErrMalformed, sealed[0])
+	if sealed[0] != formatV1 && sealed[0] != formatV2 {
+		return 0, 0, fmt.Errorf("%w: unknown format 0x%02x", ErrMalformed, sealed[0])
 	}
-	return binary.BigEndian.Uint32(sealed[1:headerLen]), nil
+	return sealed[0], binary.BigEndian.Uint32(sealed[1:headerLen]), nil
 }
 
 // additionalData is header ‖ ad. The header has a fixed length, so the

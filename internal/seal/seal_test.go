@@ -94,7 +94,10 @@ func TestSealOpen(t *testing.T) {
 		bundle := setup(t)
 		sealed, err := bundle.keyring.Seal(bundle.secret, bundle.ad)
 		require.NoError(t, err)
-		require.Equal(t, byte(0x01), sealed[0])
+		require.Equal(t, byte(0x02), sealed[0], "format 2")
+		f, err := FormatOf(sealed)
+		require.NoError(t, err)
+		require.Equal(t, CurrentFormat, f)
 		require.Equal(t, uint32(1), binary.BigEndian.Uint32(sealed[1:5]))
 		require.Len(t, sealed, 1+4+12+len(bundle.secret)+16)
 	})
@@ -252,11 +255,37 @@ func TestSealOpen(t *testing.T) {
 		bundle := setup(t)
 		sealed, err := bundle.keyring.Seal(bundle.secret, bundle.ad)
 		require.NoError(t, err)
-		for _, format := range []byte{0x00, 0x02, 0xFF} {
+		for _, format := range []byte{0x00, 0x03, 0xFF} {
 			sealed[0] = format
 			_, err = bundle.keyring.Open(sealed, bundle.ad)
 			require.ErrorIs(t, err, ErrMalformed)
+			_, err = FormatOf(sealed)
+			require.ErrorIs(t, err, ErrMalformed)
 		}
+	})
+
+	t.Run("FormatIsBound", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		// A format 2 value relabelled as format 1 (whose callers bind less)
+		// fails to open: the format byte is authenticated.
+		sealed, err := bundle.keyring.Seal(bundle.secret, bundle.ad)
+		require.NoError(t, err)
+		sealed[0] = 0x01
+		_, err = bundle.keyring.Open(sealed, bundle.ad)
+		require.ErrorIs(t, err, ErrAuth)
+	})
+
+	t.Run("FormatOneStillOpensAndNeedsReseal", func(t *testing.T) {
+		t.Parallel()
+		keyring := newKeyring(t, 1, 1, 2)
+		v1 := mustHex(t, vectorKey1Hex)
+		f, err := FormatOf(v1)
+		require.NoError(t, err)
+		require.Equal(t, 1, f)
+		_, err = keyring.Open(v1, []byte(vectorKey1AD))
+		require.NoError(t, err)
+		require.True(t, keyring.NeedsReseal(v1), "format 1 under the primary key is re-sealed to format 2")
 	})
 
 	t.Run("SafeForConcurrentUse", func(t *testing.T) {
@@ -349,7 +378,7 @@ func TestRotation(t *testing.T) {
 		require.True(t, bundle.keyring.NeedsReseal([]byte{0x01, 0, 0, 0, 1}))
 		sealed, err := bundle.keyring.Seal(bundle.secret, bundle.ad)
 		require.NoError(t, err)
-		sealed[0] = 0x02
+		sealed[0] = 0x03
 		require.True(t, bundle.keyring.NeedsReseal(sealed))
 	})
 }

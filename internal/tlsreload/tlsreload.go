@@ -7,7 +7,10 @@
 // load (say, a half-written file) keeps the previous one and is retried.
 //
 // With a client CA file, every client must present a certificate signed by
-// one of its CAs (mutual TLS).
+// one of its CAs (mutual TLS). The bundle is reloaded the same way, checked
+// at most once per CheckInterval during handshakes: a CA added to it is
+// trusted, and one removed refused, from the next connection on, without
+// a restart. A bundle that fails to load keeps the previous one.
 package tlsreload
 
 import (
@@ -43,6 +46,13 @@ type Certificates struct {
 	cert      *tls.Certificate
 	stamp     [2]fileStamp
 	checkedAt time.Time
+
+	// The client CAs: the server configuration carrying the current bundle,
+	// handed to each handshake, and the bundle file's stamp.
+	caMu        sync.Mutex
+	caConfig    *tls.Config
+	caStamp     fileStamp
+	caCheckedAt time.Time
 }
 
 type fileStamp struct {
@@ -73,25 +83,77 @@ func New(cfg Config, logger *slog.Logger) (*Certificates, error) {
 
 // ServerConfig returns a TLS server configuration serving the current pair
 // (TLS 1.2 at least) and, with a client CA file, requiring client
-// certificates signed by those CAs.
+// certificates signed by the CAs it holds at each handshake.
 func (c *Certificates) ServerConfig() (*tls.Config, error) {
 	cfg := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return c.Current(), nil },
 	}
-	if c.cfg.ClientCAFile != "" {
-		pem, err := os.ReadFile(c.cfg.ClientCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tlsreload: client CA file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tlsreload: client CA file %s holds no PEM certificate", c.cfg.ClientCAFile)
-		}
-		cfg.ClientCAs = pool
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	if c.cfg.ClientCAFile == "" {
+		return cfg, nil
 	}
+	stamp, err := statFile(c.cfg.ClientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("tlsreload: client CA file: %w", err)
+	}
+	pool, err := loadCAs(c.cfg.ClientCAFile)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	cfg.ClientCAs = pool
+	// Each handshake takes the configuration of the current bundle: the
+	// same one, built again only when the bundle changes (a clone shares
+	// the session ticket keys, so resumption keeps working).
+	perCA := cfg.Clone()
+	c.caMu.Lock()
+	c.caConfig, c.caStamp, c.caCheckedAt = perCA, stamp, c.now()
+	c.caMu.Unlock()
+	cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) { return c.clientCAConfig(), nil }
 	return cfg, nil
+}
+
+// clientCAConfig returns the server configuration with the current client
+// CA bundle, re-reading the bundle first when it changed.
+func (c *Certificates) clientCAConfig() *tls.Config {
+	c.caMu.Lock()
+	defer c.caMu.Unlock()
+	now := c.now()
+	if now.Sub(c.caCheckedAt) < CheckInterval {
+		return c.caConfig
+	}
+	c.caCheckedAt = now
+	stamp, err := statFile(c.cfg.ClientCAFile)
+	if err != nil {
+		c.logger.Warn("client CA file unreadable; trusting the previous bundle", slog.Any("error", err))
+		return c.caConfig
+	}
+	if stamp == c.caStamp {
+		return c.caConfig
+	}
+	pool, err := loadCAs(c.cfg.ClientCAFile)
+	if err != nil {
+		c.logger.Warn("client CA file changed but does not load; trusting the previous bundle", slog.Any("error", err))
+		return c.caConfig
+	}
+	next := c.caConfig.Clone()
+	next.ClientCAs = pool
+	c.caConfig, c.caStamp = next, stamp
+	c.logger.Info("client CA bundle reloaded", slog.String("client_ca_file", c.cfg.ClientCAFile))
+	return c.caConfig
+}
+
+// loadCAs reads a PEM bundle of CA certificates.
+func loadCAs(name string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("tlsreload: client CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("tlsreload: client CA file %s holds no PEM certificate", name)
+	}
+	return pool, nil
 }
 
 // Current returns the key pair to serve, re-reading the files first when
@@ -132,11 +194,19 @@ func (c *Certificates) Current() *tls.Certificate {
 func (c *Certificates) stat() ([2]fileStamp, error) {
 	var out [2]fileStamp
 	for i, name := range []string{c.cfg.CertFile, c.cfg.KeyFile} {
-		fi, err := os.Stat(name)
+		st, err := statFile(name)
 		if err != nil {
-			return out, fmt.Errorf("tlsreload: %w", err)
+			return out, err
 		}
-		out[i] = fileStamp{mod: fi.ModTime(), size: fi.Size()}
+		out[i] = st
 	}
 	return out, nil
+}
+
+func statFile(name string) (fileStamp, error) {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return fileStamp{}, fmt.Errorf("tlsreload: %w", err)
+	}
+	return fileStamp{mod: fi.ModTime(), size: fi.Size()}, nil
 }

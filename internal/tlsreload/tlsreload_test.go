@@ -167,6 +167,37 @@ func TestCertificates(t *testing.T) {
 		require.Equal(t, b.serial, sn)
 	})
 
+	t.Run("RotatedClientCAsTrustedWithoutRestart", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, true)
+		oldClient := b.clientCA.Client(t).TLS(t)
+		_, err := check(t, b, &oldClient)
+		require.NoError(t, err)
+
+		// The bundle now holds another CA only: its clients are let in,
+		// the old CA's refused, once the file is looked at again.
+		next := tlstest.NewCA(t, "next-client-ca")
+		later := time.Now().Add(time.Minute)
+		require.NoError(t, os.WriteFile(b.cfg.ClientCAFile, next.PEM, 0o600))
+		require.NoError(t, os.Chtimes(b.cfg.ClientCAFile, later, later))
+		newClient := next.Client(t).TLS(t)
+		_, err = check(t, b, &newClient)
+		require.Error(t, err, "files are looked at no more than once per CheckInterval")
+
+		advance(b)
+		_, err = check(t, b, &newClient)
+		require.NoError(t, err, "the new CA's client")
+		_, err = check(t, b, &oldClient)
+		require.Error(t, err, "the removed CA's client")
+
+		// A bundle that does not load keeps the previous one.
+		require.NoError(t, os.WriteFile(b.cfg.ClientCAFile, []byte("half-written"), 0o600))
+		require.NoError(t, os.Chtimes(b.cfg.ClientCAFile, later.Add(time.Minute), later.Add(time.Minute)))
+		advance(b)
+		_, err = check(t, b, &newClient)
+		require.NoError(t, err)
+	})
+
 	t.Run("BadFilesNamed", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()

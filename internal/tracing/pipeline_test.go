@@ -46,6 +46,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
+	"github.com/standmeet/webhook-dispatcher/internal/seal"
 	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
 	"github.com/standmeet/webhook-dispatcher/internal/tracing"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -96,9 +97,7 @@ type testBundle struct {
 	store    *ingest.Store
 	metrics  *metrics.Metrics
 	url      string // the endpoints' URL, with a token in its query
-	keyring  interface {
-		Seal(plaintext, aad []byte) ([]byte, error)
-	}
+	keyring  *seal.Keyring
 }
 
 type setupOpts struct {
@@ -199,7 +198,7 @@ func (b *testBundle) createEndpoint(t *testing.T, embedID ...string) {
 	require.NoError(t, err)
 	key, err := webhook.ParseSecret(secret)
 	require.NoError(t, err)
-	sealed, err := b.keyring.Seal(key, id[:])
+	sealed, err := endpoint.SealSigningKey(b.keyring, id, endpoint.SchemeV1, endpoint.ColumnSecret, key)
 	require.NoError(t, err)
 	opts := &testfactory.EndpointOpts{
 		ID: &id, OwnerID: "owner_1", URL: b.url, SecretEnc: sealed,

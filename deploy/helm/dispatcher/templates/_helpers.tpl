@@ -62,3 +62,16 @@ runAsNonRoot: true
 capabilities:
   drop: ["ALL"]
 {{- end -}}
+
+{{/*
+The Secret's keys mounted as files: master-keys and every role's tokens
+(from a Secret of your own: all four; from the chart's: those given).
+*/}}
+{{- define "dispatcher.secretFiles" -}}
+{{- $s := .Values.secrets -}}
+{{- $keys := list "master-keys" -}}
+{{- if or $s.existingSecret $s.publisherTokens }}{{ $keys = append $keys "publisher-tokens" }}{{ end -}}
+{{- if or $s.existingSecret $s.adminTokens }}{{ $keys = append $keys "admin-tokens" }}{{ end -}}
+{{- if or $s.existingSecret $s.operatorTokens }}{{ $keys = append $keys "operator-tokens" }}{{ end -}}
+{{- toJson $keys -}}
+{{- end -}}

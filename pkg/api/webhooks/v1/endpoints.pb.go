@@ -1059,8 +1059,10 @@ type CreateEndpointResponse struct {
 	Secret string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
 	// The request_id had already created this endpoint: nothing new was made.
 	// secret is then the same secret the first reply showed (it is stored
-	// sealed), so a client whose first reply was lost still gets it; it is
-	// empty if the secret was rotated since, and RotateSecret issues a new one.
+	// sealed), so a client whose first reply was lost still gets it, if the
+	// request_id is a random UUID (version 4 or 7) and the retry comes within
+	// 10 minutes of the create; it is empty otherwise, or if the secret was
+	// rotated since, and RotateSecret issues a new one.
 	Replayed      bool `protobuf:"varint,3,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -52,7 +52,8 @@ type EndpointServiceClient interface {
 	ListEndpoints(ctx context.Context, in *ListEndpointsRequest, opts ...grpc.CallOption) (*ListEndpointsResponse, error)
 	GetEndpoint(ctx context.Context, in *GetEndpointRequest, opts ...grpc.CallOption) (*GetEndpointResponse, error)
 	// CreateEndpoint returns the signing secret; this is the only time it is
-	// shown (a retry with the same request_id shows the same one again).
+	// shown (a retry with the same random request_id, within minutes, shows the
+	// same one again).
 	CreateEndpoint(ctx context.Context, in *CreateEndpointRequest, opts ...grpc.CallOption) (*CreateEndpointResponse, error)
 	// UpdateEndpoint changes the fields named in update_mask. Setting enabled to
 	// true clears failing_since and disabled_reason.
@@ -291,7 +292,8 @@ type EndpointServiceServer interface {
 	ListEndpoints(context.Context, *ListEndpointsRequest) (*ListEndpointsResponse, error)
 	GetEndpoint(context.Context, *GetEndpointRequest) (*GetEndpointResponse, error)
 	// CreateEndpoint returns the signing secret; this is the only time it is
-	// shown (a retry with the same request_id shows the same one again).
+	// shown (a retry with the same random request_id, within minutes, shows the
+	// same one again).
 	CreateEndpoint(context.Context, *CreateEndpointRequest) (*CreateEndpointResponse, error)
 	// UpdateEndpoint changes the fields named in update_mask. Setting enabled to
 	// true clears failing_since and disabled_reason.

@@ -1,0 +1,113 @@
+package delivery
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/standmeet/webhook-dispatcher/internal/egress"
+	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
+)
+
+// logBuffer is an io.Writer for a JSON handler that the worker's goroutines
+// may write to concurrently.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// records returns the logged records with the given message.
+func (l *logBuffer) records(t *testing.T, msg string) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for line := range strings.SplitSeq(strings.TrimSpace(l.buf.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &rec), line)
+		if rec["msg"] == msg {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+func TestAttemptLogLevel(t *testing.T) {
+	t.Parallel()
+
+	// setupLogged is setup with the worker logging JSON at level to a buffer.
+	setupLogged := func(t *testing.T, level slog.Level) (*testBundle, *logBuffer) {
+		t.Helper()
+		b := setup(t)
+		logs := &logBuffer{}
+		b.worker = NewWorker(b.worker.cfg, b.db.Pool, egress.NewClient(egress.Config{AllowCIDRs: loopback}),
+			endpoint.NewKeyOpener(b.keyring), b.metrics, slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: level})))
+		return b, logs
+	}
+
+	t.Run("SuccessWritesNoInfoLine", func(t *testing.T) {
+		t.Parallel()
+		b, logs := setupLogged(t, slog.LevelInfo)
+		rc := newReceiver(t, status(http.StatusOK))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		require.NoError(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
+		require.EqualValues(t, 1, rc.hits.Load())
+		require.Empty(t, logs.records(t, "delivery attempt"))
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		require.Empty(t, logs.buf.String(), "a success writes nothing at info")
+	})
+
+	t.Run("SuccessIsLoggedAtDebug", func(t *testing.T) {
+		t.Parallel()
+		b, logs := setupLogged(t, slog.LevelDebug)
+		rc := newReceiver(t, status(http.StatusOK))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		require.NoError(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
+		recs := logs.records(t, "delivery attempt")
+		require.Len(t, recs, 1)
+		require.Equal(t, "DEBUG", recs[0]["level"])
+		require.Equal(t, "completed", recs[0]["outcome"])
+	})
+
+	t.Run("FailureWritesAnInfoLine", func(t *testing.T) {
+		t.Parallel()
+		b, logs := setupLogged(t, slog.LevelInfo)
+		rc := newReceiver(t, status(http.StatusInternalServerError))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		requireRetryable(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
+		recs := logs.records(t, "delivery attempt")
+		require.Len(t, recs, 1)
+		require.Equal(t, "INFO", recs[0]["level"])
+		require.Equal(t, "retryable", recs[0]["outcome"])
+		require.EqualValues(t, 500, recs[0]["status"])
+		require.Contains(t, recs[0]["error"], "HTTP 500")
+	})
+
+	t.Run("RetryAfterSnoozeWritesAnInfoLine", func(t *testing.T) {
+		t.Parallel()
+		b, logs := setupLogged(t, slog.LevelInfo)
+		rc := newReceiver(t, status(http.StatusServiceUnavailable, "Retry-After", "30"))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		requireSnooze(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
+		recs := logs.records(t, "delivery attempt")
+		require.Len(t, recs, 1)
+		require.Equal(t, "INFO", recs[0]["level"])
+		require.Equal(t, "snoozed", recs[0]["outcome"])
+	})
+}

@@ -1,0 +1,329 @@
+package grpcapi
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/standmeet/webhook-dispatcher/internal/auth"
+	"github.com/standmeet/webhook-dispatcher/internal/inflight"
+	"github.com/standmeet/webhook-dispatcher/internal/portmux"
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+)
+
+// Default request size limits. A PublishBatch of MaxBatchSize events, each
+// with data of the most webhook.MaxDataBytes, fits in DefaultBatchBytes with
+// room to spare; every other request is one event or a few fields.
+const (
+	DefaultBatchBytes   = 4 << 20
+	DefaultRequestBytes = 64 << 10
+)
+
+// Limits bounds the size of one request message, per method.
+type Limits struct {
+	// BatchBytes bounds PublishBatch (0: DefaultBatchBytes).
+	BatchBytes int
+	// RequestBytes bounds every other call (0: DefaultRequestBytes).
+	RequestBytes int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.BatchBytes <= 0 {
+		l.BatchBytes = DefaultBatchBytes
+	}
+	if l.RequestBytes <= 0 {
+		l.RequestBytes = DefaultRequestBytes
+	}
+	return l
+}
+
+// Largest is the largest request any method takes: the gRPC server's own
+// bound on a message (grpc.MaxRecvMsgSize).
+func (l Limits) Largest() int {
+	l = l.withDefaults()
+	return max(l.BatchBytes, l.RequestBytes)
+}
+
+// For returns the limit of fullMethod.
+func (l Limits) For(fullMethod string) int {
+	l = l.withDefaults()
+	if fullMethod == webhooksv1.EventService_PublishBatch_FullMethodName {
+		return l.BatchBytes
+	}
+	return l.RequestBytes
+}
+
+// forMessage returns the limit of a request message of m's type: the codec
+// sees the message, not the method.
+func (l Limits) forMessage(m any) int {
+	l = l.withDefaults()
+	if _, ok := m.(*webhooksv1.PublishBatchRequest); ok {
+		return l.BatchBytes
+	}
+	return l.RequestBytes
+}
+
+// GateConfig configures a Gate.
+type GateConfig struct {
+	// Auth checks tokens; required.
+	Auth *auth.Authenticator
+	// Throttle limits failed tokens per client address; nil: no limit.
+	Throttle *auth.Throttle
+	// Budget bounds the bytes of requests being read at once; nil: no bound.
+	Budget *inflight.Budget
+	// Limits bounds one request per method.
+	Limits Limits
+}
+
+// Gate admits gRPC calls before any of their message is read, and turns a
+// request that cannot be decoded into a client error.
+//
+// Its tap handler (grpc.InTapHandle) runs when a call's headers arrive, on
+// the connection's reader, before the server reads a byte of the message:
+// it refuses a throttled address, a missing or unknown token and a role that
+// may not call the method, then reserves the method's size limit from the
+// Budget (Unavailable when it is full, which clients retry with backoff as
+// they would HTTP's 503; the tap must not block) until
+// the call ends. So an unauthenticated caller costs the server the headers
+// it sent, whatever message follows them. Calls of the HTTP/JSON API come in
+// over the in-process pipe already authenticated and reserved by its guard
+// (internal/httpapi), and reserve nothing twice.
+//
+// The interceptors check the token again (a server built without the tap,
+// in tests, is still closed) and turn the codec's findings into statuses.
+//
+// Health and reflection need no token, so their calls are bounded apart:
+// gRPC reads any message up to the largest limit before a codec can look at
+// it, so each such call reserves that much from a small budget of its own
+// (two such reads at once) from its headers until its message has been read
+// — microseconds for the few bytes these calls send — and is answered
+// Unavailable when the budget is taken. What an unauthenticated client can
+// make the process hold is that budget.
+type Gate struct {
+	cfg    GateConfig
+	codec  *gateCodec
+	limits Limits
+	open   *inflight.Budget
+}
+
+// openReads is how many calls that need no token may be read at once.
+const openReads = 2
+
+// NewGate returns a Gate.
+func NewGate(cfg GateConfig) *Gate {
+	cfg.Limits = cfg.Limits.withDefaults()
+	return &Gate{cfg: cfg, limits: cfg.Limits, codec: &gateCodec{inner: encoding.GetCodecV2("proto"), limits: cfg.Limits},
+		open: inflight.New(openReads * int64(cfg.Limits.Largest()))}
+}
+
+// ServerOptions returns the options that install the gate: the tap handler,
+// the codec, the interceptors and the server's bound on one message.
+func (g *Gate) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.InTapHandle(g.Tap),
+		grpc.ForceServerCodecV2(g.codec),
+		grpc.MaxRecvMsgSize(g.limits.Largest()),
+		grpc.ChainUnaryInterceptor(g.unary),
+		grpc.ChainStreamInterceptor(g.stream),
+	}
+}
+
+// ServerOptions returns a Gate's options with no throttle, no budget and
+// the default limits.
+func ServerOptions(a *auth.Authenticator) []grpc.ServerOption {
+	return NewGate(GateConfig{Auth: a}).ServerOptions()
+}
+
+// Tap is the gate's grpc.InTapHandle. ctx carries the call's metadata and
+// peer; nothing of its message has been read.
+func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	p, _ := peer.FromContext(ctx)
+	piped := p != nil && p.Addr != nil && p.Addr.Network() == portmux.PipeNetwork
+	addr := ""
+	if p != nil && p.Addr != nil && !piped {
+		addr = p.Addr.String()
+	}
+	_, open, _ := required(info.FullMethodName)
+	if open {
+		return g.tapOpen(ctx)
+	}
+	if g.cfg.Throttle != nil && addr != "" {
+		if wait, ok := g.cfg.Throttle.Allow(addr); !ok {
+			g.cfg.Auth.Denied(ctx, "grpc", info.FullMethodName, "throttled after failed tokens", addr)
+			return ctx, status.Errorf(codes.ResourceExhausted,
+				"too many failed authentications from this address: retry in %s", wait)
+		}
+	}
+	if err := Authorize(ctx, g.cfg.Auth, info.FullMethodName); err != nil {
+		// Only a token presented and wrong is a guess; a missing one
+		// (a misconfigured client) is not throttled.
+		if _, present := bearer(ctx); present && status.Code(err) == codes.Unauthenticated && g.cfg.Throttle != nil && addr != "" {
+			g.cfg.Throttle.Fail(addr)
+		}
+		return ctx, err
+	}
+	if g.cfg.Budget == nil || piped {
+		return ctx, nil
+	}
+	release, ok := g.cfg.Budget.TryAcquire(int64(g.limits.For(info.FullMethodName)))
+	if !ok {
+		return ctx, status.Errorf(codes.Unavailable,
+			"the server is reading as many requests as its memory budget allows (%d bytes): retry shortly", g.cfg.Budget.Size())
+	}
+	// The stream's context ends with the call, however it ends.
+	context.AfterFunc(ctx, release)
+	return ctx, nil
+}
+
+// openReadKey holds, in the context of a call that needs no token, its
+// reservation from the open budget while its first message is read.
+type openReadKey struct{}
+
+func (g *Gate) tapOpen(ctx context.Context) (context.Context, error) {
+	release, ok := g.open.TryAcquire(int64(g.limits.Largest()))
+	if !ok {
+		return ctx, status.Error(codes.Unavailable, "too many unauthenticated calls (health, reflection) being read at once: retry")
+	}
+	context.AfterFunc(ctx, release)
+	return context.WithValue(ctx, openReadKey{}, release), nil
+}
+
+// releaseOpenRead gives back a call's open reservation, once its message
+// has been read.
+func releaseOpenRead(ctx context.Context) {
+	if release, ok := ctx.Value(openReadKey{}).(func()); ok {
+		release()
+	}
+}
+
+// authorize checks the token again behind the tap: a server built with
+// these interceptors but without the tap is still closed.
+func (g *Gate) authorize(ctx context.Context, fullMethod string) error {
+	return Authorize(ctx, g.cfg.Auth, fullMethod)
+}
+
+func (g *Gate) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	// The request has been read and decoded by now.
+	releaseOpenRead(ctx)
+	if err := g.authorize(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	if err := g.codec.take(req); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (g *Gate) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := g.authorize(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	cs := &checkedStream{ServerStream: ss, codec: g.codec}
+	if _, open, _ := required(info.FullMethod); open {
+		cs.open = g
+		cs.release, _ = ss.Context().Value(openReadKey{}).(func())
+	}
+	return handler(srv, cs)
+}
+
+// checkedStream turns what the codec found in each received message into
+// the call's status and, for a call that needs no token, reserves each
+// message's read from the open budget (the first one's reservation is the
+// tap's).
+type checkedStream struct {
+	grpc.ServerStream
+	codec   *gateCodec
+	open    *Gate
+	release func()
+}
+
+func (s *checkedStream) RecvMsg(m any) error {
+	if s.open != nil {
+		if s.release == nil {
+			r, ok := s.open.open.TryAcquire(int64(s.open.limits.Largest()))
+			if !ok {
+				return status.Error(codes.Unavailable, "too many unauthenticated calls (health, reflection) being read at once: retry")
+			}
+			s.release = r
+		}
+		defer func() { s.release(); s.release = nil }()
+	}
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.codec.take(m)
+}
+
+// gateCodec is the proto codec, except that a request it cannot decode is
+// the client's error. gRPC answers Internal when a server codec fails, which
+// tells clients to retry what can never succeed, and leaves the error before
+// any interceptor runs. So Unmarshal records the error against the message
+// and succeeds; the interceptor, which gets that very message next, takes
+// the error back and answers InvalidArgument (or ResourceExhausted for a
+// message over its method's limit, which is not decoded at all).
+type gateCodec struct {
+	inner  encoding.CodecV2
+	limits Limits
+	errs   sync.Map // request message (a pointer) → error
+}
+
+func (c *gateCodec) Name() string { return c.inner.Name() }
+
+func (c *gateCodec) Marshal(v any) (mem.BufferSlice, error) { return c.inner.Marshal(v) }
+
+func (c *gateCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if n, limit := data.Len(), c.limits.forMessage(v); n > limit {
+		c.errs.Store(v, status.Errorf(codes.ResourceExhausted,
+			"the request message is %d bytes; this method takes at most %d", n, limit))
+		return nil
+	}
+	m, ok := v.(proto.Message)
+	if !ok {
+		return c.inner.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	if err := proto.Unmarshal(buf.ReadOnlyData(), m); err != nil {
+		c.errs.Store(v, status.Error(codes.InvalidArgument, "the request message is not valid protobuf: "+describeDecode(err)))
+	}
+	return nil
+}
+
+// take returns (and forgets) the error Unmarshal recorded for m, if any.
+func (c *gateCodec) take(m any) error {
+	if err, ok := c.errs.LoadAndDelete(m); ok {
+		return err.(error)
+	}
+	return nil
+}
+
+// describeDecode names what was wrong, in words a client can act on.
+func describeDecode(err error) string {
+	msg := err.Error()
+	switch {
+	case containsAny(msg, "invalid UTF-8"):
+		return "a string field holds invalid UTF-8 (" + msg + ")"
+	case containsAny(msg, "recursion", "depth"):
+		return "it nests too deeply (" + msg + ")"
+	default:
+		return "truncated or garbled (" + msg + ")"
+	}
+}
+
+func containsAny(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
