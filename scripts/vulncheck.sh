@@ -25,5 +25,7 @@ if ! reachable; then
 	echo "govulncheck: no known-vulnerability check was made. Run 'make check/vuln' where it is reachable."
 	exit 0
 fi
-echo "govulncheck: database $db reachable; checking ./..."
-exec "$GO" tool -modfile=tools/vuln/go.mod govulncheck -db "$db" ./...
+echo "govulncheck: database $db reachable; checking ./... and pkg/'s module"
+"$GO" tool -modfile=tools/vuln/go.mod govulncheck -db "$db" ./...
+# pkg/ is a module of its own (what applications import): checked from there.
+"$GO" -C pkg tool -modfile=../tools/vuln/go.mod govulncheck -db "$db" ./...

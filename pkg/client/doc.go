@@ -23,7 +23,9 @@
 // (pkg/catalog, the same code the dispatcher runs): the default catalog, or
 // the one the dispatcher is configured with (WithCatalog). A mistake is
 // answered as the dispatcher would, InvalidArgument naming the field
-// ("event.data.op"), without a call.
+// ("event.data.op"), without a call. Given the dispatcher's catalog, a type
+// in none of it is such a mistake too, answered with the nearest type
+// ("did you mean \"booking.created\"?"); AllowUnknownTypes sends it anyway.
 //
 // There is a builder function per type of the default event catalog
 // (CodeIssued, CorpusNoteChanged, …) taking that type's data as a struct
@@ -43,6 +45,12 @@
 //		...
 //	}
 //	if errors.Is(err, client.ErrNotFound) { … }
+//
+// Admin makes every EndpointService call: endpoints, deliveries (GetDelivery,
+// RetryDelivery, Redeliver, and Recover for the whole recovery after an
+// outage), attempts, stats, events with the fanout's decision, and the event
+// types. Deliveries and attempts count the retry schedule's attempts ("4 of
+// 18") and recovery probes apart.
 //
 // Lists are iterators that fetch page after page; errors are *Error, matched
 // with errors.Is against ErrNotFound, ErrInvalidArgument (Error.Violations
