@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,6 +46,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/partition"
+	"github.com/standmeet/webhook-dispatcher/internal/portal"
 	"github.com/standmeet/webhook-dispatcher/internal/portmux"
 	"github.com/standmeet/webhook-dispatcher/internal/retention"
 	"github.com/standmeet/webhook-dispatcher/internal/riverlevel"
@@ -271,15 +274,28 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	serverOpts = append(serverOpts, grpcapi.ServerOptions(authn)...)
 	grpcServer := grpc.NewServer(serverOpts...)
 	webhooksv1.RegisterEventServiceServer(grpcServer, grpcapi.NewEventServer(store, logger))
-	webhooksv1.RegisterEndpointServiceServer(grpcServer, grpcapi.NewEndpointServer(endpoints, logger))
-	healthServer := health.NewServer()
-	healthpb.RegisterHealthServer(grpcServer, healthServer)
-	reflection.Register(grpcServer)
 
 	grpcLis, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("gRPC listen on %s: %w", cfg.GRPCAddr, err)
 	}
+	// The owners' portal: pages over the same endpoint service, on the API
+	// port; CreatePortalSession makes its links.
+	var portalPages *portal.Portal
+	var endpointOpts []grpcapi.EndpointServerOption
+	if cfg.Portal {
+		portalPages, err = newPortal(cfg, grpcLis.Addr(), grpcTLS != nil, pool, endpoints, logger)
+		if err != nil {
+			_ = grpcLis.Close()
+			return err
+		}
+		endpointOpts = append(endpointOpts, grpcapi.WithPortal(portalPages))
+	}
+	webhooksv1.RegisterEndpointServiceServer(grpcServer, grpcapi.NewEndpointServer(endpoints, logger, endpointOpts...))
+	healthServer := health.NewServer()
+	healthpb.RegisterHealthServer(grpcServer, healthServer)
+	reflection.Register(grpcServer)
+
 	// One port, two protocols: gRPC, and the HTTP/JSON API transcoded into
 	// calls of the same gRPC server over an in-process connection, so both
 	// meet the same interceptors, handlers and errors.
@@ -299,7 +315,14 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	}
 	// Bounded like the gRPC side: a client cannot hold a connection open
 	// by sending its request slowly, nor keep an idle one for ever.
-	httpServer := &http.Server{Handler: apiHandler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+	var apiRoot http.Handler = apiHandler
+	if portalPages != nil {
+		root := http.NewServeMux()
+		root.Handle("/", apiHandler)
+		root.Handle(portal.MountPath, http.StripPrefix(strings.TrimSuffix(portal.MountPath, "/"), portalPages.Handler()))
+		apiRoot = root
+	}
+	httpServer := &http.Server{Handler: apiRoot, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	opsLis, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.OpsAddr)
 	if err != nil {
@@ -520,4 +543,23 @@ func metricLabels() metrics.Labels {
 		IngestResults:    ingest.Results(),
 		RescueKinds:      partition.RescueKinds(),
 	}
+}
+
+// newPortal builds the owners' portal. Without a configured public URL its
+// links name the API's own address, which serves a browser on this machine
+// or network; behind a proxy, set -portal-url.
+func newPortal(cfg *serveConfig, apiAddr net.Addr, tls bool, pool *pgxpool.Pool, svc *endpoint.Service, logger *slog.Logger) (*portal.Portal, error) {
+	raw := cfg.PortalURL
+	if raw == "" {
+		scheme := "http"
+		if tls {
+			scheme = "https"
+		}
+		raw = scheme + "://" + apiAddr.String() + portal.MountPath
+	}
+	u, err := url.Parse(raw)
+	if err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("invalid -portal-url %q: must be an absolute http(s) URL, like https://hooks.example.com/portal/", raw)
+	}
+	return portal.New(portal.Config{PublicURL: u, SecureCookie: cfg.PortalSecureCookie}, pool, svc, logger.With(slog.String("component", "portal")))
 }
