@@ -75,10 +75,10 @@ func TestCreateSessionValidates(t *testing.T) {
 		req    SessionRequest
 		fields []string
 	}{
-		"NothingSet":   {SessionRequest{}, []string{FieldOwnerID, FieldAccess}},
-		"TTLTooLong":   {SessionRequest{OwnerID: "o", Access: AccessRead, TTL: 25 * time.Hour}, []string{FieldTTL}},
-		"TTLNegative":  {SessionRequest{OwnerID: "o", Access: AccessRead, TTL: -time.Second}, []string{FieldTTL}},
-		"TTLMalformed": {SessionRequest{OwnerID: "o", Access: AccessRead, TTLMalformed: true}, []string{FieldTTL}},
+		"NothingSet":    {SessionRequest{}, []string{FieldOwnerID, FieldAccess}},
+		"TTLTooLong":    {SessionRequest{OwnerID: "o", Access: AccessRead, TTL: 25 * time.Hour}, []string{FieldTTL}},
+		"TTLNegative":   {SessionRequest{OwnerID: "o", Access: AccessRead, TTL: -time.Second}, []string{FieldTTL}},
+		"TTLMalformed":  {SessionRequest{OwnerID: "o", Access: AccessRead, TTLMalformed: true}, []string{FieldTTL}},
 		"UnknownAccess": {SessionRequest{OwnerID: "o", Access: "admin"}, []string{FieldAccess}},
 		"BadOrigins": {SessionRequest{OwnerID: "o", Access: AccessRead, AllowedOrigins: []string{
 			"https://ok.example", "https://a.example/path", "https://a.example; script-src *", "ftp://a.example", "https://a.example 'unsafe-inline'",
