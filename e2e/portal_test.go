@@ -572,3 +572,49 @@ func TestPortalRendersMarkupInert(t *testing.T) {
 	require.NoError(t, chromedp.Run(ctx, chromedp.Navigate("http://"+d.grpcAddr+"/portal/events/"+e.GetId())))
 	require.Contains(t, bodyText(t, ctx), "<script>window.pwned=3</script>", "the event's data shows as text")
 }
+
+// TestOperatorConsole: behind River UI's login, the console lists every
+// owner's failing endpoints and the queue.
+func TestOperatorConsole(t *testing.T) {
+	t.Parallel()
+	ctx := newBrowser(t, 1280, 900)
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
+	failing := newReceiver(t)
+	failing.setHandler(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+	createEndpoint(t, d, "owner-console-a", failing.URL+"/a", "code.*")
+	createEndpoint(t, d, "owner-console-b", rc(t).URL+"/b", "code.*")
+	publish(t, d, newEvent("owner-console-a", "code.issued", "code://1", `{}`))
+	waitFor(t, 30*time.Second, "the failed attempt", func() bool { return len(failing.requests()) >= 1 })
+
+	// Not logged in: the console is River UI's login away, and says nothing.
+	code, _, body := portalGet(t, portalClient(t), "http://"+d.opsAddr+"/riverui/console/")
+	require.Equal(t, http.StatusSeeOther, code)
+	require.NotContains(t, body, "owner-console-a")
+
+	console := "http://" + d.opsAddr + "/riverui/console/"
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(console),
+		chromedp.WaitVisible(`input[name="token"]`, chromedp.ByQuery),
+		chromedp.SendKeys(`input[name="token"]`, operatorToken, chromedp.ByQuery),
+		chromedp.Submit(`input[name="token"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`//h1[normalize-space()="Operator console"]`, chromedp.BySearch),
+	))
+	reloadUntil(t, ctx, failing.URL+"/a")
+	// The failure counts come with the attempts, written a moment later.
+	var text string
+	waitFor(t, 60*time.Second, "the owners with failures", func() bool {
+		require.NoError(t, chromedp.Run(ctx, chromedp.Reload()))
+		text = bodyText(t, ctx)
+		return !strings.Contains(text, "No failed attempt")
+	})
+	require.Contains(t, strings.ToLower(text), "oldest waiting delivery")
+	require.Contains(t, text, "Job #")
+	require.NotContains(t, text, "owner-console-b", "a healthy endpoint is not listed")
+	screenshot(t, ctx, "console")
+}
+
+// rc is a receiver that answers 200.
+func rc(t *testing.T) *receiver {
+	t.Helper()
+	return newReceiver(t)
+}

@@ -355,6 +355,11 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 			return err
 		}
 	}
+	if cfg.RiverUI && portalPages != nil {
+		// The operator console: every owner's troubled endpoints and the
+		// queue, behind River UI's login (its session cookie's path).
+		opsMux.Handle(consolePath, authn.Pages(auth.RoleOperator, "/riverui").Handler(portalPages.Console(consolePath, "/riverui")))
+	}
 	opsServer := &http.Server{Handler: opsMux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: opsTLS}
 
 	// River gets a context SIGTERM does not cancel: cancelling Start's
@@ -379,6 +384,9 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	opsPaths := "/metrics /healthz"
 	if cfg.RiverUI {
 		opsPaths += " /riverui/"
+		if portalPages != nil {
+			opsPaths += " " + consolePath
+		}
 	}
 	fmt.Fprintf(stdout, "dispatcher serving: grpc=%s ops=%s://%s (%s) schema=%s tokens: publisher=%d admin=%d operator=%d transport: grpc-api=%s ops-port=%s\n",
 		grpcLis.Addr(), opsScheme, opsLis.Addr(), opsPaths, cfg.DB.Schema,
@@ -544,6 +552,10 @@ func metricLabels() metrics.Labels {
 		RescueKinds:      partition.RescueKinds(),
 	}
 }
+
+// consolePath is the operator console's place on the ops port: under River
+// UI's prefix, so that River UI's login session opens it.
+const consolePath = "/riverui/console/"
 
 // newPortal builds the owners' portal. Without a configured public URL its
 // links name the API's own address, which serves a browser on this machine

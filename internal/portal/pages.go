@@ -136,8 +136,17 @@ func (p *Portal) render(w http.ResponseWriter, r *http.Request, code int, name s
 	if f := r.URL.Query().Get("done"); f != "" {
 		v.Flash = flashes[f]
 	}
+	p.renderCode(w, r, code, name, &v)
+}
+
+// renderView is render for a view built by the caller (the console).
+func (p *Portal) renderView(w http.ResponseWriter, r *http.Request, name string, v *view) {
+	p.renderCode(w, r, http.StatusOK, name, v)
+}
+
+func (p *Portal) renderCode(w http.ResponseWriter, r *http.Request, code int, name string, v *view) {
 	var buf bytes.Buffer
-	if err := p.pages.sets[name].ExecuteTemplate(&buf, "layout.html", &v); err != nil {
+	if err := p.pages.sets[name].ExecuteTemplate(&buf, "layout.html", v); err != nil {
 		p.logger.ErrorContext(r.Context(), "portal: render", slog.String("page", name), slog.Any("error", err))
 		p.plain(w, http.StatusInternalServerError, "Something went wrong. Try again.")
 		return
