@@ -571,6 +571,22 @@ func TestPortalRendersMarkupInert(t *testing.T) {
 	require.False(t, pwned)
 	require.NoError(t, chromedp.Run(ctx, chromedp.Navigate("http://"+d.grpcAddr+"/portal/events/"+e.GetId())))
 	require.Contains(t, bodyText(t, ctx), "<script>window.pwned=3</script>", "the event's data shows as text")
+
+	// A custom header name with markup, typed into the form: refused, and
+	// the refusal shows it as text.
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate("http://"+d.grpcAddr+"/portal/endpoints/"+res.GetEndpoint().GetId()+"/edit"),
+		chromedp.WaitVisible(`#headers`, chromedp.ByQuery),
+		chromedp.SendKeys(`#headers`, `<img src=x onerror="window.pwned=5">: v`, chromedp.ByQuery),
+		chromedp.Click(`form.form button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`p.error-summary`, chromedp.ByQuery),
+		chromedp.Evaluate(`window.pwned !== undefined || document.querySelector("main img, main script") !== null`, &pwned),
+	))
+	require.False(t, pwned)
+	require.Contains(t, bodyText(t, ctx), "Headers ")
+	got, err := d.endpoints().GetEndpoint(adminCtx(t), &webhooksv1.GetEndpointRequest{OwnerId: owner, EndpointId: res.GetEndpoint().GetId()})
+	require.NoError(t, err)
+	require.Equal(t, []string{"X-Trace"}, got.GetEndpoint().GetHeaderNames(), "nothing written")
 }
 
 // TestOperatorConsole: behind River UI's login, the console lists every

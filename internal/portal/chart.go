@@ -112,10 +112,14 @@ func niceMax(v int64) int64 {
 	}
 }
 
-// Latency labels for a window (used by the template).
+// Rate is the share of attempts that succeeded, for a page.
 func (s stats24h) Rate() string {
 	if s.Attempts == 0 {
 		return "—"
 	}
-	return strconv.FormatFloat(100*float64(s.Attempts-s.Failures)/float64(s.Attempts), 'f', 1, 64) + " %"
+	pct := 100 * float64(s.Attempts-s.Failures) / float64(s.Attempts)
+	if pct == float64(int64(pct)) {
+		return strconv.FormatInt(int64(pct), 10) + "%"
+	}
+	return strconv.FormatFloat(pct, 'f', 1, 64) + "%"
 }
