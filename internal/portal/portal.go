@@ -145,6 +145,12 @@ func securityHeaders(w http.ResponseWriter, origins []string) {
 
 // open spends a link's token and starts the session.
 func (p *Portal) open(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodHead {
+		// A link checker's HEAD must not spend the link.
+		securityHeaders(w, nil)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	tok, sess, err := p.sessions.open(r.Context(), r.URL.Query().Get("token"))
 	if err != nil {
 		if !errors.Is(err, errNoSession) {

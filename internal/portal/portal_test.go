@@ -116,6 +116,10 @@ func TestSessions(t *testing.T) {
 		require.NoError(t, err)
 		u, err := url.Parse(link.URL)
 		require.NoError(t, err)
+		head := httptest.NewRecorder()
+		b.h.ServeHTTP(head, httptest.NewRequest(http.MethodHead, "/portal/open?"+u.RawQuery, nil))
+		require.Equal(t, http.StatusOK, head.Code)
+		require.Empty(t, head.Result().Cookies(), "a HEAD does not spend the link")
 		rec := b.get(t, nil, "/portal/open?"+u.RawQuery)
 		require.Equal(t, http.StatusSeeOther, rec.Code)
 		c := rec.Result().Cookies()[0]
