@@ -52,7 +52,7 @@ func newBrowser(t *testing.T, width, height int) context.Context {
 	}
 	// Not t.TempDir: Chromium's helpers may still write to the profile
 	// for a moment after it has closed, which TempDir's check would fail.
-	profile, err := os.MkdirTemp("", "portal-chromium")
+	profile, err := os.MkdirTemp("", "portal-chromium") //nolint:usetesting // see above
 	require.NoError(t, err)
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path),

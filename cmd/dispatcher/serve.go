@@ -315,7 +315,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	}
 	// Bounded like the gRPC side: a client cannot hold a connection open
 	// by sending its request slowly, nor keep an idle one for ever.
-	var apiRoot http.Handler = apiHandler
+	apiRoot := apiHandler
 	if portalPages != nil {
 		root := http.NewServeMux()
 		root.Handle("/", apiHandler)

@@ -3,6 +3,7 @@ package attempt
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,12 +19,7 @@ type Hour struct {
 // hourlySQL reads the hour buckets of one endpoint from since, through the
 // primary key's range.
 var hourlySQL = func() string {
-	cols := statsColumns()
-	q := "SELECT bucket"
-	for _, c := range cols {
-		q += ", " + c
-	}
-	return q + ` FROM endpoint_stats WHERE endpoint_id = $1 AND span = 3600 AND bucket >= $2 ORDER BY bucket`
+	return "SELECT bucket, " + strings.Join(statsColumns(), ", ") + ` FROM endpoint_stats WHERE endpoint_id = $1 AND span = 3600 AND bucket >= $2 ORDER BY bucket`
 }()
 
 // Hourly returns one endpoint's attempts per hour over the last n hours up

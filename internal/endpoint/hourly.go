@@ -13,7 +13,7 @@ import (
 const MaxHourlyHours = 7 * 24
 
 // EndpointHourly returns one of owner's endpoints' attempts per hour over
-// the last hours hours (the current one included), oldest first. Another
+// the last n hours (the current one included; n is hours), oldest first. Another
 // owner's endpoint is ErrNotFound.
 func (s *Service) EndpointHourly(ctx context.Context, owner, rawID string, hours int) ([]attempt.Hour, error) {
 	var v violations

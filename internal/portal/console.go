@@ -48,7 +48,7 @@ type ownerFailures struct {
 	Endpoints          int64
 }
 
-func (*consoleData) pageTitle() (string, string) { return "Operator console", "console" }
+func (*consoleData) pageTitle() string { return "Operator console" }
 
 // consoleLimit bounds each list of the console.
 const consoleLimit = 50

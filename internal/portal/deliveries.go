@@ -20,8 +20,8 @@ type deliveryData struct {
 	Ended    bool
 }
 
-func (d *deliveryData) pageTitle() (string, string) {
-	return "Delivery " + strconv.FormatInt(d.D.JobID, 10), "endpoints"
+func (d *deliveryData) pageTitle() string {
+	return "Delivery " + strconv.FormatInt(d.D.JobID, 10)
 }
 
 // deliveryID reads a delivery id from the URL; a malformed one is not
@@ -77,7 +77,7 @@ type eventsData struct {
 	After, Before, Error string
 }
 
-func (*eventsData) pageTitle() (string, string) { return "Events", "events" }
+func (*eventsData) pageTitle() string { return "Events" }
 
 func (p *Portal) listEvents(w http.ResponseWriter, r *http.Request, sess *session) {
 	q := r.URL.Query()
@@ -121,7 +121,7 @@ type decisionRow struct {
 	Endpoints []string
 }
 
-func (*eventData) pageTitle() (string, string) { return "Event", "events" }
+func (*eventData) pageTitle() string { return "Event" }
 
 // reasonText says each fanout decision in a sentence.
 var reasonText = map[decision.Reason]string{

@@ -63,7 +63,7 @@ type listData struct {
 	Next string
 }
 
-func (*listData) pageTitle() (string, string) { return "Endpoints", "endpoints" }
+func (*listData) pageTitle() string { return "Endpoints" }
 
 func (p *Portal) listEndpoints(w http.ResponseWriter, r *http.Request, sess *session) {
 	page, err := p.svc.List(r.Context(), sess.ownerID, 50, r.URL.Query().Get("page"), nil)
@@ -121,11 +121,11 @@ type formData struct {
 	Errors      map[string]string
 }
 
-func (f *formData) pageTitle() (string, string) {
+func (f *formData) pageTitle() string {
 	if f.Edit {
-		return "Edit endpoint", "endpoints"
+		return "Edit endpoint"
 	}
-	return "New endpoint", "endpoints"
+	return "New endpoint"
 }
 
 func (p *Portal) newEndpoint(w http.ResponseWriter, r *http.Request, sess *session) {
@@ -139,9 +139,7 @@ func readForm(r *http.Request, f *formData) {
 	f.Description = r.PostForm.Get("description")
 	f.EventTypes = r.PostForm["event_types"]
 	if extra := strings.TrimSpace(r.PostForm.Get("event_types_other")); extra != "" {
-		for _, g := range strings.FieldsFunc(extra, func(c rune) bool { return c == ',' || c == ' ' || c == '\n' || c == '\r' }) {
-			f.EventTypes = append(f.EventTypes, g)
-		}
+		f.EventTypes = append(f.EventTypes, strings.FieldsFunc(extra, func(c rune) bool { return c == ',' || c == ' ' || c == '\n' || c == '\r' })...)
 	}
 	f.MaxInFlight = strings.TrimSpace(r.PostForm.Get("max_in_flight"))
 	f.MaxPerSec = strings.TrimSpace(r.PostForm.Get("max_per_second"))
@@ -211,11 +209,11 @@ type secretData struct {
 	PreviousExpiresAt *time.Time
 }
 
-func (d *secretData) pageTitle() (string, string) {
+func (d *secretData) pageTitle() string {
 	if d.Created {
-		return "Endpoint created", "endpoints"
+		return "Endpoint created"
 	}
-	return "Secret rotated", "endpoints"
+	return "Secret rotated"
 }
 
 func (p *Portal) createEndpoint(w http.ResponseWriter, r *http.Request, sess *session) {
@@ -325,7 +323,7 @@ func (p *Portal) setEnabled(on bool) func(http.ResponseWriter, *http.Request, *s
 
 type confirmData struct{ E *endpoint.Endpoint }
 
-func (*confirmData) pageTitle() (string, string) { return "Delete endpoint", "endpoints" }
+func (*confirmData) pageTitle() string { return "Delete endpoint" }
 
 func (p *Portal) confirmDelete(w http.ResponseWriter, r *http.Request, sess *session) {
 	e, err := p.svc.Get(r.Context(), sess.ownerID, r.PathValue("id"))
@@ -382,11 +380,11 @@ type endpointData struct {
 	Error      string
 }
 
-func (d *endpointData) pageTitle() (string, string) {
+func (d *endpointData) pageTitle() string {
 	if d.E.Name != "" {
-		return d.E.Name, "endpoints"
+		return d.E.Name
 	}
-	return d.E.URL, "endpoints"
+	return d.E.URL
 }
 
 // deliveryFilter is the deliveries list's query, as the form sends it.
@@ -488,7 +486,7 @@ type testData struct {
 	Waiting  bool
 }
 
-func (*testData) pageTitle() (string, string) { return "Test event", "endpoints" }
+func (*testData) pageTitle() string { return "Test event" }
 
 func (p *Portal) testResult(w http.ResponseWriter, r *http.Request, sess *session) {
 	e, err := p.svc.Get(r.Context(), sess.ownerID, r.PathValue("id"))
@@ -540,7 +538,7 @@ type catalogType struct {
 	SchemaText, ExampleText string
 }
 
-func (*catalogData) pageTitle() (string, string) { return "Event catalog", "catalog" }
+func (*catalogData) pageTitle() string { return "Event catalog" }
 
 func (p *Portal) catalog(w http.ResponseWriter, r *http.Request, sess *session) {
 	data := &catalogData{}

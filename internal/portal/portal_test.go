@@ -2,6 +2,7 @@ package portal
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -88,7 +89,7 @@ func TestCreateSessionValidates(t *testing.T) {
 			t.Parallel()
 			r := tc.req
 			err := validate(&r)
-			ve, ok := err.(*endpoint.ValidationError)
+			ve, ok := errors.AsType[*endpoint.ValidationError](err)
 			require.True(t, ok, "%v", err)
 			var got []string
 			for _, v := range ve.Violations {
