@@ -140,7 +140,19 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	}
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	var buf []byte
-	require.NoError(t, chromedp.Run(ctx, chromedp.FullScreenshot(&buf, 100)))
+	// The whole page, up to 2400 px tall: the catalog's forty types
+	// would make a poster of it.
+	var height int64
+	require.NoError(t, chromedp.Run(ctx, chromedp.Evaluate(`document.documentElement.scrollHeight`, &height)))
+	var width int64
+	require.NoError(t, chromedp.Run(ctx, chromedp.Evaluate(`document.documentElement.clientWidth`, &width)))
+	require.NoError(t, chromedp.Run(ctx, chromedp.ActionFunc(func(ctx context.Context) error {
+		var err error
+		buf, err = page.CaptureScreenshot().WithFormat(page.CaptureScreenshotFormatPng).
+			WithCaptureBeyondViewport(true).
+			WithClip(&page.Viewport{Width: float64(width), Height: float64(min(height, 2400)), Scale: 1}).Do(ctx)
+		return err
+	})))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), buf, 0o644))
 }
 
