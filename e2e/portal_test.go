@@ -517,6 +517,18 @@ func TestPortalRefusals(t *testing.T) {
 		require.Empty(t, h.Get("X-Frame-Options"))
 	})
 
+	t.Run("CLIPrintsALink", func(t *testing.T) {
+		t.Parallel()
+		cmd := exec.Command(binary, "portal-link", "--addr", d.grpcAddr, "--owner", "owner-cli", "--access", "read")
+		cmd.Env = append(os.Environ(), "DISPATCHER_TOKEN="+adminToken)
+		out, err := cmd.Output()
+		require.NoError(t, err)
+		link := strings.TrimSpace(string(out))
+		require.True(t, strings.HasPrefix(link, base+"open?token="), link)
+		code, _, _ := portalGet(t, portalClient(t), link)
+		require.Equal(t, http.StatusSeeOther, code)
+	})
+
 	t.Run("BadSessionRequestsNameTheField", func(t *testing.T) {
 		t.Parallel()
 		code, _, body := httpCall(t, d, http.MethodPost, "/v1/portal-sessions", adminToken, "application/json",
