@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,12 +17,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/tlsreload/tlstest"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
@@ -41,7 +44,7 @@ func chromiumPath() string {
 // newBrowser starts a headless Chromium of its own (fresh profile) for one
 // test. Without a browser the test skips, except in CI, where that is a
 // failure: .ci/run installs it.
-func newBrowser(t *testing.T, width, height int) context.Context {
+func newBrowser(t *testing.T, width, height int, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path := chromiumPath()
 	if path == "" {
@@ -72,6 +75,7 @@ func newBrowser(t *testing.T, width, height int) context.Context {
 		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(width, height),
 	}
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
 	// A liveness bound for the whole test, generous for a loaded machine.
@@ -657,4 +661,74 @@ func TestOperatorConsole(t *testing.T) {
 func rc(t *testing.T) *receiver {
 	t.Helper()
 	return newReceiver(t)
+}
+
+// TestPortalEmbeddedInAllowedOrigin is the embedding flow over HTTPS: the
+// main application's page on another origin frames the link of a session
+// that allows that origin, and the portal renders inside the frame with its
+// cookie (SameSite=None; Secure; Partitioned).
+func TestPortalEmbeddedInAllowedOrigin(t *testing.T) {
+	t.Parallel()
+	ca := tlstest.NewCA(t, "portal-ca")
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	ca.Server(t).Write(t, certFile, keyFile, time.Now().Add(-time.Minute))
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}, env: []string{
+		"DISPATCHER_GRPC_TLS_CERT=" + certFile, "DISPATCHER_GRPC_TLS_KEY=" + keyFile,
+	}})
+	api := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+	var frameSrc string
+	app := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<!doctype html><h1>Main app</h1><iframe id="portal" src="%s" width="1000" height="600" title="Webhooks"></iframe>`, frameSrc)
+	}))
+	t.Cleanup(app.Close)
+
+	link := func(t *testing.T, origins ...string) string {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, "https://"+d.grpcAddr+"/v1/portal-sessions",
+			strings.NewReader(string(jsonBody(t, map[string]any{"owner_id": "owner-embed", "access": "PORTAL_ACCESS_READ", "allowed_origins": origins}))))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := api.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+		m := regexp.MustCompile(`"url":\s*"([^"]+)"`).FindSubmatch(b)
+		require.NotNil(t, m, "%s", b)
+		return strings.ReplaceAll(string(m[1]), `\u0026`, "&")
+	}
+
+	// The cookie a framed session sets.
+	first := link(t, app.URL)
+	require.True(t, strings.HasPrefix(first, "https://"+d.grpcAddr+"/portal/open?token="), first)
+	resp, err := api.Get(first)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	setCookie := resp.Header.Get("Set-Cookie")
+	for _, attr := range []string{"HttpOnly", "Secure", "SameSite=None", "Partitioned", "Path=/portal/"} {
+		require.Contains(t, setCookie, attr)
+	}
+	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "frame-ancestors "+app.URL)
+
+	ctx := newBrowser(t, 1280, 800, chromedp.Flag("ignore-certificate-errors", true))
+	frameSrc = link(t, app.URL)
+	var frames []*cdp.Node
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(app.URL),
+		chromedp.WaitVisible(`#portal`, chromedp.ByQuery),
+		chromedp.Nodes(`#portal`, &frames, chromedp.ByQuery),
+	))
+	var heading string
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.WaitVisible(`main h1`, chromedp.ByQuery, chromedp.FromNode(frames[0])),
+		chromedp.Text(`main h1`, &heading, chromedp.ByQuery, chromedp.FromNode(frames[0])),
+	))
+	require.Equal(t, "Endpoints", heading, "the portal renders in the allowed origin's frame, signed in")
 }
