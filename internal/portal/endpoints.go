@@ -9,10 +9,16 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/standmeet/webhook-dispatcher/internal/attempt"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 )
+
+// lastDeliveryReads bounds the endpoints list's concurrent reads of each
+// endpoint's last delivery.
+const lastDeliveryReads = 4
 
 // endpointRow is one endpoint on the list.
 type endpointRow struct {
@@ -78,18 +84,25 @@ func (p *Portal) listEndpoints(w http.ResponseWriter, r *http.Request, sess *ses
 	data := &listData{Next: page.NextPageToken}
 	ids := make([]string, len(page.Items))
 	now := p.cfg.Now()
+	data.Rows = make([]endpointRow, len(page.Items))
+	// Each endpoint's last delivery is its own small query; a few at once
+	// (not all: they share the pool with the deliveries).
+	g, gctx := errgroup.WithContext(r.Context())
+	g.SetLimit(lastDeliveryReads)
 	for i, e := range page.Items {
 		ids[i] = e.ID.String()
-		row := endpointRow{E: e, Health: healthOf(e, now)}
-		last, err := p.svc.ListDeliveries(r.Context(), endpoint.ListDeliveriesRequest{OwnerID: sess.ownerID, EndpointID: ids[i], PageSize: 1})
-		if err != nil {
-			p.fail(w, r, sess, err)
-			return
-		}
-		if len(last.Items) > 0 {
-			row.Last = last.Items[0]
-		}
-		data.Rows = append(data.Rows, row)
+		data.Rows[i] = endpointRow{E: e, Health: healthOf(e, now)}
+		g.Go(func() error {
+			last, err := p.svc.ListDeliveries(gctx, endpoint.ListDeliveriesRequest{OwnerID: sess.ownerID, EndpointID: ids[i], PageSize: 1})
+			if err == nil && len(last.Items) > 0 {
+				data.Rows[i].Last = last.Items[0]
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		p.fail(w, r, sess, err)
+		return
 	}
 	if len(ids) > 0 {
 		stats, err := p.svc.EndpointStats(r.Context(), sess.ownerID, ids)
