@@ -110,6 +110,7 @@ type eventData struct {
 	Ev         *webhook.Event
 	Data       string
 	Deliveries []*endpoint.Delivery
+	Labels     map[string]string
 	Decisions  []decisionRow
 	Recorded   bool
 }
@@ -118,8 +119,12 @@ type decisionRow struct {
 	Reason    string
 	Delivered bool
 	Count     int
-	Endpoints []string
+	Endpoints []endpointRef
 }
+
+// endpointRef names an endpoint on a page: its name, else its URL, else
+// (deleted since) its id.
+type endpointRef struct{ ID, Label string }
 
 func (*eventData) pageTitle() string { return "Event" }
 
@@ -145,7 +150,18 @@ func (p *Portal) showEvent(w http.ResponseWriter, r *http.Request, sess *session
 		p.failID(w, r, sess, err)
 		return
 	}
-	data := &eventData{Ev: ev.Event, Data: indent(ev.Event.Data), Deliveries: ev.Deliveries}
+	data := &eventData{Ev: ev.Event, Data: indent(ev.Event.Data), Deliveries: ev.Deliveries, Labels: map[string]string{}}
+	// The owner's endpoints by id, to name them (one page: the owner's cap
+	// is 100 by default).
+	if eps, err := p.svc.List(r.Context(), sess.ownerID, endpoint.MaxPageSize, "", nil); err == nil {
+		for _, e := range eps.Items {
+			label := e.Name
+			if label == "" {
+				label = e.URL
+			}
+			data.Labels[e.ID.String()] = label
+		}
+	}
 	if ev.Fanout != nil {
 		data.Recorded = true
 		for _, o := range ev.Fanout.Outcomes {
@@ -153,8 +169,23 @@ func (p *Portal) showEvent(w http.ResponseWriter, r *http.Request, sess *session
 			if text == "" {
 				text = o.Reason.String()
 			}
-			data.Decisions = append(data.Decisions, decisionRow{Reason: text, Delivered: o.Reason.Delivered(), Count: o.Count, Endpoints: o.EndpointIDs})
+			row := decisionRow{Reason: text, Delivered: o.Reason.Delivered(), Count: o.Count}
+			for _, id := range o.EndpointIDs {
+				row.Endpoints = append(row.Endpoints, endpointRef{ID: id, Label: data.label(id)})
+			}
+			data.Decisions = append(data.Decisions, row)
 		}
 	}
 	p.render(w, r, http.StatusOK, "event", sess, data)
 }
+
+// label names an endpoint of the owner by id.
+func (d *eventData) label(id string) string {
+	if l := d.Labels[id]; l != "" {
+		return l
+	}
+	return id
+}
+
+// Label is label for the template.
+func (d *eventData) Label(id string) string { return d.label(id) }
