@@ -133,8 +133,14 @@ func reloadUntil(t *testing.T, ctx context.Context, want string) string {
 
 // screenshot saves the page as a PNG under $PORTAL_SCREENSHOTS (the README's
 // images: PORTAL_SCREENSHOTS=docs/portal); without it, nothing is written.
+//
+// First it checks that the page broke none of its Content-Security-Policy
+// (watchCSP): no inline script or style that the policy blocks.
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
+	var violations []string
+	require.NoError(t, chromedp.Run(ctx, chromedp.Evaluate(`window.__csp || []`, &violations)))
+	require.Empty(t, violations, "%s: the page broke its CSP", name)
 	dir := os.Getenv("PORTAL_SCREENSHOTS")
 	if dir == "" {
 		return
@@ -160,6 +166,18 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), buf, 0o644))
 }
 
+// watchCSP records every CSP violation of the pages the browser opens from
+// now on in window.__csp (a script of the browser's own, which the pages'
+// CSP does not apply to).
+func watchCSP(t *testing.T, ctx context.Context) {
+	t.Helper()
+	require.NoError(t, chromedp.Run(ctx, chromedp.ActionFunc(func(ctx context.Context) error {
+		_, err := page.AddScriptToEvaluateOnNewDocument(`window.__csp = [];
+document.addEventListener("securitypolicyviolation", e => window.__csp.push(e.violatedDirective + " " + e.blockedURI));`).Do(ctx)
+		return err
+	})))
+}
+
 func location(t *testing.T, ctx context.Context) string {
 	t.Helper()
 	var u string
@@ -183,6 +201,7 @@ func TestPortalFlow(t *testing.T) {
 	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
 	rc := newReceiver(t)
 	const owner = "owner-portal-flow"
+	watchCSP(t, ctx)
 
 	require.NoError(t, chromedp.Run(ctx, chromedp.Navigate(portalLink(t, d, owner, webhooksv1.PortalAccess_PORTAL_ACCESS_MANAGE))))
 	require.Contains(t, bodyText(t, ctx), "No endpoints yet")
