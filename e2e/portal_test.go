@@ -616,6 +616,16 @@ func TestPortalRendersMarkupInert(t *testing.T) {
 	var pwned bool
 	require.NoError(t, chromedp.Run(ctx, chromedp.Evaluate(`window.pwned !== undefined || document.querySelector("main img, main script") !== null`, &pwned)))
 	require.False(t, pwned)
+
+	// The 400 cancelled the delivery: Redeliver on its page sends it again.
+	reloadUntil(t, ctx, "Redeliver")
+	sent := len(rc.requests())
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Click(`//button[normalize-space()="Redeliver"]`, chromedp.BySearch),
+		chromedp.WaitVisible(`//h1[normalize-space()="Redelivery queued"]`, chromedp.BySearch),
+	))
+	require.Contains(t, bodyText(t, ctx), "1 failed or cancelled deliveries")
+	waitFor(t, 30*time.Second, "the redelivered attempt", func() bool { return len(rc.requests()) > sent })
 	require.NoError(t, chromedp.Run(ctx, chromedp.Navigate("http://"+d.grpcAddr+"/portal/events/"+e.GetId())))
 	require.Contains(t, bodyText(t, ctx), "<script>window.pwned=3</script>", "the event's data shows as text")
 
