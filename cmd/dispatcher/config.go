@@ -140,6 +140,12 @@ type serveConfig struct {
 	JobLinkTemplate  string
 	RiverUI          bool
 	Pprof            bool
+	// Portal serves the owners' web pages under /portal/ on the API port;
+	// PortalURL is their address as browsers reach it ("": derived from
+	// the API listen address), PortalSecureCookie forces Secure cookies.
+	Portal             bool
+	PortalURL          string
+	PortalSecureCookie bool
 
 	// API port limits (both protocols unless named).
 	APIMaxConns        int
@@ -216,6 +222,9 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.DurationVar(&c.DisableAfter, "disable-after", env.duration("DISPATCHER_DISABLE_AFTER", delivery.DefaultDisableAfter), "how long an endpoint may fail continuously (no successful delivery) before it is disabled (env DISPATCHER_DISABLE_AFTER)")
 	fs.StringVar(&c.OperationalOwner, "operational-events-owner", env.get("DISPATCHER_OPERATIONAL_EVENTS_OWNER"), "owner id to which the dispatcher sends endpoint.failing, endpoint.disabled and endpoint.recovered for every other owner's endpoints; give that owner an endpoint (your URL) subscribed to endpoint.*; empty sends none (env DISPATCHER_OPERATIONAL_EVENTS_OWNER)")
 	fs.StringVar(&c.JobLinkTemplate, "job-link-template", env.str("DISPATCHER_JOB_LINK_TEMPLATE", ""), "link to a delivery job in ListDeliveries; {job_id} is replaced; default: this process's River UI (env DISPATCHER_JOB_LINK_TEMPLATE)")
+	fs.BoolVar(&c.Portal, "portal", env.boolean("DISPATCHER_PORTAL", true), "serve the endpoint owners' portal at /portal/ on the API port, reached through CreatePortalSession links (env DISPATCHER_PORTAL)")
+	fs.StringVar(&c.PortalURL, "portal-url", env.str("DISPATCHER_PORTAL_URL", ""), "the portal's public URL as browsers reach it, e.g. https://hooks.example.com/portal/ (behind a proxy, its path prefix); empty: http(s)://<API address>/portal/ (env DISPATCHER_PORTAL_URL)")
+	fs.BoolVar(&c.PortalSecureCookie, "portal-secure-cookie", env.boolean("DISPATCHER_PORTAL_SECURE_COOKIE", false), "mark the portal's session cookie Secure even without TLS here (a proxy terminates it); it is Secure anyway under TLS or an https portal URL (env DISPATCHER_PORTAL_SECURE_COOKIE)")
 	fs.BoolVar(&c.RiverUI, "river-ui", env.boolean("DISPATCHER_RIVER_UI", true), "serve River UI at /riverui/ on the ops port, behind the operator token (env DISPATCHER_RIVER_UI)")
 	fs.BoolVar(&c.Pprof, "pprof", env.boolean("DISPATCHER_PPROF", false), "serve Go's profiler at /debug/pprof/ on the ops port, for diagnosing CPU and memory use; keep the ops port private (env DISPATCHER_PPROF)")
 	fs.IntVar(&c.APIMaxConns, "api-max-connections", env.integer("DISPATCHER_API_MAX_CONNECTIONS", 1000), "connections the API port (gRPC and HTTP/JSON) holds open at once; more wait in the kernel's backlog until one closes (env DISPATCHER_API_MAX_CONNECTIONS)")

@@ -89,6 +89,7 @@ func init() {
 		{name: "events", summary: "publish events (publisher token), list and show them (admin token)", run: runEventsCLI, subs: eventsUsageLines},
 		{name: "listen", summary: "run a local receiver: an endpoint pointing here, each delivery verified and printed", run: runListenCLI},
 		{name: "event-types", summary: "list the event types that may leave", run: runEventTypesCLI},
+		{name: "portal-link", summary: "print a one-time link into the owners' portal for one owner (admin token)", run: runPortalLinkCLI},
 		{name: "catalog", summary: "check an event catalog, or export the default one", run: runCatalogCLI, subs: catalogUsageLines},
 		{name: "reseal-secrets", summary: "re-seal every endpoint secret under the primary master key", run: runResealCLI},
 		{name: "gen-master-key", summary: "print a new master key entry for DISPATCHER_MASTER_KEYS",

@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,6 +48,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/partition"
+	"github.com/standmeet/webhook-dispatcher/internal/portal"
 	"github.com/standmeet/webhook-dispatcher/internal/portmux"
 	"github.com/standmeet/webhook-dispatcher/internal/retention"
 	"github.com/standmeet/webhook-dispatcher/internal/revocation"
@@ -297,10 +300,6 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	serverOpts = append(serverOpts, gate.ServerOptions()...)
 	grpcServer := grpc.NewServer(serverOpts...)
 	webhooksv1.RegisterEventServiceServer(grpcServer, grpcapi.NewEventServer(store, logger))
-	webhooksv1.RegisterEndpointServiceServer(grpcServer, grpcapi.NewEndpointServer(endpoints, logger))
-	healthServer := health.NewServer()
-	healthpb.RegisterHealthServer(grpcServer, healthServer)
-	reflection.Register(grpcServer)
 
 	grpcLis, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.GRPCAddr)
 	if err != nil {
@@ -309,6 +308,23 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	// Connections of both protocols count: beyond the limit, new ones wait
 	// in the kernel's backlog until one closes.
 	grpcLis = netutil.LimitListener(grpcLis, cfg.APIMaxConns)
+	// The owners' portal: pages over the same endpoint service, on the API
+	// port; CreatePortalSession makes its links.
+	var portalPages *portal.Portal
+	var endpointOpts []grpcapi.EndpointServerOption
+	if cfg.Portal {
+		portalPages, err = newPortal(cfg, grpcLis.Addr(), grpcTLS != nil, pool, endpoints, logger)
+		if err != nil {
+			_ = grpcLis.Close()
+			return err
+		}
+		endpointOpts = append(endpointOpts, grpcapi.WithPortal(portalPages))
+	}
+	webhooksv1.RegisterEndpointServiceServer(grpcServer, grpcapi.NewEndpointServer(endpoints, logger, endpointOpts...))
+	healthServer := health.NewServer()
+	healthpb.RegisterHealthServer(grpcServer, healthServer)
+	reflection.Register(grpcServer)
+
 	// One port, two protocols: gRPC, and the HTTP/JSON API transcoded into
 	// calls of the same gRPC server over an in-process connection, so both
 	// meet the same interceptors, handlers and errors.
@@ -328,7 +344,14 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	}
 	// Bounded like the gRPC side: a client cannot hold a connection open
 	// by sending its request slowly, nor keep an idle one for ever.
-	httpServer := &http.Server{Handler: apiHandler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+	apiRoot := apiHandler
+	if portalPages != nil {
+		root := http.NewServeMux()
+		root.Handle("/", apiHandler)
+		root.Handle(portal.MountPath, http.StripPrefix(strings.TrimSuffix(portal.MountPath, "/"), portalPages.Handler()))
+		apiRoot = root
+	}
+	httpServer := &http.Server{Handler: apiRoot, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
 		IdleTimeout: cfg.APIIdleTimeout, MaxHeaderBytes: 64 << 10}
 	opsLis, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.OpsAddr)
 	if err != nil {
@@ -357,6 +380,13 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 			_ = grpcLis.Close()
 			_ = opsLis.Close()
 			return err
+		}
+		if portalPages != nil {
+			// The operator console: every owner's troubled endpoints and
+			// the queue, behind River UI's login (its session cookie's
+			// path, the same revocations and throttle).
+			pages.Role, pages.Prefix = auth.RoleOperator, "/riverui"
+			opsMux.Handle(consolePath, authn.Pages(pages).Handler(portalPages.Console(consolePath, "/riverui")))
 		}
 	}
 	// Bounded: a client cannot hold a connection by sending slowly or by
@@ -388,6 +418,9 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	opsPaths := "/metrics /healthz"
 	if cfg.RiverUI {
 		opsPaths += " /riverui/"
+		if portalPages != nil {
+			opsPaths += " " + consolePath
+		}
 	}
 	fmt.Fprintf(stdout, "dispatcher serving: grpc=%s ops=%s://%s (%s) schema=%s tokens: publisher=%d admin=%d operator=%d transport: grpc-api=%s ops-port=%s\n",
 		grpcLis.Addr(), opsScheme, opsLis.Addr(), opsPaths, cfg.DB.Schema,
@@ -552,4 +585,27 @@ func metricLabels() metrics.Labels {
 		IngestResults:    ingest.Results(),
 		RescueKinds:      partition.RescueKinds(),
 	}
+}
+
+// consolePath is the operator console's place on the ops port: under River
+// UI's prefix, so that River UI's login session opens it.
+const consolePath = "/riverui/console/"
+
+// newPortal builds the owners' portal. Without a configured public URL its
+// links name the API's own address, which serves a browser on this machine
+// or network; behind a proxy, set -portal-url.
+func newPortal(cfg *serveConfig, apiAddr net.Addr, tls bool, pool *pgxpool.Pool, svc *endpoint.Service, logger *slog.Logger) (*portal.Portal, error) {
+	raw := cfg.PortalURL
+	if raw == "" {
+		scheme := "http"
+		if tls {
+			scheme = "https"
+		}
+		raw = scheme + "://" + apiAddr.String() + portal.MountPath
+	}
+	u, err := url.Parse(raw)
+	if err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("invalid -portal-url %q: must be an absolute http(s) URL, like https://hooks.example.com/portal/", raw)
+	}
+	return portal.New(portal.Config{PublicURL: u, SecureCookie: cfg.PortalSecureCookie}, pool, svc, logger.With(slog.String("component", "portal")))
 }

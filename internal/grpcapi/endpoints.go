@@ -29,14 +29,19 @@ type endpointServer struct {
 
 	logger *slog.Logger
 	svc    *endpoint.Service
+	portal PortalSessions
 }
 
 // NewEndpointServer returns webhooks.v1.EndpointService over svc.
-func NewEndpointServer(svc *endpoint.Service, logger *slog.Logger) webhooksv1.EndpointServiceServer {
+func NewEndpointServer(svc *endpoint.Service, logger *slog.Logger, opts ...EndpointServerOption) webhooksv1.EndpointServiceServer {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &endpointServer{logger: logger, svc: svc}
+	s := &endpointServer{logger: logger, svc: svc}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // fail maps an endpoint error to a status; method and owner only go to the

@@ -406,6 +406,60 @@ func (FanoutReason) EnumDescriptor() ([]byte, []int) {
 	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{4}
 }
 
+// PortalAccess is what a portal session may do.
+type PortalAccess int32
+
+const (
+	// Not set: refused (INVALID_ARGUMENT naming access).
+	PortalAccess_PORTAL_ACCESS_UNSPECIFIED PortalAccess = 0
+	// Look only: every page, no change.
+	PortalAccess_PORTAL_ACCESS_READ PortalAccess = 1
+	// Look and change: create, edit, enable, disable and delete endpoints,
+	// rotate secrets, send tests, retry and redeliver.
+	PortalAccess_PORTAL_ACCESS_MANAGE PortalAccess = 2
+)
+
+// Enum value maps for PortalAccess.
+var (
+	PortalAccess_name = map[int32]string{
+		0: "PORTAL_ACCESS_UNSPECIFIED",
+		1: "PORTAL_ACCESS_READ",
+		2: "PORTAL_ACCESS_MANAGE",
+	}
+	PortalAccess_value = map[string]int32{
+		"PORTAL_ACCESS_UNSPECIFIED": 0,
+		"PORTAL_ACCESS_READ":        1,
+		"PORTAL_ACCESS_MANAGE":      2,
+	}
+)
+
+func (x PortalAccess) Enum() *PortalAccess {
+	p := new(PortalAccess)
+	*p = x
+	return p
+}
+
+func (x PortalAccess) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PortalAccess) Descriptor() protoreflect.EnumDescriptor {
+	return file_webhooks_v1_endpoints_proto_enumTypes[5].Descriptor()
+}
+
+func (PortalAccess) Type() protoreflect.EnumType {
+	return &file_webhooks_v1_endpoints_proto_enumTypes[5]
+}
+
+func (x PortalAccess) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PortalAccess.Descriptor instead.
+func (PortalAccess) EnumDescriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{5}
+}
+
 type Endpoint struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -3463,6 +3517,135 @@ func (x *FanoutOutcome) GetDescription() string {
 	return ""
 }
 
+type CreatePortalSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The one owner the session sees (required, as on every call).
+	OwnerId string `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	// How long the link, and the session it starts, last: 0 means 1 hour; at
+	// most 24 hours.
+	Ttl    *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Access PortalAccess         `protobuf:"varint,3,opt,name=access,proto3,enum=webhooks.v1.PortalAccess" json:"access,omitempty"`
+	// Origins ("https://app.example.com": scheme, host and port, no path)
+	// that may show the portal in a frame (CSP frame-ancestors). Empty: no
+	// page may frame it; open the link in a tab of its own. At most 10.
+	AllowedOrigins []string `protobuf:"bytes,4,rep,name=allowed_origins,json=allowedOrigins,proto3" json:"allowed_origins,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CreatePortalSessionRequest) Reset() {
+	*x = CreatePortalSessionRequest{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePortalSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePortalSessionRequest) ProtoMessage() {}
+
+func (x *CreatePortalSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePortalSessionRequest.ProtoReflect.Descriptor instead.
+func (*CreatePortalSessionRequest) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *CreatePortalSessionRequest) GetOwnerId() string {
+	if x != nil {
+		return x.OwnerId
+	}
+	return ""
+}
+
+func (x *CreatePortalSessionRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *CreatePortalSessionRequest) GetAccess() PortalAccess {
+	if x != nil {
+		return x.Access
+	}
+	return PortalAccess_PORTAL_ACCESS_UNSPECIFIED
+}
+
+func (x *CreatePortalSessionRequest) GetAllowedOrigins() []string {
+	if x != nil {
+		return x.AllowedOrigins
+	}
+	return nil
+}
+
+type CreatePortalSessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The one-time link: the portal's public URL and a token. It is a
+	// credential: hand it to the one user it is for, do not log it.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// When the link, and the session it starts, expire.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePortalSessionResponse) Reset() {
+	*x = CreatePortalSessionResponse{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePortalSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePortalSessionResponse) ProtoMessage() {}
+
+func (x *CreatePortalSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePortalSessionResponse.ProtoReflect.Descriptor instead.
+func (*CreatePortalSessionResponse) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *CreatePortalSessionResponse) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *CreatePortalSessionResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
 var File_webhooks_v1_endpoints_proto protoreflect.FileDescriptor
 
 const file_webhooks_v1_endpoints_proto_rawDesc = "" +
@@ -3754,7 +3937,16 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\tdelivered\x18\x02 \x01(\bR\tdelivered\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x05R\x05count\x12!\n" +
 	"\fendpoint_ids\x18\x04 \x03(\tR\vendpointIds\x12 \n" +
-	"\vdescription\x18\x05 \x01(\tR\vdescription*f\n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescription\"\xc0\x01\n" +
+	"\x1aCreatePortalSessionRequest\x12\x19\n" +
+	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12+\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x121\n" +
+	"\x06access\x18\x03 \x01(\x0e2\x19.webhooks.v1.PortalAccessR\x06access\x12'\n" +
+	"\x0fallowed_origins\x18\x04 \x03(\tR\x0eallowedOrigins\"j\n" +
+	"\x1bCreatePortalSessionResponse\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x129\n" +
+	"\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt*f\n" +
 	"\x0fSignatureScheme\x12 \n" +
 	"\x1cSIGNATURE_SCHEME_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SIGNATURE_SCHEME_V1\x10\x01\x12\x18\n" +
@@ -3800,8 +3992,11 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"!FANOUT_REASON_DELIVERY_HANDED_OFF\x10\n" +
 	"\x12'\n" +
 	"#FANOUT_REASON_DELIVERY_COOLING_DOWN\x10\v\x12!\n" +
-	"\x1dFANOUT_REASON_DELIVERY_PAUSED\x10\f2\xe4\n" +
-	"\n" +
+	"\x1dFANOUT_REASON_DELIVERY_PAUSED\x10\f*_\n" +
+	"\fPortalAccess\x12\x1d\n" +
+	"\x19PORTAL_ACCESS_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12PORTAL_ACCESS_READ\x10\x01\x12\x18\n" +
+	"\x14PORTAL_ACCESS_MANAGE\x10\x022\xce\v\n" +
 	"\x0fEndpointService\x12V\n" +
 	"\rListEndpoints\x12!.webhooks.v1.ListEndpointsRequest\x1a\".webhooks.v1.ListEndpointsResponse\x12P\n" +
 	"\vGetEndpoint\x12\x1f.webhooks.v1.GetEndpointRequest\x1a .webhooks.v1.GetEndpointResponse\x12Y\n" +
@@ -3819,7 +4014,8 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\bGetEvent\x12\x1c.webhooks.v1.GetEventRequest\x1a\x1d.webhooks.v1.GetEventResponse\x12Y\n" +
 	"\x0eListEventTypes\x12\".webhooks.v1.ListEventTypesRequest\x1a#.webhooks.v1.ListEventTypesResponse\x12S\n" +
 	"\fListAttempts\x12 .webhooks.v1.ListAttemptsRequest\x1a!.webhooks.v1.ListAttemptsResponse\x12_\n" +
-	"\x10GetEndpointStats\x12$.webhooks.v1.GetEndpointStatsRequest\x1a%.webhooks.v1.GetEndpointStatsResponseBHZFgithub.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1;webhooksv1b\x06proto3"
+	"\x10GetEndpointStats\x12$.webhooks.v1.GetEndpointStatsRequest\x1a%.webhooks.v1.GetEndpointStatsResponse\x12h\n" +
+	"\x13CreatePortalSession\x12'.webhooks.v1.CreatePortalSessionRequest\x1a(.webhooks.v1.CreatePortalSessionResponseBHZFgithub.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1;webhooksv1b\x06proto3"
 
 var (
 	file_webhooks_v1_endpoints_proto_rawDescOnce sync.Once
@@ -3833,161 +4029,169 @@ func file_webhooks_v1_endpoints_proto_rawDescGZIP() []byte {
 	return file_webhooks_v1_endpoints_proto_rawDescData
 }
 
-var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_webhooks_v1_endpoints_proto_goTypes = []any{
-	(SignatureScheme)(0),             // 0: webhooks.v1.SignatureScheme
-	(DeliveryState)(0),               // 1: webhooks.v1.DeliveryState
-	(DeliveryWaitReason)(0),          // 2: webhooks.v1.DeliveryWaitReason
-	(AttemptOutcome)(0),              // 3: webhooks.v1.AttemptOutcome
-	(FanoutReason)(0),                // 4: webhooks.v1.FanoutReason
-	(*Endpoint)(nil),                 // 5: webhooks.v1.Endpoint
-	(*ListEndpointsRequest)(nil),     // 6: webhooks.v1.ListEndpointsRequest
-	(*ListEndpointsResponse)(nil),    // 7: webhooks.v1.ListEndpointsResponse
-	(*GetEndpointRequest)(nil),       // 8: webhooks.v1.GetEndpointRequest
-	(*GetEndpointResponse)(nil),      // 9: webhooks.v1.GetEndpointResponse
-	(*CreateEndpointRequest)(nil),    // 10: webhooks.v1.CreateEndpointRequest
-	(*CreateEndpointResponse)(nil),   // 11: webhooks.v1.CreateEndpointResponse
-	(*UpdateEndpointRequest)(nil),    // 12: webhooks.v1.UpdateEndpointRequest
-	(*UpdateEndpointResponse)(nil),   // 13: webhooks.v1.UpdateEndpointResponse
-	(*DeleteEndpointRequest)(nil),    // 14: webhooks.v1.DeleteEndpointRequest
-	(*DeleteEndpointResponse)(nil),   // 15: webhooks.v1.DeleteEndpointResponse
-	(*RotateSecretRequest)(nil),      // 16: webhooks.v1.RotateSecretRequest
-	(*RotateSecretResponse)(nil),     // 17: webhooks.v1.RotateSecretResponse
-	(*SendTestRequest)(nil),          // 18: webhooks.v1.SendTestRequest
-	(*SendTestResponse)(nil),         // 19: webhooks.v1.SendTestResponse
-	(*ListDeliveriesRequest)(nil),    // 20: webhooks.v1.ListDeliveriesRequest
-	(*Delivery)(nil),                 // 21: webhooks.v1.Delivery
-	(*ListDeliveriesResponse)(nil),   // 22: webhooks.v1.ListDeliveriesResponse
-	(*RetryDeliveryRequest)(nil),     // 23: webhooks.v1.RetryDeliveryRequest
-	(*RetryDeliveryResponse)(nil),    // 24: webhooks.v1.RetryDeliveryResponse
-	(*GetDeliveryRequest)(nil),       // 25: webhooks.v1.GetDeliveryRequest
-	(*GetDeliveryResponse)(nil),      // 26: webhooks.v1.GetDeliveryResponse
-	(*RedeliverRequest)(nil),         // 27: webhooks.v1.RedeliverRequest
-	(*RedeliverResponse)(nil),        // 28: webhooks.v1.RedeliverResponse
-	(*ListEventTypesRequest)(nil),    // 29: webhooks.v1.ListEventTypesRequest
-	(*EventType)(nil),                // 30: webhooks.v1.EventType
-	(*ListEventTypesResponse)(nil),   // 31: webhooks.v1.ListEventTypesResponse
-	(*ListAttemptsRequest)(nil),      // 32: webhooks.v1.ListAttemptsRequest
-	(*Attempt)(nil),                  // 33: webhooks.v1.Attempt
-	(*ListAttemptsResponse)(nil),     // 34: webhooks.v1.ListAttemptsResponse
-	(*GetEndpointStatsRequest)(nil),  // 35: webhooks.v1.GetEndpointStatsRequest
-	(*GetEndpointStatsResponse)(nil), // 36: webhooks.v1.GetEndpointStatsResponse
-	(*EndpointStats)(nil),            // 37: webhooks.v1.EndpointStats
-	(*AttemptStats)(nil),             // 38: webhooks.v1.AttemptStats
-	(*ListEventsRequest)(nil),        // 39: webhooks.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),       // 40: webhooks.v1.ListEventsResponse
-	(*GetEventRequest)(nil),          // 41: webhooks.v1.GetEventRequest
-	(*GetEventResponse)(nil),         // 42: webhooks.v1.GetEventResponse
-	(*FanoutDecision)(nil),           // 43: webhooks.v1.FanoutDecision
-	(*FanoutOutcome)(nil),            // 44: webhooks.v1.FanoutOutcome
-	nil,                              // 45: webhooks.v1.Endpoint.LabelsEntry
-	nil,                              // 46: webhooks.v1.ListEndpointsRequest.LabelsEntry
-	nil,                              // 47: webhooks.v1.CreateEndpointRequest.HeadersEntry
-	nil,                              // 48: webhooks.v1.CreateEndpointRequest.LabelsEntry
-	nil,                              // 49: webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	nil,                              // 50: webhooks.v1.UpdateEndpointRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 51: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 52: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),      // 53: google.protobuf.Duration
-	(*structpb.Struct)(nil),          // 54: google.protobuf.Struct
-	(*Event)(nil),                    // 55: webhooks.v1.Event
+	(SignatureScheme)(0),                // 0: webhooks.v1.SignatureScheme
+	(DeliveryState)(0),                  // 1: webhooks.v1.DeliveryState
+	(DeliveryWaitReason)(0),             // 2: webhooks.v1.DeliveryWaitReason
+	(AttemptOutcome)(0),                 // 3: webhooks.v1.AttemptOutcome
+	(FanoutReason)(0),                   // 4: webhooks.v1.FanoutReason
+	(PortalAccess)(0),                   // 5: webhooks.v1.PortalAccess
+	(*Endpoint)(nil),                    // 6: webhooks.v1.Endpoint
+	(*ListEndpointsRequest)(nil),        // 7: webhooks.v1.ListEndpointsRequest
+	(*ListEndpointsResponse)(nil),       // 8: webhooks.v1.ListEndpointsResponse
+	(*GetEndpointRequest)(nil),          // 9: webhooks.v1.GetEndpointRequest
+	(*GetEndpointResponse)(nil),         // 10: webhooks.v1.GetEndpointResponse
+	(*CreateEndpointRequest)(nil),       // 11: webhooks.v1.CreateEndpointRequest
+	(*CreateEndpointResponse)(nil),      // 12: webhooks.v1.CreateEndpointResponse
+	(*UpdateEndpointRequest)(nil),       // 13: webhooks.v1.UpdateEndpointRequest
+	(*UpdateEndpointResponse)(nil),      // 14: webhooks.v1.UpdateEndpointResponse
+	(*DeleteEndpointRequest)(nil),       // 15: webhooks.v1.DeleteEndpointRequest
+	(*DeleteEndpointResponse)(nil),      // 16: webhooks.v1.DeleteEndpointResponse
+	(*RotateSecretRequest)(nil),         // 17: webhooks.v1.RotateSecretRequest
+	(*RotateSecretResponse)(nil),        // 18: webhooks.v1.RotateSecretResponse
+	(*SendTestRequest)(nil),             // 19: webhooks.v1.SendTestRequest
+	(*SendTestResponse)(nil),            // 20: webhooks.v1.SendTestResponse
+	(*ListDeliveriesRequest)(nil),       // 21: webhooks.v1.ListDeliveriesRequest
+	(*Delivery)(nil),                    // 22: webhooks.v1.Delivery
+	(*ListDeliveriesResponse)(nil),      // 23: webhooks.v1.ListDeliveriesResponse
+	(*RetryDeliveryRequest)(nil),        // 24: webhooks.v1.RetryDeliveryRequest
+	(*RetryDeliveryResponse)(nil),       // 25: webhooks.v1.RetryDeliveryResponse
+	(*GetDeliveryRequest)(nil),          // 26: webhooks.v1.GetDeliveryRequest
+	(*GetDeliveryResponse)(nil),         // 27: webhooks.v1.GetDeliveryResponse
+	(*RedeliverRequest)(nil),            // 28: webhooks.v1.RedeliverRequest
+	(*RedeliverResponse)(nil),           // 29: webhooks.v1.RedeliverResponse
+	(*ListEventTypesRequest)(nil),       // 30: webhooks.v1.ListEventTypesRequest
+	(*EventType)(nil),                   // 31: webhooks.v1.EventType
+	(*ListEventTypesResponse)(nil),      // 32: webhooks.v1.ListEventTypesResponse
+	(*ListAttemptsRequest)(nil),         // 33: webhooks.v1.ListAttemptsRequest
+	(*Attempt)(nil),                     // 34: webhooks.v1.Attempt
+	(*ListAttemptsResponse)(nil),        // 35: webhooks.v1.ListAttemptsResponse
+	(*GetEndpointStatsRequest)(nil),     // 36: webhooks.v1.GetEndpointStatsRequest
+	(*GetEndpointStatsResponse)(nil),    // 37: webhooks.v1.GetEndpointStatsResponse
+	(*EndpointStats)(nil),               // 38: webhooks.v1.EndpointStats
+	(*AttemptStats)(nil),                // 39: webhooks.v1.AttemptStats
+	(*ListEventsRequest)(nil),           // 40: webhooks.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 41: webhooks.v1.ListEventsResponse
+	(*GetEventRequest)(nil),             // 42: webhooks.v1.GetEventRequest
+	(*GetEventResponse)(nil),            // 43: webhooks.v1.GetEventResponse
+	(*FanoutDecision)(nil),              // 44: webhooks.v1.FanoutDecision
+	(*FanoutOutcome)(nil),               // 45: webhooks.v1.FanoutOutcome
+	(*CreatePortalSessionRequest)(nil),  // 46: webhooks.v1.CreatePortalSessionRequest
+	(*CreatePortalSessionResponse)(nil), // 47: webhooks.v1.CreatePortalSessionResponse
+	nil,                                 // 48: webhooks.v1.Endpoint.LabelsEntry
+	nil,                                 // 49: webhooks.v1.ListEndpointsRequest.LabelsEntry
+	nil,                                 // 50: webhooks.v1.CreateEndpointRequest.HeadersEntry
+	nil,                                 // 51: webhooks.v1.CreateEndpointRequest.LabelsEntry
+	nil,                                 // 52: webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	nil,                                 // 53: webhooks.v1.UpdateEndpointRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 54: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),       // 55: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),         // 56: google.protobuf.Duration
+	(*structpb.Struct)(nil),             // 57: google.protobuf.Struct
+	(*Event)(nil),                       // 58: webhooks.v1.Event
 }
 var file_webhooks_v1_endpoints_proto_depIdxs = []int32{
-	51, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
-	51, // 1: webhooks.v1.Endpoint.next_probe_at:type_name -> google.protobuf.Timestamp
-	51, // 2: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
-	51, // 3: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
-	51, // 4: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	54, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
+	54, // 1: webhooks.v1.Endpoint.next_probe_at:type_name -> google.protobuf.Timestamp
+	54, // 2: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
+	54, // 3: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
+	54, // 4: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: webhooks.v1.Endpoint.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	51, // 6: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
-	45, // 7: webhooks.v1.Endpoint.labels:type_name -> webhooks.v1.Endpoint.LabelsEntry
-	46, // 8: webhooks.v1.ListEndpointsRequest.labels:type_name -> webhooks.v1.ListEndpointsRequest.LabelsEntry
-	5,  // 9: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
-	5,  // 10: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	47, // 11: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
+	54, // 6: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
+	48, // 7: webhooks.v1.Endpoint.labels:type_name -> webhooks.v1.Endpoint.LabelsEntry
+	49, // 8: webhooks.v1.ListEndpointsRequest.labels:type_name -> webhooks.v1.ListEndpointsRequest.LabelsEntry
+	6,  // 9: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
+	6,  // 10: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	50, // 11: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
 	0,  // 12: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	48, // 13: webhooks.v1.CreateEndpointRequest.labels:type_name -> webhooks.v1.CreateEndpointRequest.LabelsEntry
-	5,  // 14: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	52, // 15: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
-	49, // 16: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	50, // 17: webhooks.v1.UpdateEndpointRequest.labels:type_name -> webhooks.v1.UpdateEndpointRequest.LabelsEntry
-	5,  // 18: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	53, // 19: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	51, // 20: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	51, // 13: webhooks.v1.CreateEndpointRequest.labels:type_name -> webhooks.v1.CreateEndpointRequest.LabelsEntry
+	6,  // 14: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	55, // 15: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
+	52, // 16: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	53, // 17: webhooks.v1.UpdateEndpointRequest.labels:type_name -> webhooks.v1.UpdateEndpointRequest.LabelsEntry
+	6,  // 18: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	56, // 19: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	54, // 20: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 21: webhooks.v1.ListDeliveriesRequest.states:type_name -> webhooks.v1.DeliveryState
-	51, // 22: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
-	51, // 23: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
+	54, // 22: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
+	54, // 23: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
 	1,  // 24: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
-	51, // 25: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	51, // 26: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
-	51, // 27: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
-	51, // 28: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
+	54, // 25: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	54, // 26: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
+	54, // 27: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
+	54, // 28: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
 	2,  // 29: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	21, // 30: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
-	21, // 31: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	21, // 32: webhooks.v1.GetDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	51, // 33: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
-	54, // 34: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
-	54, // 35: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
-	30, // 36: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
-	51, // 37: webhooks.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	53, // 38: webhooks.v1.Attempt.duration:type_name -> google.protobuf.Duration
+	22, // 30: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
+	22, // 31: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	22, // 32: webhooks.v1.GetDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	54, // 33: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
+	57, // 34: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
+	57, // 35: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
+	31, // 36: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
+	54, // 37: webhooks.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	56, // 38: webhooks.v1.Attempt.duration:type_name -> google.protobuf.Duration
 	3,  // 39: webhooks.v1.Attempt.outcome:type_name -> webhooks.v1.AttemptOutcome
 	2,  // 40: webhooks.v1.Attempt.snooze_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	51, // 41: webhooks.v1.Attempt.snoozed_until:type_name -> google.protobuf.Timestamp
-	33, // 42: webhooks.v1.ListAttemptsResponse.attempts:type_name -> webhooks.v1.Attempt
-	37, // 43: webhooks.v1.GetEndpointStatsResponse.stats:type_name -> webhooks.v1.EndpointStats
-	38, // 44: webhooks.v1.EndpointStats.last_hour:type_name -> webhooks.v1.AttemptStats
-	38, // 45: webhooks.v1.EndpointStats.last_day:type_name -> webhooks.v1.AttemptStats
-	38, // 46: webhooks.v1.EndpointStats.last_week:type_name -> webhooks.v1.AttemptStats
-	53, // 47: webhooks.v1.AttemptStats.latency_p50:type_name -> google.protobuf.Duration
-	53, // 48: webhooks.v1.AttemptStats.latency_p95:type_name -> google.protobuf.Duration
-	51, // 49: webhooks.v1.ListEventsRequest.occurred_after:type_name -> google.protobuf.Timestamp
-	51, // 50: webhooks.v1.ListEventsRequest.occurred_before:type_name -> google.protobuf.Timestamp
-	55, // 51: webhooks.v1.ListEventsResponse.events:type_name -> webhooks.v1.Event
-	55, // 52: webhooks.v1.GetEventResponse.event:type_name -> webhooks.v1.Event
-	21, // 53: webhooks.v1.GetEventResponse.deliveries:type_name -> webhooks.v1.Delivery
-	43, // 54: webhooks.v1.GetEventResponse.fanout:type_name -> webhooks.v1.FanoutDecision
-	44, // 55: webhooks.v1.FanoutDecision.outcomes:type_name -> webhooks.v1.FanoutOutcome
+	54, // 41: webhooks.v1.Attempt.snoozed_until:type_name -> google.protobuf.Timestamp
+	34, // 42: webhooks.v1.ListAttemptsResponse.attempts:type_name -> webhooks.v1.Attempt
+	38, // 43: webhooks.v1.GetEndpointStatsResponse.stats:type_name -> webhooks.v1.EndpointStats
+	39, // 44: webhooks.v1.EndpointStats.last_hour:type_name -> webhooks.v1.AttemptStats
+	39, // 45: webhooks.v1.EndpointStats.last_day:type_name -> webhooks.v1.AttemptStats
+	39, // 46: webhooks.v1.EndpointStats.last_week:type_name -> webhooks.v1.AttemptStats
+	56, // 47: webhooks.v1.AttemptStats.latency_p50:type_name -> google.protobuf.Duration
+	56, // 48: webhooks.v1.AttemptStats.latency_p95:type_name -> google.protobuf.Duration
+	54, // 49: webhooks.v1.ListEventsRequest.occurred_after:type_name -> google.protobuf.Timestamp
+	54, // 50: webhooks.v1.ListEventsRequest.occurred_before:type_name -> google.protobuf.Timestamp
+	58, // 51: webhooks.v1.ListEventsResponse.events:type_name -> webhooks.v1.Event
+	58, // 52: webhooks.v1.GetEventResponse.event:type_name -> webhooks.v1.Event
+	22, // 53: webhooks.v1.GetEventResponse.deliveries:type_name -> webhooks.v1.Delivery
+	44, // 54: webhooks.v1.GetEventResponse.fanout:type_name -> webhooks.v1.FanoutDecision
+	45, // 55: webhooks.v1.FanoutDecision.outcomes:type_name -> webhooks.v1.FanoutOutcome
 	4,  // 56: webhooks.v1.FanoutOutcome.reason:type_name -> webhooks.v1.FanoutReason
-	6,  // 57: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
-	8,  // 58: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
-	10, // 59: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
-	12, // 60: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
-	14, // 61: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
-	16, // 62: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
-	18, // 63: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
-	20, // 64: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
-	23, // 65: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
-	25, // 66: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
-	27, // 67: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
-	39, // 68: webhooks.v1.EndpointService.ListEvents:input_type -> webhooks.v1.ListEventsRequest
-	41, // 69: webhooks.v1.EndpointService.GetEvent:input_type -> webhooks.v1.GetEventRequest
-	29, // 70: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
-	32, // 71: webhooks.v1.EndpointService.ListAttempts:input_type -> webhooks.v1.ListAttemptsRequest
-	35, // 72: webhooks.v1.EndpointService.GetEndpointStats:input_type -> webhooks.v1.GetEndpointStatsRequest
-	7,  // 73: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
-	9,  // 74: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
-	11, // 75: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
-	13, // 76: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
-	15, // 77: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
-	17, // 78: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
-	19, // 79: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
-	22, // 80: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
-	24, // 81: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
-	26, // 82: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
-	28, // 83: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
-	40, // 84: webhooks.v1.EndpointService.ListEvents:output_type -> webhooks.v1.ListEventsResponse
-	42, // 85: webhooks.v1.EndpointService.GetEvent:output_type -> webhooks.v1.GetEventResponse
-	31, // 86: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
-	34, // 87: webhooks.v1.EndpointService.ListAttempts:output_type -> webhooks.v1.ListAttemptsResponse
-	36, // 88: webhooks.v1.EndpointService.GetEndpointStats:output_type -> webhooks.v1.GetEndpointStatsResponse
-	73, // [73:89] is the sub-list for method output_type
-	57, // [57:73] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	56, // 57: webhooks.v1.CreatePortalSessionRequest.ttl:type_name -> google.protobuf.Duration
+	5,  // 58: webhooks.v1.CreatePortalSessionRequest.access:type_name -> webhooks.v1.PortalAccess
+	54, // 59: webhooks.v1.CreatePortalSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	7,  // 60: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
+	9,  // 61: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
+	11, // 62: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
+	13, // 63: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
+	15, // 64: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
+	17, // 65: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
+	19, // 66: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
+	21, // 67: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
+	24, // 68: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
+	26, // 69: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
+	28, // 70: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
+	40, // 71: webhooks.v1.EndpointService.ListEvents:input_type -> webhooks.v1.ListEventsRequest
+	42, // 72: webhooks.v1.EndpointService.GetEvent:input_type -> webhooks.v1.GetEventRequest
+	30, // 73: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
+	33, // 74: webhooks.v1.EndpointService.ListAttempts:input_type -> webhooks.v1.ListAttemptsRequest
+	36, // 75: webhooks.v1.EndpointService.GetEndpointStats:input_type -> webhooks.v1.GetEndpointStatsRequest
+	46, // 76: webhooks.v1.EndpointService.CreatePortalSession:input_type -> webhooks.v1.CreatePortalSessionRequest
+	8,  // 77: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
+	10, // 78: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
+	12, // 79: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
+	14, // 80: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
+	16, // 81: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
+	18, // 82: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
+	20, // 83: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
+	23, // 84: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
+	25, // 85: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
+	27, // 86: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
+	29, // 87: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
+	41, // 88: webhooks.v1.EndpointService.ListEvents:output_type -> webhooks.v1.ListEventsResponse
+	43, // 89: webhooks.v1.EndpointService.GetEvent:output_type -> webhooks.v1.GetEventResponse
+	32, // 90: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
+	35, // 91: webhooks.v1.EndpointService.ListAttempts:output_type -> webhooks.v1.ListAttemptsResponse
+	37, // 92: webhooks.v1.EndpointService.GetEndpointStats:output_type -> webhooks.v1.GetEndpointStatsResponse
+	47, // 93: webhooks.v1.EndpointService.CreatePortalSession:output_type -> webhooks.v1.CreatePortalSessionResponse
+	77, // [77:94] is the sub-list for method output_type
+	60, // [60:77] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_endpoints_proto_init() }
@@ -4001,8 +4205,8 @@ func file_webhooks_v1_endpoints_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_webhooks_v1_endpoints_proto_rawDesc), len(file_webhooks_v1_endpoints_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   46,
+			NumEnums:      6,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,22 +19,23 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	EndpointService_ListEndpoints_FullMethodName    = "/webhooks.v1.EndpointService/ListEndpoints"
-	EndpointService_GetEndpoint_FullMethodName      = "/webhooks.v1.EndpointService/GetEndpoint"
-	EndpointService_CreateEndpoint_FullMethodName   = "/webhooks.v1.EndpointService/CreateEndpoint"
-	EndpointService_UpdateEndpoint_FullMethodName   = "/webhooks.v1.EndpointService/UpdateEndpoint"
-	EndpointService_DeleteEndpoint_FullMethodName   = "/webhooks.v1.EndpointService/DeleteEndpoint"
-	EndpointService_RotateSecret_FullMethodName     = "/webhooks.v1.EndpointService/RotateSecret"
-	EndpointService_SendTest_FullMethodName         = "/webhooks.v1.EndpointService/SendTest"
-	EndpointService_ListDeliveries_FullMethodName   = "/webhooks.v1.EndpointService/ListDeliveries"
-	EndpointService_RetryDelivery_FullMethodName    = "/webhooks.v1.EndpointService/RetryDelivery"
-	EndpointService_GetDelivery_FullMethodName      = "/webhooks.v1.EndpointService/GetDelivery"
-	EndpointService_Redeliver_FullMethodName        = "/webhooks.v1.EndpointService/Redeliver"
-	EndpointService_ListEvents_FullMethodName       = "/webhooks.v1.EndpointService/ListEvents"
-	EndpointService_GetEvent_FullMethodName         = "/webhooks.v1.EndpointService/GetEvent"
-	EndpointService_ListEventTypes_FullMethodName   = "/webhooks.v1.EndpointService/ListEventTypes"
-	EndpointService_ListAttempts_FullMethodName     = "/webhooks.v1.EndpointService/ListAttempts"
-	EndpointService_GetEndpointStats_FullMethodName = "/webhooks.v1.EndpointService/GetEndpointStats"
+	EndpointService_ListEndpoints_FullMethodName       = "/webhooks.v1.EndpointService/ListEndpoints"
+	EndpointService_GetEndpoint_FullMethodName         = "/webhooks.v1.EndpointService/GetEndpoint"
+	EndpointService_CreateEndpoint_FullMethodName      = "/webhooks.v1.EndpointService/CreateEndpoint"
+	EndpointService_UpdateEndpoint_FullMethodName      = "/webhooks.v1.EndpointService/UpdateEndpoint"
+	EndpointService_DeleteEndpoint_FullMethodName      = "/webhooks.v1.EndpointService/DeleteEndpoint"
+	EndpointService_RotateSecret_FullMethodName        = "/webhooks.v1.EndpointService/RotateSecret"
+	EndpointService_SendTest_FullMethodName            = "/webhooks.v1.EndpointService/SendTest"
+	EndpointService_ListDeliveries_FullMethodName      = "/webhooks.v1.EndpointService/ListDeliveries"
+	EndpointService_RetryDelivery_FullMethodName       = "/webhooks.v1.EndpointService/RetryDelivery"
+	EndpointService_GetDelivery_FullMethodName         = "/webhooks.v1.EndpointService/GetDelivery"
+	EndpointService_Redeliver_FullMethodName           = "/webhooks.v1.EndpointService/Redeliver"
+	EndpointService_ListEvents_FullMethodName          = "/webhooks.v1.EndpointService/ListEvents"
+	EndpointService_GetEvent_FullMethodName            = "/webhooks.v1.EndpointService/GetEvent"
+	EndpointService_ListEventTypes_FullMethodName      = "/webhooks.v1.EndpointService/ListEventTypes"
+	EndpointService_ListAttempts_FullMethodName        = "/webhooks.v1.EndpointService/ListAttempts"
+	EndpointService_GetEndpointStats_FullMethodName    = "/webhooks.v1.EndpointService/GetEndpointStats"
+	EndpointService_CreatePortalSession_FullMethodName = "/webhooks.v1.EndpointService/CreatePortalSession"
 )
 
 // EndpointServiceClient is the client API for EndpointService service.
@@ -107,6 +108,14 @@ type EndpointServiceClient interface {
 	// enough for a list page). Any id that is not the owner's endpoint makes
 	// the call NOT_FOUND.
 	GetEndpointStats(ctx context.Context, in *GetEndpointStatsRequest, opts ...grpc.CallOption) (*GetEndpointStatsResponse, error)
+	// CreatePortalSession returns a one-time link into the portal, the web
+	// pages on this port (under /portal/) where one owner sees and, with
+	// access "manage", changes its own endpoints, secrets and deliveries. The
+	// main application's backend asks for it and shows the link to its user,
+	// in a new tab or an iframe of one of allowed_origins. Opening the link
+	// spends it and starts a browser session for that owner alone, which ends
+	// when the link's ttl does. Bad input is INVALID_ARGUMENT naming the field.
+	CreatePortalSession(ctx context.Context, in *CreatePortalSessionRequest, opts ...grpc.CallOption) (*CreatePortalSessionResponse, error)
 }
 
 type endpointServiceClient struct {
@@ -277,6 +286,16 @@ func (c *endpointServiceClient) GetEndpointStats(ctx context.Context, in *GetEnd
 	return out, nil
 }
 
+func (c *endpointServiceClient) CreatePortalSession(ctx context.Context, in *CreatePortalSessionRequest, opts ...grpc.CallOption) (*CreatePortalSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreatePortalSessionResponse)
+	err := c.cc.Invoke(ctx, EndpointService_CreatePortalSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EndpointServiceServer is the server API for EndpointService service.
 // All implementations must embed UnimplementedEndpointServiceServer
 // for forward compatibility.
@@ -347,6 +366,14 @@ type EndpointServiceServer interface {
 	// enough for a list page). Any id that is not the owner's endpoint makes
 	// the call NOT_FOUND.
 	GetEndpointStats(context.Context, *GetEndpointStatsRequest) (*GetEndpointStatsResponse, error)
+	// CreatePortalSession returns a one-time link into the portal, the web
+	// pages on this port (under /portal/) where one owner sees and, with
+	// access "manage", changes its own endpoints, secrets and deliveries. The
+	// main application's backend asks for it and shows the link to its user,
+	// in a new tab or an iframe of one of allowed_origins. Opening the link
+	// spends it and starts a browser session for that owner alone, which ends
+	// when the link's ttl does. Bad input is INVALID_ARGUMENT naming the field.
+	CreatePortalSession(context.Context, *CreatePortalSessionRequest) (*CreatePortalSessionResponse, error)
 	mustEmbedUnimplementedEndpointServiceServer()
 }
 
@@ -404,6 +431,9 @@ func (UnimplementedEndpointServiceServer) ListAttempts(context.Context, *ListAtt
 }
 func (UnimplementedEndpointServiceServer) GetEndpointStats(context.Context, *GetEndpointStatsRequest) (*GetEndpointStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetEndpointStats not implemented")
+}
+func (UnimplementedEndpointServiceServer) CreatePortalSession(context.Context, *CreatePortalSessionRequest) (*CreatePortalSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreatePortalSession not implemented")
 }
 func (UnimplementedEndpointServiceServer) mustEmbedUnimplementedEndpointServiceServer() {}
 func (UnimplementedEndpointServiceServer) testEmbeddedByValue()                         {}
@@ -714,6 +744,24 @@ func _EndpointService_GetEndpointStats_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EndpointService_CreatePortalSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreatePortalSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EndpointServiceServer).CreatePortalSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EndpointService_CreatePortalSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EndpointServiceServer).CreatePortalSession(ctx, req.(*CreatePortalSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // EndpointService_ServiceDesc is the grpc.ServiceDesc for EndpointService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -784,6 +832,10 @@ var EndpointService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetEndpointStats",
 			Handler:    _EndpointService_GetEndpointStats_Handler,
+		},
+		{
+			MethodName: "CreatePortalSession",
+			Handler:    _EndpointService_CreatePortalSession_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

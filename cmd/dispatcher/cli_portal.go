@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
+)
+
+// runPortalLinkCLI implements `dispatcher portal-link`: CreatePortalSession,
+// printing the one-time link (the main application's backend does the same
+// through the API; this is for operators and local development).
+func runPortalLinkCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("portal-link", stderr)
+	var conn cliConn
+	conn.bind(fs, true)
+	access := fs.String("access", "manage", "what the session may do: read (look only) or manage")
+	ttl := fs.Duration("ttl", time.Hour, "how long the link and its session last (at most 24h)")
+	var origins stringList
+	fs.Var(&origins, "allowed-origin", "an origin that may frame the portal, https://host[:port] (repeatable or comma-separated; none: no framing)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("portal-link: unexpected argument %q", fs.Arg(0))
+	}
+	if conn.owner == "" {
+		return errors.New("portal-link: --owner is required")
+	}
+	req := &webhooksv1.CreatePortalSessionRequest{OwnerId: conn.owner, Ttl: durationpb.New(*ttl), AllowedOrigins: origins}
+	switch *access {
+	case "read":
+		req.Access = webhooksv1.PortalAccess_PORTAL_ACCESS_READ
+	case "manage":
+		req.Access = webhooksv1.PortalAccess_PORTAL_ACCESS_MANAGE
+	default:
+		return fmt.Errorf("portal-link: --access must be read or manage, not %q", *access)
+	}
+	cc, err := conn.dial(stderr)
+	if err != nil {
+		return fmt.Errorf("portal-link: %w", err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(ctx, conn.timeout)
+	defer cancel()
+	resp, err := webhooksv1.NewEndpointServiceClient(cc).CreatePortalSession(ctx, req)
+	if err != nil {
+		return callError("portal-link", err)
+	}
+	if conn.json {
+		return printJSON(stdout, resp)
+	}
+	fmt.Fprintln(stdout, resp.GetUrl())
+	fmt.Fprintf(stderr, "one-time link for %s (%s), valid until %s: opening it spends it\n",
+		conn.owner, *access, resp.GetExpiresAt().AsTime().UTC().Format(time.RFC3339))
+	return nil
+}

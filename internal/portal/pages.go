@@ -1,0 +1,295 @@
+package portal
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/standmeet/webhook-dispatcher/internal/attempt"
+	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+func staticHandler() http.Handler {
+	sub, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		panic(err) // the embed is compiled in
+	}
+	files := http.FileServerFS(sub)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		securityHeaders(w, nil)
+		// Assets change only with the binary.
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		files.ServeHTTP(w, r)
+	})
+}
+
+// pages are the parsed templates, one set per page (the layout and the
+// page's own).
+type pages struct {
+	sets map[string]*template.Template
+}
+
+var funcs = template.FuncMap{
+	"ts": func(t any) string {
+		switch v := t.(type) {
+		case time.Time:
+			if v.IsZero() {
+				return "—"
+			}
+			return v.UTC().Format("2006-01-02 15:04:05 UTC")
+		case *time.Time:
+			if v == nil {
+				return "—"
+			}
+			return v.UTC().Format("2006-01-02 15:04:05 UTC")
+		}
+		return ""
+	},
+	"ms": func(d time.Duration) string {
+		if d <= 0 {
+			return "—"
+		}
+		if d < 10*time.Millisecond {
+			return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + " ms"
+		}
+		return strconv.FormatInt(d.Milliseconds(), 10) + " ms"
+	},
+	"inputTime": func(t *time.Time) string {
+		if t == nil {
+			return ""
+		}
+		return t.UTC().Format("2006-01-02T15:04")
+	},
+	"join": strings.Join,
+	"has":  slices.Contains[[]string],
+	"add":  func(a, b int) int { return a + b },
+}
+
+func loadPages() (*pages, error) {
+	names, err := fs.Glob(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, err
+	}
+	p := &pages{sets: map[string]*template.Template{}}
+	for _, n := range names {
+		base := strings.TrimSuffix(path.Base(n), ".html")
+		if base == "layout" {
+			continue
+		}
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", n)
+		if err != nil {
+			return nil, fmt.Errorf("portal templates: %w", err)
+		}
+		p.sets[base] = t
+	}
+	return p, nil
+}
+
+// view is what every page's layout reads.
+type view struct {
+	Base   string // where the portal's links start, ending in "/"
+	CSRF   string
+	Manage bool
+	Owner  string
+	Nav    string // the current section: endpoints, events, catalog
+	Title  string
+	Flash  string // a notice on top of the page
+	Data   any
+}
+
+// sections are the header's section of each page.
+var sections = map[string]string{
+	"endpoints": "endpoints", "form": "endpoints", "secret": "endpoints", "confirm": "endpoints",
+	"endpoint": "endpoints", "delivery": "endpoints", "test": "endpoints",
+	"events": "events", "event": "events", "catalog": "catalog", "console": "console",
+}
+
+// pageTitler lets a page's data name the page.
+type pageTitler interface{ pageTitle() string }
+
+// render executes a page into a buffer first, so a template error is a 500
+// and never half a page.
+func (p *Portal) render(w http.ResponseWriter, r *http.Request, code int, name string, sess *session, data any) {
+	v := view{Base: p.base, Data: data, Nav: sections[name]}
+	if sess != nil {
+		v.CSRF, v.Manage, v.Owner = sess.csrf, sess.canManage(), sess.ownerID
+	}
+	if t, ok := data.(pageTitler); ok {
+		v.Title = t.pageTitle()
+	}
+	if f := r.URL.Query().Get("done"); f != "" {
+		v.Flash = flashes[f]
+	}
+	p.renderCode(w, r, code, name, &v)
+}
+
+// renderView is render for a view built by the caller (the console).
+func (p *Portal) renderView(w http.ResponseWriter, r *http.Request, name string, v *view) {
+	p.renderCode(w, r, http.StatusOK, name, v)
+}
+
+func (p *Portal) renderCode(w http.ResponseWriter, r *http.Request, code int, name string, v *view) {
+	var buf bytes.Buffer
+	if err := p.pages.sets[name].ExecuteTemplate(&buf, "layout.html", v); err != nil {
+		p.logger.ErrorContext(r.Context(), "portal: render", slog.String("page", name), slog.Any("error", err))
+		p.plain(w, http.StatusInternalServerError, "Something went wrong. Try again.")
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// flashes are the notices a redirect may ask for (?done=…): only these
+// texts, so a link cannot put words on the page.
+var flashes = map[string]string{
+	"saved":       "Saved.",
+	"enabled":     "Endpoint enabled: deliveries resume.",
+	"disabled":    "Endpoint disabled: it gets no new deliveries.",
+	"deleted":     "Endpoint deleted.",
+	"retried":     "Retry queued: the delivery goes out now.",
+	"redelivered": "Failed deliveries queued again.",
+}
+
+// messageData is a page with a title and one paragraph.
+type messageData struct {
+	Title   string
+	Message string
+}
+
+func (m *messageData) pageTitle() string { return m.Title }
+
+// notFound is the one answer for anything missing or not the session's
+// owner's: the same page, whichever it was.
+func (p *Portal) notFound(w http.ResponseWriter, r *http.Request, sess *session) {
+	p.render(w, r, http.StatusNotFound, "message", sess, &messageData{Title: "Not found",
+		Message: "There is nothing here. Go back to your endpoints."})
+}
+
+// fail answers an error of the endpoint service that is not a form's
+// field error.
+func (p *Portal) fail(w http.ResponseWriter, r *http.Request, sess *session, err error) {
+	var notWaiting *endpoint.NotWaitingError
+	switch {
+	case errors.Is(err, endpoint.ErrNotFound), errors.Is(err, endpoint.ErrDeliveryNotFound), errors.Is(err, endpoint.ErrEventNotFound):
+		p.notFound(w, r, sess)
+	case errors.As(err, &notWaiting):
+		p.render(w, r, http.StatusConflict, "message", sess, &messageData{Title: "Not retried", Message: notWaiting.Error()})
+	case errors.Is(err, endpoint.ErrDisabled):
+		p.render(w, r, http.StatusConflict, "message", sess, &messageData{Title: "Endpoint disabled",
+			Message: "The endpoint is disabled: enable it first."})
+	case errors.Is(err, endpoint.ErrTooManyEndpoints):
+		p.render(w, r, http.StatusConflict, "message", sess, &messageData{Title: "Too many endpoints",
+			Message: fmt.Sprintf("You have reached the limit of %d endpoints.", p.svc.MaxEndpointsPerOwner())})
+	default:
+		if ve, ok := errors.AsType[*endpoint.ValidationError](err); ok {
+			p.render(w, r, http.StatusBadRequest, "message", sess, &messageData{Title: "Not accepted", Message: ve.Error()})
+			return
+		}
+		p.logger.ErrorContext(r.Context(), "portal: request failed", slog.String("path", r.URL.Path), slog.Any("error", err))
+		p.render(w, r, http.StatusInternalServerError, "message", sess, &messageData{Title: "Something went wrong",
+			Message: "The request failed. Try again in a moment."})
+	}
+}
+
+// redirect sends the browser to a page of the portal after a POST.
+func (p *Portal) redirect(w http.ResponseWriter, r *http.Request, rel string) {
+	http.Redirect(w, r, p.base+rel, http.StatusSeeOther) //nolint:gosec // G710: rel is a path the handlers build (an id the service has just accepted), under the portal's own base
+}
+
+// withSession wraps a page handler: the session first, then for a POST the
+// origin, the form token and the access.
+func (p *Portal) withSession(h func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
+	return p.guard(true, h)
+}
+
+// guard is withSession; manage=false lets a read-only session POST (sign
+// out), with the same origin and form token checks.
+func (p *Portal) guard(manage bool, h func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sess, ok := p.session(w, r)
+		if !ok {
+			return
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, 256<<10)
+			if !p.checkPost(w, r, sess, manage) {
+				return
+			}
+		}
+		h(w, r, sess)
+	}
+}
+
+func (p *Portal) routes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /{$}", p.withSession(p.listEndpoints))
+	mux.HandleFunc("POST /signout", p.guard(false, p.signOut))
+	mux.HandleFunc("GET /endpoints/new", p.withSession(p.newEndpoint))
+	mux.HandleFunc("POST /endpoints", p.withSession(p.createEndpoint))
+	mux.HandleFunc("GET /endpoints/{id}", p.withSession(p.showEndpoint))
+	mux.HandleFunc("GET /endpoints/{id}/edit", p.withSession(p.editEndpoint))
+	mux.HandleFunc("POST /endpoints/{id}", p.withSession(p.updateEndpoint))
+	mux.HandleFunc("POST /endpoints/{id}/enable", p.withSession(p.setEnabled(true)))
+	mux.HandleFunc("POST /endpoints/{id}/disable", p.withSession(p.setEnabled(false)))
+	mux.HandleFunc("GET /endpoints/{id}/delete", p.withSession(p.confirmDelete))
+	mux.HandleFunc("POST /endpoints/{id}/delete", p.withSession(p.deleteEndpoint))
+	mux.HandleFunc("POST /endpoints/{id}/rotate", p.withSession(p.rotateSecret))
+	mux.HandleFunc("POST /endpoints/{id}/test", p.withSession(p.sendTest))
+	mux.HandleFunc("GET /endpoints/{id}/test/{event}", p.withSession(p.testResult))
+	mux.HandleFunc("POST /endpoints/{id}/redeliver", p.withSession(p.redeliver))
+	mux.HandleFunc("GET /deliveries/{id}", p.withSession(p.showDelivery))
+	mux.HandleFunc("POST /deliveries/{id}/retry", p.withSession(p.retryDelivery))
+	mux.HandleFunc("GET /events", p.withSession(p.listEvents))
+	mux.HandleFunc("GET /events/{id}", p.withSession(p.showEvent))
+	mux.HandleFunc("GET /catalog", p.withSession(p.catalog))
+}
+
+func (p *Portal) signOut(w http.ResponseWriter, r *http.Request, sess *session) {
+	if c, err := r.Cookie(CookieName); err == nil {
+		if err := p.sessions.end(r.Context(), c.Value); err != nil {
+			p.logger.ErrorContext(r.Context(), "portal: end session", slog.Any("error", err))
+		}
+	}
+	http.SetCookie(w, p.cookie(r, "", nil))
+	p.plain(w, http.StatusOK, "Signed out. Open a new link from your application to come back.")
+}
+
+// stats24h are one endpoint's figures of the last 24 hours for a list.
+type stats24h struct {
+	Attempts, Failures int64
+	P50, P99           time.Duration
+}
+
+func statsOf(c attempt.Counts) stats24h {
+	return stats24h{Attempts: c.Attempts, Failures: c.Failures(), P50: c.Percentile(0.5), P99: c.Percentile(0.99)}
+}
+
+func isInvalid(err error) bool { return errors.Is(err, endpoint.ErrInvalid) }
+
+// encodeQuery is a query string of the non-empty values.
+func encodeQuery(m map[string]string) string {
+	v := url.Values{}
+	for k, s := range m {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	return v.Encode()
+}

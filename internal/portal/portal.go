@@ -1,0 +1,257 @@
+// Package portal serves the web pages where the owner of webhook endpoints
+// sees and manages its own endpoints, secrets and deliveries: the page the
+// main application would otherwise have to build on top of the API.
+//
+// A session starts from a one-time link that the main application's backend
+// asks for with CreatePortalSession (an admin call). Opening the link spends
+// it and sets an HttpOnly cookie for that one owner; every page then calls
+// the endpoint service with the session's owner, exactly as the API does
+// with a request's owner_id, so the pages can show and change nothing the
+// API would not. The pages are server-rendered html/template (markup in any
+// stored value renders as text), need no script but a copy button's, and
+// are served with a CSP that allows neither inline script nor framing by
+// any origin but the session's allowed ones.
+package portal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
+)
+
+// CookieName is the session cookie's name.
+const CookieName = "dispatcher_portal"
+
+// Config configures the portal.
+type Config struct {
+	// PublicURL is the portal's address as browsers reach it, ending in "/":
+	// links are built on it, and its path is the path every page is linked
+	// under (a reverse proxy may map it to MountPath). Required.
+	PublicURL *url.URL
+	// SecureCookie forces the Secure attribute on the session cookie (the
+	// TLS is a proxy's). It is set anyway under TLS or an https PublicURL.
+	SecureCookie bool
+	// Now is the clock (tests); nil means time.Now.
+	Now func() time.Time
+}
+
+// MountPath is where the portal is served on the API port.
+const MountPath = "/portal/"
+
+// Portal is the pages and the session store.
+type Portal struct {
+	cfg      Config
+	base     string // PublicURL's path, ending in "/"
+	origin   string // PublicURL's scheme://host
+	svc      *endpoint.Service
+	sessions *sessions
+	logger   *slog.Logger
+	pages    *pages
+}
+
+// New returns the portal over the endpoint service that the gRPC API calls.
+func New(cfg Config, pool *pgxpool.Pool, svc *endpoint.Service, logger *slog.Logger) (*Portal, error) {
+	if cfg.PublicURL == nil || !cfg.PublicURL.IsAbs() {
+		return nil, errors.New("portal: the public URL must be absolute (https://host/portal/)")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	u := *cfg.PublicURL
+	if !strings.HasSuffix(u.Path, "/") {
+		u.Path += "/"
+	}
+	u.RawQuery, u.Fragment = "", ""
+	cfg.PublicURL = &u
+	pg, err := loadPages()
+	if err != nil {
+		return nil, err
+	}
+	return &Portal{
+		cfg:      cfg,
+		base:     u.Path,
+		origin:   u.Scheme + "://" + u.Host,
+		svc:      svc,
+		sessions: &sessions{pool: pool, now: cfg.Now},
+		logger:   logger,
+		pages:    pg,
+	}, nil
+}
+
+// CreateSession validates r and stores a one-time link (CreatePortalSession).
+// Bad input is an *endpoint.ValidationError naming each field.
+func (p *Portal) CreateSession(ctx context.Context, r SessionRequest) (Link, error) {
+	if err := validate(&r); err != nil {
+		return Link{}, err
+	}
+	tok, expires, err := p.sessions.create(ctx, r)
+	if err != nil {
+		return Link{}, err
+	}
+	u := *p.cfg.PublicURL
+	u.Path += "open"
+	u.RawQuery = url.Values{"token": {tok}}.Encode()
+	return Link{URL: u.String(), ExpiresAt: expires}, nil
+}
+
+// Handler serves the portal; mount it at MountPath with the prefix stripped
+// (http.StripPrefix("/portal", h)).
+func (p *Portal) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /static/", http.StripPrefix("/static/", staticHandler()))
+	mux.HandleFunc("GET /open", p.open)
+	p.routes(mux)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		sess, ok := p.session(w, r)
+		if !ok {
+			return
+		}
+		p.notFound(w, r, sess)
+	})
+	return mux
+}
+
+// securityHeaders are sent with every answer. frame-ancestors is the
+// session's allowed origins, else 'none' (and X-Frame-Options for browsers
+// without CSP level 2).
+func securityHeaders(w http.ResponseWriter, origins []string) {
+	h := w.Header()
+	ancestors := "'none'"
+	if len(origins) > 0 {
+		ancestors = strings.Join(origins, " ")
+	} else {
+		h.Set("X-Frame-Options", "DENY")
+	}
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
+		"form-action 'self'; base-uri 'none'; frame-ancestors "+ancestors)
+	h.Set("X-Content-Type-Options", "nosniff")
+	// The link's token is in its URL: no page of the portal names itself
+	// to another site.
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+}
+
+// open spends a link's token and starts the session.
+func (p *Portal) open(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodHead {
+		// A link checker's HEAD must not spend the link.
+		securityHeaders(w, nil)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	tok, sess, err := p.sessions.open(r.Context(), r.URL.Query().Get("token"))
+	if err != nil {
+		if !errors.Is(err, errNoSession) {
+			p.logger.ErrorContext(r.Context(), "portal: open session", slog.Any("error", err))
+			p.plain(w, http.StatusInternalServerError, "Something went wrong. Try again, or ask for a new link.")
+			return
+		}
+		p.plain(w, http.StatusUnauthorized, "This link has expired or has already been used. Ask for a new one.")
+		return
+	}
+	securityHeaders(w, sess.origins)
+	http.SetCookie(w, p.cookie(r, tok, sess))
+	http.Redirect(w, r, p.base, http.StatusSeeOther)
+}
+
+// cookie is the session cookie. A session that may be framed by another
+// site needs SameSite=None (and so Secure) and Partitioned, or the browser
+// would not send it inside the frame; otherwise Lax, which keeps it off
+// cross-site POSTs too.
+func (p *Portal) cookie(r *http.Request, value string, sess *session) *http.Cookie {
+	c := &http.Cookie{
+		Name: CookieName, Value: value, Path: p.base, HttpOnly: true,
+		Secure:   p.cfg.SecureCookie || r.TLS != nil || p.cfg.PublicURL.Scheme == "https",
+		SameSite: http.SameSiteLaxMode,
+	}
+	if sess != nil {
+		c.Expires = sess.expires
+		if len(sess.origins) > 0 {
+			c.SameSite, c.Secure, c.Partitioned = http.SameSiteNoneMode, true, true
+		}
+	} else {
+		c.MaxAge = -1
+	}
+	return c
+}
+
+// plain answers a short text page, framed by nobody.
+func (p *Portal) plain(w http.ResponseWriter, code int, msg string) {
+	securityHeaders(w, nil)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = fmt.Fprintln(w, msg)
+}
+
+// session returns the request's session, or answers 401 and false.
+func (p *Portal) session(w http.ResponseWriter, r *http.Request) (*session, bool) {
+	c, err := r.Cookie(CookieName)
+	if err != nil {
+		p.plain(w, http.StatusUnauthorized, "You are not signed in to the webhooks portal, or your session has ended. Open a new link from your application.")
+		return nil, false
+	}
+	sess, err := p.sessions.lookup(r.Context(), c.Value)
+	if err != nil {
+		if !errors.Is(err, errNoSession) {
+			p.logger.ErrorContext(r.Context(), "portal: read session", slog.Any("error", err))
+			p.plain(w, http.StatusInternalServerError, "Something went wrong. Try again.")
+			return nil, false
+		}
+		p.plain(w, http.StatusUnauthorized, "Your session has ended. Open a new link from your application.")
+		return nil, false
+	}
+	securityHeaders(w, sess.origins)
+	return sess, true
+}
+
+// checkPost refuses a state change that is not the session's own: from
+// another site (Fetch Metadata, else Origin), without the session's form
+// token, or from a read-only session. It answers and returns false.
+func (p *Portal) checkPost(w http.ResponseWriter, r *http.Request, sess *session, manage bool) bool {
+	if !p.sameOrigin(r) {
+		p.logger.WarnContext(r.Context(), "portal: cross-site request refused", slog.String("path", r.URL.Path))
+		p.plain(w, http.StatusForbidden, "Refused: this request did not come from the portal's own pages.")
+		return false
+	}
+	if err := r.ParseForm(); err != nil || !equalTokens(r.PostForm.Get("csrf"), sess.csrf) {
+		p.logger.WarnContext(r.Context(), "portal: request without the session's form token refused", slog.String("path", r.URL.Path))
+		p.plain(w, http.StatusForbidden, "Refused: this form has expired. Reload the page and try again.")
+		return false
+	}
+	if manage && !sess.canManage() {
+		p.render(w, r, http.StatusForbidden, "message", sess, &messageData{Title: "Read-only session",
+			Message: "This session may look but not change anything. Ask your application for a link with manage access."})
+		return false
+	}
+	return true
+}
+
+// sameOrigin: Sec-Fetch-Site when the browser sends it, else the Origin
+// header when there is one, against the public URL's origin or the Host the
+// request came to. A request with neither comes from no browser page.
+func (p *Portal) sameOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin" || site == "none"
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return origin == p.origin || origin == scheme+"://"+r.Host
+}
