@@ -292,7 +292,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		return fmt.Errorf("http api: %w", err)
 	}
 	defer apiConn.Close()
-	apiHandler, err := httpapi.New(ctx, apiConn)
+	apiHandler, err := httpapi.New(ctx, apiConn, httpapi.Options{})
 	if err != nil {
 		_ = grpcLis.Close()
 		return err
