@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/httpapi"
 )
 
 // httpCall makes one HTTP/JSON API call to d's API port and decodes the
@@ -350,4 +353,41 @@ func TestHTTPAPIRESTSession(t *testing.T) {
 		code, _, _ = req(http.MethodGet, "/v1/endpoints/"+id+"?owner_id=owner-rest-delete", adminToken, nil)
 		require.Equal(t, http.StatusNotFound, code)
 	})
+}
+
+// TestOpenAPIServed: the real binary serves the committed OpenAPI document
+// byte for byte, an OpenAPI 3.1 document with a path for every HTTP rule,
+// and its reference page, without a token.
+func TestOpenAPIServed(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
+	client := &http.Client{Timeout: 30 * time.Second}
+
+	resp, err := client.Get("http://" + d.grpcAddr + "/openapi.json")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	served, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	committed, err := os.ReadFile(filepath.Join("..", "docs", "openapi", "openapi.json"))
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(committed, served), "the served document is docs/openapi/openapi.json")
+
+	var doc struct {
+		OpenAPI string                    `json:"openapi"`
+		Paths   map[string]map[string]any `json:"paths"`
+	}
+	require.NoError(t, json.Unmarshal(served, &doc))
+	require.Equal(t, "3.1.0", doc.OpenAPI)
+	for _, r := range httpapi.Rules {
+		require.Contains(t, doc.Paths[r.Pattern], strings.ToLower(r.Method), "%s %s", r.Method, r.Pattern)
+	}
+
+	resp, err = client.Get("http://" + d.grpcAddr + "/docs")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	page, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, string(page), `<script src="/docs/redoc.standalone.js"></script>`)
 }
