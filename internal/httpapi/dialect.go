@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
@@ -67,6 +68,11 @@ func prepare(r *http.Request, rt *route, pathParams map[string]string) []FieldVi
 	raw, err := io.ReadAll(r.Body)
 	if err != nil {
 		c.add("body", "could not be read")
+		return c.violations
+	}
+	if !utf8.Valid(raw) {
+		// encoding/json would replace the bad bytes silently.
+		c.add("body", "is not valid UTF-8")
 		return c.violations
 	}
 	if len(bytes.TrimSpace(raw)) > 0 {

@@ -268,6 +268,7 @@ func TestDialect(t *testing.T) {
 		b.refused(t, b.do(t, http.MethodPost, "/v1/events:publish", `{"event":{"occurred_at":"today"}}`), "event.occurred_at")
 		b.refused(t, b.do(t, http.MethodPost, "/v1/endpoints", `[]`), "body")
 		b.refused(t, b.do(t, http.MethodPost, "/v1/endpoints", `{"owner_id":`), "body")
+		b.refused(t, b.do(t, http.MethodPost, "/v1/endpoints", "{\"owner_id\":\"o\xff\"}"), "body")
 	})
 
 	t.Run("PathParameterInTheBody", func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -243,7 +244,7 @@ const infoDescription = `The HTTP/JSON face of the dispatcher's gRPC API (webhoo
 - **Names**: snake_case in and out (the proto field names); lowerCamelCase is accepted on input. ` + "`update_mask`" + ` takes snake_case paths ("event_types,max_in_flight").
 - **Answers** hold every field: an unset message is null, an empty list []. 64-bit integers (delivery ids) are strings.
 - **Durations** are strings: "1h", "90s", "1h30m" or "3600s".
-- **owner_id** goes in the query of a GET or DELETE and in the body of a POST or PATCH; a POST also takes it in the query (the two must agree).
+- **owner_id** goes in the query of a GET or DELETE and in the body of a POST or PATCH, which also take it in the query (the two must agree).
 - **Unknown** query parameters and JSON fields are refused with 400 naming them, never ignored.
 - **Statuses**: creating an endpoint answers 201 with Location, deleting one 204.
 - **Errors** are RFC 9457 problem details (application/problem+json): ` + "`code`" + ` is the gRPC status code's name, ` + "`detail`" + ` the message, ` + "`field_violations`" + ` every bad field.
@@ -274,7 +275,7 @@ func (b *builder) operation(m *protogen.Method, r rule, path string) (map[string
 		}
 		params = append(params, map[string]any{
 			"name": name, "in": "path", "required": true,
-			"description": comment(f.Comments.Leading),
+			"description": fieldDescription(f),
 			"schema":      b.paramSchema(f),
 		})
 	}
@@ -285,7 +286,7 @@ func (b *builder) operation(m *protogen.Method, r rule, path string) (map[string
 				continue
 			}
 			p := map[string]any{"name": name, "in": "query", "schema": b.paramSchema(f)}
-			if d := comment(f.Comments.Leading); d != "" {
+			if d := fieldDescription(f); d != "" {
 				p["description"] = d
 			}
 			if name == "owner_id" || slices.Contains(required[in.Desc.FullName()], name) {
@@ -294,7 +295,7 @@ func (b *builder) operation(m *protogen.Method, r rule, path string) (map[string
 			switch {
 			case f.Desc.IsMap():
 				p["style"], p["explode"] = "deepObject", true
-				p["description"] = strings.TrimSpace(comment(f.Comments.Leading) + " As " + name + "[key]=value.")
+				p["description"] = strings.TrimSpace(fieldDescription(f) + " As " + name + "[key]=value.")
 			case f.Desc.IsList():
 				p["style"], p["explode"] = "form", true
 			}
@@ -354,6 +355,29 @@ func (b *builder) operation(m *protogen.Method, r rule, path string) (map[string
 	}
 	op["responses"] = responses
 	return op, nil
+}
+
+// fieldDescriptions describe the fields that recur in every request,
+// where their comments do not.
+var fieldDescriptions = map[string]string{
+	"owner_id":    "The owner the call is scoped to: another owner's resources answer 404, like missing ones.",
+	"endpoint_id": "An endpoint's id (Endpoint.id, a UUID).",
+	"delivery_id": "A delivery's id (Delivery.id, as ListDeliveries returns it).",
+	"event_id":    "An event's id (Event.id).",
+	"page_size":   "0 means 50; at most 200.",
+	"page_token":  "From a previous call's next_page_token, with the same filters.",
+}
+
+// fieldDescription is a field's comment, or the common description of a
+// recurring field without one.
+func fieldDescription(f *protogen.Field) string {
+	if d := comment(f.Comments.Leading); d != "" {
+		return d
+	}
+	if f.Parent != nil && strings.HasSuffix(string(f.Parent.Desc.Name()), "Request") {
+		return fieldDescriptions[string(f.Desc.Name())]
+	}
+	return ""
 }
 
 func fieldNamed(m *protogen.Message, name string) *protogen.Field {
@@ -436,7 +460,7 @@ func (b *builder) messageSchema(m *protogen.Message, input bool, skip []string) 
 			continue
 		}
 		s := b.fieldSchema(f, input)
-		if d := comment(f.Comments.Leading); d != "" {
+		if d := fieldDescription(f); d != "" {
 			s = withDescription(s, d)
 		}
 		props[name] = s
@@ -467,9 +491,7 @@ func (b *builder) messageSchema(m *protogen.Message, input bool, skip []string) 
 // withDescription describes s; a $ref's siblings are allowed in 3.1.
 func withDescription(s map[string]any, d string) map[string]any {
 	out := map[string]any{"description": d}
-	for k, v := range s {
-		out[k] = v
-	}
+	maps.Copy(out, s)
 	return out
 }
 

@@ -891,6 +891,7 @@ export interface components {
             name?: string;
             /** @description Deliver in publish order. See Endpoint. */
             ordered?: boolean;
+            /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
             owner_id: string;
             /** @description Optional idempotency key chosen by the client (a UUID, or up to 128 of [A-Za-z0-9_-]), remembered per owner for 24 hours. A retry with the same owner_id, request_id and parameters returns the endpoint the first call created, with replayed set, instead of a second endpoint; two concurrent calls create one. The same request_id with other parameters is ALREADY_EXISTS. */
             request_id?: string;
@@ -1705,6 +1706,7 @@ export interface components {
              * @description How many deliveries one call examines at most: 0 means 1000, at most 1000. Oldest first.
              */
             limit?: number;
+            /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
             owner_id: string;
             /** @description From a previous call's next_page_token, with the same since: continues after the deliveries that call examined. */
             page_token?: string;
@@ -1724,6 +1726,7 @@ export interface components {
             next_page_token: string;
         };
         RetryDeliveryRequest: {
+            /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
             owner_id: string;
         };
         RetryDeliveryResponse: {
@@ -1734,6 +1737,7 @@ export interface components {
         RotateSecretRequest: {
             /** @description How long the previous secret keeps signing; unset means 24h, 0 ends it now. */
             grace_period?: string;
+            /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
             owner_id: string;
         };
         RotateSecretResponse: {
@@ -1745,6 +1749,7 @@ export interface components {
             secret: string;
         };
         SendTestRequest: {
+            /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
             owner_id: string;
         };
         SendTestResponse: {
@@ -1850,6 +1855,7 @@ export interface components {
             max_per_second?: number;
             name?: string;
             ordered?: boolean;
+            /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
             owner_id: string;
             /** @description Comma-separated field names in snake_case, e.g. "event_types,max_in_flight". */
             update_mask: string;
@@ -2047,6 +2053,7 @@ export interface operations {
     getDelivery: {
         parameters: {
             query: {
+                /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
                 owner_id: string;
             };
             header?: never;
@@ -2079,9 +2086,11 @@ export interface operations {
     listAttempts: {
         parameters: {
             query: {
+                /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
                 owner_id: string;
                 /** @description 0 means 50; at most 200. */
                 page_size?: number;
+                /** @description From a previous call's next_page_token, with the same filters. */
                 page_token?: string;
             };
             header?: never;
@@ -2150,6 +2159,7 @@ export interface operations {
     getEndpointStats: {
         parameters: {
             query: {
+                /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
                 owner_id: string;
                 /** @description One to 100 endpoint ids. */
                 endpoint_ids: string[];
@@ -2180,9 +2190,11 @@ export interface operations {
     listEndpoints: {
         parameters: {
             query: {
+                /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
                 owner_id: string;
                 /** @description 0 means 50; at most 200. */
                 page_size?: number;
+                /** @description From a previous call's next_page_token, with the same filters. */
                 page_token?: string;
                 /** @description Only endpoints carrying every one of these labels with exactly this value (ANDed); at most 10, keys as in CreateEndpointRequest.labels. As labels[key]=value. */
                 labels?: {
@@ -2253,10 +2265,12 @@ export interface operations {
     getEndpoint: {
         parameters: {
             query: {
+                /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
                 owner_id: string;
             };
             header?: never;
             path: {
+                /** @description An endpoint's id (Endpoint.id, a UUID). */
                 endpoint_id: string;
             };
             cookie?: never;
@@ -2284,10 +2298,12 @@ export interface operations {
     deleteEndpoint: {
         parameters: {
             query: {
+                /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
                 owner_id: string;
             };
             header?: never;
             path: {
+                /** @description An endpoint's id (Endpoint.id, a UUID). */
                 endpoint_id: string;
             };
             cookie?: never;
@@ -2315,6 +2331,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description An endpoint's id (Endpoint.id, a UUID). */
                 endpoint_id: string;
             };
             cookie?: never;
@@ -2348,9 +2365,11 @@ export interface operations {
     listDeliveries: {
         parameters: {
             query: {
+                /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
                 owner_id: string;
                 /** @description 0 means 50; at most 200. */
                 page_size?: number;
+                /** @description From a previous call's next_page_token, with the same filters. */
                 page_token?: string;
                 /** @description Only deliveries in one of these states (empty: every state). */
                 states?: components["schemas"]["DeliveryState"][];
@@ -2363,6 +2382,7 @@ export interface operations {
             };
             header?: never;
             path: {
+                /** @description An endpoint's id (Endpoint.id, a UUID). */
                 endpoint_id: string;
             };
             cookie?: never;
@@ -2392,6 +2412,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description An endpoint's id (Endpoint.id, a UUID). */
                 endpoint_id: string;
             };
             cookie?: never;
@@ -2427,6 +2448,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description An endpoint's id (Endpoint.id, a UUID). */
                 endpoint_id: string;
             };
             cookie?: never;
@@ -2462,6 +2484,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description An endpoint's id (Endpoint.id, a UUID). */
                 endpoint_id: string;
             };
             cookie?: never;
@@ -2521,6 +2544,7 @@ export interface operations {
     listEvents: {
         parameters: {
             query: {
+                /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
                 owner_id: string;
                 /** @description 0 means 50; at most 200. */
                 page_size?: number;
@@ -2561,6 +2585,7 @@ export interface operations {
     getEvent: {
         parameters: {
             query: {
+                /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
                 owner_id: string;
             };
             header?: never;
