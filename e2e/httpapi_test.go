@@ -282,10 +282,19 @@ func TestHTTPAPIRESTSession(t *testing.T) {
 	waitFor(t, 30*time.Second, "the delivery", func() bool { return len(rc.requests()) == 1 })
 	require.Equal(t, eventID, rc.requests()[0].header.Get("webhook-id"))
 
-	code, _, deliveries := req(http.MethodGet, "/v1/endpoints/"+id+"/deliveries?owner_id="+owner+"&states=DELIVERY_STATE_DELIVERED&event_type=corpus.*", adminToken, nil)
-	require.Equal(t, http.StatusOK, code, "%v", deliveries)
-	require.Len(t, deliveries["deliveries"], 1)
-	deliveryID := deliveries["deliveries"].([]any)[0].(map[string]any)["id"].(string)
+	// Settled a moment after the receiver answered: filtered by state.
+	var deliveryID string
+	waitFor(t, 30*time.Second, "the delivery listed as delivered", func() bool {
+		code, _, deliveries := req(http.MethodGet, "/v1/endpoints/"+id+"/deliveries?owner_id="+owner+"&states=DELIVERY_STATE_DELIVERED&event_type=corpus.*", adminToken, nil)
+		require.Equal(t, http.StatusOK, code, "%v", deliveries)
+		list := deliveries["deliveries"].([]any)
+		if len(list) == 0 {
+			return false
+		}
+		require.Len(t, list, 1)
+		deliveryID = list[0].(map[string]any)["id"].(string)
+		return true
+	})
 	waitFor(t, 30*time.Second, "the attempt recorded", func() bool {
 		code, _, attempts := req(http.MethodGet, "/v1/deliveries/"+deliveryID+"/attempts?owner_id="+owner, adminToken, nil)
 		require.Equal(t, http.StatusOK, code, "%v", attempts)
