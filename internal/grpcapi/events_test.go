@@ -354,6 +354,36 @@ func TestEventServer_PublishBatch(t *testing.T) {
 		return &testBundle{db: db, metrics: m, server: NewEventServer(store, testLogger())}
 	}
 
+	t.Run("MissingIDsAndTimesFilledIn", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		a, b, c := testProtoEvent(""), testProtoEvent(""), testProtoEvent("evt_given")
+		a.OccurredAt, c.OccurredAt = nil, nil
+		resp, err := bundle.server.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: []*webhooksv1.Event{a, b, c}})
+		require.NoError(t, err)
+		require.Len(t, resp.GetResults(), 3)
+		require.NotEqual(t, resp.GetResults()[0].GetEventId(), resp.GetResults()[1].GetEventId(), "one new id each")
+		require.Equal(t, "evt_given", resp.GetResults()[2].GetEventId())
+		for i, r := range resp.GetResults() {
+			require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED, r.GetOutcome(), i)
+			require.NotNil(t, r.GetOccurredAt(), i)
+			stored := testfactory.ReadEvent(t.Context(), t, bundle.db.Pool, r.GetEventId())
+			require.True(t, r.GetOccurredAt().AsTime().Equal(stored.OccurredAt), i)
+		}
+		require.True(t, testOccurredAt.Equal(resp.GetResults()[1].GetOccurredAt().AsTime()), "a given time as given")
+
+		// The batch again: the event with a given id is a duplicate (its
+		// time was filled in both times), the id-less ones new events.
+		a2, b2, c2 := testProtoEvent(""), testProtoEvent(""), testProtoEvent("evt_given")
+		a2.OccurredAt, c2.OccurredAt = nil, nil
+		again, err := bundle.server.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: []*webhooksv1.Event{a2, b2, c2}})
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DUPLICATE, again.GetResults()[2].GetOutcome())
+		require.True(t, resp.GetResults()[2].GetOccurredAt().AsTime().Equal(again.GetResults()[2].GetOccurredAt().AsTime()))
+		require.Equal(t, 5, testfactory.CountEvents(t.Context(), t, bundle.db.Pool))
+	})
+
 	t.Run("ResultsInRequestOrder", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)

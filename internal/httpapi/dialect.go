@@ -58,6 +58,9 @@ func prepare(r *http.Request, rt *route, pathParams map[string]string) []FieldVi
 		if key := r.Header.Get("Idempotency-Key"); key != "" {
 			c.add("Idempotency-Key", "only a POST that creates something takes an Idempotency-Key")
 		}
+		if n, _ := io.ReadFull(r.Body, make([]byte, 1)); n > 0 {
+			c.add("body", r.Method+" "+rt.Pattern+" takes no body: its parameters go in the query")
+		}
 		r.URL.RawQuery = c.query(rt, query)
 		return c.violations
 	}
@@ -85,6 +88,11 @@ func prepare(r *http.Request, rt *route, pathParams map[string]string) []FieldVi
 		}
 		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 			c.add("body", "holds more than one JSON value")
+			return c.violations
+		}
+		if dup := duplicateKey(raw); dup != "" {
+			// encoding/json would keep the last silently.
+			c.add(dup, "is given twice")
 			return c.violations
 		}
 		o, ok := v.(map[string]any)
@@ -165,6 +173,48 @@ func (c *requestCheck) idempotencyKey(rt *route, obj map[string]any, key string)
 	}
 	deleteField(parent, md, name)
 	parent[name] = key
+}
+
+// duplicateKey returns the path of the first object member raw (valid JSON)
+// names twice, "" when none is.
+func duplicateKey(raw []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var walk func(path string) string
+	walk = func(path string) string {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return ""
+				}
+				key, _ := kt.(string)
+				if seen[key] {
+					return joinPath(path, key)
+				}
+				seen[key] = true
+				if dup := walk(joinPath(path, key)); dup != "" {
+					return dup
+				}
+			}
+			_, _ = dec.Token() // }
+		case json.Delim('['):
+			for i := 0; dec.More(); i++ {
+				if dup := walk(path + "[" + strconv.Itoa(i) + "]"); dup != "" {
+					return dup
+				}
+			}
+			_, _ = dec.Token() // ]
+		}
+		return ""
+	}
+	return walk("")
 }
 
 // fieldByName finds a field by its proto name or its JSON name.
@@ -279,6 +329,12 @@ func (c *requestCheck) object(prefix string, md protoreflect.MessageDescriptor, 
 		if fd == nil {
 			c.add(field, "unknown field")
 			continue
+		}
+		if other := fd.JSONName(); key != other && key == string(fd.Name()) {
+			if _, both := obj[other]; both {
+				c.add(field, "is given twice, as "+key+" and "+other)
+				continue
+			}
 		}
 		if pv, ok := pathParams[string(fd.Name())]; ok {
 			if s, _ := v.(string); s != pv {
