@@ -373,3 +373,21 @@ func TestProtoDuration(t *testing.T) {
 		require.Equal(t, want, protoDuration(d))
 	}
 }
+
+// BenchmarkPrepare measures the dialect's check and rewrite of one publish
+// request, the hot path of the HTTP face.
+func BenchmarkPrepare(b *testing.B) {
+	routes, err := resolve(Rules)
+	require.NoError(b, err)
+	rt, params := match(routes, http.MethodPost, "/v1/events:publish")
+	require.NotNil(b, rt)
+	body := []byte(`{"event":{"id":"evt-1","owner_id":"acme","type":"corpus.note.changed","subject":"wiki://software/project/x",` +
+		`"occurred_at":"2026-11-30T10:00:00Z","data":{"op":"updated","note_id":"n1","published":true,"was_published":true}}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodPost, "/v1/events:publish", bytes.NewReader(body))
+		if v := prepare(req, rt, params); len(v) > 0 {
+			b.Fatal(v)
+		}
+	}
+}
