@@ -54,6 +54,11 @@ var idempotencyKeyRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 func prepare(r *http.Request, rt *route, pathParams map[string]string) []FieldViolation {
 	c := &requestCheck{}
 	query := r.URL.Query()
+	for _, name := range rt.pathParams {
+		if _, err := scalarFromString(rt.input.Fields().ByName(protoreflect.Name(name)), pathParams[name]); err != nil {
+			c.add(name, err.Error())
+		}
+	}
 	if rt.Body == "" {
 		if key := r.Header.Get("Idempotency-Key"); key != "" {
 			c.add("Idempotency-Key", "only a POST that creates something takes an Idempotency-Key")

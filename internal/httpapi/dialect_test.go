@@ -275,6 +275,13 @@ func TestDialect(t *testing.T) {
 		b.refused(t, b.do(t, http.MethodPost, "/v1/endpoints", "{\"owner_id\":\"o\xff\"}"), "body")
 	})
 
+	t.Run("PathParameterOfTheWrongType", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.refused(t, b.do(t, http.MethodGet, "/v1/deliveries/abc/attempts?owner_id=o", ""), "delivery_id")
+		b.refused(t, b.do(t, http.MethodPost, "/v1/deliveries/1.5:retry", `{"owner_id":"o"}`), "delivery_id")
+	})
+
 	t.Run("PathParameterInTheBody", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
