@@ -307,6 +307,7 @@ func TestDialect(t *testing.T) {
 		a := b.do(t, http.MethodPost, "/v1/endpoints", `{"owner_id":"o w","url":"https://x"}`)
 		require.Equal(t, http.StatusCreated, a.code, "%s", a.raw)
 		require.Equal(t, "/v1/endpoints/0190b1a4-0000-7000-8000-000000000001?owner_id=o+w", a.header.Get("Location"))
+		require.Equal(t, "application/json", a.header.Get("Content-Type"))
 		require.Equal(t, "whsec_x", a.body["secret"])
 	})
 
