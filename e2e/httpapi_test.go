@@ -262,6 +262,13 @@ func TestHTTPAPIRESTSession(t *testing.T) {
 	ep := updated["endpoint"].(map[string]any)
 	require.Equal(t, []any{"corpus.*", "booking.*"}, ep["event_types"])
 	require.InDelta(t, 4, ep["max_in_flight"], 0)
+	// The same with owner_id and update_mask in the query, where REST
+	// users often put them.
+	code, _, updated = req(http.MethodPatch, "/v1/endpoints/"+id+"?owner_id="+owner+"&update_mask=description", adminToken,
+		map[string]any{"description": "via the query"})
+	require.Equal(t, http.StatusOK, code, "%v", updated)
+	require.Equal(t, "via the query", updated["endpoint"].(map[string]any)["description"])
+	require.InDelta(t, 4, updated["endpoint"].(map[string]any)["max_in_flight"], 0, "only the masked field changed")
 
 	before := time.Now()
 	code, _, rotated := req(http.MethodPost, "/v1/endpoints/"+id+":rotateSecret?owner_id="+owner, adminToken, map[string]any{"grace_period": "1h"})

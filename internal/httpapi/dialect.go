@@ -33,8 +33,9 @@ import (
 //     protobuf form ("3600s");
 //   - an unknown JSON field or query parameter is a 400 naming it, never
 //     ignored; so is a path parameter repeated in the body, a query
-//     parameter on a route that takes a body (but owner_id, which is
-//     accepted in either place), and a value of the wrong type;
+//     parameter on a route that takes a body (but owner_id and
+//     update_mask, which are accepted in either place), and a value of
+//     the wrong type;
 //   - an Idempotency-Key header on a POST that creates something fills its
 //     idempotency field (IdempotencyFields).
 
@@ -110,17 +111,18 @@ func prepare(r *http.Request, rt *route, pathParams map[string]string) []FieldVi
 	for key, values := range query {
 		fd := fieldByName(rt.input, key)
 		switch {
-		case fd != nil && fd.Name() == "owner_id" && !slices.Contains(rt.pathParams, "owner_id"):
+		case fd != nil && queryOnBodyRoute(fd) && !slices.Contains(rt.pathParams, string(fd.Name())):
+			name := string(fd.Name())
 			if len(values) != 1 {
 				c.add(key, "must be given once")
 				continue
 			}
-			if prev, ok := lookup(obj, rt.input, "owner_id"); ok && prev != values[0] {
-				c.add("owner_id", "the query and the body name different owners")
+			if prev, ok := lookupAny(obj, rt.input, name); ok && prev != values[0] {
+				c.add(name, "the query and the body say different things")
 				continue
 			}
-			deleteField(obj, rt.input, "owner_id")
-			obj["owner_id"] = values[0]
+			deleteField(obj, rt.input, name)
+			obj[name] = values[0]
 		case fd != nil:
 			c.add(key, "belongs in the JSON body, not the query")
 		default:
@@ -144,6 +146,16 @@ func prepare(r *http.Request, rt *route, pathParams map[string]string) []FieldVi
 	r.Header.Set("Content-Type", "application/json")
 	r.URL.RawQuery = ""
 	return nil
+}
+
+// queryOnBodyRoute: the fields a route with a body also takes in the query,
+// where REST users put them: owner_id (as on every other route) and
+// update_mask (PATCH …?update_mask=event_types,max_in_flight).
+func queryOnBodyRoute(fd protoreflect.FieldDescriptor) bool {
+	if fd.Name() == "owner_id" && fd.Kind() == protoreflect.StringKind && !fd.IsList() {
+		return true
+	}
+	return fd.Kind() == protoreflect.MessageKind && !fd.IsList() && fd.Message().FullName() == "google.protobuf.FieldMask"
 }
 
 // idempotencyKey puts the Idempotency-Key header's value in the field of

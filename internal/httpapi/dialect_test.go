@@ -191,6 +191,19 @@ func TestDialect(t *testing.T) {
 		require.Equal(t, "o", got.GetOwnerId())
 	})
 
+	t.Run("UpdateMaskInTheQuery", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		a := b.do(t, http.MethodPatch, epPath+"?update_mask=event_types,max_in_flight&owner_id=o", `{"event_types":["a.*"],"max_in_flight":2}`)
+		require.Equal(t, http.StatusOK, a.code, "%s", a.raw)
+		got := b.rec.calls()[0].(*webhooksv1.UpdateEndpointRequest)
+		require.Equal(t, []string{"event_types", "max_in_flight"}, got.GetUpdateMask().GetPaths())
+		require.Equal(t, "o", got.GetOwnerId())
+
+		b = setup(t)
+		b.refused(t, b.do(t, http.MethodPatch, epPath+"?update_mask=name", `{"owner_id":"o","update_mask":"url"}`), "update_mask")
+	})
+
 	t.Run("UpdateMaskAsArray", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -244,7 +244,7 @@ const infoDescription = `The HTTP/JSON face of the dispatcher's gRPC API (webhoo
 - **Names**: snake_case in and out (the proto field names); lowerCamelCase is accepted on input. ` + "`update_mask`" + ` takes snake_case paths ("event_types,max_in_flight").
 - **Answers** hold every field: an unset message is null, an empty list []. 64-bit integers (delivery ids) are strings.
 - **Durations** are strings: "1h", "90s", "1h30m" or "3600s".
-- **owner_id** goes in the query of a GET or DELETE and in the body of a POST or PATCH, which also take it in the query (the two must agree).
+- **owner_id** goes in the query of a GET or DELETE and in the body of a POST or PATCH, which also take it in the query (the two must agree); so does ` + "`update_mask`" + ` on PATCH.
 - **Unknown** query parameters and JSON fields are refused with 400 naming them, never ignored.
 - **Statuses**: creating an endpoint answers 201 with Location, deleting one 204.
 - **Errors** are RFC 9457 problem details (application/problem+json): ` + "`code`" + ` is the gRPC status code's name, ` + "`detail`" + ` the message, ` + "`field_violations`" + ` every bad field.
