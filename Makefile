@@ -100,7 +100,8 @@ check/release: ## Build a release of a CI version, push it to a registry started
 TS_CLIENT := clients/typescript
 
 $(TS_CLIENT)/node_modules/.installed: $(TS_CLIENT)/package.json $(TS_CLIENT)/package-lock.json
-	@command -v npm >/dev/null || { echo "npm is needed (Node.js 20.19 or later): the TypeScript client and the OpenAPI checks use it" >&2; exit 1; }
+	@command -v npm >/dev/null && command -v node >/dev/null || { echo "Node.js 20.19 or later with npm is needed: the TypeScript client and the OpenAPI checks use them" >&2; exit 1; }
+	@node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=19)?0:1)' || { echo "Node.js 20.19 or later is needed, found $$(node --version)" >&2; exit 1; }
 	npm ci --prefix $(TS_CLIENT) --no-audit --no-fund
 	@touch $@
 
