@@ -71,8 +71,8 @@ func prepare(r *http.Request, rt *route, pathParams map[string]string) []FieldVi
 		return c.violations
 	}
 
-	// A route with a body: the body holds the request, owner_id may come
-	// in the query instead.
+	// A route with a body: the body holds the request; owner_id and
+	// update_mask may come in the query instead.
 	obj := map[string]any{}
 	raw, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -108,7 +108,8 @@ func prepare(r *http.Request, rt *route, pathParams map[string]string) []FieldVi
 		}
 		obj = o
 	}
-	for key, values := range query {
+	for _, key := range sortedKeys(query) {
+		values := query[key]
 		fd := fieldByName(rt.input, key)
 		switch {
 		case fd != nil && queryOnBodyRoute(fd) && !slices.Contains(rt.pathParams, string(fd.Name())):
@@ -276,7 +277,8 @@ func deleteField(obj map[string]any, md protoreflect.MessageDescriptor, name str
 // the query the transcoder gets: proto names, normalised values.
 func (c *requestCheck) query(rt *route, query url.Values) string {
 	out := url.Values{}
-	for key, values := range query {
+	for _, key := range sortedKeys(query) {
+		values := query[key]
 		name, mapKey, isMap := strings.Cut(key, "[")
 		fd := fieldByName(rt.input, name)
 		switch {
@@ -319,6 +321,17 @@ func (c *requestCheck) query(rt *route, query url.Values) string {
 		}
 	}
 	return out.Encode()
+}
+
+// sortedKeys: the query's parameters in order, so that errors name them
+// the same way every time.
+func sortedKeys(query url.Values) []string {
+	keys := make([]string, 0, len(query))
+	for k := range query {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // isScalarMessage: a well-known message type written as one JSON string.
