@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -326,12 +327,7 @@ func (c *requestCheck) query(rt *route, query url.Values) string {
 // sortedKeys: the query's parameters in order, so that errors name them
 // the same way every time.
 func sortedKeys(query url.Values) []string {
-	keys := make([]string, 0, len(query))
-	for k := range query {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
+	return slices.Sorted(maps.Keys(query))
 }
 
 // isScalarMessage: a well-known message type written as one JSON string.
