@@ -343,12 +343,7 @@ func isScalarMessage(md protoreflect.MessageDescriptor) bool {
 // values in place. pathParams (top level only) are refused in the body
 // unless equal to the path's.
 func (c *requestCheck) object(prefix string, md protoreflect.MessageDescriptor, obj map[string]any, pathParams map[string]string) {
-	keys := make([]string, 0, len(obj))
-	for k := range obj {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, key := range keys {
+	for _, key := range slices.Sorted(maps.Keys(obj)) {
 		v := obj[key]
 		field := joinPath(prefix, key)
 		fd := fieldByName(md, key)
