@@ -280,6 +280,22 @@ func TestDialect(t *testing.T) {
 		b.refused(t, b.do(t, http.MethodPost, "/v1/events:publish", `{"event":{"owner_id":"o","type":"t","subject":"s","colour":"red"}}`), "event.colour")
 	})
 
+	t.Run("GuardBeforeDialect", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// A request the dialect would refuse, with a wrong token: the token
+		// is checked first, and the answer is a problem all the same.
+		a := b.do(t, http.MethodGet, "/v1/endpoints?owner_id=o&sate=x", "", "Authorization", "Bearer not-a-token-of-this-server")
+		require.Equal(t, http.StatusUnauthorized, a.code, "%s", a.raw)
+		require.Equal(t, ProblemContentType, a.header.Get("Content-Type"))
+		require.Equal(t, "UNAUTHENTICATED", a.body["code"])
+		require.Contains(t, a.header.Get("WWW-Authenticate"), `Bearer realm="dispatcher"`)
+		a = b.do(t, http.MethodPost, "/v1/endpoints", `{"owner_id":"o","evnt_types":["*"]}`, "Authorization", "Bearer "+guardPublisherToken)
+		require.Equal(t, http.StatusForbidden, a.code, "%s", a.raw)
+		require.Equal(t, "PERMISSION_DENIED", a.body["code"])
+		require.Empty(t, b.rec.calls(), "nothing reached the server")
+	})
+
 	t.Run("BodyValueOfTheWrongType", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -164,6 +164,7 @@ func TestGuard(t *testing.T) {
 		rec = call(b, "/v1/events:publish", guardPublisherToken, body(bad), int64(len(bad)))
 		require.Equal(t, http.StatusBadRequest, rec.Code)
 		require.Contains(t, message(t, rec), "not valid UTF-8 (at byte 6)")
+		require.Equal(t, []FieldViolation{{Field: "body", Description: "the request body is not valid UTF-8 (at byte 6)"}}, problem(t, rec).FieldViolations)
 	})
 
 	t.Run("ThrottledAfterUnknownTokens", func(t *testing.T) {

@@ -299,7 +299,10 @@ func (g *guard) readBody(w http.ResponseWriter, r *http.Request, limit int) (rel
 	}
 	if msg := checkJSON(body); msg != "" {
 		release()
-		writeProblem(w, Problem{Status: http.StatusBadRequest, Code: codeName(codes.InvalidArgument), Detail: msg})
+		// Named as the dialect names a body it cannot read, so a client
+		// finds every bad body under field_violations "body".
+		writeProblem(w, Problem{Status: http.StatusBadRequest, Code: codeName(codes.InvalidArgument), Detail: msg,
+			FieldViolations: []FieldViolation{{Field: "body", Description: msg}}})
 		return nil, false
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
