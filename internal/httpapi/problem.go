@@ -63,7 +63,7 @@ func writeProblem(w http.ResponseWriter, p Problem) {
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(p.Status)
-	_, _ = w.Write(b) //nolint:gosec // G705: JSON (problem+json, nosniff), never rendered as HTML
+	_, _ = w.Write(b)
 }
 
 // badRequest answers 400 INVALID_ARGUMENT naming each violation.
