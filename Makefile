@@ -96,8 +96,31 @@ check/release: ## Build a release of a CI version, push it to a registry started
 # module's dependencies): every target that covers ./... covers ./pkg too.
 PKG_MOD := pkg
 
+# The TypeScript client (clients/typescript) and the OpenAPI tooling
+# (@redocly/cli, openapi-typescript), from npm at the versions its
+# package-lock.json pins; installed again only when that changes. Node.js
+# 20.19 or later and npm are needed: make test runs the client's test
+# against the real binary (e2e TestTypeScriptClient).
+TS_CLIENT := clients/typescript
+
+$(TS_CLIENT)/node_modules/.installed: $(TS_CLIENT)/package.json $(TS_CLIENT)/package-lock.json
+	@command -v npm >/dev/null && command -v node >/dev/null || { echo "Node.js 20.19 or later with npm is needed: the TypeScript client and the OpenAPI checks use them" >&2; exit 1; }
+	@node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=19)?0:1)' || { echo "Node.js 20.19 or later is needed, found $$(node --version)" >&2; exit 1; }
+	npm ci --prefix $(TS_CLIENT) --no-audit --no-fund
+	@touch $@
+
+.PHONY: deps/ts
+deps/ts: $(TS_CLIENT)/node_modules/.installed ## Install the TypeScript client's packages and the OpenAPI tooling (npm ci in clients/typescript).
+
+.PHONY: check/openapi
+check/openapi: deps/ts ## docs/openapi/openapi.json lints with 0 errors (redocly), openapi-typescript generates the client's types from it unchanged, and the client compiles.
+	npm --prefix $(TS_CLIENT) run --silent lint:openapi
+	npm --prefix $(TS_CLIENT) run --silent generate
+	@git diff --exit-code -- $(TS_CLIENT)/src/schema.ts || (echo "clients/typescript/src/schema.ts is out of date: run make generate and commit" && exit 1)
+	npm --prefix $(TS_CLIENT) run --silent build
+
 .PHONY: test
-test: ## Run every test, of pkg/'s module too (needs Postgres with 20 free connections: DATABASE_URL or 127.0.0.1:5432).
+test: deps/ts ## Run every test, of pkg/'s module too (needs Postgres with 20 free connections: DATABASE_URL or 127.0.0.1:5432, and Node.js with npm).
 	@mkdir -p bin
 	$(GO) -C $(PKG_MOD) test $(TEST_FLAGS) -parallel $(TEST_PARALLEL) ./...
 	TEST_LOCK=$(CURDIR)/bin/.test.lock $(GO) test $(TEST_FLAGS) -p $(TEST_P) $(if $(TEST_EXEC),-exec $(TEST_EXEC)) -parallel $(TEST_PARALLEL) ./...
@@ -109,14 +132,16 @@ test/chaos: ## The long reliability run: 10,000 events through 3 dispatchers kil
 	$(GO) test $(TEST_FLAGS) -v -run '^(TestChaos|TestOutage)' ./e2e
 
 .PHONY: test/race
-test/race: ## Run every test with the race detector.
+test/race: deps/ts ## Run every test with the race detector.
 	@mkdir -p bin
 	$(GO) -C $(PKG_MOD) test -race $(TEST_FLAGS) -parallel $(TEST_PARALLEL) ./...
 	TEST_LOCK=$(CURDIR)/bin/.test.lock $(GO) test -race $(TEST_FLAGS) -p $(TEST_P) $(if $(TEST_EXEC),-exec $(TEST_EXEC)) -parallel $(TEST_PARALLEL) ./...
 
 .PHONY: generate
-generate: ## Regenerate pkg/api (gRPC and the HTTP/JSON gateway) and docs/openapi from proto/ with buf, docs/events.md from the event schemas, pkg/client's event builders from the catalog, and docs/design.md's import arrows from go list.
+generate: ## Regenerate pkg/api (gRPC and the HTTP/JSON gateway) and docs/openapi/openapi.json (OpenAPI 3.1) from proto/ with buf, the TypeScript client's types from it, docs/events.md from the event schemas, pkg/client's event builders from the catalog, and docs/design.md's import arrows from go list.
 	$(BUF) generate
+	@if [ -f $(TS_CLIENT)/node_modules/.installed ]; then npm --prefix $(TS_CLIENT) run --silent generate; \
+	else echo "generate: clients/typescript/src/schema.ts not regenerated: make deps/ts first (make check/openapi checks it)"; fi
 	$(GO) run ./internal/event/eventsdoc -o docs/events.md
 	$(GO) run ./internal/clientgen -o pkg/client/events.go
 	$(GO) run ./internal/importsdoc -o docs/design.md
@@ -140,9 +165,9 @@ lint/golangci: ## golangci-lint (built from the module proxy).
 	cd $(PKG_MOD) && $(GO) tool -modfile=../tools/lint/go.mod golangci-lint run --allow-serial-runners --config ../.golangci.yaml ./...
 
 .PHONY: check/generated
-GENERATED := pkg/api docs/openapi docs/events.md pkg/client docs/design.md
+GENERATED := pkg/api docs/openapi docs/events.md pkg/client docs/design.md clients/typescript/src/schema.ts
 
-check/generated: generate ## Fail if regenerating changes any committed file (pkg/api, docs/openapi, docs/events.md, pkg/client, docs/design.md's import arrows).
+check/generated: generate ## Fail if regenerating changes any committed file (pkg/api, docs/openapi, docs/events.md, pkg/client, docs/design.md's import arrows, the TypeScript client's types).
 	@git diff --exit-code -- $(GENERATED) || (echo "generated code is out of date: run make generate and commit" && exit 1)
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || (git status --porcelain -- $(GENERATED); echo "generated code is out of date" && exit 1)
 

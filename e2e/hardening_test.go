@@ -164,12 +164,14 @@ func TestMalformedInputIsClientError(t *testing.T) {
 			strings.Repeat(`{"a":`, 5000) + `1` + strings.Repeat(`}`, 5000) + `}}`)
 		code, _, body := httpCall(t, d, http.MethodPost, "/v1/events:publish", publisherToken, "application/json", deep)
 		require.Equal(t, http.StatusBadRequest, code, "%v", body)
-		require.Contains(t, body["message"], "nests deeper than")
+		require.Contains(t, body["detail"], "nests deeper than")
+		require.Equal(t, "INVALID_ARGUMENT", body["code"], "an RFC 9457 problem, as every HTTP error")
 
 		badUTF8 := []byte("{\"event\":{\"id\":\"evt-\xff\xfe\",\"owner_id\":\"o\"}}")
 		code, _, body = httpCall(t, d, http.MethodPost, "/v1/events:publish", publisherToken, "application/json", badUTF8)
 		require.Equal(t, http.StatusBadRequest, code, "%v", body)
-		require.Contains(t, body["message"], "UTF-8")
+		require.Contains(t, body["detail"], "UTF-8")
+		require.Equal(t, "INVALID_ARGUMENT", body["code"])
 
 		code, _, body = httpCall(t, d, http.MethodPost, "/v1/endpoints", adminToken, "application/json", []byte(`{"owner_id":"o","url":`))
 		require.Equal(t, http.StatusBadRequest, code, "%v", body)
@@ -406,8 +408,11 @@ func TestOperatorSessions(t *testing.T) {
 	// Three failed tokens from one address (b allows three), on any face:
 	// then even the right tokens are refused for a while.
 	require.Equal(t, http.StatusUnauthorized, login(t, b, "not-the-operator-token-x1").StatusCode)
-	code, _, _ := httpCall(t, b, http.MethodGet, "/v1/event-types", "not-the-admin-token-x2", "", nil)
+	code, header, body := httpCall(t, b, http.MethodGet, "/v1/event-types", "not-the-admin-token-x2", "", nil)
 	require.Equal(t, http.StatusUnauthorized, code)
+	require.Equal(t, "application/problem+json", header.Get("Content-Type"))
+	require.Equal(t, "UNAUTHENTICATED", body["code"])
+	require.Contains(t, header.Get("WWW-Authenticate"), "Bearer")
 	_, err := b.endpoints().ListEventTypes(withToken(t.Context(), "not-the-admin-token-x3"), &webhooksv1.ListEventTypesRequest{})
 	require.Equal(t, codes.Unauthenticated, status.Code(err))
 
@@ -415,9 +420,11 @@ func TestOperatorSessions(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	require.NotEmpty(t, resp.Header.Get("Retry-After"))
 	require.Empty(t, resp.Cookies())
-	code, header, _ := httpCall(t, b, http.MethodGet, "/v1/event-types", adminToken, "", nil)
+	code, header, body = httpCall(t, b, http.MethodGet, "/v1/event-types", adminToken, "", nil)
 	require.Equal(t, http.StatusTooManyRequests, code)
 	require.NotEmpty(t, header.Get("Retry-After"))
+	require.Equal(t, "application/problem+json", header.Get("Content-Type"))
+	require.Equal(t, "RESOURCE_EXHAUSTED", body["code"])
 	_, err = b.endpoints().ListEventTypes(adminCtx(t), &webhooksv1.ListEventTypesRequest{})
 	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
 	// Another replica keeps its own count.

@@ -113,6 +113,8 @@ func TestListenAndPublish(t *testing.T) {
 		m := publishedRE.FindStringSubmatch(out)
 		require.NotNil(t, m, out)
 		id := m[1]
+		// Neither --id nor --occurred-at: the server filled both in and said so.
+		require.Regexp(t, `^published event [0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12} \(stored.*\), occurred_at 20\d\d-`, out)
 
 		line := regexp.MustCompile(`\S+  ` + regexp.QuoteMeta(id) + `  corpus\.note\.changed  wiki://software/project/x  attempt 1 of 18  verified ✓  age \S+  → 204\n  data \{"op":"updated","published":true\}`)
 		waitFor(t, 30*time.Second, "listen to print the delivery", func() bool { return line.MatchString(l.out.String()) })
@@ -127,6 +129,7 @@ func TestListenAndPublish(t *testing.T) {
 		out, err = cli(t, b.d, publisherToken, again...)
 		require.NoError(t, err, out)
 		require.Contains(t, out, "published event evt-listen-1 (duplicate")
+		require.Contains(t, out, "occurred_at 2026-11-30T10:00:00Z")
 
 		// The endpoint id can be captured for the commands that take one.
 		out, err = cli(t, b.d, adminToken, "endpoints", "list", "--owner", owner, "-q")

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -28,7 +27,7 @@ var eventCommands []eventCommand
 
 func init() {
 	eventCommands = []eventCommand{
-		{usageLine{"publish", "publish one event as the main app does (--type, --subject, --data; id and occurred_at generated); exits 1 when the type is in no event catalog (the event is dropped)"}, runPublishCLI},
+		{usageLine{"publish", "publish one event as the main app does (--type, --subject, --data; id and occurred_at filled in by the server); exits 1 when the type is in no event catalog (the event is dropped)"}, runPublishCLI},
 		{usageLine{"list", "list the owner's events, newest first (--type, --subject-prefix, --since, --until)"}, runEventsListCLI},
 		{usageLine{"get <event id>", "show one event and its deliveries to every endpoint"}, runEventsGetCLI},
 	}
@@ -81,15 +80,15 @@ func runPublishCLI(ctx context.Context, args []string, stdout, stderr io.Writer)
 	typ := fs.String("type", "", `event type, e.g. "corpus.note.changed" (see dispatcher event-types)`)
 	subject := fs.String("subject", "", `URI of what the event is about, e.g. "wiki://software/project/x"`)
 	data := fs.String("data", "{}", `the event's data, a JSON object, e.g. '{"op":"updated","published":true}'`)
-	id := fs.String("id", "", "event id, unique per event (default: a new UUID); the same event published again is a no-op, the same id with other content an error")
-	occurred := fs.String("occurred-at", "", "when it happened, RFC 3339 (default: now)")
+	id := fs.String("id", "", "event id, unique per event (default: the server assigns a UUIDv7, printed); the same event published again is a no-op, the same id with other content an error")
+	occurred := fs.String("occurred-at", "", "when it happened, RFC 3339 (default: the server's time, printed)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("events publish: unexpected argument %q", fs.Arg(0))
 	}
-	ev, err := publishEvent(conn.owner, *typ, *subject, *data, *id, *occurred, time.Now())
+	ev, err := publishEvent(conn.owner, *typ, *subject, *data, *id, *occurred)
 	if err != nil {
 		return fmt.Errorf("events publish: %w", err)
 	}
@@ -117,7 +116,8 @@ func runPublishCLI(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if dropped(resp.GetOutcome()) {
 			fmt.Fprintf(stdout, "dropped event %s (%s)\n", resp.GetEventId(), strings.TrimPrefix(publishOutcome(resp.GetOutcome()), "dropped: "))
 		} else {
-			fmt.Fprintf(stdout, "published event %s (%s)\n", resp.GetEventId(), publishOutcome(resp.GetOutcome()))
+			fmt.Fprintf(stdout, "published event %s (%s), occurred_at %s\n", resp.GetEventId(), publishOutcome(resp.GetOutcome()),
+				resp.GetOccurredAt().AsTime().Format(time.RFC3339Nano))
 		}
 	}
 	if unknown {
@@ -134,8 +134,9 @@ func runPublishCLI(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 // publishEvent builds the event from the flags. Only what the server cannot
 // see is checked here (the flags' own syntax); the event's rules are the
-// server's, reported per field as InvalidArgument.
-func publishEvent(owner, typ, subject, data, id, occurred string, now time.Time) (*webhooksv1.Event, error) {
+// server's, reported per field as InvalidArgument. An id or a time not
+// given is left out, for the server to fill in (and answer).
+func publishEvent(owner, typ, subject, data, id, occurred string) (*webhooksv1.Event, error) {
 	for _, f := range []struct{ name, value string }{{"--owner (or DISPATCHER_OWNER)", owner}, {"--type", typ}, {"--subject", subject}} {
 		if f.value == "" {
 			return nil, fmt.Errorf("%s is required", f.name)
@@ -148,21 +149,15 @@ func publishEvent(owner, typ, subject, data, id, occurred string, now time.Time)
 	if err := protojson.Unmarshal([]byte(data), &st); err != nil {
 		return nil, fmt.Errorf("invalid --data: want a JSON object such as '{\"op\":\"updated\"}': %w", err)
 	}
-	at := now
+	ev := &webhooksv1.Event{Id: id, OwnerId: owner, Type: typ, Subject: subject, Data: &st}
 	if occurred != "" {
 		t, err := time.Parse(time.RFC3339Nano, occurred)
 		if err != nil {
 			return nil, fmt.Errorf("invalid --occurred-at %q: want RFC 3339, e.g. 2026-11-30T10:00:00Z", occurred)
 		}
-		at = t
+		ev.OccurredAt = timestamppb.New(t)
 	}
-	if id == "" {
-		id = uuid.NewString()
-	}
-	return &webhooksv1.Event{
-		Id: id, OwnerId: owner, Type: typ, Subject: subject,
-		OccurredAt: timestamppb.New(at), Data: &st,
-	}, nil
+	return ev, nil
 }
 
 // dropped reports whether o means the event goes nowhere.

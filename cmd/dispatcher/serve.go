@@ -31,6 +31,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/standmeet/webhook-dispatcher/docs"
 	"github.com/standmeet/webhook-dispatcher/internal/access"
 	"github.com/standmeet/webhook-dispatcher/internal/attempt"
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
@@ -337,7 +338,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		return fmt.Errorf("http api: %w", err)
 	}
 	defer apiConn.Close()
-	apiHandler, err := httpapi.New(ctx, apiConn, httpapi.Config{Auth: authn, Throttle: throttle, Budget: readBudget, Limits: limits})
+	apiHandler, err := httpapi.New(ctx, apiConn, httpapi.Config{Auth: authn, Throttle: throttle, Budget: readBudget, Limits: limits, OpenAPI: docs.OpenAPI})
 	if err != nil {
 		_ = grpcLis.Close()
 		return err

@@ -11,6 +11,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/google/uuid"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -18,6 +21,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -91,8 +95,22 @@ func (s *eventServer) publish(ctx context.Context, in []*webhooksv1.Event, field
 		converted  []*webhook.Event
 		index      []int // converted[j] is in[index[j]]
 	)
+	now := time.Now()
+	var filledTime []bool
 	for i, pe := range in {
 		e, violation := fromProto(pe, field(i))
+		if violation == nil {
+			filled, err := fillIn(e, pe, now)
+			if err != nil {
+				return nil, unexpected(ctx, s.logger, "publish", "", codes.Unavailable, err)
+			}
+			if filled && filledTime == nil {
+				filledTime = make([]bool, len(in))
+			}
+			if filledTime != nil {
+				filledTime[i] = filled
+			}
+		}
 		if violation != nil {
 			violations = append(violations, violation)
 			continue
@@ -113,7 +131,7 @@ func (s *eventServer) publish(ctx context.Context, in []*webhooksv1.Event, field
 		}
 		return nil, invalidArgument(violations)
 	}
-	results, err := s.store.Ingest(ctx, ingest.SourceGRPC, events)
+	results, err := s.store.IngestFilled(ctx, ingest.SourceGRPC, events, filledTime)
 	if err != nil {
 		return nil, s.ingestError(ctx, err, field, len(events))
 	}
@@ -137,6 +155,25 @@ func fieldViolation(prefix string, err error) *errdetails.BadRequest_FieldViolat
 		return &errdetails.BadRequest_FieldViolation{Field: prefix + "." + fe.Field, Description: fe.Reason}
 	}
 	return &errdetails.BadRequest_FieldViolation{Field: prefix, Description: err.Error()}
+}
+
+// fillIn gives e what the publisher left out: an id (a UUIDv7, so ids the
+// server makes sort by time) and the time (now). filledTime says the time
+// was filled in, which makes a stored event with the same id a duplicate
+// whatever its time (ingest.Store.IngestFilled).
+func fillIn(e *webhook.Event, pe *webhooksv1.Event, now time.Time) (filledTime bool, err error) {
+	if e.ID == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return false, fmt.Errorf("event id: %w", err)
+		}
+		e.ID = id.String()
+	}
+	if pe.GetOccurredAt() == nil {
+		e.OccurredAt = now
+		return true, nil
+	}
+	return false, nil
 }
 
 // fromProto converts one event. prefix names it in errors ("event",
@@ -249,5 +286,9 @@ func toProtoResult(r ingest.Result, typ string) *webhooksv1.PublishResponse {
 			reason += fmt.Sprintf("; did you mean %q?", r.DidYouMean)
 		}
 	}
-	return &webhooksv1.PublishResponse{EventId: r.EventID, Outcome: o, Reason: reason, DidYouMean: r.DidYouMean}
+	resp := &webhooksv1.PublishResponse{EventId: r.EventID, Outcome: o, Reason: reason, DidYouMean: r.DidYouMean}
+	if !r.OccurredAt.IsZero() {
+		resp.OccurredAt = timestamppb.New(r.OccurredAt)
+	}
+	return resp
 }

@@ -120,7 +120,6 @@ func TestPublishBadInput(t *testing.T) {
 	long := func(n int) string { return strings.Repeat("a", n) }
 	cases := []testCase{
 		// id
-		{"IDEmpty", func(e *webhooksv1.Event) { e.Id = "" }, "event.id", false},
 		{"IDTooLong", func(e *webhooksv1.Event) { e.Id = long(webhook.MaxIDLen + 1) }, "event.id", false},
 		{"IDWithDot", func(e *webhooksv1.Event) { e.Id = "evt.1" }, "event.id", false},
 		{"IDWithSpace", func(e *webhooksv1.Event) { e.Id = "evt 1" }, "event.id", false},
@@ -166,7 +165,6 @@ func TestPublishBadInput(t *testing.T) {
 		{"SubjectC1Control", func(e *webhooksv1.Event) { e.Subject = "wiki://a\u0085b" }, "event.subject", false},
 		{"SubjectInvalidUTF8", func(e *webhooksv1.Event) { e.Subject = "wiki://\xff\xfe" }, "event.subject", true},
 		// occurred_at
-		{"OccurredAtMissing", func(e *webhooksv1.Event) { e.OccurredAt = nil }, "event.occurred_at", false},
 		{"OccurredAtFarFuture", func(e *webhooksv1.Event) { e.OccurredAt = timestamppb.New(time.Now().AddDate(10, 0, 0)) }, "event.occurred_at", false},
 		{"OccurredAtEpoch", func(e *webhooksv1.Event) { e.OccurredAt = timestamppb.New(time.Unix(0, 0)) }, "event.occurred_at", false},
 		{"OccurredAtBeyondYear9999", func(e *webhooksv1.Event) { e.OccurredAt = &timestamppb.Timestamp{Seconds: 1e12} }, "event.occurred_at", false},

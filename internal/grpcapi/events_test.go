@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -130,6 +131,56 @@ func TestEventServer_Publish(t *testing.T) {
 		require.Equal(t, 1, testfactory.CountFanoutJobs(t.Context(), t, bundle.db.Pool, ""))
 		require.Equal(t, 1, testfactory.CountFanoutJobs(t.Context(), t, bundle.db.Pool, "evt_1"))
 		require.Equal(t, 1, ingestCount(bundle.metrics, ingest.OutcomeStored.String()))
+	})
+
+	t.Run("MissingIDAndTimeFilledIn", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		e := testProtoEvent("")
+		e.OccurredAt = nil
+		before := time.Now().Truncate(time.Microsecond)
+		resp, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
+		require.NoError(t, err)
+		after := time.Now()
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED, resp.GetOutcome())
+		id, err := uuid.Parse(resp.GetEventId())
+		require.NoError(t, err)
+		require.Equal(t, uuid.Version(7), id.Version())
+		at := resp.GetOccurredAt().AsTime()
+		require.False(t, at.Before(before) || at.After(after), "%v not within [%v, %v]", at, before, after)
+
+		stored := testfactory.ReadEvent(t.Context(), t, bundle.db.Pool, resp.GetEventId())
+		require.True(t, at.Equal(stored.OccurredAt), "the response's time is the stored one")
+
+		// Two calls without an id are two events.
+		e2 := testProtoEvent("")
+		resp2, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e2})
+		require.NoError(t, err)
+		require.NotEqual(t, resp.GetEventId(), resp2.GetEventId())
+		require.True(t, testOccurredAt.Equal(resp2.GetOccurredAt().AsTime()), "a given time comes back as given")
+	})
+
+	t.Run("RetryWithIDButNoTimeIsADuplicate", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		e := testProtoEvent("evt_1")
+		e.OccurredAt = nil
+		first, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED, first.GetOutcome())
+		again, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DUPLICATE, again.GetOutcome())
+		require.Equal(t, "evt_1", again.GetEventId())
+		require.True(t, first.GetOccurredAt().AsTime().Equal(again.GetOccurredAt().AsTime()), "the first call's time")
+		require.Equal(t, 1, testfactory.CountFanoutJobs(t.Context(), t, bundle.db.Pool, "evt_1"))
+
+		// With a time of its own, the id's stored time must match.
+		e.OccurredAt = timestamppb.New(first.GetOccurredAt().AsTime().Add(time.Minute))
+		_, err = bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: e})
+		require.Equal(t, codes.AlreadyExists, status.Code(err))
 	})
 
 	t.Run("DataStructIsStoredAsJSON", func(t *testing.T) {
@@ -303,6 +354,36 @@ func TestEventServer_PublishBatch(t *testing.T) {
 		return &testBundle{db: db, metrics: m, server: NewEventServer(store, testLogger())}
 	}
 
+	t.Run("MissingIDsAndTimesFilledIn", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		a, b, c := testProtoEvent(""), testProtoEvent(""), testProtoEvent("evt_given")
+		a.OccurredAt, c.OccurredAt = nil, nil
+		resp, err := bundle.server.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: []*webhooksv1.Event{a, b, c}})
+		require.NoError(t, err)
+		require.Len(t, resp.GetResults(), 3)
+		require.NotEqual(t, resp.GetResults()[0].GetEventId(), resp.GetResults()[1].GetEventId(), "one new id each")
+		require.Equal(t, "evt_given", resp.GetResults()[2].GetEventId())
+		for i, r := range resp.GetResults() {
+			require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED, r.GetOutcome(), i)
+			require.NotNil(t, r.GetOccurredAt(), i)
+			stored := testfactory.ReadEvent(t.Context(), t, bundle.db.Pool, r.GetEventId())
+			require.True(t, r.GetOccurredAt().AsTime().Equal(stored.OccurredAt), i)
+		}
+		require.True(t, testOccurredAt.Equal(resp.GetResults()[1].GetOccurredAt().AsTime()), "a given time as given")
+
+		// The batch again: the event with a given id is a duplicate (its
+		// time was filled in both times), the id-less ones new events.
+		a2, b2, c2 := testProtoEvent(""), testProtoEvent(""), testProtoEvent("evt_given")
+		a2.OccurredAt, c2.OccurredAt = nil, nil
+		again, err := bundle.server.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: []*webhooksv1.Event{a2, b2, c2}})
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DUPLICATE, again.GetResults()[2].GetOutcome())
+		require.True(t, resp.GetResults()[2].GetOccurredAt().AsTime().Equal(again.GetResults()[2].GetOccurredAt().AsTime()))
+		require.Equal(t, 5, testfactory.CountEvents(t.Context(), t, bundle.db.Pool))
+	})
+
 	t.Run("ResultsInRequestOrder", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
@@ -471,11 +552,6 @@ func TestEventServer_BadInput(t *testing.T) {
 		requireInvalidField(t, err, "event")
 	})
 
-	t.Run("EmptyID", func(t *testing.T) {
-		t.Parallel()
-		requireRejected(t, func(e *webhooksv1.Event) { e.Id = "" }, "event.id")
-	})
-
 	t.Run("IDWithDot", func(t *testing.T) {
 		t.Parallel()
 		requireRejected(t, func(e *webhooksv1.Event) { e.Id = "evt.1" }, "event.id")
@@ -520,11 +596,6 @@ func TestEventServer_BadInput(t *testing.T) {
 	t.Run("SubjectTooLong", func(t *testing.T) {
 		t.Parallel()
 		requireRejected(t, func(e *webhooksv1.Event) { e.Subject = "wiki://" + strings.Repeat("a", webhook.MaxSubjectLen) }, "event.subject")
-	})
-
-	t.Run("MissingOccurredAt", func(t *testing.T) {
-		t.Parallel()
-		requireRejected(t, func(e *webhooksv1.Event) { e.OccurredAt = nil }, "event.occurred_at")
 	})
 
 	t.Run("FarFutureOccurredAt", func(t *testing.T) {

@@ -65,13 +65,19 @@ func TestGuard(t *testing.T) {
 		return rec
 	}
 	body := func(s string) *watchedBody { return &watchedBody{r: strings.NewReader(s)} }
+	// problem decodes the guard's refusal, which is an RFC 9457 problem as
+	// every error of the API is, with the status in the body too.
+	problem := func(t *testing.T, rec *httptest.ResponseRecorder) Problem {
+		t.Helper()
+		require.Equal(t, ProblemContentType, rec.Header().Get("Content-Type"))
+		var p Problem
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &p), rec.Body.String())
+		require.Equal(t, rec.Code, p.Status, rec.Body.String())
+		return p
+	}
 	message := func(t *testing.T, rec *httptest.ResponseRecorder) string {
 		t.Helper()
-		var st struct {
-			Message string `json:"message"`
-		}
-		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &st), rec.Body.String())
-		return st.Message
+		return problem(t, rec).Detail
 	}
 
 	t.Run("TokenCheckedBeforeTheBodyIsRead", func(t *testing.T) {
@@ -80,17 +86,19 @@ func TestGuard(t *testing.T) {
 		for _, tc := range []struct {
 			name, path, token string
 			want              int
+			code              string
 		}{
-			{"Missing", "/v1/events:publish", "", http.StatusUnauthorized},
-			{"Unknown", "/v1/events:publish", "not-a-token-of-this-server", http.StatusUnauthorized},
-			{"WrongRole", "/v1/events:publish", guardAdminToken, http.StatusForbidden},
-			{"WrongRoleOnEndpoints", "/v1/endpoints", guardPublisherToken, http.StatusForbidden},
+			{"Missing", "/v1/events:publish", "", http.StatusUnauthorized, "UNAUTHENTICATED"},
+			{"Unknown", "/v1/events:publish", "not-a-token-of-this-server", http.StatusUnauthorized, "UNAUTHENTICATED"},
+			{"WrongRole", "/v1/events:publish", guardAdminToken, http.StatusForbidden, "PERMISSION_DENIED"},
+			{"WrongRoleOnEndpoints", "/v1/endpoints", guardPublisherToken, http.StatusForbidden, "PERMISSION_DENIED"},
 		} {
 			wb := body(`{"event":{}}`)
 			// A length no route takes: the size is not what refuses it.
 			rec := call(b, tc.path, tc.token, wb, 1<<30)
 			require.Equal(t, tc.want, rec.Code, tc.name)
 			require.False(t, wb.read.Load(), "%s: the body was read", tc.name)
+			require.Equal(t, tc.code, problem(t, rec).Code, tc.name)
 			if tc.want == http.StatusUnauthorized {
 				require.Contains(t, rec.Header().Get("WWW-Authenticate"), "Bearer", tc.name)
 			}
@@ -125,6 +133,7 @@ func TestGuard(t *testing.T) {
 			rec := call(b, "/v1/events:publish", guardPublisherToken, wb, 2)
 			require.Equal(t, http.StatusServiceUnavailable, rec.Code)
 			require.Equal(t, "1", rec.Header().Get("Retry-After"))
+			require.Equal(t, "UNAVAILABLE", problem(t, rec).Code)
 			require.Equal(t, time.Second, time.Since(start), "it waited BudgetWait")
 			require.False(t, wb.read.Load())
 
@@ -155,6 +164,7 @@ func TestGuard(t *testing.T) {
 		rec = call(b, "/v1/events:publish", guardPublisherToken, body(bad), int64(len(bad)))
 		require.Equal(t, http.StatusBadRequest, rec.Code)
 		require.Contains(t, message(t, rec), "not valid UTF-8 (at byte 6)")
+		require.Equal(t, []FieldViolation{{Field: "body", Description: "the request body is not valid UTF-8 (at byte 6)"}}, problem(t, rec).FieldViolations)
 	})
 
 	t.Run("ThrottledAfterUnknownTokens", func(t *testing.T) {
@@ -169,6 +179,7 @@ func TestGuard(t *testing.T) {
 		rec := call(b, "/v1/events:publish", guardPublisherToken, body(`{}`), 2)
 		require.Equal(t, http.StatusTooManyRequests, rec.Code, "a right token too, once throttled")
 		require.NotEmpty(t, rec.Header().Get("Retry-After"))
+		require.Equal(t, "RESOURCE_EXHAUSTED", problem(t, rec).Code)
 		require.Zero(t, b.passed.Load())
 	})
 }

@@ -3,11 +3,7 @@
 // proto/webhooks/v1/http.yaml) into calls of the very gRPC server the port
 // serves, through an in-process connection. So every HTTP request meets the
 // same interceptors (bearer tokens and roles), the same handlers and limits,
-// the same owner isolation and the same errors as a gRPC call: a gRPC status
-// becomes its HTTP status (InvalidArgument 400, Unauthenticated 401,
-// PermissionDenied 403, NotFound 404, AlreadyExists 409, ResourceExhausted
-// 429, Unavailable 503) with a google.rpc.Status body whose BadRequest detail
-// names each bad field as over gRPC.
+// the same owner isolation and the same errors as a gRPC call.
 //
 // Before anything of a request's body is read, its guard checks what costs
 // nothing to check: the client's address is not throttled for failed tokens
@@ -15,9 +11,23 @@
 // (403), a body is application/json (415) and within its route's limit (413:
 // PublishBatch takes more than the rest), and the bytes of the requests
 // being read fit the process's budget (503 with Retry-After, after a short
-// wait). Only then is the body read; JSON nested deeper than MaxJSONDepth is
-// refused (400), and so is a JSON field the request message does not have
-// (400 naming it), never ignored. The gRPC server checks the token again.
+// wait). Only then is the body read; JSON nested deeper than MaxJSONDepth,
+// or not UTF-8, is refused (400). The gRPC server checks the token again.
+//
+// What is HTTP's own lives here, in front of the transcoder and in its
+// hooks, and changes nothing for gRPC callers:
+//
+//   - the dialect (see dialect.go): snake_case names in and out, update_mask
+//     in snake_case, Go-style durations, unknown fields and query parameters
+//     refused (400 naming them), owner_id in the query or the body,
+//     Idempotency-Key;
+//   - statuses: create answers 201 with Location, delete 204, an error its
+//     HTTP status with an RFC 9457 problem (Problem) -- the guard's own
+//     refusals included -- a gRPC status mapped as grpc-gateway does
+//     (InvalidArgument 400, Unauthenticated 401, PermissionDenied 403,
+//     NotFound 404, AlreadyExists 409, ResourceExhausted 429, Unavailable
+//     503);
+//   - the OpenAPI document at /openapi.json and its reference page at /docs.
 package httpapi
 
 import (
@@ -28,6 +38,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -36,8 +47,8 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
 	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
@@ -54,7 +65,7 @@ const MaxJSONDepth = 32
 // before it is answered 503.
 const DefaultBudgetWait = time.Second
 
-// Config configures the HTTP/JSON API's guard.
+// Config configures the HTTP/JSON API.
 type Config struct {
 	// Auth checks bearer tokens; required.
 	Auth *auth.Authenticator
@@ -68,6 +79,9 @@ type Config struct {
 	BudgetWait time.Duration
 	// Limits bounds one request body per route, as over gRPC.
 	Limits grpcapi.Limits
+	// OpenAPI is the OpenAPI document served at /openapi.json (the
+	// committed docs/openapi/openapi.json); nil serves none, nor /docs.
+	OpenAPI []byte
 }
 
 // New returns the HTTP/JSON API calling the gRPC server at conn (an
@@ -79,9 +93,13 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, cfg Config) (http.H
 	if cfg.BudgetWait <= 0 {
 		cfg.BudgetWait = DefaultBudgetWait
 	}
-	mux := runtime.NewServeMux(
+	routes, err := resolve(Rules)
+	if err != nil {
+		return nil, err
+	}
+	gw := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-			// The proto field names, as the errors name them.
+			// The proto field names (snake_case), as the errors name them.
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 		}),
@@ -90,45 +108,73 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, cfg Config) (http.H
 		runtime.WithIncomingHeaderMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithErrorHandler(errorHandler),
+		runtime.WithRoutingErrorHandler(routingErrorHandler),
+		runtime.WithForwardResponseOption(successStatus),
 	)
-	if err := webhooksv1.RegisterEventServiceHandlerClient(ctx, mux, webhooksv1.NewEventServiceClient(conn)); err != nil {
+	if err := webhooksv1.RegisterEventServiceHandlerClient(ctx, gw, webhooksv1.NewEventServiceClient(conn)); err != nil {
 		return nil, fmt.Errorf("http api: %w", err)
 	}
-	if err := webhooksv1.RegisterEndpointServiceHandlerClient(ctx, mux, webhooksv1.NewEndpointServiceClient(conn)); err != nil {
+	if err := webhooksv1.RegisterEndpointServiceHandlerClient(ctx, gw, webhooksv1.NewEndpointServiceClient(conn)); err != nil {
 		return nil, fmt.Errorf("http api: %w", err)
 	}
-	return &guard{cfg: cfg, next: mux}, nil
-}
-
-// errorHandler is grpc-gateway's, with the challenge a 401 owes (RFC 6750):
-// grpc-gateway's own puts the bare message there.
-func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-	if st := status.Convert(err); st.Code() == codes.Unauthenticated {
-		w = challenge{w, `Bearer realm="dispatcher", error="invalid_token", error_description=` + strconv.Quote(st.Message())}
+	mux := http.NewServeMux()
+	mux.Handle("/", &guard{cfg: cfg, routes: routes, next: gw})
+	if cfg.OpenAPI != nil {
+		if err := mountDocs(mux, cfg.OpenAPI); err != nil {
+			return nil, err
+		}
 	}
-	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+	return mux, nil
 }
 
-// challenge sets WWW-Authenticate as the header is written.
-type challenge struct {
+// successStatus gives a create 201 with Location and a delete 204 (its
+// empty body is dropped by noBody).
+func successStatus(_ context.Context, w http.ResponseWriter, m proto.Message) error {
+	switch resp := m.(type) {
+	case *webhooksv1.CreateEndpointResponse:
+		ep := resp.GetEndpoint()
+		w.Header().Set("Location", "/v1/endpoints/"+url.PathEscape(ep.GetId())+"?owner_id="+url.QueryEscape(ep.GetOwnerId()))
+		w.WriteHeader(http.StatusCreated)
+	case *webhooksv1.DeleteEndpointResponse:
+		w.WriteHeader(http.StatusNoContent)
+	}
+	return nil
+}
+
+// noBody drops what is written after a 204, which has no body.
+type noBody struct {
 	http.ResponseWriter
-	value string
+	empty bool
 }
 
-func (c challenge) WriteHeader(code int) {
-	c.Header().Set("WWW-Authenticate", c.value)
-	c.ResponseWriter.WriteHeader(code)
+func (n *noBody) WriteHeader(code int) {
+	if code == http.StatusNoContent {
+		n.empty = true
+		n.Header().Del("Content-Type")
+		n.Header().Del("Content-Length")
+	}
+	n.ResponseWriter.WriteHeader(code)
 }
 
-// guard checks a request before its body is read (see the package doc).
+func (n *noBody) Write(b []byte) (int, error) {
+	if n.empty {
+		return len(b), nil
+	}
+	return n.ResponseWriter.Write(b)
+}
+
+// guard checks a request before its body is read, and refuses what must not
+// reach the transcoder (see the package doc); it rewrites the rest into what
+// the transcoder reads.
 type guard struct {
-	cfg  Config
-	next http.Handler
+	cfg    Config
+	routes []route
+	next   http.Handler
 }
 
-// route is what the guard needs to know of a request's RPC: the role it
-// takes and the gRPC method whose size limit applies.
-func route(r *http.Request) (need auth.Role, method string) {
+// access is what the guard needs to know of a request's RPC before its body
+// is read: the role it takes and the gRPC method whose size limit applies.
+func access(r *http.Request) (need auth.Role, method string) {
 	switch r.URL.Path {
 	case "/v1/events:publishBatch":
 		return auth.RolePublisher, webhooksv1.EventService_PublishBatch_FullMethodName
@@ -141,13 +187,13 @@ func route(r *http.Request) (need auth.Role, method string) {
 }
 
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	need, method := route(r)
+	need, method := access(r)
 	if g.cfg.Throttle != nil {
 		if wait, ok := g.cfg.Throttle.Allow(r.RemoteAddr); !ok {
 			g.cfg.Auth.Denied(r.Context(), "http", r.Method+" "+r.URL.Path, "throttled after failed tokens", r.RemoteAddr)
 			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)))
-			writeStatus(w, http.StatusTooManyRequests, codes.ResourceExhausted,
-				"too many failed authentications from this address: retry in "+wait.String())
+			writeProblem(w, Problem{Status: http.StatusTooManyRequests, Code: codeName(codes.ResourceExhausted),
+				Detail: "too many failed authentications from this address: retry in " + wait.String()})
 			return
 		}
 	}
@@ -159,10 +205,10 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				g.cfg.Throttle.Fail(r.RemoteAddr)
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="dispatcher", error="invalid_token", error_description=`+strconv.Quote(msg))
-			writeStatus(w, code, codes.Unauthenticated, msg)
+			writeProblem(w, Problem{Status: code, Code: codeName(codes.Unauthenticated), Detail: msg})
 			return
 		}
-		writeStatus(w, code, codes.PermissionDenied, msg)
+		writeProblem(w, Problem{Status: code, Code: codeName(codes.PermissionDenied), Detail: msg})
 		return
 	}
 	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
@@ -171,8 +217,16 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer release()
+	} else {
+		r.Body = http.NoBody
 	}
-	g.next.ServeHTTP(w, r)
+	if rt, params := match(g.routes, r.Method, r.URL.Path); rt != nil {
+		if violations := prepare(r, rt, params); len(violations) > 0 {
+			badRequest(w, violations)
+			return
+		}
+	}
+	g.next.ServeHTTP(&noBody{ResponseWriter: w}, r)
 }
 
 const msgUnknownToken = "invalid bearer token"
@@ -207,16 +261,16 @@ func (g *guard) authorize(r *http.Request, need auth.Role) (code int, msg string
 }
 
 // readBody reserves the body's size in the budget, reads it whole (at most
-// limit bytes) and checks its nesting. On failure it has answered, and ok is
-// false; otherwise release gives the reservation back.
+// limit bytes) and checks its nesting and encoding. On failure it has
+// answered, and ok is false; otherwise release gives the reservation back.
 func (g *guard) readBody(w http.ResponseWriter, r *http.Request, limit int) (release func(), ok bool) {
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		writeStatus(w, http.StatusUnsupportedMediaType, codes.InvalidArgument,
-			"the request body must be JSON: send Content-Type: application/json")
+		writeProblem(w, Problem{Status: http.StatusUnsupportedMediaType, Code: codeName(codes.InvalidArgument),
+			Detail: "the request body must be JSON: send Content-Type: application/json"})
 		return nil, false
 	}
 	if r.ContentLength > int64(limit) {
-		writeStatus(w, http.StatusRequestEntityTooLarge, codes.InvalidArgument, tooLarge(limit))
+		writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Code: codeName(codes.InvalidArgument), Detail: tooLarge(limit)})
 		return nil, false
 	}
 	release = func() {}
@@ -228,8 +282,8 @@ func (g *guard) readBody(w http.ResponseWriter, r *http.Request, limit int) (rel
 		var err error
 		if release, err = g.cfg.Budget.Acquire(r.Context(), n, g.cfg.BudgetWait); err != nil {
 			w.Header().Set("Retry-After", "1")
-			writeStatus(w, http.StatusServiceUnavailable, codes.Unavailable,
-				"the server is reading as many requests as its memory budget allows: retry shortly")
+			writeProblem(w, Problem{Status: http.StatusServiceUnavailable, Code: codeName(codes.Unavailable),
+				Detail: "the server is reading as many requests as its memory budget allows: retry shortly"})
 			return nil, false
 		}
 	}
@@ -237,15 +291,18 @@ func (g *guard) readBody(w http.ResponseWriter, r *http.Request, limit int) (rel
 	if err != nil {
 		release()
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			writeStatus(w, http.StatusRequestEntityTooLarge, codes.InvalidArgument, tooLarge(limit))
+			writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Code: codeName(codes.InvalidArgument), Detail: tooLarge(limit)})
 			return nil, false
 		}
-		writeStatus(w, http.StatusBadRequest, codes.InvalidArgument, "could not read the request body")
+		writeProblem(w, Problem{Status: http.StatusBadRequest, Code: codeName(codes.InvalidArgument), Detail: "could not read the request body"})
 		return nil, false
 	}
 	if msg := checkJSON(body); msg != "" {
 		release()
-		writeStatus(w, http.StatusBadRequest, codes.InvalidArgument, msg)
+		// Named as the dialect names a body it cannot read, so a client
+		// finds every bad body under field_violations "body".
+		writeProblem(w, Problem{Status: http.StatusBadRequest, Code: codeName(codes.InvalidArgument), Detail: msg,
+			FieldViolations: []FieldViolation{{Field: "body", Description: msg}}})
 		return nil, false
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -297,17 +354,4 @@ func tooLarge(limit int) string {
 		return "the request body must be at most " + strconv.Itoa(limit>>20) + " MiB"
 	}
 	return "the request body must be at most " + strconv.Itoa(limit>>10) + " KiB"
-}
-
-// writeStatus answers as grpc-gateway does, a google.rpc.Status as JSON.
-func writeStatus(w http.ResponseWriter, httpStatus int, code codes.Code, msg string) {
-	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(status.New(code, msg).Proto())
-	if err != nil {
-		http.Error(w, msg, httpStatus)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(httpStatus)
-	_, _ = w.Write(b) //nolint:gosec // G705: JSON (application/json, nosniff), never rendered as HTML
 }

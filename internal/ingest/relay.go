@@ -284,7 +284,7 @@ func (r *Relay) relayBatch(ctx context.Context) (_ int, err error) {
 				traces[i] = row.span.SpanContext()
 			}
 		}
-		_, err := r.store.ingest(ctx, r.cfg.Source, events, traces)
+		_, err := r.store.ingest(ctx, r.cfg.Source, events, traces, nil)
 		if err == nil {
 			break
 		}

@@ -115,6 +115,10 @@ type Result struct {
 	// the event's (catalog.Closest): most often the one meant. Empty when
 	// none is near.
 	DidYouMean string
+	// OccurredAt is the event's time as stored (microseconds) for a stored
+	// or duplicate event, so a caller whose time the server filled in (see
+	// IngestFilled) learns the one it got; as given for a dropped event.
+	OccurredAt time.Time
 }
 
 // ErrConflict is matched (errors.Is) by *ConflictError: an event id that is
@@ -278,7 +282,24 @@ func (s *Store) Ingest(ctx context.Context, source Source, events []*webhook.Eve
 		attribute.String("dispatcher.source", string(source)), attribute.Int("dispatcher.events", len(events))))
 	defer span.End()
 	defer func() { failSpan(span, err) }()
-	return s.ingest(ctx, source, events, nil)
+	return s.ingest(ctx, source, events, nil, nil)
+}
+
+// IngestFilled is Ingest for events some of whose times the caller filled
+// in on the publisher's behalf (filledTime[i]: event i's OccurredAt is the
+// server's clock, not the publisher's). Such an event whose id is already
+// stored is a duplicate whatever the stored time, and its Result carries the
+// stored time: a publisher that retries with the same id but no time gets
+// the first call's answer, not a conflict.
+func (s *Store) IngestFilled(ctx context.Context, source Source, events []*webhook.Event, filledTime []bool) (_ []Result, err error) {
+	ctx, span := tracer.Start(ctx, "ingest", trace.WithAttributes(
+		attribute.String("dispatcher.source", string(source)), attribute.Int("dispatcher.events", len(events))))
+	defer span.End()
+	defer func() { failSpan(span, err) }()
+	if filledTime != nil && len(filledTime) != len(events) {
+		return nil, fmt.Errorf("ingest: %d filled-time flags for %d events", len(filledTime), len(events))
+	}
+	return s.ingest(ctx, source, events, nil, filledTime)
 }
 
 // failSpan marks span failed if err is set.
@@ -290,11 +311,12 @@ func failSpan(span trace.Span, err error) {
 
 // ingest is Ingest with each event's own trace: traces[i] is the span that
 // event i belongs to (the relay's row span), or nil for ctx's span.
-func (s *Store) ingest(ctx context.Context, source Source, events []*webhook.Event, traces []trace.SpanContext) ([]Result, error) {
+func (s *Store) ingest(ctx context.Context, source Source, events []*webhook.Event, traces []trace.SpanContext, filledTime []bool) ([]Result, error) {
 	plan, err := s.plan(ctx, source, events)
 	if err != nil {
 		return nil, err
 	}
+	plan.filledTime = filledTime
 	plan.setTraces(trace.SpanContextFromContext(ctx), traces)
 	if len(plan.toStore) > 0 {
 		plan.queued = time.Now()
@@ -550,6 +572,9 @@ type ingestPlan struct {
 	// sources holds each event's source (stored with it).
 	sources []Source
 	results []Result
+	// filledTime[i]: event i's time was filled in by the server (see
+	// IngestFilled); nil when none was.
+	filledTime []bool
 	// toStore holds the indexes of events that may leave, sorted by event id
 	// so that concurrent batches with overlapping ids take their row locks in
 	// the same order and cannot deadlock each other.
@@ -590,8 +615,15 @@ func (p *ingestPlan) traceOf(i int) trace.SpanContext {
 func mergePlans(plans []*ingestPlan) *ingestPlan {
 	m := &ingestPlan{}
 	traced := slices.ContainsFunc(plans, func(p *ingestPlan) bool { return p.traces != nil })
+	filled := slices.ContainsFunc(plans, func(p *ingestPlan) bool { return p.filledTime != nil })
 	for _, p := range plans {
 		off := len(m.events)
+		if filled {
+			m.filledTime = append(m.filledTime, p.filledTime...)
+			if p.filledTime == nil {
+				m.filledTime = append(m.filledTime, make([]bool, len(p.events))...)
+			}
+		}
 		m.events = append(m.events, p.events...)
 		m.sources = append(m.sources, p.sources...)
 		m.results = append(m.results, p.results...)
@@ -623,6 +655,7 @@ func (s *Store) plan(ctx context.Context, source Source, events []*webhook.Event
 	for i, e := range events {
 		p.sources[i] = source
 		p.results[i].EventID = e.ID
+		p.results[i].OccurredAt = e.OccurredAt
 		switch {
 		case !event.Known(e.Type):
 			p.results[i].Outcome = OutcomeDroppedUnknown
@@ -702,6 +735,7 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan, rows *planR
 		cmpSubj  []string
 		cmpTime  []time.Time
 		cmpData  []string
+		cmpAny   []bool
 	)
 	firstOf := make(map[int]bool, len(first))
 	for _, i := range first {
@@ -709,8 +743,9 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan, rows *planR
 	}
 	for _, i := range p.toStore {
 		e := p.events[i]
-		if _, fresh := isNew[e.ID]; firstOf[i] && fresh {
+		if st, fresh := isNew[e.ID]; firstOf[i] && fresh {
 			p.results[i].Outcome = OutcomeStored
+			p.results[i].OccurredAt = st.OccurredAt
 			continue
 		}
 		cmpIdx = append(cmpIdx, int32(i))
@@ -720,16 +755,18 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan, rows *planR
 		cmpSubj = append(cmpSubj, e.Subject)
 		cmpTime = append(cmpTime, e.OccurredAt)
 		cmpData = append(cmpData, string(e.Data))
+		cmpAny = append(cmpAny, p.filledTime != nil && p.filledTime[i])
 	}
 	if len(cmpIdx) > 0 {
 		rows, err := tx.Query(ctx, `
 			SELECT t.idx, e.id IS NOT NULL,
 			       coalesce(e.owner_id = t.owner_id AND e.type = t.type AND e.subject = t.subject
-			                AND e.occurred_at = t.occurred_at AND e.data = t.data::jsonb, false)
-			FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[])
-			     AS t(idx, id, owner_id, type, subject, occurred_at, data)
+			                AND (t.any_time OR e.occurred_at = t.occurred_at) AND e.data = t.data::jsonb, false),
+			       coalesce(e.occurred_at, t.occurred_at)
+			FROM unnest($1::int[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[], $8::bool[])
+			     AS t(idx, id, owner_id, type, subject, occurred_at, data, any_time)
 			LEFT JOIN events e ON e.id = t.id`,
-			cmpIdx, cmpIDs, cmpOwner, cmpType, cmpSubj, cmpTime, cmpData)
+			cmpIdx, cmpIDs, cmpOwner, cmpType, cmpSubj, cmpTime, cmpData, cmpAny)
 		if err != nil {
 			return fmt.Errorf("compare with stored events: %w", err)
 		}
@@ -739,8 +776,9 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan, rows *planR
 			var (
 				idx         int32
 				found, same bool
+				storedTime  time.Time
 			)
-			if err := rows.Scan(&idx, &found, &same); err != nil {
+			if err := rows.Scan(&idx, &found, &same, &storedTime); err != nil {
 				return fmt.Errorf("compare with stored events: %w", err)
 			}
 			switch {
@@ -750,6 +788,7 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan, rows *planR
 				return fmt.Errorf("event %q was concurrently removed; retry", p.events[idx].ID)
 			case same:
 				p.results[idx].Outcome = OutcomeDuplicate
+				p.results[idx].OccurredAt = storedTime
 			default:
 				conflicts = append(conflicts, Conflict{Index: int(idx), EventID: p.events[idx].ID})
 			}

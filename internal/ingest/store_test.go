@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -44,7 +45,7 @@ func TestStore_Ingest(t *testing.T) {
 		e := testEvent("evt_1")
 		results, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{e})
 		require.NoError(t, err)
-		require.Equal(t, []Result{{EventID: "evt_1", Outcome: OutcomeStored}}, results)
+		require.Equal(t, []Result{{EventID: "evt_1", Outcome: OutcomeStored}}, withoutTimes(results))
 
 		stored := readEvent(t, bundle.db, "evt_1")
 		require.Equal(t, e.OwnerID, stored.OwnerID)
@@ -95,7 +96,7 @@ func TestStore_Ingest(t *testing.T) {
 		again.Data = json.RawMessage(`{ "was_published": true, "published": true, "note_id": "n1", "op": "updated" }`)
 		results, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{again})
 		require.NoError(t, err)
-		require.Equal(t, []Result{{EventID: "evt_1", Outcome: OutcomeDuplicate}}, results)
+		require.Equal(t, []Result{{EventID: "evt_1", Outcome: OutcomeDuplicate}}, withoutTimes(results))
 
 		require.Equal(t, 1, countEvents(t, bundle.db))
 		require.Equal(t, 1, countFanoutJobs(t, bundle.db, "evt_1"))
@@ -115,6 +116,35 @@ func TestStore_Ingest(t *testing.T) {
 		results, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{e})
 		require.NoError(t, err)
 		require.Equal(t, OutcomeDuplicate, results[0].Outcome)
+	})
+
+	t.Run("FilledTimeMatchesTheStoredOne", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		first := testEvent("evt_1")
+		results, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{first})
+		require.NoError(t, err)
+		stored := results[0].OccurredAt
+		require.True(t, stored.Equal(first.OccurredAt.Truncate(time.Microsecond)), "the stored time comes back")
+
+		// A retry whose time the server filled in (later) is the same
+		// event, and learns the first call's time.
+		retry := testEvent("evt_1")
+		retry.OccurredAt = first.OccurredAt.Add(time.Hour)
+		results, err = bundle.store.IngestFilled(ctx, SourceTest, []*webhook.Event{retry}, []bool{true})
+		require.NoError(t, err)
+		require.Equal(t, OutcomeDuplicate, results[0].Outcome)
+		require.True(t, stored.Equal(results[0].OccurredAt), "%v != %v", stored, results[0].OccurredAt)
+
+		// The same retry with a time the publisher gave is a conflict.
+		_, err = bundle.store.IngestFilled(ctx, SourceTest, []*webhook.Event{retry}, []bool{false})
+		require.ErrorIs(t, err, ErrConflict)
+		// A filled time does not excuse other content.
+		retry.Subject = "wiki://elsewhere"
+		_, err = bundle.store.IngestFilled(ctx, SourceTest, []*webhook.Event{retry}, []bool{true})
+		require.ErrorIs(t, err, ErrConflict)
+		require.Equal(t, 1, countEvents(t, bundle.db))
 	})
 
 	t.Run("DifferentContentIsConflict", func(t *testing.T) {
@@ -171,7 +201,7 @@ func TestStore_Ingest(t *testing.T) {
 			{EventID: "evt_b", Outcome: OutcomeStored},
 			{EventID: "evt_a", Outcome: OutcomeStored},
 			{EventID: "evt_b", Outcome: OutcomeDuplicate},
-		}, results)
+		}, withoutTimes(results))
 		require.Equal(t, 2, countEvents(t, bundle.db))
 		require.Equal(t, 2, countFanoutJobs(t, bundle.db, ""))
 
@@ -192,7 +222,7 @@ func TestStore_Ingest(t *testing.T) {
 		e.Type = "billing.invoice.computed" // not in the catalog
 		results, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{e})
 		require.NoError(t, err)
-		require.Equal(t, []Result{{EventID: "evt_1", Outcome: OutcomeDroppedUnknown}}, results)
+		require.Equal(t, []Result{{EventID: "evt_1", Outcome: OutcomeDroppedUnknown}}, withoutTimes(results))
 		require.Equal(t, 0, countEvents(t, bundle.db))
 		require.Equal(t, 0, countFanoutJobs(t, bundle.db, ""))
 		require.Equal(t, 1, ingestCount(bundle.metrics, SourceTest, OutcomeDroppedUnknown.String()))
@@ -208,7 +238,7 @@ func TestStore_Ingest(t *testing.T) {
 		e.Type = "booking.craeted"
 		results, err := bundle.store.Ingest(ctx, SourceTest, []*webhook.Event{e})
 		require.NoError(t, err)
-		require.Equal(t, []Result{{EventID: "evt_1", Outcome: OutcomeDroppedUnknown, DidYouMean: "booking.created"}}, results)
+		require.Equal(t, []Result{{EventID: "evt_1", Outcome: OutcomeDroppedUnknown, DidYouMean: "booking.created"}}, withoutTimes(results))
 		require.Equal(t, 0, countEvents(t, bundle.db))
 	})
 
@@ -223,7 +253,7 @@ func TestStore_Ingest(t *testing.T) {
 		require.Equal(t, []Result{
 			{EventID: "evt_1", Outcome: OutcomeDroppedRaw},
 			{EventID: "evt_2", Outcome: OutcomeStored},
-		}, results)
+		}, withoutTimes(results))
 		require.Equal(t, 1, countEvents(t, bundle.db))
 		require.Equal(t, 0, countFanoutJobs(t, bundle.db, "evt_1"))
 		require.Equal(t, 1, ingestCount(bundle.metrics, SourceTest, OutcomeDroppedRaw.String()))
@@ -352,8 +382,8 @@ func TestStore_Ingest(t *testing.T) {
 		errs, err := bundle.store.commitGroup(ctx, []*ingestPlan{a, b})
 		require.NoError(t, err)
 		require.Equal(t, []error{nil, nil}, errs)
-		require.Equal(t, []Result{{EventID: "evt_b", Outcome: OutcomeStored}, {EventID: "evt_old", Outcome: OutcomeDuplicate}}, a.results)
-		require.Equal(t, []Result{{EventID: "evt_int", Outcome: OutcomeDroppedUnknown}, {EventID: "evt_a", Outcome: OutcomeStored}, {EventID: "evt_b", Outcome: OutcomeDuplicate}}, b.results)
+		require.Equal(t, []Result{{EventID: "evt_b", Outcome: OutcomeStored}, {EventID: "evt_old", Outcome: OutcomeDuplicate}}, withoutTimes(a.results))
+		require.Equal(t, []Result{{EventID: "evt_int", Outcome: OutcomeDroppedUnknown}, {EventID: "evt_a", Outcome: OutcomeStored}, {EventID: "evt_b", Outcome: OutcomeDuplicate}}, withoutTimes(b.results))
 		require.Equal(t, 3, countEvents(t, bundle.db))
 	})
 
@@ -382,4 +412,14 @@ func histogram(t *testing.T, o prometheus.Observer) *dto.Histogram {
 	var out dto.Metric
 	require.NoError(t, m.Write(&out))
 	return out.GetHistogram()
+}
+
+// withoutTimes drops the results' times, which tests of outcomes ignore.
+func withoutTimes(results []Result) []Result {
+	out := make([]Result, len(results))
+	for i, r := range results {
+		r.OccurredAt = time.Time{}
+		out[i] = r
+	}
+	return out
 }

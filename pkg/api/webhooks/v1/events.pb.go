@@ -93,7 +93,10 @@ func (PublishOutcome) EnumDescriptor() ([]byte, []int) {
 type Event struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Unique id: a UUID or an opaque id of [A-Za-z0-9_-]{1,128}. It becomes the
-	// webhook-id header, the receivers' idempotency key.
+	// webhook-id header, the receivers' idempotency key. Publishing is
+	// idempotent by it. Unset: the server assigns a UUIDv7 (returned as
+	// PublishResponse.event_id), and a retry of the call is then a second
+	// event; a publisher that retries sends its own id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The owner whose endpoints may receive the event. Travels beside the event,
 	// never inside the delivered payload.
@@ -106,7 +109,10 @@ type Event struct {
 	// What the event is about, a URI such as "wiki://software/project/x".
 	// Subjects starting with "raw://" never leave.
 	Subject string `protobuf:"bytes,4,opt,name=subject,proto3" json:"subject,omitempty"`
-	// When it happened.
+	// When it happened. Unset: the time the server received it (returned as
+	// PublishResponse.occurred_at). An event with an id whose time the server
+	// filled in is a duplicate of the stored event with that id whatever its
+	// time, so a retry without a time is not a conflict.
 	OccurredAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=occurred_at,json=occurredAt,proto3" json:"occurred_at,omitempty"`
 	// A small JSON object: at most 4096 bytes once encoded as compact JSON,
 	// holding what its type's schema allows (docs/events.md). Unset means {}.
@@ -238,9 +244,10 @@ func (x *PublishRequest) GetEvent() *Event {
 }
 
 type PublishResponse struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	EventId string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
-	Outcome PublishOutcome         `protobuf:"varint,2,opt,name=outcome,proto3,enum=webhooks.v1.PublishOutcome" json:"outcome,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event's id, the one the server assigned when the request had none.
+	EventId string         `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	Outcome PublishOutcome `protobuf:"varint,2,opt,name=outcome,proto3,enum=webhooks.v1.PublishOutcome" json:"outcome,omitempty"`
 	// For a dropped event: why it goes nowhere, for people, e.g. 'type
 	// "booking.craeted" is in no event catalog; did you mean
 	// "booking.created"?'. Empty when stored or a duplicate.
@@ -248,7 +255,11 @@ type PublishResponse struct {
 	// For PUBLISH_OUTCOME_DROPPED_UNKNOWN: the catalog type whose name is
 	// nearest the event's (a few edits away), most often the one meant.
 	// Empty when none is near.
-	DidYouMean    string `protobuf:"bytes,11,opt,name=did_you_mean,json=didYouMean,proto3" json:"did_you_mean,omitempty"`
+	DidYouMean string `protobuf:"bytes,11,opt,name=did_you_mean,json=didYouMean,proto3" json:"did_you_mean,omitempty"`
+	// The event's time as stored (microsecond precision): the one the server
+	// filled in when the request had none, the stored event's for a
+	// duplicate.
+	OccurredAt    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=occurred_at,json=occurredAt,proto3" json:"occurred_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,6 +320,13 @@ func (x *PublishResponse) GetDidYouMean() string {
 		return x.DidYouMean
 	}
 	return ""
+}
+
+func (x *PublishResponse) GetOccurredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OccurredAt
+	}
+	return nil
 }
 
 type PublishBatchRequest struct {
@@ -414,14 +432,16 @@ const file_webhooks_v1_events_proto_rawDesc = "" +
 	"occurredAt\x12+\n" +
 	"\x04data\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x04data\":\n" +
 	"\x0ePublishRequest\x12(\n" +
-	"\x05event\x18\x01 \x01(\v2\x12.webhooks.v1.EventR\x05event\"\x9d\x01\n" +
+	"\x05event\x18\x01 \x01(\v2\x12.webhooks.v1.EventR\x05event\"\xda\x01\n" +
 	"\x0fPublishResponse\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x125\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x1b.webhooks.v1.PublishOutcomeR\aoutcome\x12\x16\n" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x12 \n" +
 	"\fdid_you_mean\x18\v \x01(\tR\n" +
-	"didYouMean\"A\n" +
+	"didYouMean\x12;\n" +
+	"\voccurred_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"occurredAt\"A\n" +
 	"\x13PublishBatchRequest\x12*\n" +
 	"\x06events\x18\x01 \x03(\v2\x12.webhooks.v1.EventR\x06events\"N\n" +
 	"\x14PublishBatchResponse\x126\n" +
@@ -466,17 +486,18 @@ var file_webhooks_v1_events_proto_depIdxs = []int32{
 	7, // 1: webhooks.v1.Event.data:type_name -> google.protobuf.Struct
 	1, // 2: webhooks.v1.PublishRequest.event:type_name -> webhooks.v1.Event
 	0, // 3: webhooks.v1.PublishResponse.outcome:type_name -> webhooks.v1.PublishOutcome
-	1, // 4: webhooks.v1.PublishBatchRequest.events:type_name -> webhooks.v1.Event
-	3, // 5: webhooks.v1.PublishBatchResponse.results:type_name -> webhooks.v1.PublishResponse
-	2, // 6: webhooks.v1.EventService.Publish:input_type -> webhooks.v1.PublishRequest
-	4, // 7: webhooks.v1.EventService.PublishBatch:input_type -> webhooks.v1.PublishBatchRequest
-	3, // 8: webhooks.v1.EventService.Publish:output_type -> webhooks.v1.PublishResponse
-	5, // 9: webhooks.v1.EventService.PublishBatch:output_type -> webhooks.v1.PublishBatchResponse
-	8, // [8:10] is the sub-list for method output_type
-	6, // [6:8] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	6, // 4: webhooks.v1.PublishResponse.occurred_at:type_name -> google.protobuf.Timestamp
+	1, // 5: webhooks.v1.PublishBatchRequest.events:type_name -> webhooks.v1.Event
+	3, // 6: webhooks.v1.PublishBatchResponse.results:type_name -> webhooks.v1.PublishResponse
+	2, // 7: webhooks.v1.EventService.Publish:input_type -> webhooks.v1.PublishRequest
+	4, // 8: webhooks.v1.EventService.PublishBatch:input_type -> webhooks.v1.PublishBatchRequest
+	3, // 9: webhooks.v1.EventService.Publish:output_type -> webhooks.v1.PublishResponse
+	5, // 10: webhooks.v1.EventService.PublishBatch:output_type -> webhooks.v1.PublishBatchResponse
+	9, // [9:11] is the sub-list for method output_type
+	7, // [7:9] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_events_proto_init() }
