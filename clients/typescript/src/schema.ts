@@ -307,6 +307,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/portal-sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create portal session
+         * @description CreatePortalSession returns a one-time link into the portal, the web pages on this port (under /portal/) where one owner sees and, with access "manage", changes its own endpoints, secrets and deliveries. The main application's backend asks for it and shows the link to its user, in a new tab or an iframe of one of allowed_origins. Opening the link spends it and starts a browser session for that owner alone, which ends when the link's ttl does. Bad input is INVALID_ARGUMENT naming the field.
+         */
+        post: operations["createPortalSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -912,6 +932,24 @@ export interface components {
             replayed: boolean;
             /** @description SIGNATURE_SCHEME_V1: "whsec_" + base64 of 32 random bytes. Shown only here (and to a replay, see replayed). Empty for SIGNATURE_SCHEME_V1A, whose receivers verify with endpoint.public_key. */
             secret: string;
+        };
+        CreatePortalSessionRequest: {
+            access?: components["schemas"]["PortalAccess"];
+            /** @description Origins ("https://app.example.com": scheme, host and port, no path) that may show the portal in a frame (CSP frame-ancestors). Empty: no page may frame it; open the link in a tab of its own. At most 10. */
+            allowed_origins?: string[];
+            /** @description The one owner the session sees (required, as on every call). */
+            owner_id: string;
+            /** @description How long the link, and the session it starts, last: 0 means 1 hour; at most 24 hours. */
+            ttl?: string;
+        };
+        CreatePortalSessionResponse: {
+            /**
+             * Format: date-time
+             * @description When the link, and the session it starts, expire.
+             */
+            expires_at: string | null;
+            /** @description The one-time link: the portal's public URL and a token. It is a credential: hand it to the one user it is for, do not log it. */
+            url: string;
         };
         Delivery: {
             /**
@@ -1668,6 +1706,15 @@ export interface components {
              */
             type: "page.unpublished";
         };
+        /**
+         * @description PortalAccess is what a portal session may do.
+         *
+         *     - `PORTAL_ACCESS_UNSPECIFIED`: Not set: refused (INVALID_ARGUMENT naming access).
+         *     - `PORTAL_ACCESS_READ`: Look only: every page, no change.
+         *     - `PORTAL_ACCESS_MANAGE`: Look and change: create, edit, enable, disable and delete endpoints, rotate secrets, send tests, retry and redeliver.
+         * @enum {string}
+         */
+        PortalAccess: "PORTAL_ACCESS_UNSPECIFIED" | "PORTAL_ACCESS_READ" | "PORTAL_ACCESS_MANAGE";
         /** @description An error, as RFC 9457 problem details (application/problem+json), with the gRPC status code's name and every bad field. */
         Problem: {
             /**
@@ -2698,6 +2745,38 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             409: components["responses"]["Conflict"];
+            413: components["responses"]["ContentTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    createPortalSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreatePortalSessionRequest"];
+            };
+        };
+        responses: {
+            /** @description OK. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatePortalSessionResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             413: components["responses"]["ContentTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
