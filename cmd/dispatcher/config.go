@@ -142,10 +142,9 @@ type serveConfig struct {
 	Pprof            bool
 	// Portal serves the owners' web pages under /portal/ on the API port;
 	// PortalURL is their address as browsers reach it ("": derived from
-	// the API listen address), PortalSecureCookie forces Secure cookies.
-	Portal             bool
-	PortalURL          string
-	PortalSecureCookie bool
+	// the API listen address). CookieSecure forces its cookie Secure too.
+	Portal    bool
+	PortalURL string
 
 	// API port limits (both protocols unless named).
 	APIMaxConns        int
@@ -165,8 +164,9 @@ type serveConfig struct {
 	// Failed tokens per client address (login form and bearer tokens).
 	AuthFailures    int
 	AuthFailuresPer time.Duration
-	// CookieSecure marks River UI's session cookie Secure even when the ops
-	// port serves plain HTTP (behind a TLS-terminating proxy).
+	// CookieSecure marks the session cookies of River UI and the portal
+	// Secure even when this process serves plain HTTP (behind a
+	// TLS-terminating proxy).
 	CookieSecure bool
 
 	LogFormat string
@@ -224,7 +224,6 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.StringVar(&c.JobLinkTemplate, "job-link-template", env.str("DISPATCHER_JOB_LINK_TEMPLATE", ""), "link to a delivery job in ListDeliveries; {job_id} is replaced; default: this process's River UI (env DISPATCHER_JOB_LINK_TEMPLATE)")
 	fs.BoolVar(&c.Portal, "portal", env.boolean("DISPATCHER_PORTAL", true), "serve the endpoint owners' portal at /portal/ on the API port, reached through CreatePortalSession links (env DISPATCHER_PORTAL)")
 	fs.StringVar(&c.PortalURL, "portal-url", env.str("DISPATCHER_PORTAL_URL", ""), "the portal's public URL as browsers reach it, e.g. https://hooks.example.com/portal/ (behind a proxy, its path prefix); empty: http(s)://<API address>/portal/ (env DISPATCHER_PORTAL_URL)")
-	fs.BoolVar(&c.PortalSecureCookie, "portal-secure-cookie", env.boolean("DISPATCHER_PORTAL_SECURE_COOKIE", false), "mark the portal's session cookie Secure even without TLS here (a proxy terminates it); it is Secure anyway under TLS or an https portal URL (env DISPATCHER_PORTAL_SECURE_COOKIE)")
 	fs.BoolVar(&c.RiverUI, "river-ui", env.boolean("DISPATCHER_RIVER_UI", true), "serve River UI at /riverui/ on the ops port, behind the operator token (env DISPATCHER_RIVER_UI)")
 	fs.BoolVar(&c.Pprof, "pprof", env.boolean("DISPATCHER_PPROF", false), "serve Go's profiler at /debug/pprof/ on the ops port, for diagnosing CPU and memory use; keep the ops port private (env DISPATCHER_PPROF)")
 	fs.IntVar(&c.APIMaxConns, "api-max-connections", env.integer("DISPATCHER_API_MAX_CONNECTIONS", 1000), "connections the API port (gRPC and HTTP/JSON) holds open at once; more wait in the kernel's backlog until one closes (env DISPATCHER_API_MAX_CONNECTIONS)")
@@ -242,7 +241,7 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.DurationVar(&c.HealthzCache, "healthz-cache", env.duration("DISPATCHER_HEALTHZ_CACHE", time.Second), "how long /healthz reuses its last database ping; 0 pings on every request (env DISPATCHER_HEALTHZ_CACHE)")
 	fs.IntVar(&c.AuthFailures, "auth-failures", env.integer("DISPATCHER_AUTH_FAILURES", 10), "failed tokens (bearer or login form) one client address may send in a burst before it is throttled (HTTP 429, gRPC ResourceExhausted) (env DISPATCHER_AUTH_FAILURES)")
 	fs.DurationVar(&c.AuthFailuresPer, "auth-failures-per", env.duration("DISPATCHER_AUTH_FAILURES_PER", time.Minute), "how long a throttled address takes to earn back -auth-failures attempts (env DISPATCHER_AUTH_FAILURES_PER)")
-	fs.BoolVar(&c.CookieSecure, "cookie-secure", env.boolean("DISPATCHER_COOKIE_SECURE", false), "mark River UI's session cookie Secure even though the ops port serves plain HTTP: set it behind a TLS-terminating proxy (env DISPATCHER_COOKIE_SECURE)")
+	fs.BoolVar(&c.CookieSecure, "cookie-secure", env.boolean("DISPATCHER_COOKIE_SECURE", false), "mark the session cookies of River UI and the portal Secure even though this process serves plain HTTP: set it behind a TLS-terminating proxy (the portal's is Secure anyway with an https -portal-url) (env DISPATCHER_COOKIE_SECURE)")
 	fs.StringVar(&c.LogFormat, "log-format", env.str("DISPATCHER_LOG_FORMAT", "json"), "log format: json or text (env DISPATCHER_LOG_FORMAT)")
 	level := fs.String("log-level", env.str("DISPATCHER_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env DISPATCHER_LOG_LEVEL)")
 	if err := parseFlags(fs, args); err != nil {

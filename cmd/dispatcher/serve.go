@@ -608,5 +608,5 @@ func newPortal(cfg *serveConfig, apiAddr net.Addr, tls bool, pool *pgxpool.Pool,
 	if err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("invalid -portal-url %q: must be an absolute http(s) URL, like https://hooks.example.com/portal/", raw)
 	}
-	return portal.New(portal.Config{PublicURL: u, SecureCookie: cfg.PortalSecureCookie}, pool, svc, logger.With(slog.String("component", "portal")))
+	return portal.New(portal.Config{PublicURL: u, SecureCookie: cfg.CookieSecure}, pool, svc, logger.With(slog.String("component", "portal")))
 }

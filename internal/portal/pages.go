@@ -77,6 +77,9 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02T15:04")
 	},
+	// sub reads an attempt's place in the retry schedule: River's number
+	// less the probes before it (attempt.Attempt).
+	"sub":  func(a, b int) int { return a - b },
 	"join": strings.Join,
 	"has":  slices.Contains[[]string],
 	"add":  func(a, b int) int { return a + b },
