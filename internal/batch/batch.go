@@ -38,8 +38,8 @@ type Config struct {
 	// Linger delays a flush that has fewer than MaxSize calls by up to this
 	// long, to gather more. Default 0: flush at once.
 	Linger time.Duration
-	// LingerBelowGap, if positive, delays a flush of a lone call, only
-	// while calls arrive closer together than this: by the mean gap
+	// LingerBelowGap, if positive, delays a flush of a lone call while no
+	// other flush runs, only while calls arrive closer together than this: by the mean gap
 	// between recent calls (a moving average) and a quarter, about the time
 	// it takes the next call to come. So at a steady rate a batch waits for
 	// about one more call (two per batch instead of one, at the price of
@@ -138,10 +138,13 @@ func (b *Batcher[Req, Res]) flushLoop(ctx context.Context) {
 			b.mu.Lock()
 			short := len(b.queue) > 0 && b.take() == len(b.queue)
 			wait := b.cfg.Linger
-			if wait == 0 && len(b.queue) == 1 && b.gap > 0 && b.gap < b.cfg.LingerBelowGap {
-				// A lone call only: calls that queued while a batch ran are
-				// company enough, and waiting would only cost a busy
-				// batcher the time.
+			if wait == 0 && len(b.queue) == 1 && b.running == 1 && b.gap > 0 && b.gap < b.cfg.LingerBelowGap {
+				// A lone call, and no other batch running: calls that
+				// queued while a batch ran are company enough, and while
+				// another batch runs the next calls will queue behind it
+				// anyway; waiting then only costs a busy batcher the time
+				// (S7, 32 callers in a closed loop: 12-17 % fewer calls a
+				// second when every lone call waited).
 				// A quarter more than the mean gap, so that a call due
 				// right then is not missed by a hair.
 				wait = b.gap + b.gap/4

@@ -28,8 +28,8 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 	return l.buf.Write(p)
 }
 
-// records returns the logged records with the given message.
-func (l *logBuffer) records(t *testing.T, msg string) []map[string]any {
+// attempts returns the logged "delivery attempt" records.
+func (l *logBuffer) attempts(t *testing.T) []map[string]any {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -40,7 +40,7 @@ func (l *logBuffer) records(t *testing.T, msg string) []map[string]any {
 		}
 		var rec map[string]any
 		require.NoError(t, json.Unmarshal([]byte(line), &rec), line)
-		if rec["msg"] == msg {
+		if rec["msg"] == "delivery attempt" {
 			out = append(out, rec)
 		}
 	}
@@ -67,7 +67,7 @@ func TestAttemptLogLevel(t *testing.T) {
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
 		require.NoError(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
 		require.EqualValues(t, 1, rc.hits.Load())
-		require.Empty(t, logs.records(t, "delivery attempt"))
+		require.Empty(t, logs.attempts(t))
 		logs.mu.Lock()
 		defer logs.mu.Unlock()
 		require.Empty(t, logs.buf.String(), "a success writes nothing at info")
@@ -79,7 +79,7 @@ func TestAttemptLogLevel(t *testing.T) {
 		rc := newReceiver(t, status(http.StatusOK))
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
 		require.NoError(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
-		recs := logs.records(t, "delivery attempt")
+		recs := logs.attempts(t)
 		require.Len(t, recs, 1)
 		require.Equal(t, "DEBUG", recs[0]["level"])
 		require.Equal(t, "completed", recs[0]["outcome"])
@@ -91,7 +91,7 @@ func TestAttemptLogLevel(t *testing.T) {
 		rc := newReceiver(t, status(http.StatusInternalServerError))
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
 		requireRetryable(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
-		recs := logs.records(t, "delivery attempt")
+		recs := logs.attempts(t)
 		require.Len(t, recs, 1)
 		require.Equal(t, "INFO", recs[0]["level"])
 		require.Equal(t, "retryable", recs[0]["outcome"])
@@ -105,7 +105,7 @@ func TestAttemptLogLevel(t *testing.T) {
 		rc := newReceiver(t, status(http.StatusServiceUnavailable, "Retry-After", "30"))
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
 		requireSnooze(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
-		recs := logs.records(t, "delivery attempt")
+		recs := logs.attempts(t)
 		require.Len(t, recs, 1)
 		require.Equal(t, "INFO", recs[0]["level"])
 		require.Equal(t, "snoozed", recs[0]["outcome"])

@@ -1054,6 +1054,17 @@ func TestInlineHandoff(t *testing.T) {
 		require.Zero(t, h.started)
 	})
 
+	t.Run("APreparerLeavesAGroupOfManyToStart", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.insertEndpoints(t, prepareInTxMax+1, []string{"*"}, endpointOpts{})
+		h := &preparingHandoff{handoff: handoff{accept: func(string) bool { return true }}}
+		b.inline.WithHandoff(h)
+		_, handed := b.inlineTxHanded(t, b.insertEvent(t, ownerID, "code.issued", "code://1", "{}"))
+		require.Len(t, handed, prepareInTxMax+1)
+		require.Zero(t, h.visible, "not read in the transaction: the read after it is shared by many")
+	})
+
 	t.Run("TellsTheHandoffWhatItsPlanHandsOffPerEndpoint", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
