@@ -111,7 +111,8 @@ const notDirect = `NOT (j.metadata @> '{"output": {"snooze_reason": "direct"}}')
 // $4: probeEvery, in seconds; $5: probeOnTime, in seconds.
 //
 // The probed delivery is one already due (or due within $5): it goes as its
-// own attempt, unmarked; else the one with the fewest attempts, marked as a
+// own attempt, unmarked (an earlier probe's due time, which is this one,
+// forgotten); else the one with the fewest attempts, marked as a
 // probe (job.ProbeMark) and given one more attempt.
 var probeSQL = `
 WITH due AS (
@@ -156,7 +157,10 @@ probed AS (
                                THEN j.metadata || jsonb_build_object('probe_due', j.scheduled_at,
                                                      'probes', coalesce((j.metadata->>'probes')::int, 0) + 1,
                                                      'probe_attempts', coalesce(j.metadata->'probe_attempts', '[]'::jsonb) || to_jsonb(j.attempt + 1))
-                               ELSE j.metadata END
+                               -- Its own attempt: an earlier probe's due
+                               -- time is this one, spent now, so nextRetry
+                               -- must not send it again then.
+                               ELSE j.metadata - 'probe_due' END
       FROM pick p
      WHERE j.id = p.job_id AND j.state IN ('retryable', 'scheduled')
  RETURNING p.endpoint_id

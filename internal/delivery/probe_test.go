@@ -235,6 +235,39 @@ func TestProbeOnce(t *testing.T) {
 		require.NotContains(t, string(h.metadata), "probe_due")
 	})
 
+	t.Run("DueDeliveryForgetsAnEarlierProbesDueTime", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ids := b.hold(t, b.ep, later, b.events[0])
+		// Two scheduled attempts failed, then a probe took the delivery
+		// ahead of its step and failed too: it waits for the step's time,
+		// which a probe recorded, and that time is now near.
+		soon := time.Now().Add(probeOnTime / 2).Truncate(time.Microsecond)
+		b.failedOnce(t, ids[0], 3, soon)
+		_, err := b.db.Pool.Exec(ctx, `UPDATE river_job SET max_attempts = max_attempts + 1,
+       metadata = jsonb_build_object('probe_due', $2::timestamptz, 'probes', 1, 'probe_attempts', '[3]'::jsonb) WHERE id = $1`, ids[0], soon)
+		require.NoError(t, err)
+
+		probes, _, err := probeOnce(ctx, b.db.Pool)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, probes)
+		h := b.heldJob(t, ids[0])
+		require.Equal(t, "available", h.state)
+		require.Equal(t, job.DeliverMaxAttempts+1, h.maxAttempts, "its own scheduled attempt, not an extra one")
+
+		// If this, its third scheduled attempt, fails, the next is the
+		// schedule's next step; not again at the time it was due, a few
+		// seconds away, which would spend a step of the schedule for
+		// nothing.
+		now := time.Now()
+		j := &river.Job[job.DeliverArgs]{JobRow: &rivertype.JobRow{Metadata: h.metadata, Errors: make([]rivertype.AttemptError, 3)}}
+		next := nextRetry(j, now)
+		require.InDelta(t, Backoff(3).Seconds(), next.Sub(now).Seconds(), Backoff(3).Seconds()*jitter+1,
+			"retry at %v; the stale due time was %v", next, soon)
+		require.Equal(t, job.Attempts{Attempt: 3, Max: job.DeliverMaxAttempts, Probes: 1}, job.ReadProbeMark(h.metadata).Count(4, h.maxAttempts),
+			"the probe it carried is still counted")
+	})
+
 	t.Run("PrefersFewestAttemptsAndKeepsTheRetryStep", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
