@@ -110,11 +110,6 @@ var knownEnv = map[string]bool{"GOMEMLIMIT": true, "GOMAXPROCS": true, "GODEBUG"
 // gRPC graceful stop 5 s + StopAndCancel 10 s + ops server 2 s).
 const serveShutdownOverhead = 17 * time.Second
 
-// readinessService is the gRPC health service a plaintext readiness probe
-// asks for: the API, which cmd/dispatcher (followDatabase) marks
-// NOT_SERVING while Postgres is unreachable.
-const readinessService = "webhooks.v1.EventService"
-
 // requiredExcepts are the ranges the receivers' egress rule must exclude.
 var requiredExcepts = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10"}
 
@@ -424,44 +419,35 @@ func checkDeploymentEnv(d doc, where string, c any, env map[string]string, p *pr
 			p.add(d.file, "%s: %s port %d differs from container port %q (%d)", where, envName, ap.Port(), portName, ports[portName])
 		}
 	}
-	// The probes: the gRPC health service when the gRPC port is plaintext;
-	// with TLS there (the kubelet's gRPC probe cannot speak it), /healthz over
-	// HTTPS on the ops port and a TCP connect to the gRPC port.
+	// The probes, with or without TLS: /healthz on the ops port (cached,
+	// bounded, 503 while Postgres is unreachable) for startup and readiness,
+	// a TCP connect to the gRPC port for liveness. Never the kubelet's gRPC
+	// probe: the gRPC health service needs no token and shares a small read
+	// budget, so unauthenticated stalled calls can make it answer
+	// Unavailable (and it cannot speak TLS).
 	portOf := func(v any, path ...string) int {
 		if n, ok := num(v, path...); ok {
 			return n
 		}
 		return ports[str(v, path...)]
 	}
-	if env["DISPATCHER_GRPC_TLS_CERT"] == "" {
-		for _, probe := range []string{"readinessProbe", "livenessProbe"} {
-			port, ok := num(c, probe, "grpc", "port")
-			if !ok || port != ports["grpc"] {
-				p.add(d.file, "%s: %s must be a grpc probe on the gRPC port %d", where, probe, ports["grpc"])
-			}
-		}
-		// Readiness asks for the API service, which is NOT_SERVING while
-		// Postgres is unreachable; the server as a whole ("") stays
-		// SERVING, for liveness.
-		if svc := str(c, "readinessProbe", "grpc", "service"); svc != readinessService {
-			p.add(d.file, "%s: readinessProbe must ask for the gRPC health of %s (not ready while Postgres is unreachable), got %q", where, readinessService, svc)
-		}
-		if svc := str(c, "livenessProbe", "grpc", "service"); svc != "" {
-			p.add(d.file, "%s: livenessProbe must ask for the server as a whole (no service), got %q: a restart does not bring Postgres back", where, svc)
-		}
-	} else {
+	scheme := "HTTP"
+	if env["DISPATCHER_GRPC_TLS_CERT"] != "" {
 		if env["DISPATCHER_OPS_TLS_CERT"] == "" {
 			p.add(d.file, "%s: TLS on the gRPC port but not on the ops port, which carries River UI's credentials", where)
 		}
-		for _, probe := range []string{"startupProbe", "readinessProbe"} {
-			if str(c, probe, "httpGet", "path") != "/healthz" || str(c, probe, "httpGet", "scheme") != "HTTPS" ||
-				portOf(c, probe, "httpGet", "port") != ports["ops"] {
-				p.add(d.file, "%s: %s must GET /healthz over HTTPS on the ops port %d (the gRPC port serves TLS)", where, probe, ports["ops"])
-			}
+	}
+	if env["DISPATCHER_OPS_TLS_CERT"] != "" {
+		scheme = "HTTPS"
+	}
+	for _, probe := range []string{"startupProbe", "readinessProbe"} {
+		if str(c, probe, "httpGet", "path") != "/healthz" || str(c, probe, "httpGet", "scheme") != scheme ||
+			portOf(c, probe, "httpGet", "port") != ports["ops"] {
+			p.add(d.file, "%s: %s must GET /healthz over %s on the ops port %d (not the gRPC health service, which stalled unauthenticated calls can starve)", where, probe, scheme, ports["ops"])
 		}
-		if portOf(c, "livenessProbe", "tcpSocket", "port") != ports["grpc"] {
-			p.add(d.file, "%s: livenessProbe must be a tcpSocket probe on the gRPC port %d (the gRPC port serves TLS)", where, ports["grpc"])
-		}
+	}
+	if portOf(c, "livenessProbe", "tcpSocket", "port") != ports["grpc"] {
+		p.add(d.file, "%s: livenessProbe must be a tcpSocket probe on the gRPC port %d", where, ports["grpc"])
 	}
 	if env["DISPATCHER_EGRESS_ALLOW_CIDRS"] != "" {
 		p.add(d.file, "%s: DISPATCHER_EGRESS_ALLOW_CIDRS weakens the SSRF guard; not in the production manifests", where)
