@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"context"
+	"net"
 	"strings"
 	"sync"
 
@@ -107,22 +108,54 @@ type GateConfig struct {
 // (two such reads at once) from its headers until its message has been read
 // — microseconds for the few bytes these calls send — and is answered
 // Unavailable when the budget is taken. What an unauthenticated client can
-// make the process hold is that budget.
+// make the process hold is those budgets.
+//
+// A client that opens such calls and never sends their message holds its
+// reservations until the connection ends, so one client address (the IP;
+// the in-process pipe is exempt) may hold one of them at a time: a single
+// address cannot starve every other caller of the health service, though
+// clients at several addresses still can (orchestrator probes use /healthz
+// on the ops port for that reason). A stream's later messages (reflection
+// is a bidirectional stream, which waits in RecvMsg for the client's next
+// request) reserve from a budget of their own, one read, with the same
+// one-per-address cap, so that an open reflection stream starves no health
+// check: grpcurl resolves a method by reflection and keeps that stream open
+// while it calls the method, from the same address.
 type Gate struct {
 	cfg    GateConfig
 	codec  *gateCodec
 	limits Limits
 	open   *inflight.Budget
+	// openNext bounds the reads of a stream's later messages.
+	openNext *inflight.Budget
+
+	// openMu guards openPeers: the client addresses holding an open read,
+	// at most one each for first messages and one for later ones.
+	openMu    sync.Mutex
+	openPeers map[openPeer]struct{}
 }
 
-// openReads is how many calls that need no token may be read at once.
-const openReads = 2
+// openPeer is a client address (its IP) and whether its read is of a
+// stream's later message.
+type openPeer struct {
+	ip   string
+	next bool
+}
+
+// openReads is how many calls that need no token may have their first
+// message read at once; openNextReads how many of their later messages.
+const (
+	openReads     = 2
+	openNextReads = 1
+)
 
 // NewGate returns a Gate.
 func NewGate(cfg GateConfig) *Gate {
 	cfg.Limits = cfg.Limits.withDefaults()
 	return &Gate{cfg: cfg, limits: cfg.Limits, codec: &gateCodec{inner: encoding.GetCodecV2("proto"), limits: cfg.Limits},
-		open: inflight.New(openReads * int64(cfg.Limits.Largest()))}
+		open:      inflight.New(openReads * int64(cfg.Limits.Largest())),
+		openNext:  inflight.New(openNextReads * int64(cfg.Limits.Largest())),
+		openPeers: make(map[openPeer]struct{})}
 }
 
 // ServerOptions returns the options that install the gate: the tap handler,
@@ -189,12 +222,75 @@ func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error)
 type openReadKey struct{}
 
 func (g *Gate) tapOpen(ctx context.Context) (context.Context, error) {
-	release, ok := g.open.TryAcquire(int64(g.limits.Largest()))
-	if !ok {
-		return ctx, status.Error(codes.Unavailable, "too many unauthenticated calls (health, reflection) being read at once: retry")
+	release, err := g.acquireOpen(ctx, false)
+	if err != nil {
+		return ctx, err
 	}
 	context.AfterFunc(ctx, release)
 	return context.WithValue(ctx, openReadKey{}, release), nil
+}
+
+// acquireOpen reserves the read of one message of a call that needs no
+// token (next: a stream's later message): the client address's one slot,
+// then the largest message from the budget. The release is idempotent.
+func (g *Gate) acquireOpen(ctx context.Context, next bool) (func(), error) {
+	key := openPeer{ip: openPeerKey(ctx), next: next}
+	if key.ip != "" {
+		g.openMu.Lock()
+		_, held := g.openPeers[key]
+		if !held {
+			g.openPeers[key] = struct{}{}
+		}
+		g.openMu.Unlock()
+		if held {
+			return nil, status.Error(codes.Unavailable, "this address already has an unauthenticated call (health, reflection) being read: retry")
+		}
+	}
+	budget := g.open
+	if next {
+		budget = g.openNext
+	}
+	releaseBytes, ok := budget.TryAcquire(int64(g.limits.Largest()))
+	if !ok {
+		g.releasePeer(key)
+		return nil, status.Error(codes.Unavailable, "too many unauthenticated calls (health, reflection) being read at once: retry")
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			releaseBytes()
+			g.releasePeer(key)
+		})
+	}, nil
+}
+
+func (g *Gate) releasePeer(key openPeer) {
+	if key.ip == "" {
+		return
+	}
+	g.openMu.Lock()
+	delete(g.openPeers, key)
+	g.openMu.Unlock()
+}
+
+// openPeerKey returns the IP of the call's client, the unit of the per-address
+// cap on open reads; "" for the in-process pipe (calls of the HTTP/JSON API,
+// whose guard bounds them) and for a call without a peer.
+func openPeerKey(ctx context.Context) string {
+	p, _ := peer.FromContext(ctx)
+	if p == nil || p.Addr == nil || p.Addr.Network() == portmux.PipeNetwork {
+		return ""
+	}
+	switch a := p.Addr.(type) {
+	case *net.TCPAddr:
+		return a.IP.String()
+	case *net.UDPAddr:
+		return a.IP.String()
+	}
+	if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+		return host
+	}
+	return p.Addr.String()
 }
 
 // releaseOpenRead gives back a call's open reservation, once its message
@@ -237,8 +333,8 @@ func (g *Gate) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 
 // checkedStream turns what the codec found in each received message into
 // the call's status and, for a call that needs no token, reserves each
-// message's read from the open budget (the first one's reservation is the
-// tap's).
+// message's read (the first one's reservation is the tap's; later ones come
+// from the budget of later messages).
 type checkedStream struct {
 	grpc.ServerStream
 	codec   *gateCodec
@@ -249,9 +345,9 @@ type checkedStream struct {
 func (s *checkedStream) RecvMsg(m any) error {
 	if s.open != nil {
 		if s.release == nil {
-			r, ok := s.open.open.TryAcquire(int64(s.open.limits.Largest()))
-			if !ok {
-				return status.Error(codes.Unavailable, "too many unauthenticated calls (health, reflection) being read at once: retry")
+			r, err := s.open.acquireOpen(s.Context(), true)
+			if err != nil {
+				return err
 			}
 			s.release = r
 		}

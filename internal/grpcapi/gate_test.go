@@ -13,11 +13,16 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/reflection"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
 	"github.com/standmeet/webhook-dispatcher/internal/inflight"
+	"github.com/standmeet/webhook-dispatcher/internal/portmux"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
@@ -178,4 +183,211 @@ func TestGate(t *testing.T) {
 		require.Contains(t, err.Error(), "too many failed authentications")
 		require.Empty(t, b.calls)
 	})
+}
+
+func TestGateOpenReadsPerAddress(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		gate *Gate
+	}
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		a, err := auth.New(auth.Tokens{Publisher: []string{authPublisherToken}}, nil)
+		require.NoError(t, err)
+		return &testBundle{gate: NewGate(GateConfig{Auth: a, Limits: Limits{RequestBytes: 64 << 10, BatchBytes: 128 << 10}})}
+	}
+	from := func(t *testing.T, addr net.Addr) context.Context {
+		t.Helper()
+		return peer.NewContext(t.Context(), &peer.Peer{Addr: addr})
+	}
+	tcp := func(ip string, port int) net.Addr { return &net.TCPAddr{IP: net.ParseIP(ip), Port: port} }
+	check := &tap.Info{FullMethodName: healthpb.Health_Check_FullMethodName}
+
+	t.Run("OneAddressHoldsOneRead", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		held, err := b.gate.Tap(from(t, tcp("10.0.0.1", 1000)), check)
+		require.NoError(t, err)
+		// Another connection from the same IP: refused at once, however
+		// much of the budget is free.
+		_, err = b.gate.Tap(from(t, tcp("10.0.0.1", 1001)), check)
+		requireAuthCode(t, err, codes.Unavailable)
+		require.Contains(t, err.Error(), "this address")
+		// The same IP written as an IPv4-mapped IPv6 address is the same client.
+		_, err = b.gate.Tap(from(t, tcp("::ffff:10.0.0.1", 1002)), check)
+		requireAuthCode(t, err, codes.Unavailable)
+		// Another address still gets through.
+		other, err := b.gate.Tap(from(t, tcp("10.0.0.2", 1000)), check)
+		require.NoError(t, err)
+		// The global bound stays: two reads at once in all.
+		_, err = b.gate.Tap(from(t, tcp("10.0.0.3", 1000)), check)
+		requireAuthCode(t, err, codes.Unavailable)
+		require.Contains(t, err.Error(), "too many unauthenticated calls")
+
+		// Once the first call's message has been read, its address may
+		// open another; the refused calls reserved nothing.
+		releaseOpenRead(held)
+		releaseOpenRead(held) // idempotent: gives back nothing twice
+		again, err := b.gate.Tap(from(t, tcp("10.0.0.1", 1003)), check)
+		require.NoError(t, err)
+		releaseOpenRead(again)
+		releaseOpenRead(other)
+		r, ok := b.gate.open.TryAcquire(b.gate.open.Size())
+		require.True(t, ok, "every reservation given back")
+		r()
+		b.gate.openMu.Lock()
+		require.Empty(t, b.gate.openPeers)
+		b.gate.openMu.Unlock()
+	})
+
+	t.Run("PipeIsExempt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		pipe := fakeAddr{network: portmux.PipeNetwork, addr: "pipe"}
+		first, err := b.gate.Tap(from(t, pipe), check)
+		require.NoError(t, err)
+		second, err := b.gate.Tap(from(t, pipe), check)
+		require.NoError(t, err)
+		// The global bound applies to the pipe too.
+		_, err = b.gate.Tap(from(t, pipe), check)
+		requireAuthCode(t, err, codes.Unavailable)
+		releaseOpenRead(first)
+		releaseOpenRead(second)
+	})
+
+	t.Run("ReleasedWhenTheCallEnds", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx, cancel := context.WithCancel(from(t, tcp("10.0.0.1", 1000)))
+		_, err := b.gate.Tap(ctx, check)
+		require.NoError(t, err)
+		cancel() // the stream ends before its message was read
+		require.Eventually(t, func() bool {
+			c, err := b.gate.Tap(from(t, tcp("10.0.0.1", 1001)), check)
+			if err == nil {
+				releaseOpenRead(c)
+			}
+			return err == nil
+		}, 10*time.Second, 10*time.Millisecond)
+	})
+}
+
+// TestGateStalledHealthCallsFromOneAddress is the attack over real
+// connections: a client opens health calls and never sends their message;
+// a health check from another address must still be answered.
+func TestGateStalledHealthCallsFromOneAddress(t *testing.T) {
+	t.Parallel()
+
+	a, err := auth.New(auth.Tokens{Publisher: []string{authPublisherToken}}, nil)
+	require.NoError(t, err)
+	gate := NewGate(GateConfig{Auth: a})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer(gate.ServerOptions()...)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	dialFrom := func(t *testing.T, ip string) *grpc.ClientConn {
+		t.Helper()
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		conn, err := grpc.NewClient("passthrough:///"+lis.Addr().String(),
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }),
+			grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close() })
+		return conn
+	}
+	attacker := dialFrom(t, "127.0.0.2")
+	desc := &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	stalled := func() grpc.ClientStream {
+		// Headers go out with the new stream; no message ever follows.
+		s, err := attacker.NewStream(ctx, desc, healthpb.Health_Check_FullMethodName)
+		require.NoError(t, err)
+		return s
+	}
+	openTaken := func() bool {
+		r, ok := gate.open.TryAcquire(gate.open.Size())
+		if ok {
+			r()
+		}
+		return !ok
+	}
+	stalled()
+	require.Eventually(t, openTaken, 10*time.Second, 10*time.Millisecond, "the first stalled call holds a read")
+	// The second is answered at once (without the per-address cap it would
+	// hold the rest of the budget, and the check below would be refused).
+	second := stalled()
+	refused := make(chan error, 1)
+	go func() { refused <- second.RecvMsg(&healthpb.HealthCheckResponse{}) }()
+	require.Eventually(t, func() bool {
+		r, ok := gate.open.TryAcquire(gate.open.Size() / openReads)
+		if ok {
+			r()
+		}
+		return !ok || len(refused) > 0
+	}, 10*time.Second, 10*time.Millisecond)
+
+	resp, err := healthpb.NewHealthClient(dialFrom(t, "127.0.0.3")).Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.GetStatus())
+	select {
+	case err := <-refused:
+		requireAuthCode(t, err, codes.Unavailable)
+		require.Contains(t, err.Error(), "this address")
+	case <-ctx.Done():
+		t.Fatal("the second stalled call from the same address was not refused")
+	}
+}
+
+// TestGateReflectionStreamLeavesHealthOpen: grpcurl resolves a method by
+// reflection and keeps that stream open (the server waiting for its next
+// request) while it calls the method from the same address; a health check
+// so made must get through.
+func TestGateReflectionStreamLeavesHealthOpen(t *testing.T) {
+	t.Parallel()
+
+	a, err := auth.New(auth.Tokens{Publisher: []string{authPublisherToken}}, nil)
+	require.NoError(t, err)
+	gate := NewGate(GateConfig{Auth: a})
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer(gate.ServerOptions()...)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	reflection.Register(srv)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	refl, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	require.NoError(t, err)
+	require.NoError(t, refl.Send(&reflectionpb.ServerReflectionRequest{
+		MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}))
+	_, err = refl.Recv()
+	require.NoError(t, err)
+	// The server now waits in RecvMsg for the stream's next request.
+	require.Eventually(t, func() bool {
+		r, ok := gate.openNext.TryAcquire(gate.openNext.Size())
+		if ok {
+			r()
+		}
+		return !ok
+	}, 10*time.Second, 10*time.Millisecond, "the open reflection stream holds a read of its next message")
+
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+
+	// The stream still works: its next request is read.
+	require.NoError(t, refl.Send(&reflectionpb.ServerReflectionRequest{
+		MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}))
+	_, err = refl.Recv()
+	require.NoError(t, err)
+	require.NoError(t, refl.CloseSend())
 }
