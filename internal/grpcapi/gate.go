@@ -2,7 +2,6 @@ package grpcapi
 
 import (
 	"context"
-	"net"
 	"strings"
 	"sync"
 
@@ -111,9 +110,10 @@ type GateConfig struct {
 // make the process hold is those budgets.
 //
 // A client that opens such calls and never sends their message holds its
-// reservations until the connection ends, so one client address (the IP;
-// the in-process pipe is exempt) may hold one of them at a time: a single
-// address cannot starve every other caller of the health service, though
+// reservations until the connection ends, so one client address (the IP,
+// an IPv6 address's /64, as the throttle counts it; the in-process pipe is
+// exempt) may hold one of them at a time: a single address cannot starve
+// every other caller of the health service, though
 // clients at several addresses still can (orchestrator probes use /healthz
 // on the ops port for that reason). A stream's later messages (reflection
 // is a bidirectional stream, which waits in RecvMsg for the client's next
@@ -273,24 +273,17 @@ func (g *Gate) releasePeer(key openPeer) {
 	g.openMu.Unlock()
 }
 
-// openPeerKey returns the IP of the call's client, the unit of the per-address
-// cap on open reads; "" for the in-process pipe (calls of the HTTP/JSON API,
-// whose guard bounds them) and for a call without a peer.
+// openPeerKey returns the client address a call is counted under for the
+// per-address cap on open reads: its IP, or an IPv6 address's /64, as the
+// throttle counts it (auth.ThrottleKey); "" for the in-process pipe (calls
+// of the HTTP/JSON API, whose guard bounds them) and for a call without a
+// peer.
 func openPeerKey(ctx context.Context) string {
 	p, _ := peer.FromContext(ctx)
 	if p == nil || p.Addr == nil || p.Addr.Network() == portmux.PipeNetwork {
 		return ""
 	}
-	switch a := p.Addr.(type) {
-	case *net.TCPAddr:
-		return a.IP.String()
-	case *net.UDPAddr:
-		return a.IP.String()
-	}
-	if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
-		return host
-	}
-	return p.Addr.String()
+	return auth.ThrottleKey(p.Addr.String())
 }
 
 // releaseOpenRead gives back a call's open reservation, once its message

@@ -217,6 +217,12 @@ func TestGateOpenReadsPerAddress(t *testing.T) {
 		// The same IP written as an IPv4-mapped IPv6 address is the same client.
 		_, err = b.gate.Tap(from(t, tcp("::ffff:10.0.0.1", 1002)), check)
 		requireAuthCode(t, err, codes.Unavailable)
+		// So is an IPv6 client across its /64.
+		v6, err := b.gate.Tap(from(t, tcp("2001:db8:1:2::1", 1000)), check)
+		require.NoError(t, err)
+		_, err = b.gate.Tap(from(t, tcp("2001:db8:1:2::ffff", 1000)), check)
+		requireAuthCode(t, err, codes.Unavailable)
+		releaseOpenRead(v6)
 		// Another address still gets through.
 		other, err := b.gate.Tap(from(t, tcp("10.0.0.2", 1000)), check)
 		require.NoError(t, err)
