@@ -1,45 +1,22 @@
 package delivery
 
 import (
-	"bytes"
-	"encoding/json"
 	"log/slog"
 	"net/http"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
+	"github.com/standmeet/webhook-dispatcher/internal/testutil"
 )
 
-// logBuffer is an io.Writer for a JSON handler that the worker's goroutines
-// may write to concurrently.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// attempts returns the logged "delivery attempt" records.
-func (l *logBuffer) attempts(t *testing.T) []map[string]any {
+// attemptRecords returns the "delivery attempt" records logs holds.
+func attemptRecords(t *testing.T, logs *testutil.JSONLog) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for line := range strings.SplitSeq(strings.TrimSpace(l.buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var rec map[string]any
-		require.NoError(t, json.Unmarshal([]byte(line), &rec), line)
+	for _, rec := range logs.Records(t) {
 		if rec["msg"] == "delivery attempt" {
 			out = append(out, rec)
 		}
@@ -51,10 +28,10 @@ func TestAttemptLogLevel(t *testing.T) {
 	t.Parallel()
 
 	// setupLogged is setup with the worker logging JSON at level to a buffer.
-	setupLogged := func(t *testing.T, level slog.Level) (*testBundle, *logBuffer) {
+	setupLogged := func(t *testing.T, level slog.Level) (*testBundle, *testutil.JSONLog) {
 		t.Helper()
 		b := setup(t)
-		logs := &logBuffer{}
+		logs := &testutil.JSONLog{}
 		b.worker = NewWorker(b.worker.cfg, b.db.Pool, egress.NewClient(egress.Config{AllowCIDRs: loopback}),
 			endpoint.NewKeyOpener(b.keyring), b.metrics, slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: level})))
 		return b, logs
@@ -67,10 +44,8 @@ func TestAttemptLogLevel(t *testing.T) {
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
 		require.NoError(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
 		require.EqualValues(t, 1, rc.hits.Load())
-		require.Empty(t, logs.attempts(t))
-		logs.mu.Lock()
-		defer logs.mu.Unlock()
-		require.Empty(t, logs.buf.String(), "a success writes nothing at info")
+		require.Empty(t, attemptRecords(t, logs))
+		require.Empty(t, logs.Records(t), "a success writes nothing at info")
 	})
 
 	t.Run("SuccessIsLoggedAtDebug", func(t *testing.T) {
@@ -79,7 +54,7 @@ func TestAttemptLogLevel(t *testing.T) {
 		rc := newReceiver(t, status(http.StatusOK))
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
 		require.NoError(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
-		recs := logs.attempts(t)
+		recs := attemptRecords(t, logs)
 		require.Len(t, recs, 1)
 		require.Equal(t, "DEBUG", recs[0]["level"])
 		require.Equal(t, "completed", recs[0]["outcome"])
@@ -91,7 +66,7 @@ func TestAttemptLogLevel(t *testing.T) {
 		rc := newReceiver(t, status(http.StatusInternalServerError))
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
 		requireRetryable(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
-		recs := logs.attempts(t)
+		recs := attemptRecords(t, logs)
 		require.Len(t, recs, 1)
 		require.Equal(t, "INFO", recs[0]["level"])
 		require.Equal(t, "retryable", recs[0]["outcome"])
@@ -105,7 +80,7 @@ func TestAttemptLogLevel(t *testing.T) {
 		rc := newReceiver(t, status(http.StatusServiceUnavailable, "Retry-After", "30"))
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
 		requireSnooze(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
-		recs := logs.attempts(t)
+		recs := attemptRecords(t, logs)
 		require.Len(t, recs, 1)
 		require.Equal(t, "INFO", recs[0]["level"])
 		require.Equal(t, "snoozed", recs[0]["outcome"])

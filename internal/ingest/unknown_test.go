@@ -1,18 +1,14 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
@@ -20,37 +16,9 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/fanout"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/testutil"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
-
-// logLines is a slog handler's output, safe for concurrent writes.
-type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// records returns every JSON record written.
-func (l *logLines) records(t *testing.T) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for line := range strings.SplitSeq(strings.TrimSpace(l.buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var rec map[string]any
-		require.NoError(t, json.Unmarshal([]byte(line), &rec))
-		out = append(out, rec)
-	}
-	return out
-}
 
 func TestUnknownTypes(t *testing.T) {
 	t.Parallel()
@@ -58,7 +26,7 @@ func TestUnknownTypes(t *testing.T) {
 	ctx := context.Background()
 
 	type testBundle struct {
-		logs    *logLines
+		logs    *testutil.JSONLog
 		metrics *metrics.Metrics
 		now     time.Time
 		unknown *unknownTypes
@@ -67,7 +35,7 @@ func TestUnknownTypes(t *testing.T) {
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
 
-		bundle := &testBundle{logs: &logLines{}, metrics: metrics.New(prometheus.NewRegistry(), metrics.Labels{}), now: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}
+		bundle := &testBundle{logs: &testutil.JSONLog{}, metrics: metrics.New(prometheus.NewRegistry(), metrics.Labels{}), now: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}
 		logger := slog.New(slog.NewJSONHandler(bundle.logs, nil))
 		bundle.unknown = newUnknownTypes(bundle.metrics, logger, func() time.Time { return bundle.now })
 		return bundle
@@ -81,7 +49,7 @@ func TestUnknownTypes(t *testing.T) {
 			bundle.unknown.seen(ctx, SourceGRPC, "corpus.note.chnaged", "owner_1", false)
 		}
 		bundle.unknown.seen(ctx, SourceOutbox, "booking.creatd", "owner_2", false)
-		recs := bundle.logs.records(t)
+		recs := bundle.logs.Records(t)
 		require.Len(t, recs, 2)
 		require.Equal(t, "corpus.note.chnaged", recs[0]["type"])
 		require.Equal(t, "grpc", recs[0]["source"])
@@ -96,7 +64,7 @@ func TestUnknownTypes(t *testing.T) {
 		// went unlogged meanwhile.
 		bundle.now = bundle.now.Add(unknownLogInterval)
 		bundle.unknown.seen(ctx, SourceGRPC, "corpus.note.chnaged", "owner_1", false)
-		recs = bundle.logs.records(t)
+		recs = bundle.logs.Records(t)
 		require.Len(t, recs, 3)
 		require.InDelta(t, 4, recs[2]["not_logged_last_interval"], 0)
 
@@ -111,7 +79,7 @@ func TestUnknownTypes(t *testing.T) {
 		for i := range 3 * unknownLogBurst {
 			bundle.unknown.seen(ctx, SourceGRPC, "made.up"+strconv.Itoa(i), "owner_1", false)
 		}
-		require.Len(t, bundle.logs.records(t), unknownLogBurst)
+		require.Len(t, bundle.logs.Records(t), unknownLogBurst)
 	})
 
 	t.Run("TypeLabelIsBounded", func(t *testing.T) {
@@ -126,7 +94,7 @@ func TestUnknownTypes(t *testing.T) {
 
 		require.Equal(t, 2, unknownTypeCount(bundle.metrics, "made.up0"))
 		require.Equal(t, 10, unknownTypeCount(bundle.metrics, unknownTypeOther))
-		require.Equal(t, MaxUnknownTypeLabels+1, testutil.CollectAndCount(bundle.metrics.IngestUnknownTypesTotal))
+		require.Equal(t, MaxUnknownTypeLabels+1, promtestutil.CollectAndCount(bundle.metrics.IngestUnknownTypesTotal))
 	})
 }
 
@@ -138,7 +106,7 @@ func TestStore_UnknownTypesRefused(t *testing.T) {
 	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Logger: testLogger(), Schema: db.Schema})
 	require.NoError(t, err)
 	m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
-	logs := &logLines{}
+	logs := &testutil.JSONLog{}
 	store := NewStore(StoreConfig{UnknownTypes: UnknownTypesRefuse, Fanout: fanout.NewInline(needsAccess, nil, m)}, db.Pool, client, m, slog.New(slog.NewJSONHandler(logs, nil)))
 
 	unknown := testEvent("evt_unknown")
@@ -156,7 +124,7 @@ func TestStore_UnknownTypesRefused(t *testing.T) {
 	require.Equal(t, 0, countEvents(t, db), "all or nothing: the valid event is not stored either")
 	require.Equal(t, 1, ingestCount(m, SourceGRPC, resultInvalid))
 	require.Equal(t, 1, unknownTypeCount(m, "corpus.note.chnaged"))
-	recs := logs.records(t)
+	recs := logs.Records(t)
 	require.Len(t, recs, 1)
 	require.Contains(t, recs[0]["msg"], "refused")
 
