@@ -191,37 +191,53 @@ func (d *Direct) Start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events 
 	d.start(jobs, args, events, nil)
 }
 
-// PrepareTx implements fanout.TxPreparer: it reads the endpoints of the
-// deliveries of args (with events[i] the event of args[i]) in tx, the ingest
-// transaction that inserts them, so that no transaction of its own follows
-// the commit. It returns the targets for StartPrepared.
-func (d *Direct) PrepareTx(ctx context.Context, tx pgx.Tx, args []job.DeliverArgs, events []*webhook.Event) (any, error) {
+// QueueRead implements fanout.TxPreparer: it queues on b, a batch of
+// statements of the ingest transaction that inserts the deliveries (the
+// events' INSERT is in it), the read of their endpoints (endpointIDs, as
+// the deliveries' arguments name them), so that the read costs no round
+// trip of its own and no transaction follows the commit. What it read goes
+// to StartPrepared once b's results are closed without error; nil when
+// there is nothing to read.
+func (d *Direct) QueueRead(b *pgx.Batch, endpointIDs []string) any {
+	ids := make([]uuid.UUID, 0, len(endpointIDs))
+	for _, s := range endpointIDs {
+		if id, err := uuid.Parse(s); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	r := &endpointRead{}
+	b.Queue(endpointSQL, ids).Query(func(rows pgx.Rows) error {
+		var err error
+		r.byID, err = scanEndpointTargets(rows)
+		return err
+	})
+	return r
+}
+
+// endpointRead is what QueueRead read: the targets of the endpoints it was
+// given that exist and are enabled, by id (nil until its batch ran).
+type endpointRead struct {
+	byID map[uuid.UUID]*target
+}
+
+// StartPrepared implements fanout.TxPreparer: Start with the endpoints
+// QueueRead read in the ingest transaction.
+func (d *Direct) StartPrepared(jobs []*rivertype.JobRow, args []job.DeliverArgs, events []*webhook.Event, prepared any) {
+	r, _ := prepared.(*endpointRead)
+	if r == nil || r.byID == nil || len(args) != len(jobs) {
+		d.start(jobs, args, events, nil)
+		return
+	}
 	ptrs := make([]*job.DeliverArgs, len(args))
 	for i := range args {
 		ptrs[i] = &args[i]
 	}
-	var err error
 	targets := d.prepare(ptrs, events, func(ids []uuid.UUID) ([]*target, error) {
-		var rows [][]*target
-		rows, err = readEndpoints(ctx, tx, [][]uuid.UUID{ids})
-		if err != nil {
-			return nil, err
-		}
-		return rows[0], nil
+		return targetsOf(r.byID, [][]uuid.UUID{ids})[0], nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return targets, nil
-}
-
-// StartPrepared implements fanout.TxPreparer: Start with the targets
-// PrepareTx read.
-func (d *Direct) StartPrepared(jobs []*rivertype.JobRow, args []job.DeliverArgs, events []*webhook.Event, prepared any) {
-	targets, _ := prepared.([]*target)
-	if len(targets) != len(jobs) {
-		targets = nil
-	}
 	d.start(jobs, args, events, targets)
 }
 

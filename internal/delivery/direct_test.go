@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
@@ -312,11 +313,13 @@ func TestDirect(t *testing.T) {
 		args := []job.DeliverArgs{{EndpointID: epID.String(), EventID: ev.ID}}
 		tx, err := b.db.Pool.Begin(ctx)
 		require.NoError(t, err)
-		prepared, err := d.PrepareTx(ctx, tx, args, []*webhook.Event{ev})
-		require.NoError(t, err)
-		require.Len(t, prepared, 1)
-		require.NotNil(t, prepared.([]*target)[0], "the endpoint read in the transaction")
+		batch := &pgx.Batch{}
+		prepared := d.QueueRead(batch, []string{epID.String(), "not-a-uuid"})
+		require.NoError(t, tx.SendBatch(ctx, batch).Close())
 		require.NoError(t, tx.Commit(ctx))
+		read, ok := prepared.(*endpointRead)
+		require.True(t, ok)
+		require.Len(t, read.byID, 1, "the endpoint read in the transaction (an id that is no endpoint's is left out)")
 		// Were anything read after the commit, it would find the endpoint
 		// gone and cancel the delivery.
 		_, err = b.db.Pool.Exec(ctx, `UPDATE webhook_endpoints SET enabled = false WHERE id = $1`, epID)

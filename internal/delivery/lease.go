@@ -410,7 +410,18 @@ func readEndpoints(ctx context.Context, db querier, reqs [][]uuid.UUID) ([][]*ta
 	if err != nil {
 		return nil, fmt.Errorf("read delivery endpoints: %w", err)
 	}
-	byID := make(map[uuid.UUID]*target, len(ids))
+	byID, err := scanEndpointTargets(rows)
+	if err != nil {
+		return nil, err
+	}
+	return targetsOf(byID, reqs), nil
+}
+
+// scanEndpointTargets reads the rows of endpointSQL, by endpoint id, and
+// closes them.
+func scanEndpointTargets(rows pgx.Rows) (map[uuid.UUID]*target, error) {
+	defer rows.Close()
+	byID := make(map[uuid.UUID]*target)
 	for rows.Next() {
 		var (
 			id                        uuid.UUID
@@ -423,7 +434,6 @@ func readEndpoints(ctx context.Context, db querier, reqs [][]uuid.UUID) ([][]*ta
 		)
 		if err := rows.Scan(&id, &owner, &url, &secret, &prevSecret, &prevExpires, &failingSince, &hdrs, &scheme,
 			&pausedFor, &maxPerSecond, &ordered, &maxInFlight); err != nil {
-			rows.Close()
 			return nil, fmt.Errorf("read delivery endpoints: %w", err)
 		}
 		byID[id] = &target{
@@ -435,6 +445,13 @@ func readEndpoints(ctx context.Context, db querier, reqs [][]uuid.UUID) ([][]*ta
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read delivery endpoints: %w", err)
 	}
+	return byID, nil
+}
+
+// targetsOf answers each request (a list of endpoint ids) with the targets
+// of byID in order, a copy each (nil for an endpoint not in byID: gone or
+// disabled).
+func targetsOf(byID map[uuid.UUID]*target, reqs [][]uuid.UUID) [][]*target {
 	out := make([][]*target, len(reqs))
 	for i, r := range reqs {
 		out[i] = make([]*target, len(r))
@@ -445,7 +462,7 @@ func readEndpoints(ctx context.Context, db querier, reqs [][]uuid.UUID) ([][]*ta
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // load runs one batch of loads.

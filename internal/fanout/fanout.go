@@ -244,23 +244,40 @@ type Handoff interface {
 }
 
 // TxPreparer is a Handoff that reads what its deliveries need (their
-// endpoints' rows) in the ingest transaction itself, before it commits,
-// rather than in a transaction of its own after: one commit fewer per
-// ingest transaction, which at low load is one per Publish. What PrepareTx
-// returns goes to StartPrepared instead of Start. An error fails the ingest
-// transaction (it has run a statement in it).
+// endpoints' rows) in the ingest transaction itself, in the round trip that
+// inserts the events (QueueHandoffRead), rather than in a transaction of its
+// own after the commit: one commit fewer per ingest transaction, which at
+// low load is one per Publish, and no round trip more. What QueueRead
+// returns goes to StartPrepared instead of Start. An error in the read
+// fails the ingest transaction.
 type TxPreparer interface {
-	PrepareTx(ctx context.Context, tx pgx.Tx, args []job.DeliverArgs, events []*webhook.Event) (any, error)
+	// QueueRead queues on b the read of the endpoints endpointIDs and
+	// returns what holds it once b's results are closed without error.
+	QueueRead(b *pgx.Batch, endpointIDs []string) any
 	StartPrepared(jobs []*rivertype.JobRow, args []job.DeliverArgs, events []*webhook.Event, prepared any)
 }
 
-// prepareInTxMax is the most handed-off deliveries a TxPreparer reads for
-// in the ingest transaction. A few (a transaction of one or two Publish
-// calls, low load) save a transaction of their own; many share that
-// transaction anyway, and reading for them inside would hold the
-// transaction's callers for one more statement (S7, groups of about ten
-// calls: 10 % fewer deliveries a second at 32 callers).
-const prepareInTxMax = 4
+// prepareInTxMax is the most endpoints a TxPreparer reads for in the ingest
+// transaction. The read goes in a round trip the transaction makes anyway,
+// so it costs the transaction's callers only its own execution, which
+// grows with the endpoints; a group handing off to more endpoints than this
+// has them read after its commit, in a statement shared with other groups.
+const prepareInTxMax = 64
+
+// LastStatementCommitter is a transaction that can send its COMMIT in the
+// round trip of its next statement, which must be its last (internal/ingest's
+// group transaction). EnqueueTx asks for it when River's insert of the jobs
+// is sure to be that statement: one chunk, and no job due at once, so that
+// River sends no insert notification after it. A round trip fewer per
+// ingest transaction.
+type LastStatementCommitter interface {
+	CommitWithNextQuery()
+}
+
+// commitMargin: a job scheduled less than this from now might be inserted
+// available (River compares with its own clock, a moment later), and River
+// then notifies its queue in a statement after the insert.
+const commitMargin = time.Second
 
 // Handed is the deliveries EnqueueTx handed off, to start once their
 // transaction has committed (Inline.Start).
@@ -312,6 +329,9 @@ func (f *Inline) Start(h *Handed) {
 // statement and no second version of the row.
 type Plan struct {
 	plans []eventPlan
+	// prepared is what QueueHandoffRead queued: a TxPreparer's read of the
+	// endpoints the plan hands off to (nil: none).
+	prepared any
 }
 
 type eventPlan struct {
@@ -387,6 +407,34 @@ func (f *Inline) PlanWith(ctx context.Context, eps *Endpoints, events []*webhook
 	return f.plan(ctx, eps.byOwner, events, traces)
 }
 
+// QueueHandoffRead queues on b, when the hand-off reads in the transaction
+// (TxPreparer), the read of the endpoints p hands deliveries off to, so
+// that it goes to Postgres with the statement b carries: the events'
+// INSERT, which every ingest transaction sends after the plan is made.
+// Deliveries of events that turn out to be duplicates are not handed off;
+// their endpoints are read for nothing.
+func (f *Inline) QueueHandoffRead(b *pgx.Batch, p *Plan) {
+	pr, ok := f.handoff.(TxPreparer)
+	if !ok || p == nil {
+		return
+	}
+	var ids []string
+	seen := make(map[string]bool)
+	for _, ep := range p.plans {
+		for _, j := range ep.handed {
+			args, _ := ep.jobs[j].Args.(job.DeliverArgs)
+			if !seen[args.EndpointID] {
+				seen[args.EndpointID] = true
+				ids = append(ids, args.EndpointID)
+			}
+		}
+	}
+	if len(ids) == 0 || len(ids) > prepareInTxMax {
+		return
+	}
+	p.prepared = pr.QueueRead(b, ids)
+}
+
 // ownersOf returns the distinct owners of events, in order of appearance.
 func ownersOf(events []*webhook.Event) []string {
 	owners := make([]string, 0, len(events))
@@ -446,7 +494,9 @@ type Stored struct {
 // deliveries, or a webhook.fanout job for each that needs the access
 // service. It returns how many events were deferred to a fanout job, and the
 // deliveries handed off (see Handoff), which the caller passes to Start once
-// tx has committed.
+// tx has committed. When tx is a LastStatementCommitter, EnqueueTx may have
+// it commit with River's insert: the caller then runs nothing more in tx
+// but its Commit, which reports how that commit went.
 func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], p *Plan, stored []Stored) (deferred int, handed *Handed, err error) {
 	if len(stored) == 0 {
 		return 0, nil, nil
@@ -472,6 +522,9 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 		}
 		params = append(params, ep.jobs...)
 	}
+	if lc, ok := tx.(LastStatementCommitter); ok && len(params) > 0 && len(params) <= insertChunk && !anyDueSoon(params, time.Now().Add(commitMargin)) {
+		lc.CommitWithNextQuery()
+	}
 	results, err := insert(ctx, tx, client, params)
 	if err != nil {
 		return 0, nil, err
@@ -484,16 +537,25 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 	}
 	if len(mine) > 0 {
 		handed = handedOff(params, results, mine, stored)
-		if pr, ok := f.handoff.(TxPreparer); ok && handed.Len() > 0 && handed.Len() <= prepareInTxMax {
-			if handed.prepared, err = pr.PrepareTx(ctx, tx, handed.args, handed.events); err != nil {
-				return 0, nil, err
-			}
+		if handed.Len() > 0 {
+			handed.prepared = p.prepared
 		}
 	}
 	if f.metrics != nil {
 		f.metrics.FanoutEnqueuedTotal.Add(float64(enqueued - deferred))
 	}
 	return deferred, handed, nil
+}
+
+// anyDueSoon reports whether any of params is scheduled before soon (or not
+// scheduled at all: due now).
+func anyDueSoon(params []river.InsertManyParams, soon time.Time) bool {
+	for _, p := range params {
+		if p.InsertOpts == nil || p.InsertOpts.ScheduledAt.Before(soon) {
+			return true
+		}
+	}
+	return false
 }
 
 // handedParam is a delivery planned to be handed off: its index in the

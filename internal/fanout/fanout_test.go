@@ -844,25 +844,32 @@ func (h *handoff) Accepts(queue, endpointID string, _ *webhook.Event, toEndpoint
 
 func (h *handoff) Start([]*rivertype.JobRow, []job.DeliverArgs, []*webhook.Event) {}
 
-// preparingHandoff is a handoff that prepares in the transaction
-// (TxPreparer): it counts, in tx, the handed-off jobs it is given.
+// preparingHandoff is a handoff that reads in the transaction
+// (TxPreparer): it queues a count of the endpoints it is given that exist.
 type preparingHandoff struct {
 	handoff
-	visible  int // jobs PrepareTx saw in its transaction
-	prepared any // what StartPrepared got
-	started  int // Start calls (there should be none)
+	asked    []string // the endpoint ids QueueRead was given
+	found    int      // how many of them its read found
+	prepared any      // what StartPrepared got
+	started  int      // Start calls (there should be none)
 }
 
-func (h *preparingHandoff) PrepareTx(ctx context.Context, tx pgx.Tx, args []job.DeliverArgs, _ []*webhook.Event) (any, error) {
-	ids := make([]string, len(args))
-	for i, a := range args {
-		ids[i] = a.EventID
-	}
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'event_id' = ANY($1)`, ids).Scan(&h.visible); err != nil {
-		return nil, err
-	}
-	return "prepared", nil
+func (h *preparingHandoff) QueueRead(b *pgx.Batch, endpointIDs []string) any {
+	h.asked = append(h.asked, endpointIDs...)
+	b.Queue(`SELECT count(*) FROM webhook_endpoints WHERE id::text = ANY($1)`, endpointIDs).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&h.found)
+	})
+	return "prepared"
 }
+
+// lastStatementTx is a transaction that records whether EnqueueTx asked it
+// to commit with its next statement (fanout.LastStatementCommitter).
+type lastStatementTx struct {
+	pgx.Tx
+	armed bool
+}
+
+func (tx *lastStatementTx) CommitWithNextQuery() { tx.armed = true }
 
 func (h *preparingHandoff) StartPrepared(_ []*rivertype.JobRow, _ []job.DeliverArgs, _ []*webhook.Event, prepared any) {
 	h.prepared = prepared
@@ -1032,7 +1039,7 @@ func TestInlineHandoff(t *testing.T) {
 	t.Run("APreparerReadsInTheTransactionAndStartsWithWhatItRead", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		ep := b.insertEndpoint(t, []string{"*"}, endpointOpts{})
 		h := &preparingHandoff{handoff: handoff{accept: func(string) bool { return true }}}
 		b.inline.WithHandoff(h)
 		ev := b.insertEvent(t, ownerID, "code.issued", "code://1", "{}")
@@ -1044,17 +1051,24 @@ func TestInlineHandoff(t *testing.T) {
 			if err != nil {
 				return err
 			}
+			// The caller sends the read with its next statement.
+			batch := &pgx.Batch{}
+			b.inline.QueueHandoffRead(batch, plan)
+			if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+				return err
+			}
 			_, handed, err = b.inline.EnqueueTx(ctx, tx, b.client, plan, []Stored{{Index: 0, Event: e}})
 			return err
 		}))
 		require.Equal(t, 1, handed.Len())
-		require.Equal(t, 1, h.visible, "PrepareTx ran in the transaction that inserted the job")
+		require.Equal(t, []string{ep}, h.asked, "asked for the endpoint the plan hands off to")
+		require.Equal(t, 1, h.found, "read in the transaction")
 		b.inline.Start(handed)
-		require.Equal(t, "prepared", h.prepared, "started with what it prepared")
+		require.Equal(t, "prepared", h.prepared, "started with what it read")
 		require.Zero(t, h.started)
 	})
 
-	t.Run("APreparerLeavesAGroupOfManyToStart", func(t *testing.T) {
+	t.Run("APreparerLeavesManyEndpointsToStart", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.insertEndpoints(t, prepareInTxMax+1, []string{"*"}, endpointOpts{})
@@ -1062,7 +1076,32 @@ func TestInlineHandoff(t *testing.T) {
 		b.inline.WithHandoff(h)
 		_, handed := b.inlineTxHanded(t, b.insertEvent(t, ownerID, "code.issued", "code://1", "{}"))
 		require.Len(t, handed, prepareInTxMax+1)
-		require.Zero(t, h.visible, "not read in the transaction: the read after it is shared by many")
+		require.Empty(t, h.asked, "not read in the transaction: the read after it is shared by many")
+	})
+
+	t.Run("CommitsWithRiversInsertOnlyWhenNothingIsDueAtOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.insertEndpoint(t, []string{"*"}, endpointOpts{})
+		ctx := context.Background()
+		enqueue := func(t *testing.T, accept bool) bool {
+			t.Helper()
+			b.inline.WithHandoff(&handoff{accept: func(string) bool { return accept }})
+			e := &webhook.Event{ID: b.insertEvent(t, ownerID, "code.issued", "code://1", "{}"), OwnerID: ownerID, Type: "code.issued", Subject: "code://1", Data: []byte("{}")}
+			var armed *lastStatementTx
+			require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+				armed = &lastStatementTx{Tx: tx}
+				plan, err := b.inline.Plan(ctx, tx, []*webhook.Event{e}, nil)
+				if err != nil {
+					return err
+				}
+				_, _, err = b.inline.EnqueueTx(ctx, armed, b.client, plan, []Stored{{Index: 0, Event: e}})
+				return err
+			}))
+			return armed.armed
+		}
+		require.True(t, enqueue(t, true), "handed off, scheduled an hour out: River's insert is the last statement")
+		require.False(t, enqueue(t, false), "due now: River notifies the queue after its insert")
 	})
 
 	t.Run("TellsTheHandoffWhatItsPlanHandsOffPerEndpoint", func(t *testing.T) {

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -94,6 +97,38 @@ func TestStoreHandoff(t *testing.T) {
 		require.Equal(t, 8*3, h.started, "every delivery of every event, once")
 		require.Zero(t, h.uncommitted, "never before its transaction committed")
 		require.Zero(t, h.mismatched, "each with its own job's arguments")
+	})
+
+	t.Run("AGroupTransactionTakesThreeRoundTrips", func(t *testing.T) {
+		t.Parallel()
+		_, h, db := setup(t)
+		// The same store on a pool of one connection that counts what it
+		// sends: each statement sent alone, and each batch, is a round trip.
+		cfg := db.Pool.Config()
+		cfg.MaxConns, cfg.MinConns = 1, 0
+		rt := &roundTrips{}
+		cfg.ConnConfig.Tracer = rt
+		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: testLogger(), Schema: db.Schema})
+		require.NoError(t, err)
+		m := metrics.New(prometheus.NewRegistry(), metrics.Labels{})
+		inline := fanout.NewInline(scope.NewDecider(nil, m, testLogger()).Func(), nil, m).WithHandoff(h)
+		store := NewStore(StoreConfig{Fanout: inline}, pool, client, m, testLogger())
+
+		// The first call prepares the connection's statements.
+		_, err = store.Ingest(context.Background(), SourceTest, []*webhook.Event{testEvent("evt_warm")})
+		require.NoError(t, err)
+		rt.reset()
+		_, err = store.Ingest(context.Background(), SourceTest, []*webhook.Event{testEvent("evt_1")})
+		require.NoError(t, err)
+		require.Equal(t, []string{"batch", "batch", "batch"}, rt.sent(),
+			"BEGIN with the endpoints' read, the events' INSERT, River's insert of the jobs with the COMMIT")
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		require.Equal(t, 2*3, h.started)
+		require.Zero(t, h.uncommitted, "started once committed")
 	})
 
 	t.Run("HandsEachJobItsOwnArgumentsAroundADuplicateJob", func(t *testing.T) {
@@ -229,3 +264,44 @@ func TestStoreRecordsTheDecision(t *testing.T) {
 		require.Nil(t, readRecord(t, db, "evt_1"), "the fanout job records it")
 	})
 }
+
+// roundTrips is a pgx tracer that records what a connection sends: a
+// statement alone ("query") or a batch, each one round trip.
+type roundTrips struct {
+	mu   sync.Mutex
+	what []string
+}
+
+func (r *roundTrips) add(what string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.what = append(r.what, what)
+}
+
+func (r *roundTrips) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.what = nil
+}
+
+func (r *roundTrips) sent() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.what)
+}
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.add("query")
+	return ctx
+}
+
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.add("batch")
+	return ctx
+}
+
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}

@@ -695,26 +695,31 @@ func (s *Store) write(ctx context.Context, tx pgx.Tx, p *ingestPlan, rows *planR
 	// overwritten. RETURNING names the rows this statement inserted, with
 	// occurred_at and data as stored (microseconds, jsonb's key order): a
 	// delivery started from these (fanout's hand-off) must send the very
-	// body a later attempt, read back from the table, sends.
-	inserting, err := tx.Query(ctx, `
-		INSERT INTO events (id, owner_id, type, subject, occurred_at, data, source, fanout)
-		SELECT id, owner_id, type, subject, occurred_at, data::jsonb, source, fanout
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $7::text[], $8::bytea[])
-		     AS t(id, owner_id, type, subject, occurred_at, data, source, fanout)
-		ON CONFLICT (id) DO NOTHING
-		RETURNING id, occurred_at, data, seq`,
-		rows.ids, rows.owners, rows.types, rows.subjs, rows.times, rows.datas, rows.srcs, records)
-	if err != nil {
-		return fmt.Errorf("insert events: %w", err)
-	}
+	// body a later attempt, read back from the table, sends. The hand-off's
+	// read of its endpoints goes in the same round trip.
 	type storedAs struct {
 		ID         string
 		OccurredAt time.Time
 		Data       []byte
 		Seq        int64
 	}
-	inserted, err := pgx.CollectRows(inserting, pgx.RowToStructByPos[storedAs])
-	if err != nil {
+	var inserted []storedAs
+	b := &pgx.Batch{}
+	b.Queue(`
+		INSERT INTO events (id, owner_id, type, subject, occurred_at, data, source, fanout)
+		SELECT id, owner_id, type, subject, occurred_at, data::jsonb, source, fanout
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $7::text[], $8::bytea[])
+		     AS t(id, owner_id, type, subject, occurred_at, data, source, fanout)
+		ON CONFLICT (id) DO NOTHING
+		RETURNING id, occurred_at, data, seq`,
+		rows.ids, rows.owners, rows.types, rows.subjs, rows.times, rows.datas, rows.srcs, records,
+	).Query(func(r pgx.Rows) error {
+		var err error
+		inserted, err = pgx.CollectRows(r, pgx.RowToStructByPos[storedAs])
+		return err
+	})
+	s.fanout.QueueHandoffRead(b, plan)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("insert events: %w", err)
 	}
 	isNew := make(map[string]storedAs, len(inserted))
