@@ -89,6 +89,50 @@ func TestBatcher(t *testing.T) {
 		})
 	})
 
+	t.Run("LingerBelowGapWaitsBesideARunningBatchOnlyAtAModerateRate", func(t *testing.T) {
+		t.Parallel()
+		// Two batches may run at once and each takes longer than the gap
+		// between calls, so a new call mostly finds another batch running
+		// and a free slot beside it.
+		run := func(t *testing.T, every, below time.Duration) (batches int) {
+			t.Helper()
+			var n atomic.Int64
+			b := New(Config{MaxInFlight: 2, LingerBelowGap: below}, func(ctx context.Context, reqs []int) ([]int, error) {
+				n.Add(1)
+				time.Sleep(5 * every / 2)
+				return double(ctx, reqs)
+			})
+			var wg sync.WaitGroup
+			const calls = 200
+			for i := range calls {
+				wg.Go(func() {
+					_, err := b.Do(ctx, i)
+					require.NoError(t, err)
+				})
+				time.Sleep(every)
+			}
+			wg.Wait()
+			return int(n.Load())
+		}
+		synctest.Test(t, func(t *testing.T) {
+			noLinger := run(t, 2*time.Millisecond, 0)
+			require.GreaterOrEqual(t, noLinger, 150, "without a linger most calls are a batch of their own")
+			t.Logf("batches: %d without a linger", noLinger)
+			moderate := run(t, 2*time.Millisecond, 3*time.Millisecond)
+			t.Logf("batches: %d with one", moderate)
+			require.LessOrEqual(t, moderate, noLinger*2/3, "calls 2 ms apart wait beside a running batch, and share")
+		})
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now()
+			high := run(t, 500*time.Microsecond, 3*time.Millisecond)
+			require.Positive(t, high)
+			// Gaps under a quarter of the threshold: a lone call beside a
+			// running batch does not wait, so the run takes no longer
+			// than the calls' own spacing and the last batches.
+			require.Less(t, time.Since(start), 200*500*time.Microsecond+5*time.Millisecond, "no call waited beside a running batch")
+		})
+	})
+
 	t.Run("ConcurrentCallsShareBatches", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
