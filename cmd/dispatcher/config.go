@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -440,6 +441,12 @@ func (c *serveConfig) grpcConnOptions() []grpc.ServerOption {
 			Timeout:               20 * time.Second,
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.GRPCKeepaliveMin, PermitWithoutStream: true}),
+		// Calls run on long-lived goroutines (more start when all are busy)
+		// instead of a new one each: a Publish call's validation and
+		// ingest need a deeper stack than a new goroutine has, and growing
+		// it on every call (copying the stack) was 6-7 % of the process's
+		// CPU at 500 calls/s. grpc-go marks the option experimental.
+		grpc.NumStreamWorkers(uint32(max(16, 4*runtime.GOMAXPROCS(0)))),
 	}
 }
 
