@@ -81,9 +81,9 @@ func (ls *lanes) aheadFor(ep uuid.UUID) []*waiter {
 }
 
 // aheadDone ends the read-ahead of ws (aheadFor): targets[i] is what was
-// read for ws[i] under the lease token, sent at at (nil: nothing usable,
-// e.g. the lease was not held). A delivery whose turn came meanwhile waits
-// for this (lanes.enterAhead); one that left gets nothing.
+// read for ws[i] under the lease token by a statement sent at the time at
+// (nil: nothing usable, e.g. the lease was not held). A delivery whose turn came meanwhile waits
+// for this (lanes.enter); one that left gets nothing.
 func (ls *lanes) aheadDone(ws []*waiter, targets []*target, token uuid.UUID, at time.Time) {
 	if len(ws) == 0 {
 		return

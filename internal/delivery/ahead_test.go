@@ -76,7 +76,7 @@ func TestReadAhead(t *testing.T) {
 
 		// The lane's one slot is taken, so the deliveries queue behind it,
 		// as River's fetched jobs do behind a slow receiver.
-		ok, _ := b.w.lanes.enter(context.Background(), b.ep, 0, time.Minute)
+		ok, _, _ := b.w.lanes.enter(context.Background(), b.ep, 0, "", time.Minute)
 		require.True(t, ok)
 		var (
 			wg   sync.WaitGroup
@@ -149,11 +149,11 @@ func TestReadAhead(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ls := newLanes(0, [8]byte{})
 			ep := uuid.New()
-			ok, _ := ls.enter(context.Background(), ep, 0, time.Minute)
+			ok, _, _ := ls.enter(context.Background(), ep, 0, "", time.Minute)
 			require.True(t, ok)
 			got := make(chan *readAhead, 1)
 			go func() {
-				if ok, _, ra := ls.enterAhead(context.Background(), ep, 0, "evt", time.Minute); ok {
+				if ok, _, ra := ls.enter(context.Background(), ep, 0, "evt", time.Minute); ok {
 					got <- ra
 				}
 				close(got)
@@ -179,7 +179,7 @@ func TestReadAhead(t *testing.T) {
 		t.Parallel()
 		ls := newLanes(0, [8]byte{})
 		ep := uuid.New()
-		ok, _ := ls.enter(context.Background(), ep, 0, time.Minute)
+		ok, _, _ := ls.enter(context.Background(), ep, 0, "", time.Minute)
 		require.True(t, ok)
 		ls.mu.Lock()
 		ln := ls.byEndpoint[ep]

@@ -160,16 +160,10 @@ type lease struct {
 // others for at most maxWait. seq is the delivery's order key on an ordered
 // endpoint (0 otherwise): a lower seq is served first. It returns false when
 // the caller should not wait (the queue is full, the wait ran out, or the
-// lane is stalled): the delivery then snoozes, as away says.
-func (ls *lanes) enter(ctx context.Context, ep uuid.UUID, seq int64, maxWait time.Duration) (bool, away) {
-	ok, a, _ := ls.enterAhead(ctx, ep, seq, "", maxWait)
-	return ok, a
-}
-
-// enterAhead is enter for a delivery of eventID ("": none) whose target may
-// be read ahead while it queues (ahead.go): with its turn it returns what
-// was read, if anything.
-func (ls *lanes) enterAhead(ctx context.Context, ep uuid.UUID, seq int64, eventID string, maxWait time.Duration) (bool, away, *readAhead) {
+// lane is stalled): the delivery then snoozes, as away says. eventID is the
+// delivery's event if its target may be read ahead while it queues
+// (ahead.go; "": not): with its turn it returns what was read, if anything.
+func (ls *lanes) enter(ctx context.Context, ep uuid.UUID, seq int64, eventID string, maxWait time.Duration) (bool, away, *readAhead) {
 	ls.mu.Lock()
 	ln := ls.byEndpoint[ep]
 	if ln == nil {
@@ -227,7 +221,7 @@ func (s *shared) turn(ctx context.Context, d *delivery) error {
 	if r := directRunFrom(ctx); r != nil && r.pre != nil {
 		ev = ""
 	}
-	ok, away, ra := s.lanes.enterAhead(ctx, d.ep, d.j.Args.Seq, ev, s.cfg.LocalWait)
+	ok, away, ra := s.lanes.enter(ctx, d.ep, d.j.Args.Seq, ev, s.cfg.LocalWait)
 	d.ahead = ra
 	if !ok {
 		if away.reason != "" {
