@@ -357,7 +357,7 @@ func TestRateLimit(t *testing.T) {
 			events[i] = b.insertEvent(t, "owner-1", "code.issued", "code://x")
 		}
 		ids := b.queue(t, epID, events, false)
-		b.worker.lanes.enter(context.Background(), epID, 0, time.Second) // the lane pace() records into
+		b.worker.lanes.enter(context.Background(), epID, 0, "", time.Second) // the lane pace() records into
 		// The database's clock before and after: the statement's now() is
 		// between the two.
 		dbNow := func() time.Time {

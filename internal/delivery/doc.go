@@ -27,7 +27,11 @@
 //     confirms the endpoint's lease, which makes this process the only one
 //     sending to it, and reads what the attempt needs: the endpoint (its
 //     sealed keys and headers, its controls) and the event. Held elsewhere:
-//     snooze (lease_busy). Disabled or gone: cancel. What the read says is
+//     snooze (lease_busy). Disabled or gone: cancel. A delivery may have
+//     its target read ahead (a direct run's at its hand-off, direct.go:
+//     prepared; one that queued in the lane, by the statement of a runner
+//     ahead of it, ahead.go: fromAhead): it goes on with that while the
+//     lane's lease outlives the attempt. What the read says is
 //     handed to the stages that keep it (failingHold.leased: failing;
 //     rateLimit.leased: a lease just taken starts the rate clock).
 //  4. The receiver's controls, each a check that may hold the delivery

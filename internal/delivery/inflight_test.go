@@ -200,7 +200,7 @@ func TestLanesSlots(t *testing.T) {
 	enterAsync := func(ls *lanes, ep uuid.UUID) chan bool {
 		ch := make(chan bool, 1)
 		go func() {
-			ok, _ := ls.enter(context.Background(), ep, 0, time.Hour)
+			ok, _, _ := ls.enter(context.Background(), ep, 0, "", time.Hour)
 			ch <- ok
 		}()
 		return ch
@@ -218,7 +218,7 @@ func TestLanesSlots(t *testing.T) {
 		t.Parallel()
 		ls := newLanes(0, [8]byte{})
 		ep := uuid.New()
-		ok, _ := ls.enter(context.Background(), ep, 0, time.Second)
+		ok, _, _ := ls.enter(context.Background(), ep, 0, "", time.Second)
 		require.True(t, ok)
 		// One at a time, so that they queue in this order: started
 		// together, their goroutines may queue in any order, and the one
@@ -248,11 +248,11 @@ func TestLanesSlots(t *testing.T) {
 		t.Parallel()
 		ls := newLanes(0, [8]byte{})
 		ep := uuid.New()
-		ok, _ := ls.enter(context.Background(), ep, 0, time.Second)
+		ok, _, _ := ls.enter(context.Background(), ep, 0, "", time.Second)
 		require.True(t, ok)
 		tok := ls.takeToken(ep)
 		ls.hold(ep, lease{token: tok, expires: time.Now().Add(time.Minute)}, 2)
-		ok, _ = ls.enter(context.Background(), ep, 0, time.Second)
+		ok, _, _ = ls.enter(context.Background(), ep, 0, "", time.Second)
 		require.True(t, ok)
 		third := enterAsync(ls, ep)
 		waitWaiters(t, ls, ep, 1)
@@ -268,11 +268,11 @@ func TestLanesSlots(t *testing.T) {
 		ls := newLanes(0, [8]byte{})
 		ls.setLinger(true)
 		ep := uuid.New()
-		ok, _ := ls.enter(context.Background(), ep, 0, time.Second)
+		ok, _, _ := ls.enter(context.Background(), ep, 0, "", time.Second)
 		require.True(t, ok)
 		tok := ls.takeToken(ep)
 		ls.hold(ep, lease{token: tok, expires: time.Now().Add(time.Minute)}, 2)
-		ok, _ = ls.enter(context.Background(), ep, 0, time.Second)
+		ok, _, _ = ls.enter(context.Background(), ep, 0, "", time.Second)
 		require.True(t, ok)
 		toRelease := ls.wanted(ep)
 		require.Equal(t, uuid.Nil, toRelease, "busy: released after the runners in flight")

@@ -115,6 +115,18 @@ type waiter struct {
 	// slot > 0: sent away by the rate limit (ratelimit.go), to come back
 	// after this long.
 	slot time.Duration
+
+	// Read-ahead (ahead.go): eventID is the delivery's event when its
+	// target may be read ahead ("": not, e.g. a direct run with its own);
+	// reading: a runner's load reads it now, and read is closed when that
+	// ends; ahead: what it read, until the delivery takes it with its turn;
+	// gone: the delivery has its turn or gave up, so a read that ends later
+	// is dropped.
+	eventID string
+	reading bool
+	read    chan struct{}
+	ahead   *readAhead
+	gone    bool
 }
 
 // away says for how long and why a delivery that got no turn snoozes.
@@ -148,8 +160,10 @@ type lease struct {
 // others for at most maxWait. seq is the delivery's order key on an ordered
 // endpoint (0 otherwise): a lower seq is served first. It returns false when
 // the caller should not wait (the queue is full, the wait ran out, or the
-// lane is stalled): the delivery then snoozes, as away says.
-func (ls *lanes) enter(ctx context.Context, ep uuid.UUID, seq int64, maxWait time.Duration) (bool, away) {
+// lane is stalled): the delivery then snoozes, as away says. eventID is the
+// delivery's event if its target may be read ahead while it queues
+// (ahead.go; "": not): with its turn it returns what was read, if anything.
+func (ls *lanes) enter(ctx context.Context, ep uuid.UUID, seq int64, eventID string, maxWait time.Duration) (bool, away, *readAhead) {
 	ls.mu.Lock()
 	ln := ls.byEndpoint[ep]
 	if ln == nil {
@@ -160,19 +174,40 @@ func (ls *lanes) enter(ctx context.Context, ep uuid.UUID, seq int64, maxWait tim
 		ln.running++
 		ln.idleSince, ln.moved = time.Time{}, time.Now()
 		ls.mu.Unlock()
-		return true, away{}
+		return true, away{}, nil
 	}
 	if d, stalled := ls.stalled(ln, time.Now()); stalled {
 		ls.mu.Unlock()
-		return false, d
+		return false, d, nil
 	}
 	if (ls.maxWaiters > 0 && len(ln.waiters) >= ls.maxWaiters) || maxWait <= 0 {
 		ls.mu.Unlock()
-		return false, away{}
+		return false, away{}, nil
 	}
 	w := ln.queue(seq)
+	w.eventID = eventID
 	ls.mu.Unlock()
-	return ls.await(ctx, ln, w, maxWait)
+	ok, a := ls.await(ctx, ln, w, maxWait)
+	ls.mu.Lock()
+	if ok && w.reading {
+		// The turn came while a runner's load reads ahead for it: that
+		// load is under way, a round trip at most, and a read of its own
+		// would be another one.
+		read := w.read
+		ls.mu.Unlock()
+		select {
+		case <-read:
+		case <-ctx.Done():
+		}
+		ls.mu.Lock()
+	}
+	ra := w.ahead
+	w.ahead, w.gone = nil, true
+	ls.mu.Unlock()
+	if !ok {
+		ra = nil
+	}
+	return ok, a, ra
 }
 
 // turn gives the delivery a turn on its endpoint's lane (enter), or snoozes
@@ -180,7 +215,15 @@ func (ls *lanes) enter(ctx context.Context, ep uuid.UUID, seq int64, maxWait tim
 // lane is stalled), else as busy (lease_busy) when the lane's queue is full
 // or its wait ran out.
 func (s *shared) turn(ctx context.Context, d *delivery) error {
-	if ok, away := s.lanes.enter(ctx, d.ep, d.j.Args.Seq, s.cfg.LocalWait); !ok {
+	// A direct run brings its target, read ahead at the hand-off: nothing
+	// to read ahead for it here.
+	ev := d.j.Args.EventID
+	if r := directRunFrom(ctx); r != nil && r.pre != nil {
+		ev = ""
+	}
+	ok, away, ra := s.lanes.enter(ctx, d.ep, d.j.Args.Seq, ev, s.cfg.LocalWait)
+	d.ahead = ra
+	if !ok {
 		if away.reason != "" {
 			return s.snooze(ctx, away.d, away.reason)
 		}
@@ -590,8 +633,14 @@ const assumedRequest = 20 * time.Millisecond
 func (ls *lanes) startable(ep uuid.UUID, window time.Duration) int {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	return ls.byEndpoint[ep].startable(window)
+}
+
+// startable is lanes.startable of ln (nil: a lane not made yet). Called
+// with ls.mu held.
+func (ln *lane) startable(window time.Duration) int {
 	slots, per := 1, time.Duration(0)
-	if ln := ls.byEndpoint[ep]; ln != nil {
+	if ln != nil {
 		slots, per = ln.slots, ln.reqTime
 		if iv := ln.ctl.rate.interval; iv > 0 {
 			// One start per interval, whatever the slots.

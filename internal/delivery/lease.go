@@ -35,7 +35,9 @@ import (
 // lease_busy), is cancelled (the endpoint is gone or disabled) or fails (a
 // database error: River retries).
 func (w *Worker) lease(ctx context.Context, d *delivery) error {
-	t, token, err := w.acquire(ctx, d.ep, d.j.Args.EventID, d.waitUntil)
+	ra := d.ahead
+	d.ahead = nil
+	t, token, err := w.acquire(ctx, d.ep, d.j.Args.EventID, d.waitUntil, ra)
 	if err == nil {
 		d.t, d.token = t, token
 		return nil
@@ -68,22 +70,40 @@ func (e *busyError) Unwrap() error { return errLeaseBusy }
 // process holds the lease it waits, until waitUntil, for that process to
 // release it (the release is announced) or for it to expire. It returns the
 // token of the lease held (or possibly held, after a database error) so the
-// caller can release it.
-func (w *Worker) acquire(ctx context.Context, ep uuid.UUID, eventID string, waitUntil time.Time) (*target, uuid.UUID, error) {
+// caller can release it. A target read ahead (a direct run's, or ra, read
+// while the delivery queued) is used instead of a read when it may be
+// (prepared, fromAhead); a load that only confirms the lease reads ahead for
+// the deliveries queued behind this one (ahead.go).
+func (w *Worker) acquire(ctx context.Context, ep uuid.UUID, eventID string, waitUntil time.Time, ra *readAhead) (*target, uuid.UUID, error) {
 	if t, token := w.prepared(ctx, ep); t != nil {
+		return t, token, nil
+	}
+	if t, token := w.fromAhead(ep, ra); t != nil {
 		return t, token, nil
 	}
 	var poll time.Duration
 	for {
 		cur := w.lanes.current(ep)
 		req := loadReq{endpointID: ep, eventID: eventID, mode: leaseConfirm, token: cur.token}
+		var ahead []*waiter
 		switch {
 		case cur.token == uuid.Nil || cur.expires.IsZero():
 			req.mode, req.token = leaseTake, w.lanes.takeToken(ep)
 		case time.Until(cur.expires) < w.cfg.AttemptTimeout+renewMargin:
 			req.mode = leaseExtend
+		default:
+			ahead = w.lanes.aheadFor(ep)
+			for _, q := range ahead {
+				req.ahead = append(req.ahead, q.eventID)
+			}
 		}
+		sent := time.Now()
 		res, err := w.loads.Do(ctx, req)
+		if err == nil && res.status == loadHeld {
+			w.lanes.aheadDone(ahead, res.ahead, req.token, sent)
+		} else {
+			w.lanes.aheadDone(ahead, nil, req.token, sent)
+		}
 		if err != nil {
 			// The statement may have taken the lease even so.
 			w.lanes.hold(ep, lease{token: req.token, expires: time.Now().Add(w.cfg.LeaseTTL)}, 1)
@@ -250,6 +270,9 @@ type loadReq struct {
 	eventID    string
 	mode       leaseMode
 	token      uuid.UUID
+	// ahead are the events of deliveries queued behind this one whose
+	// targets are read along (mode leaseConfirm only; ahead.go).
+	ahead []string
 }
 
 // loadStatus says how a load ended for the lease.
@@ -277,6 +300,9 @@ type loadRes struct {
 	// busy_until, so the real expiry is later.
 	expires time.Time
 	target  *target
+	// ahead are the targets read for req.ahead, in order: nil for one whose
+	// lease was not found held (or whose endpoint is gone or disabled).
+	ahead []*target
 }
 
 // target is what one attempt needs.
@@ -465,16 +491,30 @@ func targetsOf(byID map[uuid.UUID]*target, reqs [][]uuid.UUID) [][]*target {
 	return out
 }
 
-// load runs one batch of loads.
+// load runs one batch of loads. Each request's reads ahead (loadReq.ahead)
+// are rows of their own after it: confirmations with its token.
 func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel string, reqs []loadReq) ([]loadRes, error) {
+	size := len(reqs)
+	for _, r := range reqs {
+		size += len(r.ahead)
+	}
+	// row is what each row of the statement answers: request req, its own
+	// read (ahead < 0) or its ahead-th read ahead.
+	type row struct{ req, ahead int }
 	var (
-		ids    = make([]uuid.UUID, len(reqs))
-		events = make([]string, len(reqs))
-		modes  = make([]int32, len(reqs))
-		tokens = make([]uuid.UUID, len(reqs))
+		ids    = make([]uuid.UUID, 0, size)
+		events = make([]string, 0, size)
+		modes  = make([]int32, 0, size)
+		tokens = make([]uuid.UUID, 0, size)
+		of     = make([]row, 0, size)
 	)
 	for i, r := range reqs {
-		ids[i], events[i], modes[i], tokens[i] = r.endpointID, r.eventID, int32(r.mode), r.token
+		ids, events, modes, tokens = append(ids, r.endpointID), append(events, r.eventID), append(modes, int32(r.mode)), append(tokens, r.token)
+		of = append(of, row{i, -1})
+		for k, ev := range r.ahead {
+			ids, events, modes, tokens = append(ids, r.endpointID), append(events, ev), append(modes, int32(leaseConfirm)), append(tokens, r.token)
+			of = append(of, row{i, k})
+		}
 	}
 	sent := time.Now()
 	var (
@@ -494,8 +534,15 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 	if err != nil {
 		return nil, fmt.Errorf("load delivery targets: %w", err)
 	}
-	out := make([]loadRes, 0, len(reqs))
+	out := make([]loadRes, len(reqs))
+	for i, r := range reqs {
+		if len(r.ahead) > 0 {
+			out[i].ahead = make([]*target, len(r.ahead))
+		}
+	}
+	seen := 0
 	for rows.Next() {
+		seen++
 		var (
 			n                          int64
 			found, enabled, held       bool
@@ -533,7 +580,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 			res.ours = ours != nil && *ours
 		default:
 			res.status = loadHeld
-			if reqs[n-1].mode != leaseConfirm {
+			if modes[n-1] != int32(leaseConfirm) {
 				res.expires = sent.Add(ttl)
 			}
 			t := &target{
@@ -548,10 +595,19 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 			}
 			res.target = t
 		}
-		out = append(out, res)
+		switch at := of[n-1]; {
+		case at.ahead < 0:
+			res.ahead = out[at.req].ahead
+			out[at.req] = res
+		case res.status == loadHeld:
+			out[at.req].ahead[at.ahead] = res.target
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("load delivery targets: %w", err)
+	}
+	if seen != size {
+		return nil, fmt.Errorf("load delivery targets: %d rows for %d reads", seen, size)
 	}
 	return out, nil
 }

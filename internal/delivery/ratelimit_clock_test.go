@@ -45,13 +45,13 @@ func TestRateClock(t *testing.T) {
 			// The lane holds the endpoint's lease (its clock lives as long
 			// as the lane) and every delivery queues in it before the first
 			// sends, as when River hands the worker a burst.
-			ok, _ := w.lanes.enter(ctx, ep, 0, time.Minute)
+			ok, _, _ := w.lanes.enter(ctx, ep, 0, "", time.Minute)
 			require.True(t, ok)
 			w.lanes.hold(ep, lease{token: w.lanes.takeToken(ep), expires: time.Now().Add(time.Hour)}, 1)
 			begin := time.Now()
 			for range n {
 				wg.Go(func() {
-					if ok, _ := w.lanes.enter(ctx, ep, 0, time.Minute); !ok {
+					if ok, _, _ := w.lanes.enter(ctx, ep, 0, "", time.Minute); !ok {
 						return
 					}
 					g, _ := w.rate.gate(ctx, ep, interval, time.Now().Add(time.Minute))
@@ -79,7 +79,7 @@ func TestRateClock(t *testing.T) {
 			w := newClockWorker(time.Minute)
 			ep := uuid.New()
 			const interval = 500 * time.Millisecond
-			ok, _ := w.lanes.enter(ctx, ep, 0, time.Minute)
+			ok, _, _ := w.lanes.enter(ctx, ep, 0, "", time.Minute)
 			require.True(t, ok)
 			// The previous holder may have sent a moment ago: this process
 			// cannot know, so its first request waits a whole interval.
@@ -106,7 +106,7 @@ func TestRateClock(t *testing.T) {
 				budget   = 3500 * time.Millisecond
 				queued   = 10
 			)
-			ok, _ := ls.enter(ctx, ep, 0, time.Minute) // the runner
+			ok, _, _ := ls.enter(ctx, ep, 0, "", time.Minute) // the runner
 			require.True(t, ok)
 			var (
 				mu    sync.Mutex
@@ -115,7 +115,7 @@ func TestRateClock(t *testing.T) {
 			)
 			for i := range queued {
 				wg.Go(func() {
-					ok, away := ls.enter(ctx, ep, 0, time.Minute)
+					ok, away, _ := ls.enter(ctx, ep, 0, "", time.Minute)
 					mu.Lock()
 					defer mu.Unlock()
 					if !ok {

@@ -48,6 +48,10 @@ type delivery struct {
 	// in the lane, for the lease, for its rate limit slot or its order.
 	waitUntil time.Time
 
+	// ahead: the target read ahead while the delivery queued for its turn
+	// (ahead.go), if any; the lease takes it once.
+	ahead *readAhead
+
 	// The lease (lease.go): the endpoint and the event as read with it.
 	t     *target
 	token uuid.UUID

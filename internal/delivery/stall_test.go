@@ -34,11 +34,11 @@ func TestLaneStall(t *testing.T) {
 		ls := newLanes(0, [8]byte{})
 		ls.stall = stallLimits{min: time.Second, max: 5 * time.Second, awayMin: 2 * time.Second, awayMax: 15 * time.Second}
 		ep := uuid.New()
-		ok, _ := ls.enter(ctx, ep, 0, time.Minute)
+		ok, _, _ := ls.enter(ctx, ep, 0, "", time.Minute)
 		require.True(t, ok)
 		ls.hold(ep, lease{token: ls.takeToken(ep), expires: time.Now().Add(time.Hour)}, slots)
 		for range slots - 1 {
-			ok, _ := ls.enter(ctx, ep, 0, time.Minute)
+			ok, _, _ := ls.enter(ctx, ep, 0, "", time.Minute)
 			require.True(t, ok)
 		}
 		return &testBundle{ls: ls, ep: ep}
@@ -53,7 +53,7 @@ func TestLaneStall(t *testing.T) {
 	enterAt := func(bundle *testBundle, begin time.Time, maxWait time.Duration) <-chan result {
 		ch := make(chan result, 1)
 		go func() {
-			ok, aw := bundle.ls.enter(ctx, bundle.ep, 0, maxWait)
+			ok, aw, _ := bundle.ls.enter(ctx, bundle.ep, 0, "", maxWait)
 			ch <- result{ok: ok, away: aw, at: time.Since(begin)}
 		}()
 		return ch
@@ -66,18 +66,18 @@ func TestLaneStall(t *testing.T) {
 			bundle.ls.sending(bundle.ep) // and never answered
 			time.Sleep(1500 * time.Millisecond)
 
-			ok, aw := bundle.ls.enter(ctx, bundle.ep, 0, 5*time.Second)
+			ok, aw, _ := bundle.ls.enter(ctx, bundle.ep, 0, "", 5*time.Second)
 			require.False(t, ok)
 			require.Equal(t, job.SnoozeStalled, aw.reason)
 			require.Equal(t, 2*time.Second, aw.d, "at least awayMin")
 
 			time.Sleep(6 * time.Second)
-			_, aw = bundle.ls.enter(ctx, bundle.ep, 0, 5*time.Second)
+			_, aw, _ = bundle.ls.enter(ctx, bundle.ep, 0, "", 5*time.Second)
 			require.Equal(t, job.SnoozeStalled, aw.reason)
 			require.Equal(t, 7500*time.Millisecond, aw.d, "as long as the lane has stalled")
 
 			time.Sleep(time.Minute)
-			_, aw = bundle.ls.enter(ctx, bundle.ep, 0, 5*time.Second)
+			_, aw, _ = bundle.ls.enter(ctx, bundle.ep, 0, "", 5*time.Second)
 			require.Equal(t, 15*time.Second, aw.d, "at most awayMax")
 		})
 	})
