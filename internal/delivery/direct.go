@@ -258,9 +258,13 @@ func (d *Direct) start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events 
 			targets = d.prepare(decoded, events, nil)
 		}
 		for i, row := range jobs {
+			// Each run holds its own delivery's, not the slices: a target
+			// (the endpoint's row, the event) is garbage once its run is
+			// done, not when the whole plan's are.
+			args, pre, cost := decoded[i], targets[i], costs[i]
 			d.wg.Go(func() {
-				defer d.done(decoded[i], costs[i])
-				d.run(row, decoded[i], targets[i])
+				defer d.done(args, cost)
+				d.run(row, args, pre)
 			})
 		}
 	})

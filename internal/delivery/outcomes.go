@@ -10,9 +10,11 @@ import (
 // outcomeWriter writes the outcomes of direct runs onto their jobs, many per
 // statement, from one goroutine. A run hands its outcome over and returns:
 // what waits for the write is a queued directOutcome (a hundred bytes or so
-// and its error's text), not the run's goroutine and its stack (8-32 kB,
-// the size goroutines start with grows with what the runs use). In S1 about
-// 500 outcomes wait for their batch at a time.
+// and its error's text), not a goroutine and its stack (8 kB at least;
+// goroutines start with the mean stack the runtime has seen). In S1 about
+// 500 outcomes wait for their batch at a time; their goroutines' stacks
+// also counted towards the garbage collector's goal, so each cost about
+// twice its stack.
 //
 // A batch the database refuses (it is restarting, failing over,
 // unreachable) is tried again, its outcomes first, after a backoff that
@@ -68,9 +70,11 @@ type queuedOutcome struct {
 const (
 	// directBatch is the most outcomes written by one statement.
 	directBatch = 1000
-	// directQueued is the most outcomes queued: ten statements' worth,
-	// about 2 MB at the most.
-	directQueued = 10 * directBatch
+	// directQueued is the most outcomes queued: twice the default
+	// hand-off limit, so that only an outage stalls the runs. An outcome
+	// is about 200 bytes plus its error's entry (the error summary is at
+	// most ErrorBodyBytes, 256 by default): 3 MB at the most.
+	directQueued = 4 * directBatch
 	// directLinger is how long an outcome waits for others to be written
 	// with.
 	directLinger = 20 * time.Millisecond
