@@ -17,7 +17,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/standmeet/webhook-dispatcher/internal/batch"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -45,10 +44,11 @@ import (
 // inserted in (scheduled, no attempt, the note), so a job River took over
 // after the Hold is River's alone.
 type Direct struct {
-	w     *Worker
-	pool  *pgxpool.Pool
-	cfg   DirectConfig
-	final *batch.Batcher[directOutcome, struct{}]
+	w    *Worker
+	pool *pgxpool.Pool
+	cfg  DirectConfig
+	// outcomes writes the runs' outcomes, in batches of d.finish.
+	outcomes *outcomeWriter
 	// finish writes a batch of outcomes: finishDirect, or a test's stand-in.
 	finish func(ctx context.Context, outs []directOutcome) error
 
@@ -122,10 +122,8 @@ func (w *Worker) NewDirect(cfg DirectConfig) *Direct {
 	d.finish = func(ctx context.Context, outs []directOutcome) error { return finishDirect(ctx, d.pool, outs) }
 	// Outcomes wait a little for company: one statement per many, as River's
 	// batch completer does for the jobs it runs. Nothing waits for them but
-	// the job row (and Stop).
-	d.final = batch.New(batch.Config{MaxSize: 1000, MaxInFlight: 1, Linger: directLinger}, func(ctx context.Context, outs []directOutcome) ([]struct{}, error) {
-		return make([]struct{}, len(outs)), d.finish(ctx, outs)
-	})
+	// the job row (and Stop, through d.wg).
+	d.outcomes = newOutcomeWriter(ctx, w.logger, d.wg.Go, func(ctx context.Context, outs []directOutcome) error { return d.finish(ctx, outs) })
 	return d
 }
 
@@ -248,16 +246,15 @@ func (d *Direct) StartPrepared(jobs []*rivertype.JobRow, args []job.DeliverArgs,
 // (nil: read them now).
 func (d *Direct) start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events []*webhook.Event, targets []*target) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.closed {
+		d.mu.Unlock()
 		now := time.Now()
 		for _, row := range jobs {
-			d.wg.Go(func() {
-				d.record(directOutcome{id: row.ID, state: rivertype.JobStateAvailable, scheduledAt: now}, row.ScheduledAt)
-			})
+			d.outcomes.add(directOutcome{id: row.ID, state: rivertype.JobStateAvailable, scheduledAt: now}, row.ScheduledAt)
 		}
 		return
 	}
+	defer d.mu.Unlock()
 	decoded := decodeArgs(jobs, args)
 	d.running.Add(int64(len(jobs)))
 	costs := make([]int64, len(jobs))
@@ -280,11 +277,15 @@ func (d *Direct) start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events 
 			targets = d.prepare(decoded, events, nil)
 		}
 		for i, row := range jobs {
+			// Each run holds its own delivery's, not the slices: a target
+			// (the endpoint's row, the event) is garbage once its run is
+			// done, not when the whole plan's are.
+			args, pre, cost := decoded[i], targets[i], costs[i]
 			d.wg.Add(1)
 			d.runners.Go(func() {
 				defer d.wg.Done()
-				defer d.done(decoded[i], costs[i])
-				d.run(row, decoded[i], targets[i])
+				defer d.done(args, cost)
+				d.run(row, args, pre)
 			})
 		}
 	})
@@ -461,52 +462,10 @@ func (d *Direct) run(row *rivertype.JobRow, args *job.DeliverArgs, pre *target) 
 	cancel()
 	out := d.w.outcome(j, err, note.output, d.ctx.Err() != nil)
 	// Written even while stopping (the attempt happened), and waited for
-	// by Stop, but not by the run: its slot is free for the next one.
-	d.wg.Go(func() { d.record(out, row.ScheduledAt) })
-}
-
-// Backoff between tries to record an outcome the database refused.
-const (
-	recordBackoff    = 100 * time.Millisecond
-	recordMaxBackoff = 2 * time.Second
-)
-
-// record writes one outcome (in a batch). A write the database refuses (it
-// is restarting, failing over, unreachable) is tried again with backoff
-// until the job's hold ends (until, the job's scheduled_at as handed off):
-// after that River may run the job itself, and the outcome is no longer
-// ours to write (finishDirect would leave such a job alone anyway). Giving
-// up sooner would cost the delivery a repeat and its receiver a wait of the
-// whole hold, for an outage of seconds. Stop ends the tries once its grace
-// is over.
-func (d *Direct) record(out directOutcome, until time.Time) {
-	backoff := recordBackoff
-	for tries := 1; ; tries++ {
-		_, err := d.final.Do(context.WithoutCancel(d.ctx), out)
-		if err == nil {
-			if tries > 1 {
-				d.w.logger.Debug("direct delivery: outcome recorded after the database refused it", slog.Int64("job_id", out.id), slog.Int("tries", tries))
-			}
-			return
-		}
-		giveUp := func() {
-			// The job stays scheduled until its Hold ends; River then
-			// runs it again (same webhook-id).
-			d.w.logger.Warn("direct delivery: outcome not recorded; River runs it again after the hold",
-				slog.Int64("job_id", out.id), slog.Int("tries", tries), slog.Any("error", err))
-		}
-		if time.Now().Add(backoff).After(until) {
-			giveUp()
-			return
-		}
-		select {
-		case <-time.After(backoff):
-		case <-d.ctx.Done():
-			giveUp()
-			return
-		}
-		backoff = min(2*backoff, recordMaxBackoff)
-	}
+	// by Stop, but not by the run: its slot is free for the next one once
+	// the outcome is queued (outcomeWriter), tried until the job's hold
+	// ends (row.ScheduledAt, as handed off).
+	d.outcomes.add(out, row.ScheduledAt)
 }
 
 // runners runs functions on goroutines that, once done with one, take the
@@ -550,9 +509,6 @@ func (r *runners) run(f func()) {
 		}
 	}
 }
-
-// directLinger is how long an outcome waits for others to be written with.
-const directLinger = 20 * time.Millisecond
 
 // directOutcome is what a direct run leaves on its job row.
 type directOutcome struct {
