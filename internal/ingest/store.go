@@ -223,10 +223,10 @@ type StoreConfig struct {
 	// DefaultGroupInFlight.
 	GroupInFlight int
 	// GroupLinger lets a group transaction that would start with a lone
-	// call wait for the next one while calls arrive less than this far
-	// apart (batch.Config.LingerBelowGap): by about the mean gap between
+	// call wait for two more while calls arrive less than this far apart
+	// (batch.Config.LingerBelowGap): at most about two mean gaps between
 	// calls, so that at a steady few hundred calls a second groups of two
-	// or more form instead of a transaction per call. 0: never wait.
+	// or three form instead of a transaction per call. 0: never wait.
 	// NewStore takes it as given (DefaultGroupLinger is the composition
 	// root's default).
 	GroupLinger time.Duration
@@ -239,9 +239,9 @@ type StoreConfig struct {
 const DefaultGroupInFlight = 2
 
 // DefaultGroupLinger is the dispatcher's default StoreConfig.GroupLinger:
-// calls 3 ms apart or closer (above about 330 a second) wait for company,
-// at most about 3.75 ms.
-const DefaultGroupLinger = 3 * time.Millisecond
+// calls 6 ms apart or closer (above about 170 a second) wait for company,
+// at most 6 ms.
+const DefaultGroupLinger = 6 * time.Millisecond
 
 // NewStore returns a Store writing to pool (whose search_path is the
 // dispatcher's schema) and enqueuing through river, which may be an
