@@ -41,9 +41,10 @@ type Config struct {
 	// LingerBelowGap, if positive, delays a flush of a lone call, only
 	// while calls arrive closer together than this (a moving average of
 	// the gaps between calls): until two more calls have come, or two mean
-	// gaps and a quarter have passed (at most LingerBelowGap), whichever
-	// is first. So at a steady
-	// rate a batch carries about two and a half calls instead of one, at
+	// gaps and a quarter have passed (at most two thirds of
+	// LingerBelowGap), whichever is first; at high rates (gaps under an
+	// eighth of LingerBelowGap) for one more only, a gap and a quarter.
+	// So at a steady rate a batch carries about two and a half calls instead of one, at
 	// the price of about two gaps of latency for its first call, one for
 	// its second; when calls are further apart than LingerBelowGap nothing
 	// waits. While a flush lingers, the calls that arrive join it rather
