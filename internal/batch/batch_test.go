@@ -86,7 +86,7 @@ func TestBatcher(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			batches, waited := run(t, 500*time.Microsecond, 6*time.Millisecond)
 			t.Logf("%d batches, %s waited on average", batches, waited)
-			require.GreaterOrEqual(t, batches, 90, "calls under an eighth of the threshold apart: a lone call waits for one more only")
+			require.GreaterOrEqual(t, batches, 90, "calls under a quarter of the threshold apart: a lone call waits for one more only")
 			require.LessOrEqual(t, batches, 110, "and goes with it")
 		})
 		synctest.Test(t, func(t *testing.T) {
