@@ -215,7 +215,7 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.IntVar(&c.IngestTxs, "ingest-transactions", env.integer("DISPATCHER_INGEST_TRANSACTIONS", ingest.DefaultGroupInFlight),
 		"ingest transactions at once; events published meanwhile share the next one (env DISPATCHER_INGEST_TRANSACTIONS)")
 	fs.DurationVar(&c.IngestLinger, "ingest-linger", env.duration("DISPATCHER_INGEST_LINGER", ingest.DefaultGroupLinger),
-		"while Publish calls arrive closer together than this, an ingest transaction that would carry one call waits for two more, about two gaps at most (group commit at a few hundred calls a second); 0 never waits (env DISPATCHER_INGEST_LINGER)")
+		"the longest an ingest transaction that would carry one Publish call waits for company, only while calls come close enough together for company to be likely within it (group commit at a few hundred calls a second); 0 never waits (env DISPATCHER_INGEST_LINGER)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("DISPATCHER_SHUTDOWN_TIMEOUT", 20*time.Second), "how long in-flight deliveries may finish after SIGTERM before they are cancelled and re-queued (env DISPATCHER_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&c.RescueStuckAfter, "rescue-stuck-after", env.duration("DISPATCHER_RESCUE_STUCK_AFTER", time.Minute), "how long a job may stay running before River rescues it as the job of a dead worker (SIGKILL, OOM); must exceed the deliver job timeout (20s) (env DISPATCHER_RESCUE_STUCK_AFTER)")
 	fs.DurationVar(&c.Retention, "retention", env.duration("DISPATCHER_RETENTION", retention.DefaultRetention), "how long events, the attempt history and finished River jobs are kept (at least 5m; env DISPATCHER_RETENTION)")

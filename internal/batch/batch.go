@@ -38,24 +38,22 @@ type Config struct {
 	// Linger delays a flush that has fewer than MaxSize calls by up to this
 	// long, to gather more. Default 0: flush at once.
 	Linger time.Duration
-	// LingerBelowGap, if positive, delays a flush of a lone call, only
-	// while calls arrive closer together than this (a moving average of
-	// the gaps between calls): until two more calls have come, or two mean
-	// gaps and a quarter have passed (at most two thirds of
-	// LingerBelowGap), whichever is first; at higher rates (gaps under a
-	// quarter of LingerBelowGap) for one more only, a gap and a quarter.
-	// So at a steady rate a batch carries about two and a half calls instead of one, at
-	// the price of about two gaps of latency for its first call, one for
-	// its second; when calls are further apart than LingerBelowGap nothing
-	// waits. While a flush lingers, the calls that arrive join it rather
-	// than start a flush of their own. While another flush runs, a lone
-	// call waits only if calls are at least an eighth of LingerBelowGap
-	// apart: closer than that, the next calls queue behind the running
-	// flush anyway and waiting only costs (a closed loop of many callers),
-	// while at a moderate rate the calls behind a running flush are few
-	// and the wait is what gathers them. Calls that queued behind a
-	// running flush never wait: they have company. It applies when Linger
-	// is 0.
+	// LingerBelowGap, if positive, is the longest a flush of a lone call
+	// waits for company, and it waits only while calls come close enough
+	// together (a moving average of the gaps between calls) for company to
+	// be likely within it: for two more calls while two mean gaps and a
+	// quarter fit in it and calls are at least a third of it apart (about
+	// two and a half calls per batch, at the price of about two gaps of
+	// latency for the first, one for the second); else for one more while
+	// a gap and a quarter fit. Calls arriving meanwhile join the waiting
+	// flush rather than start one of their own. Calls that queued behind a
+	// running flush never wait: they have company. While another flush
+	// runs, a lone call waits only if calls are at least an eighth of
+	// LingerBelowGap apart: closer than that, the next calls queue behind
+	// the running flush anyway and waiting only costs (a closed loop of
+	// many callers), while at a moderate rate the calls behind a running
+	// flush are few and the wait is what gathers them. It applies when
+	// Linger is 0.
 	LingerBelowGap time.Duration
 	// Timeout bounds one batch. Calls cannot cancel a batch they joined (the
 	// others in it must not fail with them), so this is what bounds it.
@@ -201,30 +199,32 @@ func (b *Batcher[Req, Res]) lingerForCompany() bool {
 	if b.lingering {
 		return false
 	}
-	gap := b.gap
-	if len(b.queue) != 1 || gap <= 0 || gap >= b.cfg.LingerBelowGap ||
-		(b.running > 1 && gap < b.cfg.LingerBelowGap/8) {
-		// Not a lone call; or another loop lingers already; or calls are
-		// too far apart for company to come soon; or, beside a running
-		// batch, so close together that the next calls queue behind it
-		// anyway and waiting only costs a busy batcher the time (32 callers
-		// in a closed loop, gaps of a fraction of a millisecond: 12-17 %
-		// fewer calls a second when every lone call waited).
+	gap, most := b.gap, b.cfg.LingerBelowGap
+	company, wait := 0, time.Duration(0)
+	switch {
+	case gap <= 0:
+	case 2*gap+gap/4 <= most && gap >= most/3:
+		// Two gaps and a quarter: the two calls due by then, not missed
+		// by a hair.
+		company, wait = lingerCompany, 2*gap+gap/4
+	case gap+gap/4 <= most:
+		// At higher rates one more is company enough: 32 callers in a
+		// closed loop, whose calls come in bursts (a mean gap that says
+		// little about the next), lost 8-10 % of their rate when each
+		// lone call waited for two.
+		company, wait = 1, gap+gap/4
+	}
+	if len(b.queue) != 1 || company == 0 || (b.running > 1 && gap < most/8) {
+		// Not a lone call; or company is unlikely within the longest
+		// wait; or, beside a running batch, calls are so close together
+		// that the next ones queue behind it anyway and waiting only
+		// costs a busy batcher the time (32 callers in a closed loop,
+		// gaps of a fraction of a millisecond: 12-17 % fewer calls a
+		// second when every lone call waited).
 		return true
 	}
 	b.lingering = true
 	defer func() { b.lingering = false }()
-	// Two gaps and a quarter: the two calls due by then, not missed by a
-	// hair; never longer than two thirds of the threshold, which bounds
-	// what a call may wait at the lowest rates that wait. At higher rates
-	// (gaps under a quarter of the threshold) a lone call waits for one
-	// more only, a gap and a quarter: 32 callers in a closed loop, whose
-	// calls come in bursts (a mean gap that says little about the next),
-	// lost 8-10 % of their rate when each lone call waited for two.
-	company, wait := lingerCompany, min(2*gap+gap/4, 2*b.cfg.LingerBelowGap/3)
-	if gap < b.cfg.LingerBelowGap/4 {
-		company, wait = 1, gap+gap/4
-	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select { // a wake-up left from an earlier linger
