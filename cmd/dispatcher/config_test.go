@@ -220,7 +220,7 @@ func TestParseServeConfig(t *testing.T) {
 		t.Parallel()
 		c, err := parse(setup(t))
 		require.NoError(t, err)
-		require.Equal(t, 3*time.Millisecond, c.IngestLinger)
+		require.Equal(t, 5*time.Millisecond, c.IngestLinger)
 		b := setup(t)
 		b.env["DISPATCHER_INGEST_LINGER"] = "0s"
 		c, err = parse(b)
