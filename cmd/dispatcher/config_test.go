@@ -81,7 +81,7 @@ func TestParseServeConfig(t *testing.T) {
 		require.Zero(t, c.HealthzCache)
 		require.True(t, c.CookieSecure)
 		require.Equal(t, int64(8<<20), c.APIReadBudget)
-		require.Len(t, c.grpcConnOptions(), 3)
+		require.Len(t, c.grpcConnOptions(), 4, "streams, keepalive, its enforcement, stream workers")
 
 		for _, tc := range []struct {
 			args []string
