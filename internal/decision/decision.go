@@ -18,6 +18,12 @@
 //	    reason byte, count uvarint, n byte (ids that follow, ≤ SampleSize),
 //	    n × 16-byte endpoint id (a UUID)
 //
+// A record whose sampled endpoints carry notes (the filter's explanation of
+// why it refused the event: AddNote) is version 2, the same but for each id
+// followed by its note, a uvarint length and that many bytes of UTF-8 text
+// (at most MaxNoteLen; 0 for none). A record without notes stays version 1,
+// which a build from before notes reads too.
+//
 // A reason this build does not know (written by a newer one) decodes as
 // itself, so a reader of an older build shows it as unknown rather than fail.
 package decision
@@ -27,6 +33,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -72,9 +80,13 @@ const (
 	// Paused: a delivery was enqueued for the end of the receiver's pause
 	// (Retry-After).
 	Paused Reason = 12
+	// Filtered: the endpoint's filter refused the event (after its type
+	// and scope admitted it); each sampled endpoint's note says which
+	// condition failed and with what value.
+	Filtered Reason = 13
 
 	// maxReason is the highest reason this build knows.
-	maxReason = Paused
+	maxReason = Filtered
 )
 
 // Reasons lists every reason this build knows, in order.
@@ -117,6 +129,8 @@ func (r Reason) String() string {
 		return "cooling_down"
 	case Paused:
 		return "paused"
+	case Filtered:
+		return "filtered"
 	default:
 		return "Reason(" + strconv.Itoa(int(r)) + ")"
 	}
@@ -124,14 +138,22 @@ func (r Reason) String() string {
 
 const (
 	version = 1
+	// versionNotes is the version of a record whose samples carry notes.
+	versionNotes = 2
 
 	// SampleSize is how many endpoint ids are kept per reason: the first
 	// ones by id. Beyond it only the count grows.
 	SampleSize = 16
 
+	// MaxNoteLen bounds one endpoint's note, in bytes (a longer one is cut,
+	// marked with "…").
+	MaxNoteLen = 400
+
 	// MaxEncodedLen bounds an encoded record of this build: every reason
-	// with a full sample (a count takes at most 5 bytes).
-	MaxEncodedLen = 1 + int(maxReason)*(1+binary.MaxVarintLen32+1+SampleSize*16)
+	// with a full sample (a count takes at most 5 bytes), each sampled id
+	// with a note length (2 bytes at most), and the notes of one reason
+	// (only Filtered carries notes).
+	MaxEncodedLen = 1 + int(maxReason)*(1+binary.MaxVarintLen32+1+SampleSize*(16+2)) + SampleSize*MaxNoteLen
 )
 
 // Builder collects one event's decisions. The zero value is ready. Add
@@ -139,11 +161,26 @@ const (
 type Builder struct {
 	counts [maxReason + 1]uint32
 	ids    [maxReason + 1][]uuid.UUID
+	// notes[r][i] is the note of ids[r][i]; nil for a reason without any.
+	notes    [maxReason + 1][]string
+	hasNotes bool
 }
 
 // Add records that endpoint id (a UUID in text) got reason r. An id that
 // does not parse is counted but not sampled: endpoint ids are UUIDs.
 func (b *Builder) Add(r Reason, id string) {
+	b.add(r, id, nil)
+}
+
+// AddNote is Add with a note on the endpoint, which note returns: called
+// only when the endpoint is sampled (so an explanation is worked out for at
+// most SampleSize endpoints per reason, however many there are). Only
+// Filtered is given notes.
+func (b *Builder) AddNote(r Reason, id string, note func() string) {
+	b.add(r, id, note)
+}
+
+func (b *Builder) add(r Reason, id string, note func() string) {
 	if r == 0 || r > maxReason {
 		return
 	}
@@ -155,7 +192,31 @@ func (b *Builder) Add(r Reason, id string) {
 	if err != nil {
 		return
 	}
+	if note != nil || b.notes[r] != nil {
+		n := ""
+		if note != nil {
+			n = cut(note(), MaxNoteLen)
+		}
+		if b.notes[r] == nil {
+			b.notes[r] = make([]string, len(b.ids[r]), SampleSize)
+		}
+		b.notes[r] = append(b.notes[r], n)
+		b.hasNotes = b.hasNotes || n != ""
+	}
 	b.ids[r] = append(b.ids[r], u)
+}
+
+// cut keeps s within n bytes of valid UTF-8, marking a cut with "…".
+func cut(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	end := n - len("…")
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	return s[:end] + "…"
 }
 
 // Count is how many endpoints were given reason r so far.
@@ -173,10 +234,19 @@ func (b *Builder) Encode() []byte {
 	for r := Reason(1); r <= maxReason; r++ {
 		if b.counts[r] > 0 {
 			n += 1 + binary.MaxVarintLen32 + 1 + 16*len(b.ids[r])
+			if b.hasNotes {
+				for _, note := range b.notes[r] {
+					n += 2 + len(note)
+				}
+				n += len(b.ids[r]) - len(b.notes[r])
+			}
 		}
 	}
 	out := make([]byte, 1, n)
 	out[0] = version
+	if b.hasNotes {
+		out[0] = versionNotes
+	}
 	for r := Reason(1); r <= maxReason; r++ {
 		if b.counts[r] == 0 {
 			continue
@@ -184,8 +254,16 @@ func (b *Builder) Encode() []byte {
 		out = append(out, byte(r))
 		out = binary.AppendUvarint(out, uint64(b.counts[r]))
 		out = append(out, byte(len(b.ids[r])))
-		for _, id := range b.ids[r] {
+		for i, id := range b.ids[r] {
 			out = append(out, id[:]...)
+			if b.hasNotes {
+				note := ""
+				if i < len(b.notes[r]) {
+					note = b.notes[r][i]
+				}
+				out = binary.AppendUvarint(out, uint64(len(note)))
+				out = append(out, note...)
+			}
 		}
 	}
 	return out
@@ -199,6 +277,9 @@ type Outcome struct {
 	// EndpointIDs are the first of them by id (at most SampleSize), in
 	// canonical UUID text.
 	EndpointIDs []string
+	// Notes, when the reason has any, say more of each sampled endpoint:
+	// Notes[i] is EndpointIDs[i]'s ("" for none). Nil otherwise.
+	Notes []string
 }
 
 // Record is a decoded record.
@@ -224,9 +305,10 @@ func Decode(b []byte) (*Record, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("%w: empty", ErrCorrupt)
 	}
-	if b[0] != version {
+	if b[0] != version && b[0] != versionNotes {
 		return nil, fmt.Errorf("%w: version %d", ErrCorrupt, b[0])
 	}
+	notes := b[0] == versionNotes
 	rec := &Record{}
 	rest := b[1:]
 	for len(rest) > 0 {
@@ -245,10 +327,31 @@ func Decode(b []byte) (*Record, error) {
 			return nil, fmt.Errorf("%w: sample of %s", ErrCorrupt, r)
 		}
 		o := Outcome{Reason: r, Count: int(count), EndpointIDs: make([]string, ids)}
+		var noted bool
 		for i := range ids {
-			o.EndpointIDs[i] = uuid.UUID(rest[16*i : 16*i+16]).String()
+			if len(rest) < 16 {
+				return nil, fmt.Errorf("%w: sample of %s", ErrCorrupt, r)
+			}
+			o.EndpointIDs[i] = uuid.UUID(rest[:16]).String()
+			rest = rest[16:]
+			if !notes {
+				continue
+			}
+			size, n := binary.Uvarint(rest)
+			if n <= 0 || size > uint64(len(rest)-n) {
+				return nil, fmt.Errorf("%w: note of %s", ErrCorrupt, r)
+			}
+			note := string(rest[n : n+int(size)])
+			rest = rest[n+int(size):]
+			if o.Notes == nil {
+				o.Notes = make([]string, ids)
+			}
+			o.Notes[i] = note
+			noted = noted || note != ""
 		}
-		rest = rest[16*ids:]
+		if !noted {
+			o.Notes = nil
+		}
 		rec.Outcomes = append(rec.Outcomes, o)
 	}
 	return rec, nil

@@ -2,7 +2,10 @@ package decision
 
 import (
 	"encoding/binary"
+	"strconv"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -119,7 +122,8 @@ func TestRecord(t *testing.T) {
 		t.Parallel()
 		for name, enc := range map[string][]byte{
 			"Empty":             {},
-			"OtherVersion":      {2},
+			"OtherVersion":      {3},
+			"TruncatedNote":     append(append([]byte{versionNotes, byte(Filtered), 1, 1}, make([]byte, 16)...), 5, 'a'),
 			"TruncatedCount":    {version, byte(Queued), 0x80},
 			"MissingSampleSize": {version, byte(Queued), 1},
 			"TruncatedSample":   {version, byte(Queued), 1, 1, 0xaa},
@@ -127,6 +131,73 @@ func TestRecord(t *testing.T) {
 		} {
 			_, err := Decode(enc)
 			require.ErrorIs(t, err, ErrCorrupt, name)
+		}
+	})
+
+	t.Run("NotesRoundTrip", func(t *testing.T) {
+		t.Parallel()
+		var b Builder
+		eps := ids(SampleSize + 4)
+		b.Add(Queued, eps[0])
+		calls := 0
+		for i, id := range eps[1:] {
+			b.AddNote(Filtered, id, func() string {
+				calls++
+				return "filter: data.n was " + strconv.Itoa(i) + ", wanted 0"
+			})
+		}
+		require.Equal(t, SampleSize, calls, "a note is worked out for sampled endpoints only")
+		enc := b.Encode()
+		require.Equal(t, byte(versionNotes), enc[0])
+		rec, err := Decode(enc)
+		require.NoError(t, err)
+		require.Equal(t, Outcome{Reason: Queued, Count: 1, EndpointIDs: eps[:1]}, rec.Outcomes[0], "no notes on a reason without any")
+		f := rec.Outcomes[1]
+		require.Equal(t, Filtered, f.Reason)
+		require.Equal(t, SampleSize+3, f.Count)
+		require.Equal(t, eps[1:SampleSize+1], f.EndpointIDs)
+		require.Len(t, f.Notes, SampleSize)
+		require.Equal(t, "filter: data.n was 0, wanted 0", f.Notes[0])
+		require.Equal(t, "filter: data.n was 15, wanted 0", f.Notes[15])
+	})
+
+	t.Run("WithoutNotesStaysVersion1", func(t *testing.T) {
+		t.Parallel()
+		var b Builder
+		b.AddNote(Filtered, ids(1)[0], func() string { return "" })
+		enc := b.Encode()
+		require.Equal(t, byte(version), enc[0], "readable by a build from before notes")
+		rec, err := Decode(enc)
+		require.NoError(t, err)
+		require.Nil(t, rec.Outcomes[0].Notes)
+	})
+
+	t.Run("NotesAreBounded", func(t *testing.T) {
+		t.Parallel()
+		var b Builder
+		eps := ids(100_000)
+		long := strings.Repeat("é", MaxNoteLen)
+		for i, id := range eps {
+			r := Reasons()[i%len(Reasons())]
+			if r == Filtered {
+				b.AddNote(r, id, func() string { return long })
+			} else {
+				b.Add(r, id)
+			}
+		}
+		enc := b.Encode()
+		require.LessOrEqual(t, len(enc), MaxEncodedLen)
+		rec, err := Decode(enc)
+		require.NoError(t, err)
+		for _, o := range rec.Outcomes {
+			if o.Reason != Filtered {
+				continue
+			}
+			for _, n := range o.Notes {
+				require.LessOrEqual(t, len(n), MaxNoteLen)
+				require.True(t, utf8.ValidString(n))
+				require.True(t, strings.HasSuffix(n, "…"))
+			}
 		}
 	})
 
