@@ -42,6 +42,7 @@ var Rules = []Rule{
 	{"GET", "/v1/events/{event_id}", "webhooks.v1.EndpointService.GetEvent", ""},
 	{"GET", "/v1/event-types", "webhooks.v1.EndpointService.ListEventTypes", ""},
 	{"GET", "/v1/endpoint-stats", "webhooks.v1.EndpointService.GetEndpointStats", ""},
+	{"POST", "/v1/filters:test", "webhooks.v1.EndpointService.TestFilter", "*"},
 	{"POST", "/v1/portal-sessions", "webhooks.v1.EndpointService.CreatePortalSession", "*"},
 }
 

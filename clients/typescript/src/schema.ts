@@ -307,6 +307,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/filters:test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Test filter
+         * @description TestFilter evaluates a filter against one of the owner's stored events, or against a sample event, and says whether it would let the event through and, if not, which condition refused it with what value, as GetEvent's fanout decision says it. Nothing is delivered or changed. The filter is checked first as CreateEndpoint checks it: a mistake is INVALID_ARGUMENT naming the spot (filter.data.statuss).
+         */
+        post: operations["testFilter"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/portal-sessions": {
         parameters: {
             query?: never;
@@ -534,6 +554,11 @@ export interface components {
              * @description attempts - successes: the sum of the classes below.
              */
             failures: string;
+            /**
+             * Format: int64
+             * @description Events of the window the endpoint's filter kept from it (no attempt, not counted above). Counted when the fanout's transaction commits, written with the attempts (within seconds).
+             */
+            filtered: string;
             /** Format: int64 */
             http_4xx: string;
             /** Format: int64 */
@@ -896,6 +921,10 @@ export interface components {
             description?: string;
             embed_id?: string;
             event_types: string[];
+            /** @description A filter (see Endpoint.filter); unset or {} for none. It is checked against the schemas of the event types event_types subscribes to: a field none of them has, an operator that cannot apply to the field's type, a value of the wrong type or outside the field's enum, and a filter over the limits (4096 bytes, 32 comparisons, $and/$or 4 levels deep, 64 values per $in) are INVALID_ARGUMENT naming the spot, e.g. "filter.data.statuss: … did you mean "data.status"?". */
+            filter?: {
+                [key: string]: unknown;
+            };
             /** @description Custom headers sent on every delivery (name → value), e.g. a gateway's static key. At most 10, names HTTP tokens of at most 64 characters, values printable ASCII of at most 1024 bytes, 4096 bytes in all. webhook-*, content-*, proxy-*, host, user-agent, authorization, cookie and hop-by-hop names are refused. */
             headers?: {
                 [key: string]: string;
@@ -1036,6 +1065,10 @@ export interface components {
              * @description Set while deliveries fail; cleared by the next success.
              */
             failing_since: string | null;
+            /** @description Which of its events the endpoint gets, beyond event_types and scope: a filter over the event's subject and data, e.g. {"data.status": {"$in": ["published"]}} (docs/events.md, "Filters"). Unset: every event its event_types and scope admit. An event the filter refuses is not delivered; GetEvent says which condition refused it. Returned in canonical form (compact, keys sorted). */
+            filter: {
+                [key: string]: unknown;
+            } | null;
             /** @description Names of the custom headers sent on every delivery. Their values are write-only: sealed at rest like the secret, never returned. */
             header_names: string[];
             id: string;
@@ -1306,6 +1339,10 @@ export interface components {
             delivered: boolean;
             /** @description The reason in one sentence for people. */
             description: string;
+            /** @description More about each endpoint of endpoint_ids, by id, for reasons that say more (FANOUT_REASON_FILTERED: which condition of its filter refused the event, with the value it met, e.g. `filter: data.status was "draft", wanted one of ["published"]`). */
+            details: {
+                [key: string]: string;
+            };
             /** @description The first of them by id, at most 16; fewer than count means more exist. */
             endpoint_ids: string[];
             reason: components["schemas"]["FanoutReason"];
@@ -1326,9 +1363,10 @@ export interface components {
          *     - `FANOUT_REASON_DELIVERY_HANDED_OFF`: A delivery was queued and started at once by the process that stored the event.
          *     - `FANOUT_REASON_DELIVERY_COOLING_DOWN`: A delivery was queued behind the failing endpoint's cool-down.
          *     - `FANOUT_REASON_DELIVERY_PAUSED`: A delivery was queued for the end of the receiver's pause (Endpoint.paused_until).
+         *     - `FANOUT_REASON_FILTERED`: The endpoint's filter refused the event (its type and scope admitted it); FanoutOutcome.details says which condition, with what value.
          * @enum {string}
          */
-        FanoutReason: "FANOUT_REASON_UNSPECIFIED" | "FANOUT_REASON_NOT_SUBSCRIBED" | "FANOUT_REASON_DISABLED" | "FANOUT_REASON_NOT_TEST_TARGET" | "FANOUT_REASON_NOT_PUBLISHED" | "FANOUT_REASON_EMBED_DENIED" | "FANOUT_REASON_NO_ACCESS_SERVICE" | "FANOUT_REASON_ACCESS_ERROR" | "FANOUT_REASON_REFUSED" | "FANOUT_REASON_DELIVERY_QUEUED" | "FANOUT_REASON_DELIVERY_HANDED_OFF" | "FANOUT_REASON_DELIVERY_COOLING_DOWN" | "FANOUT_REASON_DELIVERY_PAUSED";
+        FanoutReason: "FANOUT_REASON_UNSPECIFIED" | "FANOUT_REASON_NOT_SUBSCRIBED" | "FANOUT_REASON_DISABLED" | "FANOUT_REASON_NOT_TEST_TARGET" | "FANOUT_REASON_NOT_PUBLISHED" | "FANOUT_REASON_EMBED_DENIED" | "FANOUT_REASON_NO_ACCESS_SERVICE" | "FANOUT_REASON_ACCESS_ERROR" | "FANOUT_REASON_REFUSED" | "FANOUT_REASON_DELIVERY_QUEUED" | "FANOUT_REASON_DELIVERY_HANDED_OFF" | "FANOUT_REASON_DELIVERY_COOLING_DOWN" | "FANOUT_REASON_DELIVERY_PAUSED" | "FANOUT_REASON_FILTERED";
         FieldViolation: {
             description: string;
             field: string;
@@ -1904,11 +1942,45 @@ export interface components {
              */
             type: "supplier.disconnected";
         };
+        TestFilterRequest: {
+            /** @description An endpoint of the owner: its filter when filter is unset, and its event_types when event_types is empty (the filter is checked against their schemas, as CreateEndpoint checks it). */
+            endpoint_id?: string;
+            /** @description One of the owner's stored events (ListEvents, GetEvent). */
+            event_id?: string;
+            /** @description The event types the filter is checked against when no endpoint is named: globs as in Endpoint.event_types. Empty: every type ("*"). */
+            event_types?: string[];
+            /** @description The filter to test. Unset: endpoint_id's stored filter. */
+            filter?: {
+                [key: string]: unknown;
+            };
+            /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
+            owner_id: string;
+            /** @description A sample: type (a type of the catalog), subject and data are read; data must match the type's schema, as Publish checks it. Nothing is stored. */
+            sample?: components["schemas"]["EventInput"];
+        };
+        TestFilterResponse: {
+            /** @description False when the event's type is not one the filter applies to: not among the event types given (or the endpoint's), or a test event, which reaches its endpoint whatever the filter says. matched then says only what the filter would answer. */
+            applies: boolean;
+            /** @description The event evaluated (the stored one, or the sample). */
+            event: components["schemas"]["Event"] | null;
+            /** @description Why not, when matched is false, in GetEvent's words, e.g. `filter: data.status was "draft", wanted one of ["published"]`. */
+            explanation: string;
+            /** @description The filter tested, in canonical form. */
+            filter: {
+                [key: string]: unknown;
+            } | null;
+            /** @description Whether the filter lets the event through. */
+            matched: boolean;
+        };
         UpdateEndpointRequest: {
             description?: string;
             embed_id?: string;
             enabled?: boolean;
             event_types?: string[];
+            /** @description With the "filter" path: replaces the filter (unset or {} removes it). Rules as in CreateEndpointRequest.filter. */
+            filter?: {
+                [key: string]: unknown;
+            };
             /** @description With the "headers" path: replaces every custom header (empty removes them all). Rules as in CreateEndpointRequest.headers. */
             headers?: {
                 [key: string]: string;
@@ -2745,6 +2817,38 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             409: components["responses"]["Conflict"];
+            413: components["responses"]["ContentTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    testFilter: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TestFilterRequest"];
+            };
+        };
+        responses: {
+            /** @description OK. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TestFilterResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             413: components["responses"]["ContentTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];

@@ -343,6 +343,9 @@ const (
 	// A delivery was queued for the end of the receiver's pause
 	// (Endpoint.paused_until).
 	FanoutReason_FANOUT_REASON_DELIVERY_PAUSED FanoutReason = 12
+	// The endpoint's filter refused the event (its type and scope admitted
+	// it); FanoutOutcome.details says which condition, with what value.
+	FanoutReason_FANOUT_REASON_FILTERED FanoutReason = 13
 )
 
 // Enum value maps for FanoutReason.
@@ -361,6 +364,7 @@ var (
 		10: "FANOUT_REASON_DELIVERY_HANDED_OFF",
 		11: "FANOUT_REASON_DELIVERY_COOLING_DOWN",
 		12: "FANOUT_REASON_DELIVERY_PAUSED",
+		13: "FANOUT_REASON_FILTERED",
 	}
 	FanoutReason_value = map[string]int32{
 		"FANOUT_REASON_UNSPECIFIED":           0,
@@ -376,6 +380,7 @@ var (
 		"FANOUT_REASON_DELIVERY_HANDED_OFF":   10,
 		"FANOUT_REASON_DELIVERY_COOLING_DOWN": 11,
 		"FANOUT_REASON_DELIVERY_PAUSED":       12,
+		"FANOUT_REASON_FILTERED":              13,
 	}
 )
 
@@ -521,7 +526,14 @@ type Endpoint struct {
 	Name string `protobuf:"bytes,40,opt,name=name,proto3" json:"name,omitempty"`
 	// The owner's key/value labels, e.g. {"env": "prod", "team": "billing"};
 	// ListEndpoints filters by them. Rules as in CreateEndpointRequest.labels.
-	Labels        map[string]string `protobuf:"bytes,41,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,41,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Which of its events the endpoint gets, beyond event_types and scope: a
+	// filter over the event's subject and data, e.g.
+	// {"data.status": {"$in": ["published"]}} (docs/events.md, "Filters").
+	// Unset: every event its event_types and scope admit. An event the filter
+	// refuses is not delivered; GetEvent says which condition refused it.
+	// Returned in canonical form (compact, keys sorted).
+	Filter        *structpb.Struct `protobuf:"bytes,50,opt,name=filter,proto3" json:"filter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -720,6 +732,13 @@ func (x *Endpoint) GetName() string {
 func (x *Endpoint) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
+	}
+	return nil
+}
+
+func (x *Endpoint) GetFilter() *structpb.Struct {
+	if x != nil {
+		return x.Filter
 	}
 	return nil
 }
@@ -972,6 +991,14 @@ type CreateEndpointRequest struct {
 	// control characters (it may be empty). A bad one is INVALID_ARGUMENT
 	// naming labels["<key>"].
 	Labels map[string]string `protobuf:"bytes,41,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// A filter (see Endpoint.filter); unset or {} for none. It is checked
+	// against the schemas of the event types event_types subscribes to: a
+	// field none of them has, an operator that cannot apply to the field's
+	// type, a value of the wrong type or outside the field's enum, and a
+	// filter over the limits (4096 bytes, 32 comparisons, $and/$or 4 levels
+	// deep, 64 values per $in) are INVALID_ARGUMENT naming the spot, e.g.
+	// "filter.data.statuss: … did you mean "data.status"?".
+	Filter *structpb.Struct `protobuf:"bytes,50,opt,name=filter,proto3" json:"filter,omitempty"`
 	// Optional idempotency key chosen by the client (a UUID, or up to 128 of
 	// [A-Za-z0-9_-]), remembered per owner for 24 hours. A retry with the same
 	// owner_id, request_id and parameters returns the endpoint the first call
@@ -1097,6 +1124,13 @@ func (x *CreateEndpointRequest) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *CreateEndpointRequest) GetFilter() *structpb.Struct {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
 func (x *CreateEndpointRequest) GetRequestId() string {
 	if x != nil {
 		return x.RequestId
@@ -1179,8 +1213,10 @@ type UpdateEndpointRequest struct {
 	EndpointId string                 `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
 	// Paths among: url, description, event_types, embed_id, enabled, headers,
 	// max_per_second (0 removes the limit), max_in_flight (0 means 1), ordered,
-	// name, labels. An ordered endpoint with max_in_flight above 1 is refused,
-	// naming max_in_flight (or ordered when only that path changes).
+	// name, labels, filter. An ordered endpoint with max_in_flight above 1 is
+	// refused, naming max_in_flight (or ordered when only that path changes).
+	// Changing event_types checks the endpoint's filter against the new
+	// subscription: one that no longer fits is refused, naming filter.
 	UpdateMask  *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	Url         string                 `protobuf:"bytes,4,opt,name=url,proto3" json:"url,omitempty"`
 	Description string                 `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
@@ -1195,7 +1231,10 @@ type UpdateEndpointRequest struct {
 	MaxInFlight  int32             `protobuf:"varint,32,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	Name         string            `protobuf:"bytes,40,opt,name=name,proto3" json:"name,omitempty"`
 	// With the "labels" path: replaces every label (empty removes them all).
-	Labels        map[string]string `protobuf:"bytes,41,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,41,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// With the "filter" path: replaces the filter (unset or {} removes it).
+	// Rules as in CreateEndpointRequest.filter.
+	Filter        *structpb.Struct `protobuf:"bytes,50,opt,name=filter,proto3" json:"filter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1324,6 +1363,13 @@ func (x *UpdateEndpointRequest) GetName() string {
 func (x *UpdateEndpointRequest) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
+	}
+	return nil
+}
+
+func (x *UpdateEndpointRequest) GetFilter() *structpb.Struct {
+	if x != nil {
+		return x.Filter
 	}
 	return nil
 }
@@ -2975,8 +3021,12 @@ type AttemptStats struct {
 	// Latency percentiles of the attempts that sent a request, estimated from
 	// a histogram (1 ms, 2.5 ms, 5 ms, … 10 s buckets, interpolated within the
 	// bucket). Unset without attempts.
-	LatencyP50    *durationpb.Duration `protobuf:"bytes,11,opt,name=latency_p50,json=latencyP50,proto3" json:"latency_p50,omitempty"`
-	LatencyP95    *durationpb.Duration `protobuf:"bytes,12,opt,name=latency_p95,json=latencyP95,proto3" json:"latency_p95,omitempty"`
+	LatencyP50 *durationpb.Duration `protobuf:"bytes,11,opt,name=latency_p50,json=latencyP50,proto3" json:"latency_p50,omitempty"`
+	LatencyP95 *durationpb.Duration `protobuf:"bytes,12,opt,name=latency_p95,json=latencyP95,proto3" json:"latency_p95,omitempty"`
+	// Events of the window the endpoint's filter kept from it (no attempt,
+	// not counted above). Counted when the fanout's transaction commits,
+	// written with the attempts (within seconds).
+	Filtered      int64 `protobuf:"varint,13,opt,name=filtered,proto3" json:"filtered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3093,6 +3143,13 @@ func (x *AttemptStats) GetLatencyP95() *durationpb.Duration {
 		return x.LatencyP95
 	}
 	return nil
+}
+
+func (x *AttemptStats) GetFiltered() int64 {
+	if x != nil {
+		return x.Filtered
+	}
+	return 0
 }
 
 type ListEventsRequest struct {
@@ -3447,7 +3504,12 @@ type FanoutOutcome struct {
 	// The first of them by id, at most 16; fewer than count means more exist.
 	EndpointIds []string `protobuf:"bytes,4,rep,name=endpoint_ids,json=endpointIds,proto3" json:"endpoint_ids,omitempty"`
 	// The reason in one sentence for people.
-	Description   string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	Description string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	// More about each endpoint of endpoint_ids, by id, for reasons that say
+	// more (FANOUT_REASON_FILTERED: which condition of its filter refused the
+	// event, with the value it met, e.g. `filter: data.status was "draft",
+	// wanted one of ["published"]`).
+	Details       map[string]string `protobuf:"bytes,6,rep,name=details,proto3" json:"details,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3517,6 +3579,224 @@ func (x *FanoutOutcome) GetDescription() string {
 	return ""
 }
 
+func (x *FanoutOutcome) GetDetails() map[string]string {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
+type TestFilterRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	OwnerId string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	// The filter to test. Unset: endpoint_id's stored filter.
+	Filter *structpb.Struct `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
+	// An endpoint of the owner: its filter when filter is unset, and its
+	// event_types when event_types is empty (the filter is checked against
+	// their schemas, as CreateEndpoint checks it).
+	EndpointId string `protobuf:"bytes,3,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// The event types the filter is checked against when no endpoint is
+	// named: globs as in Endpoint.event_types. Empty: every type ("*").
+	EventTypes []string `protobuf:"bytes,4,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
+	// What to evaluate: exactly one of them.
+	//
+	// Types that are valid to be assigned to Target:
+	//
+	//	*TestFilterRequest_EventId
+	//	*TestFilterRequest_Sample
+	Target        isTestFilterRequest_Target `protobuf_oneof:"target"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TestFilterRequest) Reset() {
+	*x = TestFilterRequest{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TestFilterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TestFilterRequest) ProtoMessage() {}
+
+func (x *TestFilterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TestFilterRequest.ProtoReflect.Descriptor instead.
+func (*TestFilterRequest) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *TestFilterRequest) GetOwnerId() string {
+	if x != nil {
+		return x.OwnerId
+	}
+	return ""
+}
+
+func (x *TestFilterRequest) GetFilter() *structpb.Struct {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *TestFilterRequest) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *TestFilterRequest) GetEventTypes() []string {
+	if x != nil {
+		return x.EventTypes
+	}
+	return nil
+}
+
+func (x *TestFilterRequest) GetTarget() isTestFilterRequest_Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *TestFilterRequest) GetEventId() string {
+	if x != nil {
+		if x, ok := x.Target.(*TestFilterRequest_EventId); ok {
+			return x.EventId
+		}
+	}
+	return ""
+}
+
+func (x *TestFilterRequest) GetSample() *Event {
+	if x != nil {
+		if x, ok := x.Target.(*TestFilterRequest_Sample); ok {
+			return x.Sample
+		}
+	}
+	return nil
+}
+
+type isTestFilterRequest_Target interface {
+	isTestFilterRequest_Target()
+}
+
+type TestFilterRequest_EventId struct {
+	// One of the owner's stored events (ListEvents, GetEvent).
+	EventId string `protobuf:"bytes,5,opt,name=event_id,json=eventId,proto3,oneof"`
+}
+
+type TestFilterRequest_Sample struct {
+	// A sample: type (a type of the catalog), subject and data are read;
+	// data must match the type's schema, as Publish checks it. Nothing is
+	// stored.
+	Sample *Event `protobuf:"bytes,6,opt,name=sample,proto3,oneof"`
+}
+
+func (*TestFilterRequest_EventId) isTestFilterRequest_Target() {}
+
+func (*TestFilterRequest_Sample) isTestFilterRequest_Target() {}
+
+type TestFilterResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the filter lets the event through.
+	Matched bool `protobuf:"varint,1,opt,name=matched,proto3" json:"matched,omitempty"`
+	// Why not, when matched is false, in GetEvent's words, e.g.
+	// `filter: data.status was "draft", wanted one of ["published"]`.
+	Explanation string `protobuf:"bytes,2,opt,name=explanation,proto3" json:"explanation,omitempty"`
+	// The filter tested, in canonical form.
+	Filter *structpb.Struct `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
+	// The event evaluated (the stored one, or the sample).
+	Event *Event `protobuf:"bytes,4,opt,name=event,proto3" json:"event,omitempty"`
+	// False when the event's type is not one the filter applies to: not among
+	// the event types given (or the endpoint's), or a test event, which
+	// reaches its endpoint whatever the filter says. matched then says only
+	// what the filter would answer.
+	Applies       bool `protobuf:"varint,5,opt,name=applies,proto3" json:"applies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TestFilterResponse) Reset() {
+	*x = TestFilterResponse{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TestFilterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TestFilterResponse) ProtoMessage() {}
+
+func (x *TestFilterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TestFilterResponse.ProtoReflect.Descriptor instead.
+func (*TestFilterResponse) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *TestFilterResponse) GetMatched() bool {
+	if x != nil {
+		return x.Matched
+	}
+	return false
+}
+
+func (x *TestFilterResponse) GetExplanation() string {
+	if x != nil {
+		return x.Explanation
+	}
+	return ""
+}
+
+func (x *TestFilterResponse) GetFilter() *structpb.Struct {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *TestFilterResponse) GetEvent() *Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *TestFilterResponse) GetApplies() bool {
+	if x != nil {
+		return x.Applies
+	}
+	return false
+}
+
 type CreatePortalSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The one owner the session sees (required, as on every call).
@@ -3535,7 +3815,7 @@ type CreatePortalSessionRequest struct {
 
 func (x *CreatePortalSessionRequest) Reset() {
 	*x = CreatePortalSessionRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[40]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3547,7 +3827,7 @@ func (x *CreatePortalSessionRequest) String() string {
 func (*CreatePortalSessionRequest) ProtoMessage() {}
 
 func (x *CreatePortalSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[40]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3560,7 +3840,7 @@ func (x *CreatePortalSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePortalSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreatePortalSessionRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{40}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CreatePortalSessionRequest) GetOwnerId() string {
@@ -3604,7 +3884,7 @@ type CreatePortalSessionResponse struct {
 
 func (x *CreatePortalSessionResponse) Reset() {
 	*x = CreatePortalSessionResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[41]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3616,7 +3896,7 @@ func (x *CreatePortalSessionResponse) String() string {
 func (*CreatePortalSessionResponse) ProtoMessage() {}
 
 func (x *CreatePortalSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[41]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3629,7 +3909,7 @@ func (x *CreatePortalSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePortalSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreatePortalSessionResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{41}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreatePortalSessionResponse) GetUrl() string {
@@ -3650,7 +3930,7 @@ var File_webhooks_v1_endpoints_proto protoreflect.FileDescriptor
 
 const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\n" +
-	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18webhooks/v1/events.proto\"\xc3\b\n" +
+	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18webhooks/v1/events.proto\"\xf4\b\n" +
 	"\bEndpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bowner_id\x18\x02 \x01(\tR\aownerId\x12\x10\n" +
@@ -3680,7 +3960,8 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\aordered\x18! \x01(\bR\aordered\x12\"\n" +
 	"\rmax_in_flight\x18\" \x01(\x05R\vmaxInFlight\x12\x12\n" +
 	"\x04name\x18( \x01(\tR\x04name\x129\n" +
-	"\x06labels\x18) \x03(\v2!.webhooks.v1.Endpoint.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18) \x03(\v2!.webhooks.v1.Endpoint.LabelsEntryR\x06labels\x12/\n" +
+	"\x06filter\x182 \x01(\v2\x17.google.protobuf.StructR\x06filter\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xef\x01\n" +
@@ -3701,7 +3982,7 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
 	"endpointId\"H\n" +
 	"\x13GetEndpointResponse\x121\n" +
-	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"\x8c\x05\n" +
+	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\"\xbd\x05\n" +
 	"\x15CreateEndpointRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12 \n" +
@@ -3715,7 +3996,8 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\aordered\x18\x1f \x01(\bR\aordered\x12\"\n" +
 	"\rmax_in_flight\x18  \x01(\x05R\vmaxInFlight\x12\x12\n" +
 	"\x04name\x18( \x01(\tR\x04name\x12F\n" +
-	"\x06labels\x18) \x03(\v2..webhooks.v1.CreateEndpointRequest.LabelsEntryR\x06labels\x12\x1d\n" +
+	"\x06labels\x18) \x03(\v2..webhooks.v1.CreateEndpointRequest.LabelsEntryR\x06labels\x12/\n" +
+	"\x06filter\x182 \x01(\v2\x17.google.protobuf.StructR\x06filter\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x06 \x01(\tR\trequestId\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
@@ -3727,7 +4009,7 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\x16CreateEndpointResponse\x121\n" +
 	"\bendpoint\x18\x01 \x01(\v2\x15.webhooks.v1.EndpointR\bendpoint\x12\x16\n" +
 	"\x06secret\x18\x02 \x01(\tR\x06secret\x12\x1a\n" +
-	"\breplayed\x18\x03 \x01(\bR\breplayed\"\x9c\x05\n" +
+	"\breplayed\x18\x03 \x01(\bR\breplayed\"\xcd\x05\n" +
 	"\x15UpdateEndpointRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
@@ -3745,7 +4027,8 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\aordered\x18\x1f \x01(\bR\aordered\x12\"\n" +
 	"\rmax_in_flight\x18  \x01(\x05R\vmaxInFlight\x12\x12\n" +
 	"\x04name\x18( \x01(\tR\x04name\x12F\n" +
-	"\x06labels\x18) \x03(\v2..webhooks.v1.UpdateEndpointRequest.LabelsEntryR\x06labels\x1a:\n" +
+	"\x06labels\x18) \x03(\v2..webhooks.v1.UpdateEndpointRequest.LabelsEntryR\x06labels\x12/\n" +
+	"\x06filter\x182 \x01(\v2\x17.google.protobuf.StructR\x06filter\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -3887,7 +4170,7 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"endpointId\x126\n" +
 	"\tlast_hour\x18\x02 \x01(\v2\x19.webhooks.v1.AttemptStatsR\blastHour\x124\n" +
 	"\blast_day\x18\x03 \x01(\v2\x19.webhooks.v1.AttemptStatsR\alastDay\x126\n" +
-	"\tlast_week\x18\x04 \x01(\v2\x19.webhooks.v1.AttemptStatsR\blastWeek\"\xb5\x03\n" +
+	"\tlast_week\x18\x04 \x01(\v2\x19.webhooks.v1.AttemptStatsR\blastWeek\"\xd1\x03\n" +
 	"\fAttemptStats\x12\x1a\n" +
 	"\battempts\x18\x01 \x01(\x03R\battempts\x12\x1c\n" +
 	"\tsuccesses\x18\x02 \x01(\x03R\tsuccesses\x12\x1a\n" +
@@ -3905,7 +4188,8 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\vlatency_p50\x18\v \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"latencyP50\x12:\n" +
 	"\vlatency_p95\x18\f \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"latencyP95\"\xb8\x02\n" +
+	"latencyP95\x12\x1a\n" +
+	"\bfiltered\x18\r \x01(\x03R\bfiltered\"\xb8\x02\n" +
 	"\x11ListEventsRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -3931,13 +4215,33 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\x0eFanoutDecision\x12\x1a\n" +
 	"\brecorded\x18\x01 \x01(\bR\brecorded\x12\x1c\n" +
 	"\tendpoints\x18\x02 \x01(\x05R\tendpoints\x126\n" +
-	"\boutcomes\x18\x03 \x03(\v2\x1a.webhooks.v1.FanoutOutcomeR\boutcomes\"\xbb\x01\n" +
+	"\boutcomes\x18\x03 \x03(\v2\x1a.webhooks.v1.FanoutOutcomeR\boutcomes\"\xba\x02\n" +
 	"\rFanoutOutcome\x121\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x19.webhooks.v1.FanoutReasonR\x06reason\x12\x1c\n" +
 	"\tdelivered\x18\x02 \x01(\bR\tdelivered\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x05R\x05count\x12!\n" +
 	"\fendpoint_ids\x18\x04 \x03(\tR\vendpointIds\x12 \n" +
-	"\vdescription\x18\x05 \x01(\tR\vdescription\"\xc0\x01\n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescription\x12A\n" +
+	"\adetails\x18\x06 \x03(\v2'.webhooks.v1.FanoutOutcome.DetailsEntryR\adetails\x1a:\n" +
+	"\fDetailsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf6\x01\n" +
+	"\x11TestFilterRequest\x12\x19\n" +
+	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12/\n" +
+	"\x06filter\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06filter\x12\x1f\n" +
+	"\vendpoint_id\x18\x03 \x01(\tR\n" +
+	"endpointId\x12\x1f\n" +
+	"\vevent_types\x18\x04 \x03(\tR\n" +
+	"eventTypes\x12\x1b\n" +
+	"\bevent_id\x18\x05 \x01(\tH\x00R\aeventId\x12,\n" +
+	"\x06sample\x18\x06 \x01(\v2\x12.webhooks.v1.EventH\x00R\x06sampleB\b\n" +
+	"\x06target\"\xc5\x01\n" +
+	"\x12TestFilterResponse\x12\x18\n" +
+	"\amatched\x18\x01 \x01(\bR\amatched\x12 \n" +
+	"\vexplanation\x18\x02 \x01(\tR\vexplanation\x12/\n" +
+	"\x06filter\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x06filter\x12(\n" +
+	"\x05event\x18\x04 \x01(\v2\x12.webhooks.v1.EventR\x05event\x12\x18\n" +
+	"\aapplies\x18\x05 \x01(\bR\aapplies\"\xc0\x01\n" +
 	"\x1aCreatePortalSessionRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x121\n" +
@@ -3977,7 +4281,7 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\x17ATTEMPT_OUTCOME_TIMEOUT\x10\x05\x12\x1e\n" +
 	"\x1aATTEMPT_OUTCOME_CONNECTION\x10\x06\x12\x1b\n" +
 	"\x17ATTEMPT_OUTCOME_BLOCKED\x10\a\x12\x1f\n" +
-	"\x1bATTEMPT_OUTCOME_RETRY_AFTER\x10\b*\xc5\x03\n" +
+	"\x1bATTEMPT_OUTCOME_RETRY_AFTER\x10\b*\xe1\x03\n" +
 	"\fFanoutReason\x12\x1d\n" +
 	"\x19FANOUT_REASON_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cFANOUT_REASON_NOT_SUBSCRIBED\x10\x01\x12\x1a\n" +
@@ -3992,11 +4296,12 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"!FANOUT_REASON_DELIVERY_HANDED_OFF\x10\n" +
 	"\x12'\n" +
 	"#FANOUT_REASON_DELIVERY_COOLING_DOWN\x10\v\x12!\n" +
-	"\x1dFANOUT_REASON_DELIVERY_PAUSED\x10\f*_\n" +
+	"\x1dFANOUT_REASON_DELIVERY_PAUSED\x10\f\x12\x1a\n" +
+	"\x16FANOUT_REASON_FILTERED\x10\r*_\n" +
 	"\fPortalAccess\x12\x1d\n" +
 	"\x19PORTAL_ACCESS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12PORTAL_ACCESS_READ\x10\x01\x12\x18\n" +
-	"\x14PORTAL_ACCESS_MANAGE\x10\x022\xce\v\n" +
+	"\x14PORTAL_ACCESS_MANAGE\x10\x022\x9d\f\n" +
 	"\x0fEndpointService\x12V\n" +
 	"\rListEndpoints\x12!.webhooks.v1.ListEndpointsRequest\x1a\".webhooks.v1.ListEndpointsResponse\x12P\n" +
 	"\vGetEndpoint\x12\x1f.webhooks.v1.GetEndpointRequest\x1a .webhooks.v1.GetEndpointResponse\x12Y\n" +
@@ -4014,7 +4319,9 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\bGetEvent\x12\x1c.webhooks.v1.GetEventRequest\x1a\x1d.webhooks.v1.GetEventResponse\x12Y\n" +
 	"\x0eListEventTypes\x12\".webhooks.v1.ListEventTypesRequest\x1a#.webhooks.v1.ListEventTypesResponse\x12S\n" +
 	"\fListAttempts\x12 .webhooks.v1.ListAttemptsRequest\x1a!.webhooks.v1.ListAttemptsResponse\x12_\n" +
-	"\x10GetEndpointStats\x12$.webhooks.v1.GetEndpointStatsRequest\x1a%.webhooks.v1.GetEndpointStatsResponse\x12h\n" +
+	"\x10GetEndpointStats\x12$.webhooks.v1.GetEndpointStatsRequest\x1a%.webhooks.v1.GetEndpointStatsResponse\x12M\n" +
+	"\n" +
+	"TestFilter\x12\x1e.webhooks.v1.TestFilterRequest\x1a\x1f.webhooks.v1.TestFilterResponse\x12h\n" +
 	"\x13CreatePortalSession\x12'.webhooks.v1.CreatePortalSessionRequest\x1a(.webhooks.v1.CreatePortalSessionResponseBHZFgithub.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1;webhooksv1b\x06proto3"
 
 var (
@@ -4030,7 +4337,7 @@ func file_webhooks_v1_endpoints_proto_rawDescGZIP() []byte {
 }
 
 var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(SignatureScheme)(0),                // 0: webhooks.v1.SignatureScheme
 	(DeliveryState)(0),                  // 1: webhooks.v1.DeliveryState
@@ -4078,120 +4385,133 @@ var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(*GetEventResponse)(nil),            // 43: webhooks.v1.GetEventResponse
 	(*FanoutDecision)(nil),              // 44: webhooks.v1.FanoutDecision
 	(*FanoutOutcome)(nil),               // 45: webhooks.v1.FanoutOutcome
-	(*CreatePortalSessionRequest)(nil),  // 46: webhooks.v1.CreatePortalSessionRequest
-	(*CreatePortalSessionResponse)(nil), // 47: webhooks.v1.CreatePortalSessionResponse
-	nil,                                 // 48: webhooks.v1.Endpoint.LabelsEntry
-	nil,                                 // 49: webhooks.v1.ListEndpointsRequest.LabelsEntry
-	nil,                                 // 50: webhooks.v1.CreateEndpointRequest.HeadersEntry
-	nil,                                 // 51: webhooks.v1.CreateEndpointRequest.LabelsEntry
-	nil,                                 // 52: webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	nil,                                 // 53: webhooks.v1.UpdateEndpointRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 54: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),       // 55: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),         // 56: google.protobuf.Duration
-	(*structpb.Struct)(nil),             // 57: google.protobuf.Struct
-	(*Event)(nil),                       // 58: webhooks.v1.Event
+	(*TestFilterRequest)(nil),           // 46: webhooks.v1.TestFilterRequest
+	(*TestFilterResponse)(nil),          // 47: webhooks.v1.TestFilterResponse
+	(*CreatePortalSessionRequest)(nil),  // 48: webhooks.v1.CreatePortalSessionRequest
+	(*CreatePortalSessionResponse)(nil), // 49: webhooks.v1.CreatePortalSessionResponse
+	nil,                                 // 50: webhooks.v1.Endpoint.LabelsEntry
+	nil,                                 // 51: webhooks.v1.ListEndpointsRequest.LabelsEntry
+	nil,                                 // 52: webhooks.v1.CreateEndpointRequest.HeadersEntry
+	nil,                                 // 53: webhooks.v1.CreateEndpointRequest.LabelsEntry
+	nil,                                 // 54: webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	nil,                                 // 55: webhooks.v1.UpdateEndpointRequest.LabelsEntry
+	nil,                                 // 56: webhooks.v1.FanoutOutcome.DetailsEntry
+	(*timestamppb.Timestamp)(nil),       // 57: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 58: google.protobuf.Struct
+	(*fieldmaskpb.FieldMask)(nil),       // 59: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),         // 60: google.protobuf.Duration
+	(*Event)(nil),                       // 61: webhooks.v1.Event
 }
 var file_webhooks_v1_endpoints_proto_depIdxs = []int32{
-	54, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
-	54, // 1: webhooks.v1.Endpoint.next_probe_at:type_name -> google.protobuf.Timestamp
-	54, // 2: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
-	54, // 3: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
-	54, // 4: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	57, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
+	57, // 1: webhooks.v1.Endpoint.next_probe_at:type_name -> google.protobuf.Timestamp
+	57, // 2: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
+	57, // 3: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
+	57, // 4: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: webhooks.v1.Endpoint.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	54, // 6: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
-	48, // 7: webhooks.v1.Endpoint.labels:type_name -> webhooks.v1.Endpoint.LabelsEntry
-	49, // 8: webhooks.v1.ListEndpointsRequest.labels:type_name -> webhooks.v1.ListEndpointsRequest.LabelsEntry
-	6,  // 9: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
-	6,  // 10: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	50, // 11: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
-	0,  // 12: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	51, // 13: webhooks.v1.CreateEndpointRequest.labels:type_name -> webhooks.v1.CreateEndpointRequest.LabelsEntry
-	6,  // 14: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	55, // 15: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
-	52, // 16: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	53, // 17: webhooks.v1.UpdateEndpointRequest.labels:type_name -> webhooks.v1.UpdateEndpointRequest.LabelsEntry
-	6,  // 18: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	56, // 19: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	54, // 20: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 21: webhooks.v1.ListDeliveriesRequest.states:type_name -> webhooks.v1.DeliveryState
-	54, // 22: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
-	54, // 23: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,  // 24: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
-	54, // 25: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	54, // 26: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
-	54, // 27: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
-	54, // 28: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
-	2,  // 29: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	22, // 30: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
-	22, // 31: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	22, // 32: webhooks.v1.GetDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	54, // 33: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
-	57, // 34: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
-	57, // 35: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
-	31, // 36: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
-	54, // 37: webhooks.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	56, // 38: webhooks.v1.Attempt.duration:type_name -> google.protobuf.Duration
-	3,  // 39: webhooks.v1.Attempt.outcome:type_name -> webhooks.v1.AttemptOutcome
-	2,  // 40: webhooks.v1.Attempt.snooze_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	54, // 41: webhooks.v1.Attempt.snoozed_until:type_name -> google.protobuf.Timestamp
-	34, // 42: webhooks.v1.ListAttemptsResponse.attempts:type_name -> webhooks.v1.Attempt
-	38, // 43: webhooks.v1.GetEndpointStatsResponse.stats:type_name -> webhooks.v1.EndpointStats
-	39, // 44: webhooks.v1.EndpointStats.last_hour:type_name -> webhooks.v1.AttemptStats
-	39, // 45: webhooks.v1.EndpointStats.last_day:type_name -> webhooks.v1.AttemptStats
-	39, // 46: webhooks.v1.EndpointStats.last_week:type_name -> webhooks.v1.AttemptStats
-	56, // 47: webhooks.v1.AttemptStats.latency_p50:type_name -> google.protobuf.Duration
-	56, // 48: webhooks.v1.AttemptStats.latency_p95:type_name -> google.protobuf.Duration
-	54, // 49: webhooks.v1.ListEventsRequest.occurred_after:type_name -> google.protobuf.Timestamp
-	54, // 50: webhooks.v1.ListEventsRequest.occurred_before:type_name -> google.protobuf.Timestamp
-	58, // 51: webhooks.v1.ListEventsResponse.events:type_name -> webhooks.v1.Event
-	58, // 52: webhooks.v1.GetEventResponse.event:type_name -> webhooks.v1.Event
-	22, // 53: webhooks.v1.GetEventResponse.deliveries:type_name -> webhooks.v1.Delivery
-	44, // 54: webhooks.v1.GetEventResponse.fanout:type_name -> webhooks.v1.FanoutDecision
-	45, // 55: webhooks.v1.FanoutDecision.outcomes:type_name -> webhooks.v1.FanoutOutcome
-	4,  // 56: webhooks.v1.FanoutOutcome.reason:type_name -> webhooks.v1.FanoutReason
-	56, // 57: webhooks.v1.CreatePortalSessionRequest.ttl:type_name -> google.protobuf.Duration
-	5,  // 58: webhooks.v1.CreatePortalSessionRequest.access:type_name -> webhooks.v1.PortalAccess
-	54, // 59: webhooks.v1.CreatePortalSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	7,  // 60: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
-	9,  // 61: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
-	11, // 62: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
-	13, // 63: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
-	15, // 64: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
-	17, // 65: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
-	19, // 66: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
-	21, // 67: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
-	24, // 68: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
-	26, // 69: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
-	28, // 70: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
-	40, // 71: webhooks.v1.EndpointService.ListEvents:input_type -> webhooks.v1.ListEventsRequest
-	42, // 72: webhooks.v1.EndpointService.GetEvent:input_type -> webhooks.v1.GetEventRequest
-	30, // 73: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
-	33, // 74: webhooks.v1.EndpointService.ListAttempts:input_type -> webhooks.v1.ListAttemptsRequest
-	36, // 75: webhooks.v1.EndpointService.GetEndpointStats:input_type -> webhooks.v1.GetEndpointStatsRequest
-	46, // 76: webhooks.v1.EndpointService.CreatePortalSession:input_type -> webhooks.v1.CreatePortalSessionRequest
-	8,  // 77: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
-	10, // 78: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
-	12, // 79: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
-	14, // 80: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
-	16, // 81: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
-	18, // 82: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
-	20, // 83: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
-	23, // 84: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
-	25, // 85: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
-	27, // 86: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
-	29, // 87: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
-	41, // 88: webhooks.v1.EndpointService.ListEvents:output_type -> webhooks.v1.ListEventsResponse
-	43, // 89: webhooks.v1.EndpointService.GetEvent:output_type -> webhooks.v1.GetEventResponse
-	32, // 90: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
-	35, // 91: webhooks.v1.EndpointService.ListAttempts:output_type -> webhooks.v1.ListAttemptsResponse
-	37, // 92: webhooks.v1.EndpointService.GetEndpointStats:output_type -> webhooks.v1.GetEndpointStatsResponse
-	47, // 93: webhooks.v1.EndpointService.CreatePortalSession:output_type -> webhooks.v1.CreatePortalSessionResponse
-	77, // [77:94] is the sub-list for method output_type
-	60, // [60:77] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	57, // 6: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
+	50, // 7: webhooks.v1.Endpoint.labels:type_name -> webhooks.v1.Endpoint.LabelsEntry
+	58, // 8: webhooks.v1.Endpoint.filter:type_name -> google.protobuf.Struct
+	51, // 9: webhooks.v1.ListEndpointsRequest.labels:type_name -> webhooks.v1.ListEndpointsRequest.LabelsEntry
+	6,  // 10: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
+	6,  // 11: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	52, // 12: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
+	0,  // 13: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
+	53, // 14: webhooks.v1.CreateEndpointRequest.labels:type_name -> webhooks.v1.CreateEndpointRequest.LabelsEntry
+	58, // 15: webhooks.v1.CreateEndpointRequest.filter:type_name -> google.protobuf.Struct
+	6,  // 16: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	59, // 17: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
+	54, // 18: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	55, // 19: webhooks.v1.UpdateEndpointRequest.labels:type_name -> webhooks.v1.UpdateEndpointRequest.LabelsEntry
+	58, // 20: webhooks.v1.UpdateEndpointRequest.filter:type_name -> google.protobuf.Struct
+	6,  // 21: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	60, // 22: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	57, // 23: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 24: webhooks.v1.ListDeliveriesRequest.states:type_name -> webhooks.v1.DeliveryState
+	57, // 25: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
+	57, // 26: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,  // 27: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
+	57, // 28: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	57, // 29: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
+	57, // 30: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
+	57, // 31: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
+	2,  // 32: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
+	22, // 33: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
+	22, // 34: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	22, // 35: webhooks.v1.GetDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	57, // 36: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
+	58, // 37: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
+	58, // 38: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
+	31, // 39: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
+	57, // 40: webhooks.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	60, // 41: webhooks.v1.Attempt.duration:type_name -> google.protobuf.Duration
+	3,  // 42: webhooks.v1.Attempt.outcome:type_name -> webhooks.v1.AttemptOutcome
+	2,  // 43: webhooks.v1.Attempt.snooze_reason:type_name -> webhooks.v1.DeliveryWaitReason
+	57, // 44: webhooks.v1.Attempt.snoozed_until:type_name -> google.protobuf.Timestamp
+	34, // 45: webhooks.v1.ListAttemptsResponse.attempts:type_name -> webhooks.v1.Attempt
+	38, // 46: webhooks.v1.GetEndpointStatsResponse.stats:type_name -> webhooks.v1.EndpointStats
+	39, // 47: webhooks.v1.EndpointStats.last_hour:type_name -> webhooks.v1.AttemptStats
+	39, // 48: webhooks.v1.EndpointStats.last_day:type_name -> webhooks.v1.AttemptStats
+	39, // 49: webhooks.v1.EndpointStats.last_week:type_name -> webhooks.v1.AttemptStats
+	60, // 50: webhooks.v1.AttemptStats.latency_p50:type_name -> google.protobuf.Duration
+	60, // 51: webhooks.v1.AttemptStats.latency_p95:type_name -> google.protobuf.Duration
+	57, // 52: webhooks.v1.ListEventsRequest.occurred_after:type_name -> google.protobuf.Timestamp
+	57, // 53: webhooks.v1.ListEventsRequest.occurred_before:type_name -> google.protobuf.Timestamp
+	61, // 54: webhooks.v1.ListEventsResponse.events:type_name -> webhooks.v1.Event
+	61, // 55: webhooks.v1.GetEventResponse.event:type_name -> webhooks.v1.Event
+	22, // 56: webhooks.v1.GetEventResponse.deliveries:type_name -> webhooks.v1.Delivery
+	44, // 57: webhooks.v1.GetEventResponse.fanout:type_name -> webhooks.v1.FanoutDecision
+	45, // 58: webhooks.v1.FanoutDecision.outcomes:type_name -> webhooks.v1.FanoutOutcome
+	4,  // 59: webhooks.v1.FanoutOutcome.reason:type_name -> webhooks.v1.FanoutReason
+	56, // 60: webhooks.v1.FanoutOutcome.details:type_name -> webhooks.v1.FanoutOutcome.DetailsEntry
+	58, // 61: webhooks.v1.TestFilterRequest.filter:type_name -> google.protobuf.Struct
+	61, // 62: webhooks.v1.TestFilterRequest.sample:type_name -> webhooks.v1.Event
+	58, // 63: webhooks.v1.TestFilterResponse.filter:type_name -> google.protobuf.Struct
+	61, // 64: webhooks.v1.TestFilterResponse.event:type_name -> webhooks.v1.Event
+	60, // 65: webhooks.v1.CreatePortalSessionRequest.ttl:type_name -> google.protobuf.Duration
+	5,  // 66: webhooks.v1.CreatePortalSessionRequest.access:type_name -> webhooks.v1.PortalAccess
+	57, // 67: webhooks.v1.CreatePortalSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	7,  // 68: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
+	9,  // 69: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
+	11, // 70: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
+	13, // 71: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
+	15, // 72: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
+	17, // 73: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
+	19, // 74: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
+	21, // 75: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
+	24, // 76: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
+	26, // 77: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
+	28, // 78: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
+	40, // 79: webhooks.v1.EndpointService.ListEvents:input_type -> webhooks.v1.ListEventsRequest
+	42, // 80: webhooks.v1.EndpointService.GetEvent:input_type -> webhooks.v1.GetEventRequest
+	30, // 81: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
+	33, // 82: webhooks.v1.EndpointService.ListAttempts:input_type -> webhooks.v1.ListAttemptsRequest
+	36, // 83: webhooks.v1.EndpointService.GetEndpointStats:input_type -> webhooks.v1.GetEndpointStatsRequest
+	46, // 84: webhooks.v1.EndpointService.TestFilter:input_type -> webhooks.v1.TestFilterRequest
+	48, // 85: webhooks.v1.EndpointService.CreatePortalSession:input_type -> webhooks.v1.CreatePortalSessionRequest
+	8,  // 86: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
+	10, // 87: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
+	12, // 88: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
+	14, // 89: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
+	16, // 90: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
+	18, // 91: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
+	20, // 92: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
+	23, // 93: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
+	25, // 94: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
+	27, // 95: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
+	29, // 96: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
+	41, // 97: webhooks.v1.EndpointService.ListEvents:output_type -> webhooks.v1.ListEventsResponse
+	43, // 98: webhooks.v1.EndpointService.GetEvent:output_type -> webhooks.v1.GetEventResponse
+	32, // 99: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
+	35, // 100: webhooks.v1.EndpointService.ListAttempts:output_type -> webhooks.v1.ListAttemptsResponse
+	37, // 101: webhooks.v1.EndpointService.GetEndpointStats:output_type -> webhooks.v1.GetEndpointStatsResponse
+	47, // 102: webhooks.v1.EndpointService.TestFilter:output_type -> webhooks.v1.TestFilterResponse
+	49, // 103: webhooks.v1.EndpointService.CreatePortalSession:output_type -> webhooks.v1.CreatePortalSessionResponse
+	86, // [86:104] is the sub-list for method output_type
+	68, // [68:86] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_endpoints_proto_init() }
@@ -4200,13 +4520,17 @@ func file_webhooks_v1_endpoints_proto_init() {
 		return
 	}
 	file_webhooks_v1_events_proto_init()
+	file_webhooks_v1_endpoints_proto_msgTypes[40].OneofWrappers = []any{
+		(*TestFilterRequest_EventId)(nil),
+		(*TestFilterRequest_Sample)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_webhooks_v1_endpoints_proto_rawDesc), len(file_webhooks_v1_endpoints_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   48,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

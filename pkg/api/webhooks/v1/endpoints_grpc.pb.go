@@ -35,6 +35,7 @@ const (
 	EndpointService_ListEventTypes_FullMethodName      = "/webhooks.v1.EndpointService/ListEventTypes"
 	EndpointService_ListAttempts_FullMethodName        = "/webhooks.v1.EndpointService/ListAttempts"
 	EndpointService_GetEndpointStats_FullMethodName    = "/webhooks.v1.EndpointService/GetEndpointStats"
+	EndpointService_TestFilter_FullMethodName          = "/webhooks.v1.EndpointService/TestFilter"
 	EndpointService_CreatePortalSession_FullMethodName = "/webhooks.v1.EndpointService/CreatePortalSession"
 )
 
@@ -108,6 +109,13 @@ type EndpointServiceClient interface {
 	// enough for a list page). Any id that is not the owner's endpoint makes
 	// the call NOT_FOUND.
 	GetEndpointStats(ctx context.Context, in *GetEndpointStatsRequest, opts ...grpc.CallOption) (*GetEndpointStatsResponse, error)
+	// TestFilter evaluates a filter against one of the owner's stored events,
+	// or against a sample event, and says whether it would let the event
+	// through and, if not, which condition refused it with what value, as
+	// GetEvent's fanout decision says it. Nothing is delivered or changed.
+	// The filter is checked first as CreateEndpoint checks it: a mistake is
+	// INVALID_ARGUMENT naming the spot (filter.data.statuss).
+	TestFilter(ctx context.Context, in *TestFilterRequest, opts ...grpc.CallOption) (*TestFilterResponse, error)
 	// CreatePortalSession returns a one-time link into the portal, the web
 	// pages on this port (under /portal/) where one owner sees and, with
 	// access "manage", changes its own endpoints, secrets and deliveries. The
@@ -286,6 +294,16 @@ func (c *endpointServiceClient) GetEndpointStats(ctx context.Context, in *GetEnd
 	return out, nil
 }
 
+func (c *endpointServiceClient) TestFilter(ctx context.Context, in *TestFilterRequest, opts ...grpc.CallOption) (*TestFilterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TestFilterResponse)
+	err := c.cc.Invoke(ctx, EndpointService_TestFilter_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *endpointServiceClient) CreatePortalSession(ctx context.Context, in *CreatePortalSessionRequest, opts ...grpc.CallOption) (*CreatePortalSessionResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CreatePortalSessionResponse)
@@ -366,6 +384,13 @@ type EndpointServiceServer interface {
 	// enough for a list page). Any id that is not the owner's endpoint makes
 	// the call NOT_FOUND.
 	GetEndpointStats(context.Context, *GetEndpointStatsRequest) (*GetEndpointStatsResponse, error)
+	// TestFilter evaluates a filter against one of the owner's stored events,
+	// or against a sample event, and says whether it would let the event
+	// through and, if not, which condition refused it with what value, as
+	// GetEvent's fanout decision says it. Nothing is delivered or changed.
+	// The filter is checked first as CreateEndpoint checks it: a mistake is
+	// INVALID_ARGUMENT naming the spot (filter.data.statuss).
+	TestFilter(context.Context, *TestFilterRequest) (*TestFilterResponse, error)
 	// CreatePortalSession returns a one-time link into the portal, the web
 	// pages on this port (under /portal/) where one owner sees and, with
 	// access "manage", changes its own endpoints, secrets and deliveries. The
@@ -431,6 +456,9 @@ func (UnimplementedEndpointServiceServer) ListAttempts(context.Context, *ListAtt
 }
 func (UnimplementedEndpointServiceServer) GetEndpointStats(context.Context, *GetEndpointStatsRequest) (*GetEndpointStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetEndpointStats not implemented")
+}
+func (UnimplementedEndpointServiceServer) TestFilter(context.Context, *TestFilterRequest) (*TestFilterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TestFilter not implemented")
 }
 func (UnimplementedEndpointServiceServer) CreatePortalSession(context.Context, *CreatePortalSessionRequest) (*CreatePortalSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreatePortalSession not implemented")
@@ -744,6 +772,24 @@ func _EndpointService_GetEndpointStats_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EndpointService_TestFilter_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TestFilterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EndpointServiceServer).TestFilter(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EndpointService_TestFilter_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EndpointServiceServer).TestFilter(ctx, req.(*TestFilterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _EndpointService_CreatePortalSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreatePortalSessionRequest)
 	if err := dec(in); err != nil {
@@ -832,6 +878,10 @@ var EndpointService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetEndpointStats",
 			Handler:    _EndpointService_GetEndpointStats_Handler,
+		},
+		{
+			MethodName: "TestFilter",
+			Handler:    _EndpointService_TestFilter_Handler,
 		},
 		{
 			MethodName: "CreatePortalSession",
