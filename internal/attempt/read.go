@@ -85,6 +85,9 @@ type Counts struct {
 	// Latency is the histogram over LatencyBounds of every attempt that sent
 	// a request.
 	Latency [LatencyBuckets]int64
+	// Filtered counts the events the endpoint's filter kept from it: no
+	// attempt, and in none of the counts above.
+	Filtered int64
 }
 
 // Failures is every attempt that was not a success.
@@ -143,7 +146,7 @@ WITH w(n, span, since) AS (
            (1, 3600, date_trunc('hour', $2::timestamptz) - interval '23 hours'),
            (2, 3600, date_trunc('hour', $2::timestamptz) - interval '167 hours')
 )
-SELECT s.endpoint_id, w.n, ` + strings.Join(sums, ", ") + `
+SELECT s.endpoint_id, w.n, ` + strings.Join(sums, ", ") + `, sum(s.filtered)::bigint
   FROM w JOIN endpoint_stats s ON s.span = w.span AND s.bucket >= w.since AND s.bucket <= $2::timestamptz
  WHERE s.endpoint_id = ANY($1::uuid[])
  GROUP BY s.endpoint_id, w.n`
@@ -173,6 +176,7 @@ func Stats(ctx context.Context, pool *pgxpool.Pool, ids []uuid.UUID, now time.Ti
 		for i := range c.Latency {
 			dest = append(dest, &c.Latency[i])
 		}
+		dest = append(dest, &c.Filtered)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("endpoint stats: %w", err)
 		}

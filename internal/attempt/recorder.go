@@ -64,6 +64,9 @@ type Recorder struct {
 
 	mu  sync.Mutex
 	buf []Attempt
+	// filtered counts the events filters kept from endpoints, per bucket,
+	// until they are written with the next batch (CountFiltered).
+	filtered map[bucketKey]int64
 	// bytes is the Size of the attempts in buf.
 	bytes   int
 	dropped int
@@ -127,6 +130,40 @@ func (r *Recorder) Record(a Attempt) {
 	}
 }
 
+// MaxFilteredBuckets bounds the buckets of filtered counts held while the
+// database cannot take them (two per endpoint and minute); beyond it new
+// counts are dropped, like attempts beyond MaxBuffered.
+const MaxFilteredBuckets = 100_000
+
+// CountFiltered counts one event that the filters of endpointIDs (canonical
+// UUIDs; others are ignored) kept from them, at time at, in their
+// endpoint_stats buckets: written with the next batch of attempts, as the
+// attempts are, and never blocking on the database.
+func (r *Recorder) CountFiltered(endpointIDs []string, at time.Time) {
+	if len(endpointIDs) == 0 {
+		return
+	}
+	at = at.UTC()
+	minute, hour := at.Truncate(time.Minute), at.Truncate(time.Hour)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.filtered == nil {
+		r.filtered = make(map[bucketKey]int64)
+	}
+	for _, s := range endpointIDs {
+		id, err := uuid.Parse(s)
+		if err != nil {
+			continue
+		}
+		for _, k := range []bucketKey{{endpoint: id, span: SpanMinute, start: minute}, {endpoint: id, span: SpanHour, start: hour}} {
+			if _, ok := r.filtered[k]; !ok && len(r.filtered) >= MaxFilteredBuckets {
+				continue
+			}
+			r.filtered[k]++
+		}
+	}
+}
+
 // Run writes buffered attempts every FlushInterval, and a full batch as soon
 // as MaxBatch are waiting, until ctx ends, then writes what is left, for at
 // most 10 s. The composition root cancels ctx once River has stopped, so
@@ -186,15 +223,21 @@ func (r *Recorder) flush(ctx context.Context, fullOnly bool) error {
 		r.bytes -= sizeOf(batch)
 		dropped := r.dropped
 		r.dropped = 0
+		// Filtered counts go with a batch of attempts, or alone at a tick.
+		var filtered map[bucketKey]int64
+		if n > 0 || !fullOnly {
+			filtered, r.filtered = r.filtered, nil
+		}
 		r.mu.Unlock()
 		if dropped > 0 {
 			r.logger.WarnContext(ctx, "attempt history: dropped attempts the database could not take in time", slog.Int("count", dropped))
 		}
-		if n == 0 {
+		if n == 0 && len(filtered) == 0 {
 			return nil
 		}
-		if err := write(ctx, r.pool, batch); err != nil {
+		if err := write(ctx, r.pool, batch, filtered); err != nil {
 			r.mu.Lock()
+			r.restoreFiltered(filtered)
 			r.buf = append(batch, r.buf...)
 			r.bytes += sizeOf(batch)
 			over := max(len(r.buf)-r.cfg.MaxBuffered, 0)
@@ -217,6 +260,21 @@ func (r *Recorder) flush(ctx context.Context, fullOnly bool) error {
 		}
 	}
 	return nil
+}
+
+// restoreFiltered puts back counts a failed write took; r.mu is held.
+func (r *Recorder) restoreFiltered(filtered map[bucketKey]int64) {
+	if len(filtered) == 0 {
+		return
+	}
+	if r.filtered == nil {
+		r.filtered = make(map[bucketKey]int64, len(filtered))
+	}
+	for k, n := range filtered {
+		if _, ok := r.filtered[k]; ok || len(r.filtered) < MaxFilteredBuckets {
+			r.filtered[k] += n
+		}
+	}
 }
 
 // DefaultMaxBufferedBytes is RecorderConfig.MaxBufferedBytes's default.
@@ -315,11 +373,11 @@ WITH a AS (
     SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::uuid[], $5::text[], $6::timestamptz[], $7::bigint[],
                          $8::text[], $9::int[], $10::text[], $11::text[], $17::text[], $12::timestamptz[], $18::int[], $19::bool[])
 )
-INSERT INTO endpoint_stats (endpoint_id, span, bucket, ` + strings.Join(cols, ", ") + `)
-SELECT g.endpoint_id, g.span, g.bucket, ` + strings.Join(sel, ", ") + `
+INSERT INTO endpoint_stats (endpoint_id, span, bucket, ` + strings.Join(cols, ", ") + `, filtered)
+SELECT g.endpoint_id, g.span, g.bucket, ` + strings.Join(sel, ", ") + `, ($20::bigint[])[g.n]
   FROM unnest($13::uuid[], $14::int[], $15::timestamptz[]) WITH ORDINALITY AS g(endpoint_id, span, bucket, n)
  ORDER BY g.n
-    ON CONFLICT (endpoint_id, span, bucket) DO UPDATE SET ` + strings.Join(set, ", ")
+    ON CONFLICT (endpoint_id, span, bucket) DO UPDATE SET ` + strings.Join(set, ", ") + `, filtered = endpoint_stats.filtered + excluded.filtered`
 }()
 
 // execer is a pool or one of its connections.
@@ -327,16 +385,16 @@ type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// write records one batch.
-func write(ctx context.Context, db execer, batch []Attempt) error {
-	if _, err := db.Exec(ctx, writeSQL, writeArgs(batch)...); err != nil {
+// write records one batch, and the filtered counts given (nil for none).
+func write(ctx context.Context, db execer, batch []Attempt, filtered map[bucketKey]int64) error {
+	if _, err := db.Exec(ctx, writeSQL, writeArgs(batch, filtered)...); err != nil {
 		return fmt.Errorf("record %d attempts: %w", len(batch), err)
 	}
 	return nil
 }
 
-// writeArgs are writeSQL's arguments for batch.
-func writeArgs(batch []Attempt) []any {
+// writeArgs are writeSQL's arguments for batch and filtered.
+func writeArgs(batch []Attempt, filtered map[bucketKey]int64) []any {
 	n := len(batch)
 	var (
 		deliveries = make([]int64, n)
@@ -375,6 +433,11 @@ func writeArgs(batch []Attempt) []any {
 			c.add(a)
 		}
 	}
+	for k := range filtered {
+		if buckets[k] == nil {
+			buckets[k] = new(counters)
+		}
+	}
 	keys := make([]bucketKey, 0, len(buckets))
 	for k := range buckets {
 		keys = append(keys, k)
@@ -387,11 +450,13 @@ func writeArgs(batch []Attempt) []any {
 		bSpans     = make([]int32, len(keys))
 		bStarts    = make([]time.Time, len(keys))
 		bCounts    = make([]int64, 0, len(keys)*counterColumns)
+		bFiltered  = make([]int64, len(keys))
 	)
 	for i, k := range keys {
 		bEndpoints[i], bSpans[i], bStarts[i] = k.endpoint, k.span, k.start
 		bCounts = append(bCounts, buckets[k][:]...)
+		bFiltered[i] = filtered[k]
 	}
 	return []any{deliveries, numbers, owners, endpoints, events, starts, durations,
-		outcomes, statuses, bodies, errs, until, bEndpoints, bSpans, bStarts, bCounts, reasons, probes, probe}
+		outcomes, statuses, bodies, errs, until, bEndpoints, bSpans, bStarts, bCounts, reasons, probes, probe, bFiltered}
 }

@@ -68,7 +68,7 @@ func benchmarkWrite(b *testing.B, batch int) {
 		b.Fatal(err)
 	}
 	// Warm: the bucket rows exist, the statement is prepared.
-	if err := write(ctx, conn, next(batch)); err != nil {
+	if err := write(ctx, conn, next(batch), nil); err != nil {
 		b.Fatal(err)
 	}
 	wal0, pg0 := position(ctx, b, db)
@@ -78,7 +78,7 @@ func benchmarkWrite(b *testing.B, batch int) {
 		b.StopTimer()
 		as := next(min(batch, b.N-done))
 		b.StartTimer()
-		if err := write(ctx, conn, as); err != nil {
+		if err := write(ctx, conn, as, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -191,7 +191,8 @@ func paramsHash(p CreateParams) []byte {
 		Name        string            `json:"name,omitempty"`
 		Labels      map[string]string `json:"labels,omitempty"`
 		MaxInFlight int32             `json:"max_in_flight,omitempty"`
-	}{p.URL, p.Description, p.EventTypes, p.EmbedID, p.Headers, scheme, p.MaxPerSecond, p.Ordered, p.Name, p.Labels, inFlightKey(p.MaxInFlight)})
+		Filter      string            `json:"filter,omitempty"`
+	}{p.URL, p.Description, p.EventTypes, p.EmbedID, p.Headers, scheme, p.MaxPerSecond, p.Ordered, p.Name, p.Labels, inFlightKey(p.MaxInFlight), string(p.Filter)})
 	sum := sha256.Sum256(b)
 	return sum[:]
 }

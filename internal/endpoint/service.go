@@ -20,6 +20,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
+	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -59,6 +60,9 @@ type ServiceConfig struct {
 	MaxEndpointsPerOwner int
 	// RequireHTTPS refuses http:// endpoint URLs.
 	RequireHTTPS bool
+	// Catalog is the event catalog filters are checked against (the one
+	// the fanout delivers with); nil means catalog.Default().
+	Catalog *catalog.Catalog
 }
 
 // Service is the endpoint operations with their rules: every request is
@@ -91,6 +95,9 @@ func NewService(cfg ServiceConfig, pool *pgxpool.Pool, riverClient *river.Client
 	if cfg.MaxEndpointsPerOwner == 0 {
 		cfg.MaxEndpointsPerOwner = DefaultMaxEndpointsPerOwner
 	}
+	if cfg.Catalog == nil {
+		cfg.Catalog = catalog.Default()
+	}
 	return &Service{
 		cfg:       cfg,
 		logger:    logger,
@@ -100,6 +107,7 @@ func NewService(cfg ServiceConfig, pool *pgxpool.Pool, riverClient *river.Client
 		val: &validator{
 			policy:       egress.Policy{AllowCIDRs: slices.Clone(cfg.AllowCIDRs)},
 			requireHTTPS: cfg.RequireHTTPS,
+			catalog:      cfg.Catalog,
 		},
 	}
 }
@@ -222,7 +230,9 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (Created, error) {
 	s.val.ownerID(&v, p.OwnerID)
 	s.val.url(&v, p.URL)
 	s.val.description(&v, p.Description)
+	before := len(v)
 	s.val.eventTypes(&v, p.EventTypes)
+	typesOK := len(v) == before
 	s.val.embedID(&v, p.EmbedID)
 	s.val.headers(&v, p.Headers)
 	switch p.SigningScheme {
@@ -236,6 +246,16 @@ func (s *Service) Create(ctx context.Context, p CreateParams) (Created, error) {
 	s.val.name(&v, p.Name)
 	if p.Labels != nil {
 		p.Labels = s.val.labels(&v, p.Labels, MaxLabels)
+	}
+	f := s.val.parseFilter(&v, p.Filter)
+	p.Filter = nil
+	if !f.Empty() {
+		// Checked against the schemas of the types it subscribes to, when
+		// they are valid.
+		if typesOK {
+			s.val.checkFilter(&v, f, p.EventTypes)
+		}
+		p.Filter = f.JSON()
 	}
 	if err := v.err(); err != nil {
 		return Created{}, err
@@ -269,7 +289,7 @@ const (
 )
 
 // updatePaths lists the paths, for messages.
-const updatePaths = "url, description, event_types, embed_id, enabled, headers, max_per_second, max_in_flight, ordered, name, labels"
+const updatePaths = "url, description, event_types, embed_id, enabled, headers, max_per_second, max_in_flight, ordered, name, labels, filter"
 
 // UpdateRequest changes the fields its Paths name (PathURL, …) to the values
 // given; the others are ignored.
@@ -294,6 +314,9 @@ type UpdateRequest struct {
 	// label; empty removes them all).
 	Name   string
 	Labels map[string]string
+	// Filter is the filter's JSON text, for PathFilter; nil or {} removes
+	// it.
+	Filter []byte
 }
 
 // Update changes an endpoint. Re-enabling a disabled endpoint clears its
@@ -343,6 +366,13 @@ func (s *Service) Update(ctx context.Context, r UpdateRequest) (*Endpoint, error
 			p.Name = new(r.Name)
 		case PathLabels:
 			p.Labels = s.val.labels(&v, r.Labels, MaxLabels)
+		case PathFilter:
+			// Checked below, against the event types it will go with.
+			text := ""
+			if f := s.val.parseFilter(&v, r.Filter); !f.Empty() {
+				text = string(f.JSON())
+			}
+			p.Filter = &text
 		default:
 			v.add(FieldUpdateMask+".paths["+strconv.Itoa(i)+"]",
 				"unknown path: must be one of "+updatePaths)
@@ -350,6 +380,28 @@ func (s *Service) Update(ctx context.Context, r UpdateRequest) (*Endpoint, error
 	}
 	if err := v.err(); err != nil {
 		return nil, err
+	}
+	// A filter is checked against the schemas of the types the endpoint
+	// subscribes to: when only one of the two changes, against the other
+	// as stored, read and locked in the update's transaction.
+	switch {
+	case p.Filter != nil && p.EventTypes != nil:
+		s.val.filterAgainst(&v, *p.Filter, p.EventTypes, "")
+		if err := v.err(); err != nil {
+			return nil, err
+		}
+	case p.Filter != nil:
+		p.check = func(globs []string, _ string) error {
+			var v violations
+			s.val.filterAgainst(&v, *p.Filter, globs, "")
+			return v.err()
+		}
+	case p.EventTypes != nil:
+		p.check = func(_ []string, stored string) error {
+			var v violations
+			s.val.filterAgainst(&v, stored, p.EventTypes, "does not fit the new event_types: ")
+			return v.err()
+		}
 	}
 	e, err := s.store.Update(ctx, r.OwnerID, id, p)
 	if err != nil {

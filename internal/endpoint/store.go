@@ -77,6 +77,9 @@ type Endpoint struct {
 	// pairs (never nil).
 	Name   string
 	Labels map[string]string
+	// Filter is the endpoint's filter in canonical JSON (internal/filter),
+	// nil for none.
+	Filter []byte
 }
 
 // Store reads and writes webhook_endpoints. Every method is scoped to an
@@ -99,7 +102,7 @@ const endpointColumns = `id, owner_id, url, description, event_types, coalesce(e
        CASE WHEN paused_until > now() THEN paused_until END,
        CASE WHEN paused_until > now() THEN coalesce(pause_reason, '') ELSE '' END,
        coalesce(max_per_second, 0), ordered, name, labels, max_in_flight,
-       CASE WHEN failing_since IS NOT NULL AND enabled THEN probe_at END`
+       CASE WHEN failing_since IS NOT NULL AND enabled THEN probe_at END, filter`
 
 func scanEndpoint(row pgx.Row) (*Endpoint, error) {
 	var e Endpoint
@@ -107,7 +110,7 @@ func scanEndpoint(row pgx.Row) (*Endpoint, error) {
 		&e.DisabledReason, &e.FailingSince, &e.PreviousSecretExpiresAt, &e.HeaderNames,
 		&e.SigningScheme, &e.PublicKey, &e.PreviousPublicKey, &e.CreatedAt, &e.UpdatedAt,
 		&e.PausedUntil, &e.PauseReason, &e.MaxPerSecond, &e.Ordered, &e.Name, &e.Labels, &e.MaxInFlight,
-		&e.NextProbeAt)
+		&e.NextProbeAt, &e.Filter)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -185,6 +188,9 @@ type CreateParams struct {
 	Name      string
 	// Labels: nil for none.
 	Labels map[string]string
+	// Filter: the filter in canonical JSON (Service.Create checks it); nil
+	// for none.
+	Filter []byte
 }
 
 // Create stores a new enabled endpoint with a fresh secret and returns it with
@@ -276,10 +282,10 @@ func (s *Store) createOnce(ctx context.Context, p CreateParams, maxPerOwner int)
 		var err error
 		e, err = scanEndpoint(tx.QueryRow(ctx, `
 INSERT INTO webhook_endpoints (id, owner_id, url, description, event_types, secret_enc, embed_id, header_names, headers_enc,
-                               signing_scheme, public_key, max_per_second, ordered, name, labels, max_in_flight)
-VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9, $10, nullif($11, ''), nullif($12, 0), $13, $14, $15, greatest($16::integer, 1))
+                               signing_scheme, public_key, max_per_second, ordered, name, labels, max_in_flight, filter)
+VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), $8, $9, $10, nullif($11, ''), nullif($12, 0), $13, $14, $15, greatest($16::integer, 1), nullif($17::text, ''))
 RETURNING `+endpointColumns, id, p.OwnerID, p.URL, p.Description, p.EventTypes, sealed, p.EmbedID,
-			headerNames(hs), sealedHeaders, scheme, publicKey, p.MaxPerSecond, p.Ordered, p.Name, labelsOrEmpty(p.Labels), p.MaxInFlight))
+			headerNames(hs), sealedHeaders, scheme, publicKey, p.MaxPerSecond, p.Ordered, p.Name, labelsOrEmpty(p.Labels), p.MaxInFlight, string(p.Filter)))
 		if err != nil || p.RequestID == "" {
 			return err
 		}
@@ -309,6 +315,13 @@ type UpdateParams struct {
 	Ordered     *bool
 	Name        *string
 	Labels      map[string]string // nil: unchanged; empty: none
+	// Filter: the new filter in canonical JSON; "" removes it.
+	Filter *string
+
+	// check, when set, is called in the update's transaction with the
+	// endpoint's event types and filter as stored ("" for none), locked
+	// against concurrent updates; an error from it is the update's.
+	check func(globs []string, filter string) error
 }
 
 // Update changes the given fields of owner's endpoint id. Enabling clears the
@@ -324,9 +337,48 @@ func (s *Store) Update(ctx context.Context, owner string, id uuid.UUID, p Update
 	if err != nil {
 		return nil, fmt.Errorf("update endpoint: %w", err)
 	}
+	update := func(q querier) (*Endpoint, error) {
+		return s.update(ctx, q, owner, id, p, enable, disable, sealedHeaders)
+	}
+	var e *Endpoint
+	if p.check == nil {
+		e, err = update(s.pool)
+	} else {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			globs, stored, err := currentSubscription(ctx, tx, owner, id)
+			if err != nil {
+				return err
+			}
+			if err := p.check(globs, deref(stored)); err != nil {
+				return err
+			}
+			e, err = update(tx)
+			return err
+		})
+	}
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.ConstraintName == orderedInFlightConstraint {
+		// The change would leave an ordered endpoint with more than one
+		// delivery in flight: name the field the caller changed.
+		field := FieldMaxInFlight
+		if p.MaxInFlight == nil {
+			field = FieldOrdered
+		}
+		return nil, &ValidationError{Violations: []FieldViolation{{Field: field, Description: errOrderedInFlight}}}
+	}
+	if _, ok := errors.AsType[*ValidationError](err); ok {
+		return nil, err
+	}
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("update endpoint: %w", err)
+	}
+	return e, err
+}
+
+// update runs Update's statement on q.
+func (s *Store) update(ctx context.Context, q querier, owner string, id uuid.UUID, p UpdateParams, enable, disable bool, sealedHeaders []byte) (*Endpoint, error) {
 	// One statement with flags rather than SQL built per mask: every path is
 	// the same plan, and a field not in the mask can never be touched by it.
-	e, err := scanEndpoint(s.pool.QueryRow(ctx, `
+	return scanEndpoint(q.QueryRow(ctx, `
 UPDATE webhook_endpoints
    SET url             = CASE WHEN $3::boolean THEN $4::text ELSE url END,
        description     = CASE WHEN $5::boolean THEN $6::text ELSE description END,
@@ -348,6 +400,7 @@ UPDATE webhook_endpoints
        name            = CASE WHEN $21::boolean THEN $22::text ELSE name END,
        labels          = CASE WHEN $23::boolean THEN $24::jsonb ELSE labels END,
        max_in_flight   = CASE WHEN $25::boolean THEN $26::integer ELSE max_in_flight END,
+       filter          = CASE WHEN $27::boolean THEN nullif($28::text, '') ELSE filter END,
        updated_at      = now()
  WHERE id = $1 AND owner_id = $2
 RETURNING `+endpointColumns,
@@ -362,20 +415,8 @@ RETURNING `+endpointColumns,
 		p.Ordered != nil, derefOr(p.Ordered, false),
 		p.Name != nil, deref(p.Name),
 		p.Labels != nil, labelsOrEmpty(p.Labels),
-		p.MaxInFlight != nil, derefOr(p.MaxInFlight, 1)))
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.ConstraintName == orderedInFlightConstraint {
-		// The change would leave an ordered endpoint with more than one
-		// delivery in flight: name the field the caller changed.
-		field := FieldMaxInFlight
-		if p.MaxInFlight == nil {
-			field = FieldOrdered
-		}
-		return nil, &ValidationError{Violations: []FieldViolation{{Field: field, Description: errOrderedInFlight}}}
-	}
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return nil, fmt.Errorf("update endpoint: %w", err)
-	}
-	return e, err
+		p.MaxInFlight != nil, derefOr(p.MaxInFlight, 1),
+		p.Filter != nil, deref(p.Filter)))
 }
 
 // orderedInFlightConstraint refuses an ordered endpoint with max_in_flight

@@ -12,6 +12,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -85,6 +86,8 @@ func (v *violations) err() error {
 type validator struct {
 	policy       egress.Policy
 	requireHTTPS bool
+	// catalog is what filters are checked against.
+	catalog *catalog.Catalog
 }
 
 // ownerID applies the event package's rule: one definition of a valid owner.

@@ -75,7 +75,7 @@ func attemptStatsProto(c *attempt.Counts) *webhooksv1.AttemptStats {
 	p := &webhooksv1.AttemptStats{
 		Attempts: c.Attempts, Successes: c.Successes, Failures: c.Failures(),
 		Http_4Xx: c.HTTP4xx, Http_5Xx: c.HTTP5xx, HttpOther: c.HTTPOther, Timeouts: c.Timeouts,
-		ConnectionErrors: c.Connection, Blocked: c.Blocked, RetryAfter: c.RetryAfter,
+		ConnectionErrors: c.Connection, Blocked: c.Blocked, RetryAfter: c.RetryAfter, Filtered: c.Filtered,
 	}
 	if c.Attempts > c.Blocked {
 		p.LatencyP50, p.LatencyP95 = durationpb.New(c.Percentile(0.5)), durationpb.New(c.Percentile(0.95))

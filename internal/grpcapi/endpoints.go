@@ -100,6 +100,10 @@ func (s *endpointServer) GetEndpoint(ctx context.Context, req *webhooksv1.GetEnd
 
 // CreateEndpoint implements webhooksv1.EndpointServiceServer.
 func (s *endpointServer) CreateEndpoint(ctx context.Context, req *webhooksv1.CreateEndpointRequest) (*webhooksv1.CreateEndpointResponse, error) {
+	filter, err := filterJSON(req.GetFilter())
+	if err != nil {
+		return nil, err
+	}
 	c, err := s.svc.Create(ctx, endpoint.CreateParams{
 		OwnerID:     req.GetOwnerId(),
 		URL:         req.GetUrl(),
@@ -117,6 +121,7 @@ func (s *endpointServer) CreateEndpoint(ctx context.Context, req *webhooksv1.Cre
 		Name:         req.GetName(),
 		Labels:       req.GetLabels(),
 		RequestID:    req.GetRequestId(),
+		Filter:       filter,
 	})
 	if err != nil {
 		return nil, s.fail(ctx, "create", req.GetOwnerId(), err)
@@ -126,6 +131,10 @@ func (s *endpointServer) CreateEndpoint(ctx context.Context, req *webhooksv1.Cre
 
 // UpdateEndpoint implements webhooksv1.EndpointServiceServer.
 func (s *endpointServer) UpdateEndpoint(ctx context.Context, req *webhooksv1.UpdateEndpointRequest) (*webhooksv1.UpdateEndpointResponse, error) {
+	filter, err := filterJSON(req.GetFilter())
+	if err != nil {
+		return nil, err
+	}
 	e, err := s.svc.Update(ctx, endpoint.UpdateRequest{
 		OwnerID:     req.GetOwnerId(),
 		ID:          req.GetEndpointId(),
@@ -142,6 +151,7 @@ func (s *endpointServer) UpdateEndpoint(ctx context.Context, req *webhooksv1.Upd
 		Ordered:      req.GetOrdered(),
 		Name:         req.GetName(),
 		Labels:       req.GetLabels(),
+		Filter:       filter,
 	})
 	if err != nil {
 		return nil, s.fail(ctx, "update", req.GetOwnerId(), err)
@@ -223,6 +233,7 @@ func toProto(e *endpoint.Endpoint) *webhooksv1.Endpoint {
 		Ordered:      e.Ordered,
 		Name:         e.Name,
 		Labels:       e.Labels,
+		Filter:       filterProto(e.Filter),
 	}
 	if e.SigningScheme == endpoint.SchemeV1a {
 		out.SignatureScheme = webhooksv1.SignatureScheme_SIGNATURE_SCHEME_V1A

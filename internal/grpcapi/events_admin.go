@@ -72,13 +72,22 @@ func fanoutToProto(rec *decision.Record) *webhooksv1.FanoutDecision {
 	out.Recorded = true
 	out.Endpoints = int32(min(rec.Endpoints(), math.MaxInt32))
 	for _, o := range rec.Outcomes {
-		out.Outcomes = append(out.Outcomes, &webhooksv1.FanoutOutcome{
+		po := &webhooksv1.FanoutOutcome{
 			Reason:      fanoutReasons[o.Reason],
 			Delivered:   o.Reason.Delivered(),
 			Count:       int32(min(o.Count, math.MaxInt32)),
 			EndpointIds: o.EndpointIDs,
 			Description: fanoutDescription(o.Reason),
-		})
+		}
+		for i, note := range o.Notes {
+			if note != "" && i < len(o.EndpointIDs) {
+				if po.Details == nil {
+					po.Details = make(map[string]string, len(o.Notes))
+				}
+				po.Details[o.EndpointIDs[i]] = note
+			}
+		}
+		out.Outcomes = append(out.Outcomes, po)
 	}
 	slices.SortStableFunc(out.Outcomes, func(a, b *webhooksv1.FanoutOutcome) int {
 		switch {
@@ -108,6 +117,7 @@ var fanoutReasons = map[decision.Reason]webhooksv1.FanoutReason{
 	decision.HandedOff:       webhooksv1.FanoutReason_FANOUT_REASON_DELIVERY_HANDED_OFF,
 	decision.CoolingDown:     webhooksv1.FanoutReason_FANOUT_REASON_DELIVERY_COOLING_DOWN,
 	decision.Paused:          webhooksv1.FanoutReason_FANOUT_REASON_DELIVERY_PAUSED,
+	decision.Filtered:        webhooksv1.FanoutReason_FANOUT_REASON_FILTERED,
 }
 
 // fanoutDescription is FanoutOutcome.description.
@@ -137,6 +147,8 @@ func fanoutDescription(r decision.Reason) string {
 		return "Delivery queued behind the failing endpoint's cool-down."
 	case decision.Paused:
 		return "Delivery queued for the end of the receiver's pause."
+	case decision.Filtered:
+		return "The endpoint's filter refused the event: see details for the condition that failed."
 	default:
 		return "Recorded by a newer dispatcher: " + r.String() + "."
 	}
