@@ -93,17 +93,17 @@ func statsFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) e
 			return printJSON(c.stdout, resp)
 		}
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ENDPOINT\tWINDOW\tATTEMPTS\tOK\tFAILED\t4XX\t5XX\tOTHER\tTIMEOUT\tCONN\tBLOCKED\tRETRY-AFTER\tP50\tP95")
+		fmt.Fprintln(tw, "ENDPOINT\tWINDOW\tATTEMPTS\tOK\tFAILED\t4XX\t5XX\tOTHER\tTIMEOUT\tCONN\tBLOCKED\tRETRY-AFTER\tP50\tP95\tFILTERED")
 		for _, st := range resp.GetStats() {
 			for _, w := range []struct {
 				name string
 				s    *webhooksv1.AttemptStats
 			}{{"1h", st.GetLastHour()}, {"24h", st.GetLastDay()}, {"7d", st.GetLastWeek()}} {
 				s := w.s
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", st.GetEndpointId(), w.name,
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\n", st.GetEndpointId(), w.name,
 					s.GetAttempts(), s.GetSuccesses(), s.GetFailures(), s.GetHttp_4Xx(), s.GetHttp_5Xx(), s.GetHttpOther(),
 					s.GetTimeouts(), s.GetConnectionErrors(), s.GetBlocked(), s.GetRetryAfter(),
-					fmtDuration(s.GetLatencyP50()), fmtDuration(s.GetLatencyP95()))
+					fmtDuration(s.GetLatencyP50()), fmtDuration(s.GetLatencyP95()), s.GetFiltered())
 			}
 		}
 		return tw.Flush()

@@ -43,6 +43,7 @@ var endpointCommands = []endpointCommand{
 	{"retry-delivery", "<delivery id>", "run one scheduled delivery now (its backoff or Retry-After cut short)", retryDeliveryFlags},
 	{"attempts", "<delivery id>", "list a delivery's attempts, newest first (status, duration, error, body)", attemptsFlags},
 	{"stats", "", "attempts, failures by class and latency per endpoint, last hour/day/week", statsFlags},
+	{"test-filter", "", "evaluate a filter (--filter, or --endpoint's) against a stored event (--event) or a sample (--type, --subject, --data), delivering nothing", testFilterFlags},
 }
 
 func endpointsUsageLines() []usageLine {
@@ -208,6 +209,8 @@ func createFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 	name := fs.String("name", "", "a short name for people (not unique)")
 	var labels labelsFlag
 	fs.Var(&labels, "label", "a label key=value, repeatable or comma-separated (env=prod,team=billing)")
+	var flt filterFlag
+	fs.Var(&flt, "filter", filterFlagUsage)
 	return func(ctx context.Context, c *endpointsCmd, _ string) error {
 		var protoScheme webhooksv1.SignatureScheme
 		switch *scheme {
@@ -229,6 +232,7 @@ func createFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 			OwnerId: c.conn.owner, Url: *url, Description: *description, EventTypes: types, EmbedId: *embedID,
 			Headers: headers, SignatureScheme: protoScheme, MaxPerSecond: clampInt32(*maxPerSecond), Ordered: *ordered,
 			MaxInFlight: clampInt32(*maxInFlight), RequestId: *requestID, Name: *name, Labels: labels.m,
+			Filter: flt.st,
 		})
 		if err != nil {
 			return err
@@ -266,6 +270,8 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 	name := fs.String("name", "", "new name")
 	var labels labelsFlag
 	fs.Var(&labels, "label", `replace the labels with these key=value pairs, repeatable or comma-separated (--label "" removes them all)`)
+	var flt filterFlag
+	fs.Var(&flt, "filter", filterFlagUsage+` (--filter "" removes it)`)
 	return func(ctx context.Context, c *endpointsCmd, id string) error {
 		req := &webhooksv1.UpdateEndpointRequest{OwnerId: c.conn.owner, EndpointId: id, UpdateMask: &fieldmaskpb.FieldMask{}}
 		var err error
@@ -306,6 +312,9 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 			case "label":
 				req.Labels = labels.m
 				req.UpdateMask.Paths = append(req.UpdateMask.Paths, "labels")
+			case "filter":
+				req.Filter = flt.st
+				req.UpdateMask.Paths = append(req.UpdateMask.Paths, "filter")
 			case "enable", "disable":
 				if *enable && *disable {
 					err = errors.New("--enable and --disable exclude each other")
@@ -322,7 +331,7 @@ func updateFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) 
 			return err
 		}
 		if len(req.UpdateMask.Paths) == 0 {
-			return errors.New("nothing to update: give at least one of --url, --description, --event-types, --embed-id, --max-per-second, --ordered, --enable, --disable, --headers-file, --name, --label")
+			return errors.New("nothing to update: give at least one of --url, --description, --event-types, --embed-id, --max-per-second, --ordered, --enable, --disable, --headers-file, --name, --label, --filter")
 		}
 		resp, err := c.client.UpdateEndpoint(ctx, req)
 		if err != nil {
@@ -463,6 +472,9 @@ func printEndpoint(w io.Writer, ep *webhooksv1.Endpoint) error {
 	}
 	if names := ep.GetHeaderNames(); len(names) > 0 {
 		fmt.Fprintf(tw, "custom headers:\t%s (values sealed, never shown)\n", strings.Join(names, ", "))
+	}
+	if f := ep.GetFilter(); f != nil && len(f.GetFields()) > 0 {
+		fmt.Fprintf(tw, "filter:\t%s\n", filterText(f))
 	}
 	fmt.Fprintf(tw, "status:\t%s\n", endpointStatus(ep))
 	printControls(tw, ep)

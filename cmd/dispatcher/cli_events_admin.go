@@ -144,10 +144,23 @@ func printFanout(w io.Writer, f *webhooksv1.FanoutDecision) error {
 	}
 	fmt.Fprintf(w, "where it went (the owner's %d endpoints when it was fanned out):\n", f.GetEndpoints())
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "OUTCOME\tENDPOINT")
+	header := "OUTCOME\tENDPOINT"
+	for _, o := range f.GetOutcomes() {
+		if len(o.GetDetails()) > 0 {
+			header += "\tWHY"
+			break
+		}
+	}
+	fmt.Fprintln(tw, header)
 	for _, o := range f.GetOutcomes() {
 		label := fanoutLabel(o.GetReason())
 		for _, id := range o.GetEndpointIds() {
+			if why := o.GetDetails()[id]; why != "" {
+				// The event's own values, quoted: kept from driving the
+				// terminal.
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", label, id, printable(why))
+				continue
+			}
 			fmt.Fprintf(tw, "%s\t%s\n", label, id)
 		}
 		if more := int(o.GetCount()) - len(o.GetEndpointIds()); more > 0 {

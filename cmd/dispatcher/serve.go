@@ -42,6 +42,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/fanout"
+	"github.com/standmeet/webhook-dispatcher/internal/filter"
 	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
 	"github.com/standmeet/webhook-dispatcher/internal/httpapi"
 	"github.com/standmeet/webhook-dispatcher/internal/inflight"
@@ -206,8 +207,14 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	}
 	member := partition.New(memberCfg, pool, nil, logger)
 
+	// Endpoint filters are parsed once per process, whichever fanout meets
+	// them first; the events they keep back are counted in the endpoint
+	// stats beside the attempts.
+	filterCache := filter.NewCache(0)
+	warnBrokenFilters(ctx, pool, cfg.Catalog, logger)
+
 	workers := river.NewWorkers()
-	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), member.Active, m, logger))
+	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), member.Active, m, logger).WithFilters(filterCache, attempts))
 	river.AddWorker(workers, deliverWorker)
 	river.AddWorker(workers, retention.NewWorker(pool, logger))
 
@@ -249,7 +256,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	// most of them waiting for their endpoint's turn).
 	direct := deliverWorker.NewDirect(delivery.DirectConfig{Works: member.Works, Member: member.ID(), Limit: cfg.HandoffLimit, LimitBytes: int64(cfg.HandoffMemoryMB) << 20, Middleware: traces.RiverMiddleware()})
 	store := ingest.NewStore(ingest.StoreConfig{
-		Fanout:        fanout.NewInline(decider.Func(), member.Active, m).WithHandoff(direct),
+		Fanout:        fanout.NewInline(decider.Func(), member.Active, m).WithHandoff(direct).WithFilters(filterCache, attempts),
 		UnknownTypes:  cfg.UnknownTypes,
 		GroupInFlight: cfg.IngestTxs,
 		GroupLinger:   cfg.IngestLinger,
@@ -277,6 +284,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		RequireHTTPS:         cfg.RequireHTTPS,
 		MaxEndpointsPerOwner: cfg.MaxEndpoints,
 		AllowCIDRs:           cfg.EgressAllowCIDRs,
+		Catalog:              cfg.Catalog,
 	}, pool, riverClient, keyring, testPublisher{store}, logger)
 
 	// gRPC API.

@@ -1,7 +1,8 @@
 // Package fanout implements the webhook.fanout River worker: for one stored
 // event it reads the owner's endpoints, keeps the enabled ones whose
-// event_types globs match, asks scope about each, and enqueues one
-// webhook.deliver job per admitted endpoint in a single transaction
+// event_types globs match, asks scope about each, keeps those whose filter
+// (internal/filter) the event satisfies, and enqueues one webhook.deliver
+// job per admitted endpoint in a single transaction
 // (docs/spec.md#the-pipeline). What it decided for every endpoint is
 // recorded on the event (internal/decision, docs/design.md).
 //
@@ -33,6 +34,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/decision"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/filter"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
@@ -74,6 +76,7 @@ type Worker struct {
 	logger     *slog.Logger
 	metrics    *metrics.Metrics
 	pool       *pgxpool.Pool
+	filters    filters
 }
 
 // NewWorker returns the fanout worker. pool's search_path must be the
@@ -83,7 +86,43 @@ func NewWorker(pool *pgxpool.Pool, decide scope.Func, partitions Partitions, m *
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Worker{decide: decide, partitions: partitions, logger: logger, metrics: m, pool: pool}
+	return &Worker{decide: decide, partitions: partitions, logger: logger, metrics: m, pool: pool, filters: filters{cache: filter.NewCache(0)}}
+}
+
+// WithFilters makes w read endpoint filters through cache (shared with the
+// inline fanout, so each filter is parsed once per process) and report the
+// events they keep from their endpoints to counter (nil: not counted per
+// endpoint).
+func (w *Worker) WithFilters(cache *filter.Cache, counter FilteredCounter) *Worker {
+	w.filters = filters{cache: cache, counter: counter}
+	return w
+}
+
+// FilteredCounter counts, per endpoint, the events filters kept from
+// endpoints (internal/attempt's Recorder, for the endpoint stats). It is
+// called once the fanout's transaction has committed, and must not block.
+type FilteredCounter interface {
+	CountFiltered(endpointIDs []string, at time.Time)
+}
+
+// filters is how a fanout evaluates endpoint filters.
+type filters struct {
+	cache   *filter.Cache
+	counter FilteredCounter
+}
+
+// count reports, after the commit, the endpoints whose filters refused an
+// event: per endpoint to the counter, in all to the metrics.
+func (fs filters) count(m *metrics.Metrics, ids []string, at time.Time) {
+	if len(ids) == 0 {
+		return
+	}
+	if m != nil {
+		m.FanoutFilteredTotal.Add(float64(len(ids)))
+	}
+	if fs.counter != nil {
+		fs.counter.CountFiltered(ids, at)
+	}
 }
 
 // candidate is one endpoint whose globs match the event.
@@ -96,6 +135,8 @@ type candidate struct {
 	pauseRecorded bool
 	// ordered: the endpoint takes its deliveries in ingest order.
 	ordered bool
+	// filter: see endpointRow.
+	filter []byte
 }
 
 // Work fans one event out. It returns an error, and River retries the whole
@@ -135,6 +176,7 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 	if err != nil {
 		return err
 	}
+	admitted, filtered := w.filters.apply(e, admitted, &rec)
 
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
@@ -168,12 +210,17 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 	if w.metrics != nil {
 		w.metrics.FanoutEnqueuedTotal.Add(float64(enqueued))
 	}
+	// A retried fanout counts its filtered endpoints again: the counts are
+	// statistics, and a retry after a commit is rare (River retries a job
+	// whose transaction failed, which counted nothing).
+	w.filters.count(w.metrics, filtered, time.Now())
 	// Per event, and nothing an operator acts on: DEBUG, like a delivery's
 	// success (fanout_enqueued and the event's decision record count it).
 	w.logger.DebugContext(ctx, "fanout done",
 		slog.String("event_id", e.ID),
 		slog.String("type", e.Type),
 		slog.Int("matched", len(candidates)),
+		slog.Int("filtered", len(filtered)),
 		slog.Int("admitted", len(admitted)),
 		slog.Int("enqueued", enqueued),
 		slog.Int("duplicates", duplicates),
@@ -210,12 +257,20 @@ type Inline struct {
 	partitions Partitions
 	metrics    *metrics.Metrics
 	handoff    Handoff
+	filters    filters
 }
 
 // NewInline returns the inline fanout using decide (scope.Decider.Func) and
 // partitions, as NewWorker.
 func NewInline(decide scope.Func, partitions Partitions, m *metrics.Metrics) *Inline {
-	return &Inline{decide: decide, partitions: partitions, metrics: m}
+	return &Inline{decide: decide, partitions: partitions, metrics: m, filters: filters{cache: filter.NewCache(0)}}
+}
+
+// WithFilters is Worker.WithFilters for the inline fanout: it counts the
+// filtered endpoints of a transaction's events in Start, after the commit.
+func (f *Inline) WithFilters(cache *filter.Cache, counter FilteredCounter) *Inline {
+	f.filters = filters{cache: cache, counter: counter}
+	return f
 }
 
 // Handoff takes deliveries that this process starts by itself the moment the
@@ -280,13 +335,16 @@ type LastStatementCommitter interface {
 const commitMargin = time.Second
 
 // Handed is the deliveries EnqueueTx handed off, to start once their
-// transaction has committed (Inline.Start).
+// transaction has committed (Inline.Start), and the endpoints whose filters
+// refused the stored events, to count then.
 type Handed struct {
 	jobs   []*rivertype.JobRow
 	args   []job.DeliverArgs
 	events []*webhook.Event
 	// prepared is what a TxPreparer read for them in the transaction.
 	prepared any
+	// filtered holds, per stored event, the endpoints its filters refused.
+	filtered [][]string
 }
 
 func (h *Handed) add(row *rivertype.JobRow, args job.DeliverArgs, e *webhook.Event) {
@@ -309,9 +367,19 @@ func (f *Inline) WithHandoff(h Handoff) *Inline {
 	return f
 }
 
-// Start starts what EnqueueTx handed off; call it once their transaction
-// has committed.
+// Start starts what EnqueueTx handed off, and counts the endpoints whose
+// filters refused the events; call it once their transaction has
+// committed.
 func (f *Inline) Start(h *Handed) {
+	if h == nil {
+		return
+	}
+	if len(h.filtered) > 0 {
+		now := time.Now()
+		for _, ids := range h.filtered {
+			f.filters.count(f.metrics, ids, now)
+		}
+	}
 	if h.Len() == 0 || f.handoff == nil {
 		return
 	}
@@ -345,6 +413,8 @@ type eventPlan struct {
 	ordered []int
 	// handed holds the indexes in jobs of deliveries handed off (Handoff).
 	handed []int
+	// filtered holds the endpoints whose filters refused the event.
+	filtered []string
 }
 
 // Record is the decision record of the i-th planned event, as stored in
@@ -463,6 +533,9 @@ func (f *Inline) plan(ctx context.Context, byOwner map[string][]endpointRow, eve
 		}
 		var rec decision.Builder
 		admitted, err := decideAll(local, f.decide, e, matching(e, byOwner[e.OwnerID], &rec), &rec)
+		if err == nil {
+			admitted, p.plans[i].filtered = f.filters.apply(e, admitted, &rec)
+		}
 		if errors.Is(err, scope.ErrNeedsAccess) {
 			p.plans[i].deferred = true
 			p.plans[i].jobs = []river.InsertManyParams{{Args: job.FanoutArgs{EventID: e.ID}}}
@@ -505,12 +578,16 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 		params []river.InsertManyParams
 		// mine[k] is the k-th delivery handed off: its index in params,
 		// and its event.
-		mine []handedParam
+		mine     []handedParam
+		filtered [][]string
 	)
 	for _, st := range stored {
 		ep := p.plans[st.Index]
 		if ep.deferred {
 			deferred++
+		}
+		if len(ep.filtered) > 0 {
+			filtered = append(filtered, ep.filtered)
 		}
 		for _, j := range ep.ordered {
 			args, _ := ep.jobs[j].Args.(job.DeliverArgs)
@@ -540,6 +617,12 @@ func (f *Inline) EnqueueTx(ctx context.Context, tx pgx.Tx, client *river.Client[
 		if handed.Len() > 0 {
 			handed.prepared = p.prepared
 		}
+	}
+	if len(filtered) > 0 {
+		if handed == nil {
+			handed = &Handed{}
+		}
+		handed.filtered = filtered
 	}
 	if f.metrics != nil {
 		f.metrics.FanoutEnqueuedTotal.Add(float64(enqueued - deferred))
@@ -667,7 +750,7 @@ func readEndpoints(ctx context.Context, q querier, owners []string) (map[string]
 
 // readEndpointsSQL reads the endpoints of the owners $1 (readEndpoints).
 const readEndpointsSQL = `SELECT id::text, owner_id, event_types, embed_id, failing_since,
-		        CASE WHEN paused_until > now() THEN paused_until END, paused_until IS NOT NULL, ordered, enabled
+		        CASE WHEN paused_until > now() THEN paused_until END, paused_until IS NOT NULL, ordered, enabled, filter
 		   FROM webhook_endpoints
 		  WHERE owner_id = ANY($1)
 		  ORDER BY owner_id, id`
@@ -679,7 +762,7 @@ func scanEndpoints(rows pgx.Rows, owners int) (map[string][]endpointRow, error) 
 	out := make(map[string][]endpointRow, owners)
 	for rows.Next() {
 		var r endpointRow
-		if err := rows.Scan(&r.id, &r.ownerID, &r.globs, &r.embedID, &r.failingSince, &r.pausedUntil, &r.pauseRecorded, &r.ordered, &r.enabled); err != nil {
+		if err := rows.Scan(&r.id, &r.ownerID, &r.globs, &r.embedID, &r.failingSince, &r.pausedUntil, &r.pauseRecorded, &r.ordered, &r.enabled, &r.filter); err != nil {
 			return nil, fmt.Errorf("read endpoints: %w", err)
 		}
 		out[r.ownerID] = append(out[r.ownerID], r)
@@ -701,6 +784,9 @@ type endpointRow struct {
 	pauseRecorded bool
 	ordered       bool
 	enabled       bool
+	// filter is the endpoint's filter as stored (nil: none), parsed
+	// through the fanout's cache.
+	filter []byte
 }
 
 // matching keeps the enabled endpoints subscribed to e's type (all of them
@@ -722,7 +808,7 @@ func matching(e *webhook.Event, endpoints []endpointRow, rec *decision.Builder) 
 			continue
 		}
 		c := candidate{ep: scope.Endpoint{ID: r.id, OwnerID: e.OwnerID}, failingSince: r.failingSince,
-			pausedUntil: r.pausedUntil, pauseRecorded: r.pauseRecorded, ordered: r.ordered}
+			pausedUntil: r.pausedUntil, pauseRecorded: r.pauseRecorded, ordered: r.ordered, filter: r.filter}
 		if r.embedID != nil {
 			c.ep.EmbedID = *r.embedID
 		}
@@ -762,6 +848,54 @@ func decideAll(ctx context.Context, decide scope.Func, e *webhook.Event, candida
 		}
 	}
 	return out, nil
+}
+
+// apply keeps the admitted candidates whose filter e satisfies, in order,
+// records each other one as Filtered with the condition that refused it,
+// and returns the ids of those. Filters do not apply to a test event, which
+// goes to the endpoint it names whatever it subscribes to. e's data is
+// decoded once, for all the filters, and only if one needs it; each filter
+// is parsed once per process (the cache), not per event.
+func (fs filters) apply(e *webhook.Event, admitted []candidate, rec *decision.Builder) (kept []candidate, filtered []string) {
+	if event.ScopeOf(e.Type) == catalog.ScopeTestOnly {
+		return admitted, nil
+	}
+	var doc *filter.Doc
+	for i, c := range admitted {
+		if c.filter == nil {
+			if kept != nil {
+				kept = append(kept, c)
+			}
+			continue
+		}
+		f, err := fs.cache.Get(c.filter)
+		if doc == nil {
+			doc = filter.NewDoc(e.Subject, e.Data)
+		}
+		if err == nil && f.Matches(doc) {
+			if kept != nil {
+				kept = append(kept, c)
+			}
+			continue
+		}
+		// The first refusal: from here on, the kept ones are copied.
+		if kept == nil {
+			kept = append(make([]candidate, 0, len(admitted)), admitted[:i]...)
+		}
+		filtered = append(filtered, c.ep.ID)
+		rec.AddNote(decision.Filtered, c.ep.ID, func() string {
+			if err != nil {
+				// A stored filter this build cannot read (written by a
+				// newer one): it admits nothing rather than everything.
+				return "filter: this dispatcher cannot read it (" + err.Error() + ")"
+			}
+			return f.Explain(doc)
+		})
+	}
+	if kept == nil && filtered == nil {
+		return admitted, nil
+	}
+	return kept, filtered
 }
 
 // refusal is the recorded reason of a scope decision that refused.

@@ -52,6 +52,10 @@ type Metrics struct {
 	// FanoutHandedOffTotal counts the enqueued deliveries that went to this
 	// process's deliver worker at once instead of waiting for River's fetch.
 	FanoutHandedOffTotal prometheus.Counter
+	// FanoutFilteredTotal counts the deliveries endpoint filters kept back:
+	// one per event and endpoint whose filter refused it. Per endpoint, the
+	// count is in its stats (GetEndpointStats' filtered), never a label.
+	FanoutFilteredTotal prometheus.Counter
 	// JobsRescuedTotal counts the jobs of dead replicas this process gave
 	// back (internal/partition), by what they were: "running" (fetched and
 	// running) or "handed_off" (a direct delivery not yet finished).
@@ -148,6 +152,10 @@ func New(reg prometheus.Registerer, known Labels) *Metrics {
 			Name: "dispatcher_fanout_deliveries_handed_off_total",
 			Help: "webhook.deliver jobs the inline fanout handed to this process's deliver worker at once, without River's fetch.",
 		}),
+		FanoutFilteredTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatcher_fanout_filtered_total",
+			Help: "Deliveries endpoint filters kept back: one per event and endpoint whose filter refused it (per endpoint: GetEndpointStats' filtered).",
+		}),
 		JobsRescuedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dispatcher_jobs_rescued_total",
 			Help: "Jobs of dead replicas this process made available again at once, by what they were (running, handed_off).",
@@ -223,7 +231,7 @@ func New(reg prometheus.Registerer, known Labels) *Metrics {
 		m.DeliveriesTotal, m.AttemptDuration, m.DeliveryLag, m.FirstAttemptDelay,
 		m.SnoozesTotal, m.EndpointPausesTotal, m.EgressBlockedTotal, m.EndpointsDisabledTotal,
 		m.EndpointProbesTotal, m.HeldReleasedTotal, m.WorkersWaiting,
-		m.FanoutEnqueuedTotal, m.FanoutHandedOffTotal, m.JobsRescuedTotal, m.FanoutDuration, m.ScopeDecisionsTotal,
+		m.FanoutEnqueuedTotal, m.FanoutHandedOffTotal, m.FanoutFilteredTotal, m.JobsRescuedTotal, m.FanoutDuration, m.ScopeDecisionsTotal,
 		m.IngestEventsTotal, m.IngestWait, m.IngestTransaction, m.IngestGroupCalls, m.IngestUnknownTypesTotal, m.CatalogInfo, m.CatalogReplicaCatalogs, m.RelayBatchRows, m.RelayLag, m.RelayPoisonedTotal, m.RelayErrorsTotal,
 		m.AttemptHistoryWriteErrorsTotal, m.AttemptHistoryDroppedTotal,
 	)
