@@ -132,6 +132,7 @@ type endpointOpts struct {
 	embedID  string
 	disabled bool
 	failing  bool
+	filter   string
 }
 
 // insertEndpoints inserts n identical endpoints and returns their ids.
@@ -151,6 +152,7 @@ func (b *testBundle) insertEndpoints(t *testing.T, n int, globs []string, opts e
 	}
 	ids := testfactory.Endpoints(context.Background(), t, b.db.Pool, n, &testfactory.EndpointOpts{
 		OwnerID: owner, EventTypes: globs, EmbedID: embedID, Disabled: opts.disabled, FailingSince: failingSince,
+		Filter: opts.filter,
 	})
 	out := make([]string, len(ids))
 	for i, id := range ids {

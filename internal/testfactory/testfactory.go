@@ -97,6 +97,9 @@ type EndpointOpts struct {
 	// Disabled makes the endpoint disabled; the default is enabled.
 	Disabled     bool
 	FailingSince *time.Time
+	// Filter is the endpoint's filter as stored (canonical JSON); "" for
+	// none. Stored as given, unchecked.
+	Filter string
 }
 
 // Endpoint inserts one endpoint and returns its id.
@@ -130,10 +133,10 @@ func Endpoints(ctx context.Context, tb testing.TB, db DBTX, n int, opts *Endpoin
 	}
 	_, err := db.Exec(ctx, `
 		INSERT INTO webhook_endpoints (id, owner_id, url, event_types, secret_enc, previous_secret_enc,
-		                               previous_secret_expires_at, embed_id, enabled, failing_since)
-		SELECT id, $2, $3, $4, $5, $6, $7, $8, $9, $10 FROM unnest($1::uuid[]) AS id`,
+		                               previous_secret_expires_at, embed_id, enabled, failing_since, filter)
+		SELECT id, $2, $3, $4, $5, $6, $7, $8, $9, $10, nullif($11, '') FROM unnest($1::uuid[]) AS id`,
 		ids, or(opts.OwnerID, "owner-1"), or(opts.URL, "https://receiver.example/hook"), globs, secret,
-		opts.PreviousSecretEnc, opts.PreviousSecretExpiresAt, opts.EmbedID, !opts.Disabled, opts.FailingSince)
+		opts.PreviousSecretEnc, opts.PreviousSecretExpiresAt, opts.EmbedID, !opts.Disabled, opts.FailingSince, opts.Filter)
 	require.NoError(tb, err, "testfactory: insert endpoints")
 	return ids
 }
