@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"slices"
 	"time"
@@ -12,8 +13,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -137,6 +140,35 @@ func (a *Admin) GetEvent(ctx context.Context, ownerID, eventID string) (*webhook
 	return adminCall(ctx, a, "get event", func(ctx context.Context) (*webhooksv1.GetEventResponse, error) {
 		return a.rpc.GetEvent(ctx, &webhooksv1.GetEventRequest{OwnerId: ownerID, EventId: eventID})
 	})
+}
+
+// TestFilter evaluates a filter (req.Filter, or the filter of
+// req.EndpointId) against one of the owner's stored events or a sample
+// (req.Target), delivering nothing: whether it lets the event through and,
+// if not, which condition refused it with what value. A filter that would be
+// refused on CreateEndpoint is ErrInvalidArgument here too, its Violations
+// naming the spot ("filter.data.statuss").
+func (a *Admin) TestFilter(ctx context.Context, req *webhooksv1.TestFilterRequest) (*webhooksv1.TestFilterResponse, error) {
+	return adminCall(ctx, a, "test filter", func(ctx context.Context) (*webhooksv1.TestFilterResponse, error) {
+		return a.rpc.TestFilter(ctx, req)
+	})
+}
+
+// Filter reads an endpoint filter from its JSON text, for
+// CreateEndpointRequest.Filter, UpdateEndpointRequest.Filter and
+// TestFilterRequest.Filter:
+//
+//	f, err := client.Filter(`{"data.status": {"$in": ["published"]}}`)
+//
+// It checks only that text is a JSON object; the dispatcher checks the
+// rest (operators, shapes, fields against the catalog) and names the spot
+// of a mistake.
+func Filter(text string) (*structpb.Struct, error) {
+	st := &structpb.Struct{}
+	if err := protojson.Unmarshal([]byte(text), st); err != nil {
+		return nil, fmt.Errorf("filter: must be a JSON object: %w", err)
+	}
+	return st, nil
 }
 
 // GetDelivery returns one delivery of any of the owner's endpoints (an id

@@ -16,6 +16,43 @@ export type Event = Schemas["Event"];
 /** An error answer: RFC 9457 problem details (application/problem+json). */
 export type Problem = Schemas["Problem"];
 
+/** A value a filter compares with. */
+export type FilterValue = string | number | boolean | null;
+
+/** The operators of one field's condition; all given must hold. */
+export type FilterOperators = {
+  $eq?: FilterValue;
+  $neq?: FilterValue;
+  /** Numbers, or RFC 3339 date-times for date-time fields. */
+  $gt?: number | string;
+  $gte?: number | string;
+  $lt?: number | string;
+  $lte?: number | string;
+  $in?: FilterValue[];
+  $nin?: FilterValue[];
+  $startsWith?: string;
+  $endsWith?: string;
+  /** true: the field is present; false: it is absent. */
+  $exist?: boolean;
+};
+
+/**
+ * An endpoint filter (Endpoint.filter, CreateEndpoint's and UpdateEndpoint's
+ * filter, POST /v1/filters:test): conditions on "subject" and "data.<path>"
+ * that must all hold, a bare value meaning $eq, and $and/$or of such
+ * objects. The server checks it against the catalog's schemas of the types
+ * the endpoint subscribes to and names the spot of a mistake
+ * ("filter.data.statuss"). See docs/events.md, "Filters".
+ *
+ *   const filter: Filter = { "data.op": { $in: ["published"] }, $or: [{ subject: { $startsWith: "wiki://" } }] };
+ */
+export type Filter = {
+  $and?: Filter[];
+  $or?: Filter[];
+  subject?: string | FilterOperators;
+  [field: `data.${string}`]: FilterValue | FilterOperators;
+};
+
 export type DispatcherClient = Client<paths>;
 
 export interface DispatcherClientOptions extends Omit<ClientOptions, "baseUrl"> {

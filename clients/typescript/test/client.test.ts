@@ -8,7 +8,7 @@ import type { AddressInfo } from "node:net";
 import { test } from "node:test";
 import { Webhook } from "standardwebhooks";
 
-import { createDispatcherClient, must, ProblemError, type Delivery } from "../src/index.js";
+import { createDispatcherClient, must, ProblemError, type Delivery, type Filter } from "../src/index.js";
 
 function env(name: string): string {
   const v = process.env[name];
@@ -63,6 +63,36 @@ async function waitFor<T>(what: string, check: () => Promise<T | undefined>, ms 
     await new Promise((r) => setTimeout(r, 200));
   }
 }
+
+test("filters: created with an endpoint, tested against a sample, refused with the spot named", async () => {
+  const owner = "owner-ts-filters";
+  const filter: Filter = { "data.op": { $in: ["published"] } };
+  const { endpoint } = must(
+    await admin.POST("/v1/endpoints", {
+      body: { owner_id: owner, url: "https://hooks.example.com/in", event_types: ["corpus.*"], filter },
+    }),
+  );
+  assert.deepEqual(endpoint?.filter, filter);
+
+  const tested = must(
+    await admin.POST("/v1/filters:test", {
+      body: {
+        owner_id: owner,
+        endpoint_id: endpoint!.id,
+        sample: { owner_id: owner, type: "corpus.note.changed", subject: "wiki://x", data: { op: "updated", published: true } },
+      },
+    }),
+  );
+  assert.equal(tested.matched, false);
+  assert.equal(tested.explanation, 'filter: data.op was "updated", wanted one of ["published"]');
+
+  const bad = await admin.POST("/v1/endpoints", {
+    body: { owner_id: owner, url: "https://hooks.example.com/in", event_types: ["corpus.*"], filter: { "data.opp": "published" } },
+  });
+  assert.equal(bad.response.status, 400);
+  assert.equal(bad.error?.field_violations?.[0]?.field, "filter.data.opp");
+  assert.match(bad.error?.field_violations?.[0]?.description ?? "", /did you mean "data.op"\?/);
+});
 
 test("create, publish, deliveries, attempts, retry; deliveries verify with standardwebhooks", async (t) => {
   const owner = "owner-ts";

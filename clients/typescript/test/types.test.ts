@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { createDispatcherClient, type Event } from "../src/index.js";
+import { createDispatcherClient, type Event, type Filter } from "../src/index.js";
 
 const client = createDispatcherClient({ baseUrl: "http://127.0.0.1:1", token: "unused" });
 
@@ -28,6 +28,16 @@ export async function typed(): Promise<void> {
     // @ts-expect-error owner_id is required
     params: { query: {} },
   });
+  // A Filter is what the API takes as a filter.
+  const filter: Filter = { "data.op": { $in: ["published"] }, $or: [{ subject: { $startsWith: "wiki://" } }, { "data.n": 3 }] };
+  await client.POST("/v1/endpoints", { body: { owner_id: "a", url: "https://x", event_types: ["*"], filter } });
+  await client.POST("/v1/filters:test", { body: { owner_id: "a", filter, event_id: "e1" } });
+  // @ts-expect-error $exists is not an operator: $exist is
+  const misspelt: Filter = { "data.op": { $exists: true } };
+  // @ts-expect-error a field is "subject" or "data.<path>"
+  const outside: Filter = { status: "published" };
+  void misspelt;
+  void outside;
 }
 
 // narrow shows that an event's type narrows its data.

@@ -10,7 +10,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -169,6 +171,41 @@ func TestAdmin(t *testing.T) {
 		}
 	})
 
+	t.Run("Filters", func(t *testing.T) {
+		t.Parallel()
+		b := setupAdmin(t)
+		flt, err := client.Filter(`{"data.op": {"$in": ["published", "unpublished"]}}`)
+		require.NoError(t, err)
+		req := createReq("owner_1")
+		req.Filter = flt
+		created, err := b.admin.CreateEndpoint(ctx, req)
+		require.NoError(t, err)
+		require.Equal(t, []any{"published", "unpublished"}, created.GetEndpoint().GetFilter().AsMap()["data.op"].(map[string]any)["$in"])
+
+		resp, err := b.admin.TestFilter(ctx, &webhooksv1.TestFilterRequest{
+			OwnerId: "owner_1", EndpointId: created.GetEndpoint().GetId(),
+			Target: &webhooksv1.TestFilterRequest_Sample{Sample: &webhooksv1.Event{
+				Type: "corpus.note.changed", Subject: "wiki://x", Data: mustData(t, `{"op":"updated"}`),
+			}},
+		})
+		require.NoError(t, err)
+		require.False(t, resp.GetMatched())
+		require.Equal(t, `filter: data.op was "updated", wanted one of ["published", "unpublished"]`, resp.GetExplanation())
+
+		bad, err := client.Filter(`{"data.opp": "published"}`)
+		require.NoError(t, err, "the client checks only that it is an object")
+		req = createReq("owner_1")
+		req.Filter = bad
+		_, err = b.admin.CreateEndpoint(ctx, req)
+		var ce *client.Error
+		require.ErrorAs(t, err, &ce)
+		require.Equal(t, "filter.data.opp", ce.Violations[0].Field)
+		require.Contains(t, ce.Violations[0].Description, `did you mean "data.op"?`)
+
+		_, err = client.Filter(`["not", "an object"]`)
+		require.ErrorContains(t, err, "filter: must be a JSON object")
+	})
+
 	t.Run("RetriesUnavailableOnly", func(t *testing.T) {
 		t.Parallel()
 		b := setupAdmin(t)
@@ -189,4 +226,11 @@ func TestAdmin(t *testing.T) {
 		_, err = b.admin.GetEndpoint(cctx, "owner_1", "0192f1c4-3b7a-7c1e-9a51-6f0f3c2d8e11")
 		require.True(t, errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled, "%v", err)
 	})
+}
+
+func mustData(t *testing.T, text string) *structpb.Struct {
+	t.Helper()
+	st := &structpb.Struct{}
+	require.NoError(t, protojson.Unmarshal([]byte(text), st))
+	return st
 }
