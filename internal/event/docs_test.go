@@ -17,7 +17,9 @@ func TestMarkdown(t *testing.T) {
 		require.NoError(t, err)
 		got, err := os.ReadFile(path.Join("..", "..", "docs", "events.md"))
 		require.NoError(t, err)
-		require.Equal(t, string(want), string(got), "docs/events.md is out of date: run make generate and commit it")
+		// The filters' section follows (internal/event/eventsdoc checks the
+		// whole page).
+		require.Equal(t, string(want), string(got[:min(len(want), len(got))]), "docs/events.md is out of date: run make generate and commit it")
 	})
 
 	t.Run("NamesEveryTypeAndProperty", func(t *testing.T) {

@@ -451,6 +451,49 @@ func TestCache(t *testing.T) {
 	})
 }
 
+func TestMarkdown(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ExamplesParseAndFitTheDefaultCatalog", func(t *testing.T) {
+		t.Parallel()
+		text := string(Markdown())
+		blocks := strings.Split(text, "```json\n")[1:]
+		require.Len(t, blocks, 5)
+		for _, b := range blocks {
+			example, _, ok := strings.Cut(b, "```")
+			require.True(t, ok)
+			f, err := Parse([]byte(example))
+			require.NoError(t, err, example)
+			require.NoError(t, f.Check(FieldsFor(catalog.Default(), []string{"*"})), example)
+		}
+	})
+
+	t.Run("QuotesTheErrorsAsTheyAre", func(t *testing.T) {
+		t.Parallel()
+		text := strings.Join(strings.Fields(string(Markdown())), " ")
+		for _, c := range []struct {
+			globs  []string
+			filter string
+		}{
+			{[]string{"access_request.*"}, `{"data.statuss": 1}`},
+			{[]string{"corpus.*"}, `{"data.op": {"$gt": 1}}`},
+			{[]string{"corpus.*"}, `{"data.op": {"$in": ["published", "draft"]}}`},
+		} {
+			f, err := Parse([]byte(c.filter))
+			require.NoError(t, err)
+			err = f.Check(FieldsFor(catalog.Default(), c.globs))
+			require.Error(t, err)
+			quoted := strings.TrimSuffix(err.Error(), " …")
+			if i := strings.Index(quoted, " …"); i > 0 {
+				quoted = quoted[:i]
+			}
+			require.Contains(t, text, quoted[:min(len(quoted), 60)], "the page quotes %q", err)
+		}
+		_, err := Parse([]byte(`{"data.op": {"$exists": true}}`))
+		require.Contains(t, text, strings.SplitN(err.Error(), ";", 2)[0])
+	})
+}
+
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		`{"data.status": {"$in": ["published"]}}`,

@@ -1,5 +1,6 @@
 // Command eventsdoc writes docs/events.md from the event catalog and its data
-// schemas; `make generate` runs it.
+// schemas, followed by the endpoint filters' section (internal/filter);
+// `make generate` runs it.
 package main
 
 import (
@@ -8,12 +9,22 @@ import (
 	"os"
 
 	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/filter"
 )
+
+// page is docs/events.md: the catalog's types, then the filters.
+func page() ([]byte, error) {
+	text, err := event.Markdown()
+	if err != nil {
+		return nil, err
+	}
+	return append(text, filter.Markdown()...), nil
+}
 
 func main() {
 	out := flag.String("o", "docs/events.md", "file to write")
 	flag.Parse()
-	text, err := event.Markdown()
+	text, err := page()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "eventsdoc:", err)
 		os.Exit(1)
