@@ -57,18 +57,19 @@ func runCatalogCLI(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if sub == "check" {
 		filters.bind(fs, osEnviron())
 	}
-	if err := parseFlags(fs, rest); err != nil {
+	positional, err := parseInterspersed(fs, rest)
+	if err != nil {
 		return err
 	}
 	if filters.env != nil && filters.env.err() != nil {
 		err := filters.env.err()
 		return fmt.Errorf("catalog check: %w", err)
 	}
-	if fs.NArg() != 1 {
+	if len(positional) != 1 {
 		fmt.Fprint(stderr, catalogUsage)
-		return fmt.Errorf("catalog %s: want exactly one path, got %d arguments", sub, fs.NArg())
+		return fmt.Errorf("catalog %s: want exactly one path, got %d arguments", sub, len(positional))
 	}
-	path := fs.Arg(0)
+	path := positional[0]
 	switch sub {
 	case "check":
 		c, err := catalog.Load(path)
