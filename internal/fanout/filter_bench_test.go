@@ -1,9 +1,13 @@
 package fanout
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -37,7 +41,10 @@ import (
 //
 // Each reports cpu-ns/op too: this process's CPU time per event (user and
 // system, getrusage), which the load of other processes on the machine
-// changes less than the wall time (ns/op).
+// changes less than the wall time (ns/op); Plan and Fanout also pg-cpu-ns/op,
+// the CPU time of the Postgres backend serving them (from /proc, when
+// Postgres runs on this machine; in clock ticks of 10 ms, so over many
+// events).
 //
 // The shapes: NoFilters; Filters, 1,000 distinct filters of three
 // conditions that the event satisfies (the same 1,000 deliveries, so the
@@ -111,11 +118,17 @@ func BenchmarkFanoutFilters(b *testing.B) {
 
 		b.Run("Plan/"+shape.name, func(b *testing.B) {
 			db, inline := setup(b)
+			conn, err := db.Pool.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Release()
 			warm(b, db, inline)
 			b.ReportAllocs()
 			defer cpuPerOp(b)()
+			defer pgCPUPerOp(b, conn.Conn())()
 			for b.Loop() {
-				err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+				err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 					_, err := inline.Plan(ctx, tx, []*webhook.Event{event()}, nil)
 					return err
 				})
@@ -128,11 +141,17 @@ func BenchmarkFanoutFilters(b *testing.B) {
 		b.Run("Fanout/"+shape.name, func(b *testing.B) {
 			db, inline := setup(b)
 			client := db.InsertOnlyClient(b)
+			conn, err := db.Pool.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Release()
 			warm(b, db, inline)
 			b.ReportAllocs()
 			defer cpuPerOp(b)()
+			defer pgCPUPerOp(b, conn.Conn())()
 			for b.Loop() {
-				tx, err := db.Pool.Begin(ctx)
+				tx, err := conn.Begin(ctx)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -171,4 +190,44 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// pgCPUPerOp reports, when the returned function is called after the loop,
+// the CPU time per iteration of the Postgres backend behind conn, as
+// pg-cpu-ns/op; nothing when its /proc entry cannot be read (Postgres on
+// another machine).
+func pgCPUPerOp(b *testing.B, conn *pgx.Conn) func() {
+	b.Helper()
+	var pid int
+	if err := conn.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		b.Fatal(err)
+	}
+	start, ok := procCPU(pid)
+	return func() {
+		if end, ok2 := procCPU(pid); ok && ok2 && b.N > 0 {
+			b.ReportMetric(float64((end-start).Nanoseconds())/float64(b.N), "pg-cpu-ns/op")
+		}
+	}
+}
+
+// procCPU is a process's user and system time from /proc/<pid>/stat, in
+// clock ticks of 10 ms (Linux's USER_HZ).
+func procCPU(pid int) (time.Duration, bool) {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// Fields after the command name, which is in parentheses and may hold
+	// spaces: state is field 3, utime 14, stime 15.
+	rest := raw[bytes.LastIndexByte(raw, ')')+2:]
+	f := strings.Fields(string(rest))
+	if len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, true
 }
