@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -143,11 +144,14 @@ func printFanout(w io.Writer, f *webhooksv1.FanoutDecision) error {
 		return nil
 	}
 	fmt.Fprintf(w, "where it went (the owner's %d endpoints when it was fanned out):\n", f.GetEndpoints())
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	header := "OUTCOME\tENDPOINT"
+	// The table goes through a buffer so that rows without a reason of
+	// their own lose the padding of the WHY column.
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
+	header, why := "OUTCOME\tENDPOINT", ""
 	for _, o := range f.GetOutcomes() {
 		if len(o.GetDetails()) > 0 {
-			header += "\tWHY"
+			header, why = "OUTCOME\tENDPOINT\tWHY", "\t"
 			break
 		}
 	}
@@ -155,20 +159,21 @@ func printFanout(w io.Writer, f *webhooksv1.FanoutDecision) error {
 	for _, o := range f.GetOutcomes() {
 		label := fanoutLabel(o.GetReason())
 		for _, id := range o.GetEndpointIds() {
-			if why := o.GetDetails()[id]; why != "" {
-				// The event's own values, quoted: kept from driving the
-				// terminal.
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", label, id, printable(why))
-				continue
-			}
-			fmt.Fprintf(tw, "%s\t%s\n", label, id)
+			// The event's own values, quoted: kept from driving the
+			// terminal.
+			fmt.Fprintf(tw, "%s\t%s%s%s\n", label, id, why, printable(o.GetDetails()[id]))
 		}
 		if more := int(o.GetCount()) - len(o.GetEndpointIds()); more > 0 {
-			fmt.Fprintf(tw, "%s\t(and %d more)\n", label, more)
+			fmt.Fprintf(tw, "%s\t(and %d more)%s\n", label, more, why)
 		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for line := range strings.Lines(table.String()) {
+		if _, err := io.WriteString(w, strings.TrimRight(line, " \n")+"\n"); err != nil {
+			return err
+		}
 	}
 	for _, o := range f.GetOutcomes() {
 		if !o.GetDelivered() {

@@ -48,4 +48,21 @@ unknown              (and 2 more)
   unknown: Recorded by a newer dispatcher: Reason(40).
 `, got)
 	})
+
+	t.Run("FilterRefusalsSayWhy", func(t *testing.T) {
+		t.Parallel()
+		const a, b, c = "0193a0c4-0000-7000-8000-00000000000a", "0193a0c4-0000-7000-8000-00000000000b", "0193a0c4-0000-7000-8000-00000000000c"
+		got := show(t, &webhooksv1.FanoutDecision{Recorded: true, Endpoints: 3, Outcomes: []*webhooksv1.FanoutOutcome{
+			{Reason: webhooksv1.FanoutReason_FANOUT_REASON_DELIVERY_QUEUED, Delivered: true, Count: 1, EndpointIds: []string{a}},
+			{Reason: webhooksv1.FanoutReason_FANOUT_REASON_FILTERED, Count: 2, EndpointIds: []string{b, c}, Description: "The endpoint's filter refused the event.",
+				Details: map[string]string{b: `filter: data.op was "updated", wanted one of ["published"]`, c: "filter: data.x was \x1b[31m"}},
+		}})
+		require.Equal(t, `where it went (the owner's 3 endpoints when it was fanned out):
+OUTCOME          ENDPOINT                              WHY
+delivery queued  `+a+`
+filtered         `+b+`  filter: data.op was "updated", wanted one of ["published"]
+filtered         `+c+`  filter: data.x was `+"\uFFFD"+`[31m
+  filtered: The endpoint's filter refused the event.
+`, got, "the event's values are quoted, never driving the terminal")
+	})
 }
