@@ -31,6 +31,7 @@ import (
 //   - Plan: the decision alone, as the ingest transaction makes it: the
 //     endpoints read (their filters come with the rows), globs, scope,
 //     filters, the jobs and the decision record.
+//
 //   - Fanout: the plan and River's insert of the deliveries, in a
 //     transaction rolled back after each event (so each event inserts as
 //     many jobs as the first).

