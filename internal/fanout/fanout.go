@@ -855,32 +855,35 @@ func decideAll(ctx context.Context, decide scope.Func, e *webhook.Event, candida
 // and returns the ids of those. Filters do not apply to a test event, which
 // goes to the endpoint it names whatever it subscribes to. e's data is
 // decoded once, for all the filters, and only if one needs it; each filter
-// is parsed once per process (the cache), not per event.
+// is parsed once per process (the cache), not per event. admitted is
+// filtered in place: it is the fanout's own (decideAll's).
 func (fs filters) apply(e *webhook.Event, admitted []candidate, rec *decision.Builder) (kept []candidate, filtered []string) {
 	if event.ScopeOf(e.Type) == catalog.ScopeTestOnly {
 		return admitted, nil
 	}
 	var doc *filter.Doc
-	for i, c := range admitted {
-		if c.filter == nil {
-			if kept != nil {
-				kept = append(kept, c)
+	// admitted[:n] are kept; a candidate moves only after a refusal.
+	n := 0
+	for i := range admitted {
+		c := &admitted[i]
+		pass := c.filter == nil
+		var (
+			f   *filter.Filter
+			err error
+		)
+		if !pass {
+			f, err = fs.cache.Get(c.filter)
+			if doc == nil {
+				doc = filter.NewDoc(e.Subject, e.Data)
 			}
-			continue
+			pass = err == nil && f.Matches(doc)
 		}
-		f, err := fs.cache.Get(c.filter)
-		if doc == nil {
-			doc = filter.NewDoc(e.Subject, e.Data)
-		}
-		if err == nil && f.Matches(doc) {
-			if kept != nil {
-				kept = append(kept, c)
+		if pass {
+			if n != i {
+				admitted[n] = *c
 			}
+			n++
 			continue
-		}
-		// The first refusal: from here on, the kept ones are copied.
-		if kept == nil {
-			kept = append(make([]candidate, 0, len(admitted)), admitted[:i]...)
 		}
 		filtered = append(filtered, c.ep.ID)
 		rec.AddNote(decision.Filtered, c.ep.ID, func() string {
@@ -892,10 +895,7 @@ func (fs filters) apply(e *webhook.Event, admitted []candidate, rec *decision.Bu
 			return f.Explain(doc)
 		})
 	}
-	if kept == nil && filtered == nil {
-		return admitted, nil
-	}
-	return kept, filtered
+	return admitted[:n], filtered
 }
 
 // refusal is the recorded reason of a scope decision that refused.

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
+	"github.com/standmeet/webhook-dispatcher/internal/decision"
 	"github.com/standmeet/webhook-dispatcher/internal/filter"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
@@ -231,4 +232,45 @@ func procCPU(pid int) (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Duration(utime+stime) * 10 * time.Millisecond, true
+}
+
+// BenchmarkApplyFilters is the filters' own step of one fanout to 1,000
+// admitted endpoints, alone (no database, no scope): the cache look-up and
+// the evaluation per endpoint, the event's data decoded once. Without
+// filters it is a pass over the candidates.
+func BenchmarkApplyFilters(b *testing.B) {
+	const endpoints = 1000
+	e := &webhook.Event{ID: "evt_1", OwnerID: ownerID, Type: "corpus.note.changed", Subject: noteSubject,
+		Data: []byte(`{"op":"updated","note_id":"n_x","published":true,"was_published":true}`)}
+	for _, shape := range []struct {
+		name   string
+		filter func(i int) string
+	}{
+		{"NoFilters", func(int) string { return "" }},
+		{"Filters", func(i int) string {
+			return fmt.Sprintf(`{"data.note_id":{"$neq":"n_%d"},"data.op":{"$in":["published","updated"]},"subject":{"$startsWith":"wiki://software/"}}`, i)
+		}},
+		{"Refusing", func(i int) string {
+			return fmt.Sprintf(`{"data.note_id":{"$neq":"n_%d"},"data.op":{"$in":["deleted"]},"subject":{"$startsWith":"wiki://software/"}}`, i)
+		}},
+	} {
+		b.Run(shape.name, func(b *testing.B) {
+			admitted := make([]candidate, endpoints)
+			for i := range admitted {
+				admitted[i].ep.ID = uuid.NewString()
+				if f := shape.filter(i); f != "" {
+					admitted[i].filter = []byte(f)
+				}
+			}
+			fs := filters{cache: filter.NewCache(0)}
+			var rec decision.Builder
+			fs.apply(&webhook.Event{Type: e.Type, Subject: e.Subject, Data: e.Data}, admitted, &rec) // parsed once, as in a running process
+			b.ReportAllocs()
+			for b.Loop() {
+				var rec decision.Builder
+				// A fresh event each time: its data is decoded again.
+				fs.apply(&webhook.Event{Type: e.Type, Subject: e.Subject, Data: e.Data}, admitted, &rec)
+			}
+		})
+	}
 }
