@@ -212,7 +212,8 @@ func jsonReason(text []byte, err error) string {
 	var syntax *json.SyntaxError
 	switch {
 	case errors.As(err, &syntax):
-		line, col := position(text, syntax.Offset)
+		// The offending character is the Offset-th byte.
+		line, col := position(text, syntax.Offset-1)
 		return "is not valid JSON at byte " + strconv.FormatInt(syntax.Offset, 10) +
 			" (line " + strconv.Itoa(line) + ", column " + strconv.Itoa(col) + "): " + syntax.Error()
 	case errors.Is(err, io.EOF):
@@ -226,10 +227,11 @@ func jsonReason(text []byte, err error) string {
 	}
 }
 
-// position is the 1-based line and column of byte offset off of text.
-func position(text []byte, off int64) (line, col int) {
-	off = min(max(off, 0), int64(len(text)))
-	before := text[:off]
+// position is the 1-based line and column of the byte at index i of text
+// (i = len(text): just after its end).
+func position(text []byte, i int64) (line, col int) {
+	i = min(max(i, 0), int64(len(text)))
+	before := text[:i]
 	line = bytes.Count(before, []byte("\n")) + 1
 	col = len(before) - bytes.LastIndexByte(before, '\n')
 	return line, col

@@ -50,7 +50,7 @@ func TestParse(t *testing.T) {
 	for _, tc := range []struct {
 		name, filter, field, reason string
 	}{
-		{"InvalidJSON", `{"data.status": {"$in": ["published"]]}`, "filter", "is not valid JSON at byte 38 (line 1, column 39)"},
+		{"InvalidJSON", `{"data.status": {"$in": ["published"]]}`, "filter", "is not valid JSON at byte 38 (line 1, column 38)"},
 		{"TruncatedJSON", `{"data.status": {"$in": ["published"]}`, "filter", "it ends at byte 38"},
 		{"EmptyText", ``, "filter", "is empty"},
 		{"TwoValues", `{} {}`, "filter", "more than one JSON value"},

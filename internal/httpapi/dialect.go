@@ -90,7 +90,7 @@ func prepare(r *http.Request, rt *route, pathParams map[string]string) []FieldVi
 		dec.UseNumber()
 		var v any
 		if err := dec.Decode(&v); err != nil {
-			c.add("body", "is not valid JSON: "+err.Error())
+			c.add("body", "is not valid JSON"+jsonSpot(raw, err)+": "+err.Error())
 			return c.violations
 		}
 		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -661,4 +661,27 @@ func describe(fd protoreflect.FieldDescriptor) string {
 		}
 	}
 	return "has the wrong type"
+}
+
+// jsonSpot says where raw stops being JSON, for a syntax error: " at byte
+// 17 (line 2, column 5)", the offending byte; for a body that ends too soon,
+// the byte after its end; "" for other errors.
+func jsonSpot(raw []byte, err error) string {
+	var (
+		syntax *json.SyntaxError
+		off    int64 // the offending byte, 1-based
+	)
+	switch {
+	case errors.As(err, &syntax):
+		off = syntax.Offset
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		off = int64(len(raw)) + 1
+	default:
+		return ""
+	}
+	off = min(max(off, 1), int64(len(raw))+1)
+	before := raw[:off-1]
+	line := bytes.Count(before, []byte("\n")) + 1
+	col := len(before) - bytes.LastIndexByte(before, '\n')
+	return " at byte " + strconv.FormatInt(off, 10) + " (line " + strconv.Itoa(line) + ", column " + strconv.Itoa(col) + ")"
 }

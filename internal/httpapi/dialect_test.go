@@ -280,6 +280,19 @@ func TestDialect(t *testing.T) {
 		b.refused(t, b.do(t, http.MethodPost, "/v1/events:publish", `{"event":{"owner_id":"o","type":"t","subject":"s","colour":"red"}}`), "event.colour")
 	})
 
+	t.Run("InvalidJSONSaysWhere", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		a := b.do(t, http.MethodPost, "/v1/endpoints", "{\"owner_id\":\"o\",\n \"filter\": {\"data.op\": {\"$in\": [\"x\"]]}}")
+		b.refused(t, a, "body")
+		require.Contains(t, a.body["field_violations"].([]any)[0].(map[string]any)["description"], "is not valid JSON at byte 54 (line 2, column 37)")
+		a = b.do(t, http.MethodPost, "/v1/endpoints", `{"owner_id":"o","filter":{`)
+		b.refused(t, a, "body")
+		require.Contains(t, a.body["field_violations"].([]any)[0].(map[string]any)["description"], "is not valid JSON at byte 27 (line 1, column 27)")
+		// A filter's key given twice is named where it is.
+		b.refused(t, b.do(t, http.MethodPost, "/v1/endpoints", `{"owner_id":"o","filter":{"data.a":1,"data.a":2}}`), "filter.data.a")
+	})
+
 	t.Run("GuardBeforeDialect", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
