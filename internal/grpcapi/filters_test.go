@@ -226,7 +226,7 @@ func TestTestFilter(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, resp.GetMatched())
 		require.Empty(t, resp.GetExplanation())
-		require.Equal(t, `{"data.op":"published"}`, structJSON(t, resp.GetFilter()))
+		require.JSONEq(t, `{"data.op":"published"}`, structJSON(t, resp.GetFilter()))
 		require.Empty(t, resp.GetEvent().GetId(), "a sample is not stored")
 		var events int
 		require.NoError(t, b.env.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM events`).Scan(&events))
