@@ -23,6 +23,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
+	"github.com/standmeet/webhook-dispatcher/internal/portal"
 	"github.com/standmeet/webhook-dispatcher/internal/retention"
 	"github.com/standmeet/webhook-dispatcher/internal/tracing"
 	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
@@ -146,6 +147,13 @@ type serveConfig struct {
 	// the API listen address). CookieSecure forces its cookie Secure too.
 	Portal    bool
 	PortalURL string
+	// The portal's branding for every session (sessions may override the
+	// name and the accent), its logo file and the way back to the
+	// application for sessions that name none.
+	PortalProductName string
+	PortalAccentColor string
+	PortalLogo        string
+	PortalReturnURL   string
 
 	// API port limits (both protocols unless named).
 	APIMaxConns        int
@@ -224,6 +232,10 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.StringVar(&c.OperationalOwner, "operational-events-owner", env.get("DISPATCHER_OPERATIONAL_EVENTS_OWNER"), "owner id to which the dispatcher sends endpoint.failing, endpoint.disabled and endpoint.recovered for every other owner's endpoints; give that owner an endpoint (your URL) subscribed to endpoint.*; empty sends none (env DISPATCHER_OPERATIONAL_EVENTS_OWNER)")
 	fs.StringVar(&c.JobLinkTemplate, "job-link-template", env.str("DISPATCHER_JOB_LINK_TEMPLATE", ""), "link to a delivery job in ListDeliveries; {job_id} is replaced; default: this process's River UI (env DISPATCHER_JOB_LINK_TEMPLATE)")
 	fs.BoolVar(&c.Portal, "portal", env.boolean("DISPATCHER_PORTAL", true), "serve the endpoint owners' portal at /portal/ on the API port, reached through CreatePortalSession links (env DISPATCHER_PORTAL)")
+	fs.StringVar(&c.PortalProductName, "portal-product-name", env.str("DISPATCHER_PORTAL_PRODUCT_NAME", ""), "the product name the portal shows in its header and titles; empty: Webhooks (env DISPATCHER_PORTAL_PRODUCT_NAME)")
+	fs.StringVar(&c.PortalAccentColor, "portal-accent-color", env.str("DISPATCHER_PORTAL_ACCENT_COLOR", ""), "the portal's accent colour, #rrggbb, adjusted for contrast in the light and the dark scheme; empty: #2f5bea (env DISPATCHER_PORTAL_ACCENT_COLOR)")
+	fs.StringVar(&c.PortalLogo, "portal-logo", env.str("DISPATCHER_PORTAL_LOGO", ""), "a logo file (PNG, JPEG, WebP, GIF or SVG, at most 256 KiB) the portal serves itself and shows in its header; empty: none (env DISPATCHER_PORTAL_LOGO)")
+	fs.StringVar(&c.PortalReturnURL, "portal-return-url", env.str("DISPATCHER_PORTAL_RETURN_URL", ""), "the way back to the application, for portal sessions whose link names none (CreatePortalSession return_url): an absolute http(s) URL (env DISPATCHER_PORTAL_RETURN_URL)")
 	fs.StringVar(&c.PortalURL, "portal-url", env.str("DISPATCHER_PORTAL_URL", ""), "the portal's public URL as browsers reach it, e.g. https://hooks.example.com/portal/ (behind a proxy, its path prefix); empty: http(s)://<API address>/portal/ (env DISPATCHER_PORTAL_URL)")
 	fs.BoolVar(&c.RiverUI, "river-ui", env.boolean("DISPATCHER_RIVER_UI", true), "serve River UI at /riverui/ on the ops port, behind the operator token (env DISPATCHER_RIVER_UI)")
 	fs.BoolVar(&c.Pprof, "pprof", env.boolean("DISPATCHER_PPROF", false), "serve Go's profiler at /debug/pprof/ on the ops port, for diagnosing CPU and memory use; keep the ops port private (env DISPATCHER_PPROF)")
@@ -345,6 +357,18 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	}
 	if c.DisableAfter < time.Second || c.DisableAfter > 30*24*time.Hour {
 		return nil, fmt.Errorf("invalid -disable-after %s: want 1s..720h", c.DisableAfter)
+	}
+	if err := portal.ValidateBranding(portal.Branding{ProductName: c.PortalProductName, AccentColor: c.PortalAccentColor}); err != nil {
+		name := "-portal-product-name (DISPATCHER_PORTAL_PRODUCT_NAME)"
+		if strings.HasPrefix(err.Error(), portal.FieldAccentColor) {
+			name = "-portal-accent-color (DISPATCHER_PORTAL_ACCENT_COLOR)"
+		}
+		return nil, fmt.Errorf("invalid %s: %w", name, err)
+	}
+	if c.PortalReturnURL != "" {
+		if err := portal.ValidateReturnURL(c.PortalReturnURL); err != nil {
+			return nil, fmt.Errorf("invalid -portal-return-url (DISPATCHER_PORTAL_RETURN_URL) %q: %w", c.PortalReturnURL, err)
+		}
 	}
 	if c.OperationalOwner != "" {
 		if err := webhook.ValidateOwnerID(c.OperationalOwner); err != nil {

@@ -314,7 +314,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	var portalPages *portal.Portal
 	var endpointOpts []grpcapi.EndpointServerOption
 	if cfg.Portal {
-		portalPages, err = newPortal(cfg, grpcLis.Addr(), grpcTLS != nil, pool, endpoints, logger)
+		portalPages, err = newPortal(cfg, grpcLis.Addr(), grpcTLS != nil, pool, endpoints, keyring, logger)
 		if err != nil {
 			_ = grpcLis.Close()
 			return err
@@ -350,6 +350,8 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		root := http.NewServeMux()
 		root.Handle("/", apiHandler)
 		root.Handle(portal.MountPath, http.StripPrefix(strings.TrimSuffix(portal.MountPath, "/"), portalPages.Handler()))
+		// Browsers ask the port for its icon: the portal's, not the API's 401.
+		root.Handle("GET /favicon.ico", portalPages.Favicon())
 		apiRoot = root
 	}
 	httpServer := &http.Server{Handler: apiRoot, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
@@ -595,7 +597,7 @@ const consolePath = "/riverui/console/"
 // newPortal builds the owners' portal. Without a configured public URL its
 // links name the API's own address, which serves a browser on this machine
 // or network; behind a proxy, set -portal-url.
-func newPortal(cfg *serveConfig, apiAddr net.Addr, tls bool, pool *pgxpool.Pool, svc *endpoint.Service, logger *slog.Logger) (*portal.Portal, error) {
+func newPortal(cfg *serveConfig, apiAddr net.Addr, tls bool, pool *pgxpool.Pool, svc *endpoint.Service, keyring *seal.Keyring, logger *slog.Logger) (*portal.Portal, error) {
 	raw := cfg.PortalURL
 	if raw == "" {
 		scheme := "http"
@@ -608,5 +610,16 @@ func newPortal(cfg *serveConfig, apiAddr net.Addr, tls bool, pool *pgxpool.Pool,
 	if err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("invalid -portal-url %q: must be an absolute http(s) URL, like https://hooks.example.com/portal/", raw)
 	}
-	return portal.New(portal.Config{PublicURL: u, SecureCookie: cfg.CookieSecure}, pool, svc, logger.With(slog.String("component", "portal")))
+	pc := portal.Config{PublicURL: u, SecureCookie: cfg.CookieSecure, Keyring: keyring, ReturnURL: cfg.PortalReturnURL,
+		Branding: portal.Branding{ProductName: cfg.PortalProductName, AccentColor: cfg.PortalAccentColor}}
+	if cfg.PortalLogo != "" {
+		b, err := os.ReadFile(cfg.PortalLogo)
+		if err != nil {
+			return nil, fmt.Errorf("invalid -portal-logo (DISPATCHER_PORTAL_LOGO): %w", err)
+		}
+		if pc.Logo, err = portal.ValidateLogo(b); err != nil {
+			return nil, fmt.Errorf("invalid -portal-logo (DISPATCHER_PORTAL_LOGO) %q: %w", cfg.PortalLogo, err)
+		}
+	}
+	return portal.New(pc, pool, svc, logger.With(slog.String("component", "portal")))
 }

@@ -221,6 +221,14 @@ func printable(s string) bool {
 	return true
 }
 
+// ValidateReturnURL checks a deployment's return URL as a session's is.
+func ValidateReturnURL(raw string) error {
+	if desc := returnURLProblem(raw); desc != "" {
+		return errors.New(desc)
+	}
+	return nil
+}
+
 // returnURLProblem says what is wrong with a return URL, or "". It is put
 // in an href as it is: only an absolute http(s) URL without credentials.
 func returnURLProblem(raw string) string {
