@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -36,7 +37,14 @@ func getEndpoint(t *testing.T, d *dispatcher, owner, id string) *webhooksv1.Endp
 // back is the browser's Back button, waiting for the page it leads to.
 func back(t *testing.T, ctx context.Context) {
 	t.Helper()
-	require.NoError(t, chromedp.Run(ctx, chromedp.NavigateBack()))
+	from := location(t, ctx)
+	// history.back(), not the protocol's NavigateBack, which waits for an
+	// event that a page served no-store may not send.
+	require.NoError(t, chromedp.Run(ctx, chromedp.Evaluate(`history.back(); true`, nil)))
+	waitFor(t, 30*time.Second, "the page before "+from, func() bool {
+		var ready string
+		return location(t, ctx) != from && chromedp.Run(ctx, chromedp.Evaluate(`document.readyState`, &ready)) == nil && ready == "complete"
+	})
 	bodyText(t, ctx)
 }
 
@@ -47,20 +55,42 @@ func reload(t *testing.T, ctx context.Context) string {
 	return bodyText(t, ctx)
 }
 
+// js runs a script in the page. After a history navigation chromedp's
+// node queries can wait for ever on a document it did not see load, so the
+// steps after Back go through scripts.
+func js(t *testing.T, ctx context.Context, script string) {
+	t.Helper()
+	var ok bool
+	require.NoError(t, chromedp.Run(ctx, chromedp.Evaluate(script+"; true", &ok)))
+}
+
+// submitForm clicks the button of a form by script (see js) and waits for
+// the page it leads to.
+func submitForm(t *testing.T, ctx context.Context, button string) {
+	t.Helper()
+	from := location(t, ctx)
+	js(t, ctx, `document.evaluate(`+strconvQuote(button)+`, document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue.click()`)
+	waitFor(t, 30*time.Second, "the page after the form", func() bool {
+		var ready string
+		return location(t, ctx) != from && chromedp.Run(ctx, chromedp.Evaluate(`document.readyState`, &ready)) == nil && ready == "complete"
+	})
+	bodyText(t, ctx)
+}
+
+func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
 // fillNewEndpoint types the create form's fields unless the browser kept
 // them (it restores a form's fields on Back).
 func fillNewEndpoint(t *testing.T, ctx context.Context, u string) {
 	t.Helper()
 	var have string
-	require.NoError(t, chromedp.Run(ctx, chromedp.WaitVisible(`#url`, chromedp.ByQuery), chromedp.Value(`#url`, &have, chromedp.ByQuery)))
+	require.NoError(t, chromedp.Run(ctx, chromedp.Evaluate(`document.getElementById("url").value`, &have)))
 	if have == u {
 		return
 	}
-	require.NoError(t, chromedp.Run(ctx,
-		chromedp.SetValue(`#url`, u, chromedp.ByQuery),
-		chromedp.SetValue(`#name`, "Orders", chromedp.ByQuery),
-		chromedp.SetValue(`#event_types_other`, "corpus.*", chromedp.ByQuery),
-	))
+	js(t, ctx, `document.getElementById("url").value = `+strconvQuote(u)+`;
+document.getElementById("name").value = "Orders";
+document.getElementById("event_types_other").value = "corpus.*"`)
 }
 
 // TestPortalFormsRepeatNothing: reload, Back and resubmit after create,
@@ -79,13 +109,11 @@ func TestPortalFormsRepeatNothing(t *testing.T) {
 	// Create, then reload the secret page twice: one endpoint, and the
 	// secret shown once.
 	require.NoError(t, chromedp.Run(ctx, chromedp.Navigate(base+"endpoints/new")))
+	bodyText(t, ctx)
 	fillNewEndpoint(t, ctx, rc.URL+"/orders")
 	var secret string
-	require.NoError(t, chromedp.Run(ctx,
-		chromedp.Click(`form.form button[type="submit"]`, chromedp.ByQuery),
-		chromedp.WaitVisible(`#secret`, chromedp.ByQuery),
-		chromedp.Value(`#secret`, &secret, chromedp.ByQuery),
-	))
+	submitForm(t, ctx, `//form[contains(@class, "form")]//button[@type="submit"]`)
+	require.NoError(t, chromedp.Run(ctx, chromedp.Evaluate(`document.getElementById("secret").value`, &secret)))
 	require.True(t, strings.HasPrefix(secret, "whsec_"), secret)
 	for range 2 {
 		text := reload(t, ctx)
@@ -99,8 +127,8 @@ func TestPortalFormsRepeatNothing(t *testing.T) {
 	back(t, ctx)
 	require.Contains(t, location(t, ctx), "/portal/endpoints/new?request=")
 	fillNewEndpoint(t, ctx, rc.URL+"/orders")
-	require.NoError(t, chromedp.Run(ctx, chromedp.Click(`form.form button[type="submit"]`, chromedp.ByQuery)))
-	waitFor(t, 30*time.Second, "the page after the resubmit", func() bool { return strings.Contains(location(t, ctx), "/secret?request=") })
+	submitForm(t, ctx, `//form[contains(@class, "form")]//button[@type="submit"]`)
+	require.Contains(t, location(t, ctx), "/secret?request=")
 	text := bodyText(t, ctx)
 	require.Contains(t, text, "already shown")
 	require.NotContains(t, text, secret)
@@ -130,8 +158,8 @@ func TestPortalFormsRepeatNothing(t *testing.T) {
 	require.NotContains(t, text, rotated)
 	back(t, ctx)
 	require.Contains(t, location(t, ctx), "/rotate?request=")
-	require.NoError(t, chromedp.Run(ctx, chromedp.Click(`//button[normalize-space()="Rotate secret"]`, chromedp.BySearch)))
-	waitFor(t, 30*time.Second, "the page after the resubmit", func() bool { return strings.Contains(location(t, ctx), "/secret?request=") })
+	submitForm(t, ctx, `//button[normalize-space()="Rotate secret"]`)
+	require.Contains(t, location(t, ctx), "/secret?request=")
 	require.Contains(t, bodyText(t, ctx), "already shown")
 	require.True(t, proto.Equal(after, getEndpoint(t, d, owner, id)), "a resubmitted rotate does not rotate again")
 
@@ -158,7 +186,8 @@ func TestPortalFormsRepeatNothing(t *testing.T) {
 	require.True(t, proto.Equal(before, getEndpoint(t, d, owner, fullID)), "saved unchanged: identical")
 	reload(t, ctx)
 	back(t, ctx)
-	require.NoError(t, chromedp.Run(ctx, chromedp.WaitVisible(`#url`, chromedp.ByQuery), chromedp.Click(`form.form button[type="submit"]`, chromedp.ByQuery), chromedp.WaitVisible(`p.flash`, chromedp.ByQuery)))
+	submitForm(t, ctx, `//form[contains(@class, "form")]//button[@type="submit"]`)
+	require.Contains(t, bodyText(t, ctx), "Nothing changed")
 	require.True(t, proto.Equal(before, getEndpoint(t, d, owner, fullID)), "reload, Back and save again: identical")
 
 	// A change saves that change only, and a reload repeats nothing.
