@@ -658,7 +658,7 @@ func TestOperatorConsole(t *testing.T) {
 	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
 	failing := newReceiver(t)
 	failing.setHandler(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
-	createEndpoint(t, d, "owner-console-a", failing.URL+"/a", "code.*")
+	epA := createEndpoint(t, d, "owner-console-a", failing.URL+"/a-secret-path?key=credential", "code.*")
 	createEndpoint(t, d, "owner-console-b", rc(t).URL+"/b", "code.*")
 	publish(t, d, newEvent("owner-console-a", "code.issued", "code://1", `{}`))
 	waitFor(t, 30*time.Second, "the failed attempt", func() bool { return len(failing.requests()) >= 1 })
@@ -676,7 +676,7 @@ func TestOperatorConsole(t *testing.T) {
 		chromedp.Submit(`input[name="token"]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`//h1[normalize-space()="Operator console"]`, chromedp.BySearch),
 	))
-	reloadUntil(t, ctx, failing.URL+"/a")
+	reloadUntil(t, ctx, epA.GetEndpoint().GetId())
 	// The failure counts come with the attempts, written a moment later.
 	var text string
 	waitFor(t, 60*time.Second, "the owners with failures", func() bool {
@@ -687,7 +687,59 @@ func TestOperatorConsole(t *testing.T) {
 	require.Contains(t, strings.ToLower(text), "oldest waiting delivery")
 	require.Contains(t, text, "Job #")
 	require.NotContains(t, text, "owner-console-b", "a healthy endpoint is not listed")
+	require.Contains(t, text, failing.URL, "the receiver's origin")
+	require.NotContains(t, text, "a-secret-path", "never its path")
+	require.NotContains(t, text, "credential", "nor its query")
+	reloadUntil(t, ctx, "HTTP 503")
 	screenshot(t, ctx, "console")
+
+	// Search by owner, endpoint id and host.
+	host := strings.TrimPrefix(failing.URL, "http://")
+	for _, q := range []string{"owner-console", epA.GetEndpoint().GetId(), host} {
+		require.NoError(t, chromedp.Run(ctx, chromedp.Navigate(console+"?q="+url.QueryEscape(q))))
+		text = bodyText(t, ctx)
+		require.Contains(t, text, epA.GetEndpoint().GetId(), q)
+		require.NotContains(t, text, "a-secret-path", q)
+	}
+	checkA11y(t, ctx, "console search")
+
+	// An owner's drill-down: endpoints, why they fail, latest deliveries.
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(console),
+		chromedp.Click(`//a[normalize-space()="owner-console-a"]`, chromedp.BySearch),
+		chromedp.WaitVisible(`//h1[starts-with(normalize-space(), "Owner")]`, chromedp.BySearch),
+	))
+	text = bodyText(t, ctx)
+	require.Contains(t, text, "Latest deliveries")
+	require.Contains(t, text, "code.issued")
+	require.Contains(t, text, "HTTP 503")
+	require.NotContains(t, text, "a-secret-path")
+	screenshot(t, ctx, "console-owner")
+
+	// Open that owner's portal, read-only, through a session made on the
+	// spot and logged.
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Click(`//a[starts-with(normalize-space(), "Open this owner's portal")]`, chromedp.BySearch),
+		chromedp.WaitVisible(`//h1[normalize-space()="Endpoints"]`, chromedp.BySearch),
+	))
+	text = bodyText(t, ctx)
+	require.Contains(t, text, "Operator view, read-only")
+	require.Contains(t, text, "owner-console-a")
+	require.NotContains(t, text, "Add endpoint")
+	require.Contains(t, d.logs.String(), "operator opened an owner's portal")
+	// Not by a link from elsewhere: a GET without the console's Fetch
+	// Metadata is refused.
+	code, _, _ = portalGet(t, portalClient(t), console+"owners/owner-console-a/open")
+	require.NotEqual(t, http.StatusSeeOther, code)
+
+	// Sign out of the console.
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(console),
+		chromedp.Click(`//button[normalize-space()="Sign out"]`, chromedp.BySearch),
+		chromedp.WaitVisible(`input[name="token"]`, chromedp.ByQuery),
+	))
+	code, _, _ = portalGet(t, portalClient(t), console)
+	require.Equal(t, http.StatusSeeOther, code)
 }
 
 // rc is a receiver that answers 200.
@@ -706,7 +758,8 @@ func TestPortalEmbeddedInAllowedOrigin(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	ca.Server(t).Write(t, certFile, keyFile, time.Now().Add(-time.Minute))
-	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}, env: []string{
+	db := dbtest.NewEmpty(t)
+	d := start(t, options{db: db, args: []string{"--migrate"}, env: []string{
 		"DISPATCHER_GRPC_TLS_CERT=" + certFile, "DISPATCHER_GRPC_TLS_KEY=" + keyFile,
 	}})
 	api := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}},
@@ -722,7 +775,8 @@ func TestPortalEmbeddedInAllowedOrigin(t *testing.T) {
 	link := func(t *testing.T, origins ...string) string {
 		t.Helper()
 		req, err := http.NewRequest(http.MethodPost, "https://"+d.grpcAddr+"/v1/portal-sessions",
-			strings.NewReader(string(jsonBody(t, map[string]any{"owner_id": "owner-embed", "access": "PORTAL_ACCESS_READ", "allowed_origins": origins}))))
+			strings.NewReader(string(jsonBody(t, map[string]any{"owner_id": "owner-embed", "access": "PORTAL_ACCESS_READ", "allowed_origins": origins,
+				"display_name": "Embedded Co", "return_url": app.URL + "/settings"}))))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+adminToken)
 		req.Header.Set("Content-Type", "application/json")
@@ -764,4 +818,31 @@ func TestPortalEmbeddedInAllowedOrigin(t *testing.T) {
 		chromedp.Text(`main h1`, &heading, chromedp.ByQuery, chromedp.FromNode(frames[0])),
 	))
 	require.Equal(t, "Endpoints", heading, "the portal renders in the allowed origin's frame, signed in")
+
+	// Inside the frame, the pages where it ends still render, with the way
+	// back: the spent link, then the expired session.
+	inFrame := func(t *testing.T, want string) {
+		t.Helper()
+		var frames []*cdp.Node
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Navigate(app.URL),
+			chromedp.WaitVisible(`#portal`, chromedp.ByQuery),
+			chromedp.Nodes(`#portal`, &frames, chromedp.ByQuery),
+		))
+		var heading, href, target string
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.WaitVisible(`main h1`, chromedp.ByQuery, chromedp.FromNode(frames[0])),
+			chromedp.Text(`main h1`, &heading, chromedp.ByQuery, chromedp.FromNode(frames[0])),
+			chromedp.AttributeValue(`main a.button`, "href", &href, nil, chromedp.ByQuery, chromedp.FromNode(frames[0])),
+			chromedp.AttributeValue(`main a.button`, "target", &target, nil, chromedp.ByQuery, chromedp.FromNode(frames[0])),
+		))
+		require.Equal(t, want, heading)
+		require.Equal(t, app.URL+"/settings", href, "the way back to the application")
+		require.Equal(t, "_top", target, "out of the frame")
+	}
+	inFrame(t, "This link cannot be used")
+	_, err = db.Pool.Exec(context.Background(), `UPDATE portal_sessions SET expires_at = now() - interval '1 second' WHERE owner_id = 'owner-embed'`)
+	require.NoError(t, err)
+	frameSrc = "https://" + d.grpcAddr + "/portal/"
+	inFrame(t, "Your session has ended")
 }
