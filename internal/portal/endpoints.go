@@ -242,7 +242,7 @@ func (p *Portal) newEndpoint(w http.ResponseWriter, r *http.Request, sess *sessi
 	}
 	rid := r.URL.Query().Get("request")
 	if _, ok := requestIDOf(rid); !ok {
-		http.Redirect(w, r, p.base+"endpoints/new?request="+newRequestID(), http.StatusSeeOther)
+		p.redirect(w, r, "endpoints/new?request="+newRequestID())
 		return
 	}
 	p.render(w, r, http.StatusOK, "form", sess, &formData{Groups: groups(nil), Scheme: endpoint.SchemeV1, MaxInFlight: "1", RequestID: rid})
@@ -445,7 +445,7 @@ func (p *Portal) confirm(action string) func(http.ResponseWriter, *http.Request,
 		if action == "rotate" {
 			d.RequestID = r.URL.Query().Get("request")
 			if _, ok := requestIDOf(d.RequestID); !ok {
-				http.Redirect(w, r, p.base+"endpoints/"+e.ID.String()+"/rotate?request="+newRequestID(), http.StatusSeeOther)
+				p.redirect(w, r, "endpoints/"+e.ID.String()+"/rotate?request="+newRequestID())
 				return
 			}
 		}

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"path"
 	"slices"
 	"strconv"
@@ -460,14 +459,3 @@ func statsOf(c attempt.Counts) stats24h {
 }
 
 func isInvalid(err error) bool { return errors.Is(err, endpoint.ErrInvalid) }
-
-// encodeQuery is a query string of the non-empty values.
-func encodeQuery(m map[string]string) string {
-	v := url.Values{}
-	for k, s := range m {
-		if s != "" {
-			v.Set(k, s)
-		}
-	}
-	return v.Encode()
-}
