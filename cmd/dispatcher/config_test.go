@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,6 +144,28 @@ func TestParseServeConfig(t *testing.T) {
 		require.ErrorContains(t, err, "invalid -disable-after 0s")
 		_, err = parse(setup(t), "--disable-after", "1000h")
 		require.ErrorContains(t, err, "want 1s..720h")
+	})
+
+	t.Run("PortalBranding", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.env["DISPATCHER_PORTAL_PRODUCT_NAME"] = "Acme Webhooks"
+		b.env["DISPATCHER_PORTAL_ACCENT_COLOR"] = "#0e9f6e"
+		b.env["DISPATCHER_PORTAL_LOGO"] = "/etc/dispatcher/logo.svg"
+		b.env["DISPATCHER_PORTAL_RETURN_URL"] = "https://app.example.com/"
+		c, err := parse(b)
+		require.NoError(t, err)
+		require.Equal(t, "Acme Webhooks", c.PortalProductName)
+		require.Equal(t, "#0e9f6e", c.PortalAccentColor)
+		require.Equal(t, "/etc/dispatcher/logo.svg", c.PortalLogo)
+		require.Equal(t, "https://app.example.com/", c.PortalReturnURL)
+
+		_, err = parse(setup(t), "--portal-accent-color", "green")
+		require.ErrorContains(t, err, "invalid -portal-accent-color (DISPATCHER_PORTAL_ACCENT_COLOR): accent_color must be a colour as #rrggbb")
+		_, err = parse(setup(t), "--portal-product-name", strings.Repeat("x", 61))
+		require.ErrorContains(t, err, "invalid -portal-product-name (DISPATCHER_PORTAL_PRODUCT_NAME): product_name must be at most 60 bytes")
+		_, err = parse(setup(t), "--portal-return-url", "javascript:alert(1)")
+		require.ErrorContains(t, err, `invalid -portal-return-url (DISPATCHER_PORTAL_RETURN_URL) "javascript:alert(1)": must be an absolute http(s) URL`)
 	})
 
 	t.Run("OutboxTableNamesTheFlag", func(t *testing.T) {

@@ -85,6 +85,10 @@ func TestCreateSessionValidates(t *testing.T) {
 		"BadOrigins": {SessionRequest{OwnerID: "o", Access: AccessRead, AllowedOrigins: []string{
 			"https://ok.example", "https://a.example/path", "https://a.example; script-src *", "ftp://a.example", "https://a.example 'unsafe-inline'",
 		}}, []string{"allowed_origins[1]", "allowed_origins[2]", "allowed_origins[3]", "allowed_origins[4]"}},
+		"BadWayBackAndBranding": {SessionRequest{OwnerID: "o", Access: AccessRead, DisplayName: "Acme\x00", ReturnURL: "javascript:alert(1)",
+			Branding: Branding{ProductName: strings.Repeat("n", 61), AccentColor: "red"}},
+			[]string{FieldDisplayName, FieldReturnURL, "branding.product_name", "branding.accent_color"}},
+		"ReturnURLWithCredentials": {SessionRequest{OwnerID: "o", Access: AccessRead, ReturnURL: "https://user:pw@app.example.com/"}, []string{FieldReturnURL}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
