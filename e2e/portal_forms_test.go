@@ -378,6 +378,9 @@ func TestPortalAccessibleAndBranded(t *testing.T) {
 	require.NoError(t, err)
 	ev := newEvent(owner, "code.issued", "code://a11y", `{}`)
 	publish(t, d, ev)
+	// A draft: scope keeps it from every endpoint of the owner.
+	kept := newEvent(owner, "corpus.note.changed", "wiki://drafts/secret-plan", `{"op":"updated","note_id":"draft-data-n9","published":false,"was_published":false}`)
+	publish(t, d, kept)
 	waitFor(t, 30*time.Second, "the deliveries", func() bool { return len(rc.requests()) >= 1 && len(failing.requests()) >= 1 })
 
 	res, err := d.endpoints().CreatePortalSession(adminCtx(t), &webhooksv1.CreatePortalSessionRequest{
@@ -410,6 +413,13 @@ func TestPortalAccessibleAndBranded(t *testing.T) {
 		bodyText(t, ctx)
 		screenshot(t, ctx, "branded-"+scheme)
 	}
+
+	// The event scope kept from every endpoint shows the decisions, not
+	// the data.
+	require.NoError(t, chromedp.Run(ctx, chromedp.Navigate(base+"events/"+kept.GetId())))
+	text = reloadUntil(t, ctx, "Not shown")
+	require.NotContains(t, text, "draft-data-n9")
+	require.Contains(t, text, "Scope: the subject is not published")
 
 	// The skip link is the first stop of the keyboard, and it leads to
 	// the page's content.

@@ -216,7 +216,10 @@ func TestPortalFlow(t *testing.T) {
 		chromedp.SendKeys(`#url`, rc.URL+"/hooks", chromedp.ByQuery),
 		chromedp.SendKeys(`#name`, "Billing receiver", chromedp.ByQuery),
 		chromedp.SendKeys(`#description`, "Sends codes to the billing service", chromedp.ByQuery),
+		// The picker shows one group at a time: open code's and webhook's.
+		chromedp.Click(`//details[.//input[@value="code.issued"]]/summary`, chromedp.BySearch),
 		chromedp.Click(`input[name="event_types"][value="code.issued"]`, chromedp.ByQuery),
+		chromedp.Click(`//details[.//input[@value="webhook.test"]]/summary`, chromedp.BySearch),
 		chromedp.Click(`input[name="event_types"][value="webhook.test"]`, chromedp.ByQuery),
 	))
 	screenshot(t, ctx, "new-endpoint")
@@ -640,7 +643,7 @@ func TestPortalRendersMarkupInert(t *testing.T) {
 		chromedp.WaitVisible(`#headers`, chromedp.ByQuery),
 		chromedp.SendKeys(`#headers`, `<img src=x onerror="window.pwned=5">: v`, chromedp.ByQuery),
 		chromedp.Click(`form.form button[type="submit"]`, chromedp.ByQuery),
-		chromedp.WaitVisible(`p.error-summary`, chromedp.ByQuery),
+		chromedp.WaitVisible(`.error-summary`, chromedp.ByQuery),
 		chromedp.Evaluate(`window.pwned !== undefined || document.querySelector("main img, main script") !== null`, &pwned),
 	))
 	require.False(t, pwned)

@@ -133,7 +133,7 @@ func (p *Portal) Console(prefix, riverUI string) http.Handler {
 				return
 			}
 			v := p.newView(nil, d)
-			v.Base, v.Nav = prefix, "console"
+			v.Base, v.Static, v.Nav = prefix, prefix+"static/", "console"
 			p.renderView(w, r, "console", v)
 		}
 	}

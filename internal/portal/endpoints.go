@@ -455,11 +455,7 @@ func (p *Portal) confirm(action string) func(http.ResponseWriter, *http.Request,
 
 func (p *Portal) deleteEndpoint(w http.ResponseWriter, r *http.Request, sess *session) {
 	if err := p.svc.Delete(r.Context(), sess.ownerID, r.PathValue("id")); err != nil {
-		if errors.Is(err, endpoint.ErrNotFound) {
-			// Deleted already (a resubmit): the list says so.
-			p.redirect(w, r, "?done=deleted")
-			return
-		}
+		// Deleted already (a resubmit) is Not found, like another owner's.
 		p.failID(w, r, sess, err)
 		return
 	}
