@@ -304,8 +304,13 @@ func TestPortalFlow(t *testing.T) {
 	waitFor(t, 30*time.Second, "the test event", func() bool { return len(rc.requests()) > sent })
 	got := rc.requests()[len(rc.requests())-1]
 	require.Contains(t, string(got.body), `"type":"webhook.test"`)
-	text = reloadUntil(t, ctx, "HTTP 200")
-	require.Contains(t, text, "Delivered")
+	// The attempt and the delivery's end are written a moment apart, in
+	// either order.
+	waitFor(t, 60*time.Second, "the test event delivered, with its attempt", func() bool {
+		require.NoError(t, chromedp.Run(ctx, chromedp.Reload()))
+		text = bodyText(t, ctx)
+		return strings.Contains(text, "Delivered") && strings.Contains(text, "HTTP 200")
+	})
 	screenshot(t, ctx, "test-event")
 
 	// The other pages, for the screenshots and to see them render.
@@ -730,10 +735,23 @@ func TestOperatorConsole(t *testing.T) {
 	require.Contains(t, text, "owner-console-a")
 	require.NotContains(t, text, "Add endpoint")
 	require.Contains(t, d.logs.String(), "operator opened an owner's portal")
-	// Not by a link from elsewhere: a GET without the console's Fetch
-	// Metadata is refused.
-	code, _, _ = portalGet(t, portalClient(t), console+"owners/owner-console-a/open")
-	require.NotEqual(t, http.StatusSeeOther, code)
+	// Not by a link from elsewhere: an operator's GET without the
+	// console's Fetch Metadata is refused, and so is a prefetch.
+	for _, h := range [][2]string{{"Sec-Fetch-Site", "cross-site"}, {"Sec-Purpose", "prefetch"}, {"X-None", ""}} {
+		req, err := http.NewRequest(http.MethodGet, console+"owners/owner-console-a/open", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+operatorToken)
+		if h[1] != "" {
+			req.Header.Set(h[0], h[1])
+		}
+		if h[0] == "Sec-Purpose" {
+			req.Header.Set("Sec-Fetch-Site", "same-origin")
+		}
+		resp, err := portalClient(t).Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, h)
+	}
 
 	// Sign out of the console.
 	require.NoError(t, chromedp.Run(ctx,
