@@ -135,12 +135,14 @@ func reloadUntil(t *testing.T, ctx context.Context, want string) string {
 // images: PORTAL_SCREENSHOTS=docs/portal); without it, nothing is written.
 //
 // First it checks that the page broke none of its Content-Security-Policy
-// (watchCSP): no inline script or style that the policy blocks.
+// (watchCSP): no inline script or style that the policy blocks; and that
+// axe-core finds no serious or critical accessibility problem on it.
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
 	var violations []string
 	require.NoError(t, chromedp.Run(ctx, chromedp.Evaluate(`window.__csp || []`, &violations)))
 	require.Empty(t, violations, "%s: the page broke its CSP", name)
+	checkA11y(t, ctx, name)
 	dir := os.Getenv("PORTAL_SCREENSHOTS")
 	if dir == "" {
 		return
@@ -214,7 +216,10 @@ func TestPortalFlow(t *testing.T) {
 		chromedp.SendKeys(`#url`, rc.URL+"/hooks", chromedp.ByQuery),
 		chromedp.SendKeys(`#name`, "Billing receiver", chromedp.ByQuery),
 		chromedp.SendKeys(`#description`, "Sends codes to the billing service", chromedp.ByQuery),
+		// The picker shows one group at a time: open code's and webhook's.
+		chromedp.Click(`//details[.//input[@value="code.issued"]]/summary`, chromedp.BySearch),
 		chromedp.Click(`input[name="event_types"][value="code.issued"]`, chromedp.ByQuery),
+		chromedp.Click(`//details[.//input[@value="webhook.test"]]/summary`, chromedp.BySearch),
 		chromedp.Click(`input[name="event_types"][value="webhook.test"]`, chromedp.ByQuery),
 	))
 	screenshot(t, ctx, "new-endpoint")
@@ -282,6 +287,8 @@ func TestPortalFlow(t *testing.T) {
 	require.NoError(t, chromedp.Run(ctx, chromedp.Navigate(endpointURL)))
 	var rotated string
 	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Click(`//a[starts-with(normalize-space(), "Rotate secret")]`, chromedp.BySearch),
+		chromedp.WaitVisible(`#grace_hours`, chromedp.ByQuery),
 		chromedp.Click(`//button[normalize-space()="Rotate secret"]`, chromedp.BySearch),
 		chromedp.WaitVisible(`#secret`, chromedp.ByQuery),
 		chromedp.Value(`#secret`, &rotated, chromedp.ByQuery),
@@ -297,8 +304,13 @@ func TestPortalFlow(t *testing.T) {
 	waitFor(t, 30*time.Second, "the test event", func() bool { return len(rc.requests()) > sent })
 	got := rc.requests()[len(rc.requests())-1]
 	require.Contains(t, string(got.body), `"type":"webhook.test"`)
-	text = reloadUntil(t, ctx, "HTTP 200")
-	require.Contains(t, text, "Delivered")
+	// The attempt and the delivery's end are written a moment apart, in
+	// either order.
+	waitFor(t, 60*time.Second, "the test event delivered, with its attempt", func() bool {
+		require.NoError(t, chromedp.Run(ctx, chromedp.Reload()))
+		text = bodyText(t, ctx)
+		return strings.Contains(text, "Delivered") && strings.Contains(text, "HTTP 200")
+	})
 	screenshot(t, ctx, "test-event")
 
 	// The other pages, for the screenshots and to see them render.
@@ -387,7 +399,7 @@ func TestPortalRefusals(t *testing.T) {
 		code, h, body := portalGet(t, other, link)
 		require.Equal(t, http.StatusUnauthorized, code)
 		require.Empty(t, h.Values("Set-Cookie"))
-		require.Equal(t, "This link has expired or has already been used. Ask for a new one.\n", body)
+		require.Contains(t, body, "This link has expired or has already been used. Ask for a new one.")
 		code, _, _ = portalGet(t, other, base)
 		require.Equal(t, http.StatusUnauthorized, code)
 
@@ -622,9 +634,9 @@ func TestPortalRendersMarkupInert(t *testing.T) {
 	sent := len(rc.requests())
 	require.NoError(t, chromedp.Run(ctx,
 		chromedp.Click(`//button[normalize-space()="Redeliver"]`, chromedp.BySearch),
-		chromedp.WaitVisible(`//h1[normalize-space()="Redelivery queued"]`, chromedp.BySearch),
+		chromedp.WaitVisible(`p.flash`, chromedp.ByQuery),
 	))
-	require.Contains(t, bodyText(t, ctx), "1 failed or cancelled deliveries")
+	require.Contains(t, bodyText(t, ctx), "1 failed or cancelled deliveries queued again")
 	waitFor(t, 30*time.Second, "the redelivered attempt", func() bool { return len(rc.requests()) > sent })
 	require.NoError(t, chromedp.Run(ctx, chromedp.Navigate("http://"+d.grpcAddr+"/portal/events/"+e.GetId())))
 	require.Contains(t, bodyText(t, ctx), "<script>window.pwned=3</script>", "the event's data shows as text")
@@ -636,11 +648,11 @@ func TestPortalRendersMarkupInert(t *testing.T) {
 		chromedp.WaitVisible(`#headers`, chromedp.ByQuery),
 		chromedp.SendKeys(`#headers`, `<img src=x onerror="window.pwned=5">: v`, chromedp.ByQuery),
 		chromedp.Click(`form.form button[type="submit"]`, chromedp.ByQuery),
-		chromedp.WaitVisible(`p.error-summary`, chromedp.ByQuery),
+		chromedp.WaitVisible(`.error-summary`, chromedp.ByQuery),
 		chromedp.Evaluate(`window.pwned !== undefined || document.querySelector("main img, main script") !== null`, &pwned),
 	))
 	require.False(t, pwned)
-	require.Contains(t, bodyText(t, ctx), "Headers ")
+	require.Contains(t, bodyText(t, ctx), "Headers:")
 	got, err := d.endpoints().GetEndpoint(adminCtx(t), &webhooksv1.GetEndpointRequest{OwnerId: owner, EndpointId: res.GetEndpoint().GetId()})
 	require.NoError(t, err)
 	require.Equal(t, []string{"X-Trace"}, got.GetEndpoint().GetHeaderNames(), "nothing written")
@@ -654,7 +666,7 @@ func TestOperatorConsole(t *testing.T) {
 	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
 	failing := newReceiver(t)
 	failing.setHandler(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
-	createEndpoint(t, d, "owner-console-a", failing.URL+"/a", "code.*")
+	epA := createEndpoint(t, d, "owner-console-a", failing.URL+"/a-secret-path?key=credential", "code.*")
 	createEndpoint(t, d, "owner-console-b", rc(t).URL+"/b", "code.*")
 	publish(t, d, newEvent("owner-console-a", "code.issued", "code://1", `{}`))
 	waitFor(t, 30*time.Second, "the failed attempt", func() bool { return len(failing.requests()) >= 1 })
@@ -672,7 +684,7 @@ func TestOperatorConsole(t *testing.T) {
 		chromedp.Submit(`input[name="token"]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`//h1[normalize-space()="Operator console"]`, chromedp.BySearch),
 	))
-	reloadUntil(t, ctx, failing.URL+"/a")
+	reloadUntil(t, ctx, epA.GetEndpoint().GetId())
 	// The failure counts come with the attempts, written a moment later.
 	var text string
 	waitFor(t, 60*time.Second, "the owners with failures", func() bool {
@@ -683,7 +695,72 @@ func TestOperatorConsole(t *testing.T) {
 	require.Contains(t, strings.ToLower(text), "oldest waiting delivery")
 	require.Contains(t, text, "Job #")
 	require.NotContains(t, text, "owner-console-b", "a healthy endpoint is not listed")
+	require.Contains(t, text, failing.URL, "the receiver's origin")
+	require.NotContains(t, text, "a-secret-path", "never its path")
+	require.NotContains(t, text, "credential", "nor its query")
+	reloadUntil(t, ctx, "HTTP 503")
 	screenshot(t, ctx, "console")
+
+	// Search by owner, endpoint id and host.
+	host := strings.TrimPrefix(failing.URL, "http://")
+	for _, q := range []string{"owner-console", epA.GetEndpoint().GetId(), host} {
+		require.NoError(t, chromedp.Run(ctx, chromedp.Navigate(console+"?q="+url.QueryEscape(q))))
+		text = bodyText(t, ctx)
+		require.Contains(t, text, epA.GetEndpoint().GetId(), q)
+		require.NotContains(t, text, "a-secret-path", q)
+	}
+	checkA11y(t, ctx, "console search")
+
+	// An owner's drill-down: endpoints, why they fail, latest deliveries.
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(console),
+		chromedp.Click(`//a[normalize-space()="owner-console-a"]`, chromedp.BySearch),
+		chromedp.WaitVisible(`//h1[starts-with(normalize-space(), "Owner")]`, chromedp.BySearch),
+	))
+	text = bodyText(t, ctx)
+	require.Contains(t, text, "Latest deliveries")
+	require.Contains(t, text, "code.issued")
+	require.Contains(t, text, "HTTP 503")
+	require.NotContains(t, text, "a-secret-path")
+	screenshot(t, ctx, "console-owner")
+
+	// Open that owner's portal, read-only, through a session made on the
+	// spot and logged.
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Click(`//a[starts-with(normalize-space(), "Open this owner's portal")]`, chromedp.BySearch),
+		chromedp.WaitVisible(`//h1[normalize-space()="Endpoints"]`, chromedp.BySearch),
+	))
+	text = bodyText(t, ctx)
+	require.Contains(t, text, "Operator view, read-only")
+	require.Contains(t, text, "owner-console-a")
+	require.NotContains(t, text, "Add endpoint")
+	require.Contains(t, d.logs.String(), "operator opened an owner's portal")
+	// Not by a link from elsewhere: an operator's GET without the
+	// console's Fetch Metadata is refused, and so is a prefetch.
+	for _, h := range [][2]string{{"Sec-Fetch-Site", "cross-site"}, {"Sec-Purpose", "prefetch"}, {"X-None", ""}} {
+		req, err := http.NewRequest(http.MethodGet, console+"owners/owner-console-a/open", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+operatorToken)
+		if h[1] != "" {
+			req.Header.Set(h[0], h[1])
+		}
+		if h[0] == "Sec-Purpose" {
+			req.Header.Set("Sec-Fetch-Site", "same-origin")
+		}
+		resp, err := portalClient(t).Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, h)
+	}
+
+	// Sign out of the console.
+	require.NoError(t, chromedp.Run(ctx,
+		chromedp.Navigate(console),
+		chromedp.Click(`//button[normalize-space()="Sign out"]`, chromedp.BySearch),
+		chromedp.WaitVisible(`input[name="token"]`, chromedp.ByQuery),
+	))
+	code, _, _ = portalGet(t, portalClient(t), console)
+	require.Equal(t, http.StatusSeeOther, code)
 }
 
 // rc is a receiver that answers 200.
@@ -702,7 +779,8 @@ func TestPortalEmbeddedInAllowedOrigin(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	ca.Server(t).Write(t, certFile, keyFile, time.Now().Add(-time.Minute))
-	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}, env: []string{
+	db := dbtest.NewEmpty(t)
+	d := start(t, options{db: db, args: []string{"--migrate"}, env: []string{
 		"DISPATCHER_GRPC_TLS_CERT=" + certFile, "DISPATCHER_GRPC_TLS_KEY=" + keyFile,
 	}})
 	api := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}},
@@ -718,7 +796,8 @@ func TestPortalEmbeddedInAllowedOrigin(t *testing.T) {
 	link := func(t *testing.T, origins ...string) string {
 		t.Helper()
 		req, err := http.NewRequest(http.MethodPost, "https://"+d.grpcAddr+"/v1/portal-sessions",
-			strings.NewReader(string(jsonBody(t, map[string]any{"owner_id": "owner-embed", "access": "PORTAL_ACCESS_READ", "allowed_origins": origins}))))
+			strings.NewReader(string(jsonBody(t, map[string]any{"owner_id": "owner-embed", "access": "PORTAL_ACCESS_READ", "allowed_origins": origins,
+				"display_name": "Embedded Co", "return_url": app.URL + "/settings"}))))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+adminToken)
 		req.Header.Set("Content-Type", "application/json")
@@ -760,4 +839,31 @@ func TestPortalEmbeddedInAllowedOrigin(t *testing.T) {
 		chromedp.Text(`main h1`, &heading, chromedp.ByQuery, chromedp.FromNode(frames[0])),
 	))
 	require.Equal(t, "Endpoints", heading, "the portal renders in the allowed origin's frame, signed in")
+
+	// Inside the frame, the pages where it ends still render, with the way
+	// back: the spent link, then the expired session.
+	inFrame := func(t *testing.T, want string) {
+		t.Helper()
+		var frames []*cdp.Node
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.Navigate(app.URL),
+			chromedp.WaitVisible(`#portal`, chromedp.ByQuery),
+			chromedp.Nodes(`#portal`, &frames, chromedp.ByQuery),
+		))
+		var heading, href, target string
+		require.NoError(t, chromedp.Run(ctx,
+			chromedp.WaitVisible(`main h1`, chromedp.ByQuery, chromedp.FromNode(frames[0])),
+			chromedp.Text(`main h1`, &heading, chromedp.ByQuery, chromedp.FromNode(frames[0])),
+			chromedp.AttributeValue(`main a.button`, "href", &href, nil, chromedp.ByQuery, chromedp.FromNode(frames[0])),
+			chromedp.AttributeValue(`main a.button`, "target", &target, nil, chromedp.ByQuery, chromedp.FromNode(frames[0])),
+		))
+		require.Equal(t, want, heading)
+		require.Equal(t, app.URL+"/settings", href, "the way back to the application")
+		require.Equal(t, "_top", target, "out of the frame")
+	}
+	inFrame(t, "This link cannot be used")
+	_, err = db.Pool.Exec(context.Background(), `UPDATE portal_sessions SET expires_at = now() - interval '1 second' WHERE owner_id = 'owner-embed'`)
+	require.NoError(t, err)
+	frameSrc = "https://" + d.grpcAddr + "/portal/"
+	inFrame(t, "Your session has ended")
 }

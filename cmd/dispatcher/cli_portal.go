@@ -23,6 +23,11 @@ func runPortalLinkCLI(ctx context.Context, args []string, stdout, stderr io.Writ
 	ttl := fs.Duration("ttl", time.Hour, "how long the link and its session last (at most 24h)")
 	var origins stringList
 	fs.Var(&origins, "allowed-origin", "an origin that may frame the portal, https://host[:port] (repeatable or comma-separated; none: no framing)")
+	displayName := fs.String("display-name", "", "the owner as its people know it, shown on every page (empty: the owner id)")
+	returnURL := fs.String("return-url", "", "the way back to the application, an absolute http(s) URL, on every page and where the session ends")
+	confirm := fs.Bool("confirm", false, "a link for email or chat: it opens a page whose button starts the session, so link previewers cannot spend it")
+	productName := fs.String("product-name", "", "this session's product name in the portal's header (empty: the deployment's)")
+	accent := fs.String("accent-color", "", "this session's accent colour, #rrggbb (empty: the deployment's)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -32,7 +37,11 @@ func runPortalLinkCLI(ctx context.Context, args []string, stdout, stderr io.Writ
 	if conn.owner == "" {
 		return errors.New("portal-link: --owner is required")
 	}
-	req := &webhooksv1.CreatePortalSessionRequest{OwnerId: conn.owner, Ttl: durationpb.New(*ttl), AllowedOrigins: origins}
+	req := &webhooksv1.CreatePortalSessionRequest{OwnerId: conn.owner, Ttl: durationpb.New(*ttl), AllowedOrigins: origins,
+		DisplayName: *displayName, ReturnUrl: *returnURL, Confirm: *confirm}
+	if *productName != "" || *accent != "" {
+		req.Branding = &webhooksv1.PortalBranding{ProductName: *productName, AccentColor: *accent}
+	}
 	switch *access {
 	case "read":
 		req.Access = webhooksv1.PortalAccess_PORTAL_ACCESS_READ

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +69,10 @@ func TestParseServeConfig(t *testing.T) {
 		require.Equal(t, 10, c.AuthFailures)
 		require.Equal(t, time.Minute, c.AuthFailuresPer)
 		require.False(t, c.CookieSecure)
+		require.Equal(t, 64, c.APIMaxConnsPerAddr)
+		require.Equal(t, 256, c.OpsMaxConns)
+		require.Equal(t, 16, c.OpsMaxConnsPerAddr)
+		require.Equal(t, 10*time.Second, c.UnauthenticatedTimeout)
 
 		b := setup(t)
 		b.env["DISPATCHER_API_MAX_CONNECTIONS"] = "50"
@@ -82,6 +87,18 @@ func TestParseServeConfig(t *testing.T) {
 		require.True(t, c.CookieSecure)
 		require.Equal(t, int64(8<<20), c.APIReadBudget)
 		require.Len(t, c.grpcConnOptions(), 4, "streams, keepalive, its enforcement, stream workers")
+		require.Equal(t, 50, c.APIMaxConnsPerAddr, "a per-address cap left at its default follows a smaller port cap")
+
+		b = setup(t)
+		b.env["DISPATCHER_API_MAX_CONNECTIONS_PER_ADDRESS"] = "5"
+		b.env["DISPATCHER_OPS_MAX_CONNECTIONS"] = "20"
+		b.env["DISPATCHER_UNAUTHENTICATED_TIMEOUT"] = "3s"
+		c, err = parse(b, "--ops-max-connections-per-address", "4")
+		require.NoError(t, err)
+		require.Equal(t, 5, c.APIMaxConnsPerAddr)
+		require.Equal(t, 20, c.OpsMaxConns)
+		require.Equal(t, 4, c.OpsMaxConnsPerAddr)
+		require.Equal(t, 3*time.Second, c.UnauthenticatedTimeout)
 
 		for _, tc := range []struct {
 			args []string
@@ -94,6 +111,11 @@ func TestParseServeConfig(t *testing.T) {
 			{[]string{"--ops-read-timeout", "0s"}, "-ops-read-timeout"},
 			{[]string{"--api-idle-timeout", "1ms"}, "-api-idle-timeout"},
 			{[]string{"--auth-failures", "0"}, "-auth-failures (DISPATCHER_AUTH_FAILURES)"},
+			{[]string{"--api-max-connections-per-address", "0"}, "-api-max-connections-per-address (DISPATCHER_API_MAX_CONNECTIONS_PER_ADDRESS) 0: want 1..1000"},
+			{[]string{"--api-max-connections", "10", "--api-max-connections-per-address", "11"}, "-api-max-connections-per-address (DISPATCHER_API_MAX_CONNECTIONS_PER_ADDRESS) 11: want 1..10"},
+			{[]string{"--ops-max-connections", "0"}, "-ops-max-connections (DISPATCHER_OPS_MAX_CONNECTIONS) 0"},
+			{[]string{"--ops-max-connections-per-address", "300"}, "-ops-max-connections-per-address (DISPATCHER_OPS_MAX_CONNECTIONS_PER_ADDRESS) 300: want 1..256"},
+			{[]string{"--unauthenticated-timeout", "0s"}, "-unauthenticated-timeout (DISPATCHER_UNAUTHENTICATED_TIMEOUT)"},
 		} {
 			_, err := parse(setup(t), tc.args...)
 			require.ErrorContains(t, err, tc.want, "%v", tc.args)
@@ -143,6 +165,28 @@ func TestParseServeConfig(t *testing.T) {
 		require.ErrorContains(t, err, "invalid -disable-after 0s")
 		_, err = parse(setup(t), "--disable-after", "1000h")
 		require.ErrorContains(t, err, "want 1s..720h")
+	})
+
+	t.Run("PortalBranding", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.env["DISPATCHER_PORTAL_PRODUCT_NAME"] = "Acme Webhooks"
+		b.env["DISPATCHER_PORTAL_ACCENT_COLOR"] = "#0e9f6e"
+		b.env["DISPATCHER_PORTAL_LOGO"] = "/etc/dispatcher/logo.svg"
+		b.env["DISPATCHER_PORTAL_RETURN_URL"] = "https://app.example.com/"
+		c, err := parse(b)
+		require.NoError(t, err)
+		require.Equal(t, "Acme Webhooks", c.PortalProductName)
+		require.Equal(t, "#0e9f6e", c.PortalAccentColor)
+		require.Equal(t, "/etc/dispatcher/logo.svg", c.PortalLogo)
+		require.Equal(t, "https://app.example.com/", c.PortalReturnURL)
+
+		_, err = parse(setup(t), "--portal-accent-color", "green")
+		require.ErrorContains(t, err, "invalid -portal-accent-color (DISPATCHER_PORTAL_ACCENT_COLOR): accent_color must be a colour as #rrggbb")
+		_, err = parse(setup(t), "--portal-product-name", strings.Repeat("x", 61))
+		require.ErrorContains(t, err, "invalid -portal-product-name (DISPATCHER_PORTAL_PRODUCT_NAME): product_name must be at most 60 bytes")
+		_, err = parse(setup(t), "--portal-return-url", "javascript:alert(1)")
+		require.ErrorContains(t, err, `invalid -portal-return-url (DISPATCHER_PORTAL_RETURN_URL) "javascript:alert(1)": must be an absolute http(s) URL`)
 	})
 
 	t.Run("OutboxTableNamesTheFlag", func(t *testing.T) {

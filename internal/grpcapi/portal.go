@@ -35,7 +35,9 @@ func (s *endpointServer) CreatePortalSession(ctx context.Context, req *webhooksv
 	if s.portal == nil {
 		return nil, status.Error(codes.Unimplemented, "the portal is off on this server")
 	}
-	r := portal.SessionRequest{OwnerID: req.GetOwnerId(), AllowedOrigins: req.GetAllowedOrigins()}
+	r := portal.SessionRequest{OwnerID: req.GetOwnerId(), AllowedOrigins: req.GetAllowedOrigins(),
+		DisplayName: req.GetDisplayName(), ReturnURL: req.GetReturnUrl(), Confirm: req.GetConfirm(),
+		Branding: portal.Branding{ProductName: req.GetBranding().GetProductName(), AccentColor: req.GetBranding().GetAccentColor()}}
 	if ttl := req.GetTtl(); ttl != nil {
 		if ttl.CheckValid() != nil {
 			r.TTLMalformed = true

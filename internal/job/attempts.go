@@ -56,11 +56,24 @@ type Attempts struct {
 
 // Count reads River's attempt and max_attempts of a delivery job apart:
 // the probes in m are taken out of both.
+//
+// A probe is marked when it is queued, before River runs it: its attempt
+// number (in m.Attempts) is then still ahead of River's attempt, and it has
+// already raised max_attempts. Such a probe is taken out of Max but not out
+// of Attempt, which would otherwise read one less than the attempts spent
+// for as long as the probe waits for a worker.
 func (m ProbeMark) Count(attempt, maxAttempts int) Attempts {
-	probes := min(max(m.Probes, 0), attempt)
+	all := max(m.Probes, 0)
+	queued := 0
+	for _, a := range m.Attempts {
+		if a > attempt {
+			queued++
+		}
+	}
+	probes := min(max(all-queued, 0), attempt)
 	return Attempts{
 		Attempt: attempt - probes,
-		Max:     max(maxAttempts-probes, 0),
+		Max:     max(maxAttempts-probes-queued, 0),
 		Probes:  probes,
 		Probe:   attempt > 0 && slices.Contains(m.Attempts, attempt),
 	}

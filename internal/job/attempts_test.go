@@ -20,6 +20,20 @@ func TestAttempts(t *testing.T) {
 		require.Equal(t, "probe 2, after attempt 3 of 18", mark.Count(5, 20).String())
 	})
 
+	t.Run("AQueuedProbeIsNotTakenOffTheAttemptsSpent", func(t *testing.T) {
+		t.Parallel()
+		// Two attempts spent, then a probe queued (marked as River's
+		// third attempt, max_attempts raised to 19) that no worker has run
+		// yet: still "attempt 2 of 18", not "1 of 18".
+		mark := ReadProbeMark([]byte(`{"probes": 1, "probe_attempts": [3], "probe_due": "2026-01-01T00:00:00Z"}`))
+		require.Equal(t, Attempts{Attempt: 2, Max: DeliverMaxAttempts}, mark.Count(2, DeliverMaxAttempts+1))
+		// Running: the probe is River's third attempt.
+		require.Equal(t, Attempts{Attempt: 2, Max: DeliverMaxAttempts, Probes: 1, Probe: true}, mark.Count(3, DeliverMaxAttempts+1))
+		// A second probe queued after it and a scheduled attempt.
+		mark = ReadProbeMark([]byte(`{"probes": 2, "probe_attempts": [3, 5]}`))
+		require.Equal(t, Attempts{Attempt: 3, Max: DeliverMaxAttempts, Probes: 1}, mark.Count(4, DeliverMaxAttempts+2))
+	})
+
 	t.Run("NeverProbed", func(t *testing.T) {
 		t.Parallel()
 		for _, md := range []string{``, `{}`, `{"output": {"snooze_reason": "direct"}}`, `not json`} {

@@ -15,7 +15,7 @@ type deliveryData struct {
 	D        *endpoint.Delivery
 	E        *endpoint.Endpoint
 	Attempts []attempt.Attempt
-	Next     string
+	Pages    pager
 	CanRetry bool
 	Ended    bool
 }
@@ -52,7 +52,8 @@ func (p *Portal) showDelivery(w http.ResponseWriter, r *http.Request, sess *sess
 		p.failID(w, r, sess, err)
 		return
 	}
-	data.Attempts, data.Next = atts.Items, atts.NextPageToken
+	data.Attempts = atts.Items
+	data.Pages = pageLinks(p.base+"deliveries/"+strconv.FormatInt(id, 10), r.URL.Query(), atts.NextPageToken)
 	p.render(w, r, http.StatusOK, "delivery", sess, data)
 }
 
@@ -72,7 +73,7 @@ func (p *Portal) retryDelivery(w http.ResponseWriter, r *http.Request, sess *ses
 // eventsData is the events search.
 type eventsData struct {
 	Events               []*webhook.Event
-	Next                 string
+	Pages                pager
 	Type, Subject        string
 	After, Before, Error string
 }
@@ -88,7 +89,8 @@ func (p *Portal) listEvents(w http.ResponseWriter, r *http.Request, sess *sessio
 	})
 	switch {
 	case err == nil:
-		data.Events, data.Next = page.Items, page.NextPageToken
+		data.Events = page.Items
+		data.Pages = pageLinks(p.base+"events", q, page.NextPageToken)
 	case isInvalid(err):
 		data.Error = err.Error()
 	default:
@@ -96,12 +98,6 @@ func (p *Portal) listEvents(w http.ResponseWriter, r *http.Request, sess *sessio
 		return
 	}
 	p.render(w, r, http.StatusOK, "events", sess, data)
-}
-
-// NextQuery is the search's query string with the next page's token.
-func (d *eventsData) NextQuery() string {
-	v := map[string]string{"type": d.Type, "subject": d.Subject, "after": d.After, "before": d.Before, "page": d.Next}
-	return encodeQuery(v)
 }
 
 // eventData is an event's page: the event, its deliveries, and the fanout's
@@ -113,6 +109,10 @@ type eventData struct {
 	Labels     map[string]string
 	Decisions  []decisionRow
 	Recorded   bool
+	// Withheld: scope kept the event from every one of the owner's
+	// endpoints, so the page shows the decisions and not the data, which
+	// the owner's receivers were not allowed to see either.
+	Withheld bool
 }
 
 type decisionRow struct {
@@ -164,6 +164,10 @@ func (p *Portal) showEvent(w http.ResponseWriter, r *http.Request, sess *session
 	}
 	if ev.Fanout != nil {
 		data.Recorded = true
+		data.Withheld = scopeKept(ev.Fanout.Outcomes)
+		if data.Withheld {
+			data.Data = ""
+		}
 		for _, o := range ev.Fanout.Outcomes {
 			text := reasonText[o.Reason]
 			if text == "" {
@@ -177,6 +181,22 @@ func (p *Portal) showEvent(w http.ResponseWriter, r *http.Request, sess *session
 		}
 	}
 	p.render(w, r, http.StatusOK, "event", sess, data)
+}
+
+// scopeKept: no endpoint got the event, and scope is why for at least one
+// that was subscribed.
+func scopeKept(outcomes []decision.Outcome) bool {
+	kept := false
+	for _, o := range outcomes {
+		if o.Reason.Delivered() {
+			return false
+		}
+		switch o.Reason {
+		case decision.NotPublished, decision.EmbedDenied, decision.NoAccessService, decision.AccessError, decision.Refused:
+			kept = true
+		}
+	}
+	return kept
 }
 
 // label names an endpoint of the owner by id.

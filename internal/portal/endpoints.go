@@ -5,10 +5,12 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/standmeet/webhook-dispatcher/internal/attempt"
@@ -36,6 +38,7 @@ type health struct {
 }
 
 func healthOf(e *endpoint.Endpoint, now time.Time) health {
+	at := func(t time.Time) string { return stamp(t) + " (" + relative(t, now) + ")" }
 	switch {
 	case !e.Enabled:
 		h := health{Class: "disabled", Label: "Disabled"}
@@ -44,11 +47,11 @@ func healthOf(e *endpoint.Endpoint, now time.Time) health {
 		}
 		return h
 	case e.PausedUntil != nil && e.PausedUntil.After(now):
-		return health{Class: "paused", Label: "Paused", Note: "Paused until " + stamp(*e.PausedUntil) + pauseWhy(e.PauseReason)}
+		return health{Class: "paused", Label: "Paused", Note: "Paused until " + at(*e.PausedUntil) + pauseWhy(e.PauseReason)}
 	case e.FailingSince != nil:
-		note := "Failing since " + stamp(*e.FailingSince)
+		note := "Failing since " + at(*e.FailingSince)
 		if e.NextProbeAt != nil {
-			note += "; next probe " + stamp(*e.NextProbeAt)
+			note += "; next probe " + at(*e.NextProbeAt)
 		}
 		return health{Class: "failing", Label: "Failing", Note: note}
 	}
@@ -62,36 +65,135 @@ func pauseWhy(reason string) string {
 	return " (" + strings.ReplaceAll(reason, "_", " ") + ")"
 }
 
-func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") }
+// The endpoint list's bounds: a page, and how many of the owner's
+// endpoints the search reads (the owner's cap is 100 by default).
+const (
+	listPageSize = 25
+	listScanMax  = 5000
+)
+
+// listFilter is the endpoint list's search, as its form sends it.
+type listFilter struct {
+	Q      string // in the name, URL or description
+	Health string // "", failing, disabled, paused, healthy
+	Label  string // key=value
+	Page   int    // from 1
+}
+
+var healthFilters = []string{"failing", "paused", "disabled", "healthy"}
+
+func (f listFilter) query(page int) string {
+	v := url.Values{}
+	if f.Q != "" {
+		v.Set("q", f.Q)
+	}
+	if f.Health != "" {
+		v.Set("health", f.Health)
+	}
+	if f.Label != "" {
+		v.Set("label", f.Label)
+	}
+	if page > 1 {
+		v.Set("page", strconv.Itoa(page))
+	}
+	return v.Encode()
+}
+
+func (f listFilter) match(e *endpoint.Endpoint, h health) bool {
+	if f.Health != "" && h.Class != f.Health {
+		return false
+	}
+	if f.Label != "" {
+		k, v, _ := strings.Cut(f.Label, "=")
+		if got, ok := e.Labels[strings.TrimSpace(k)]; !ok || got != strings.TrimSpace(v) {
+			return false
+		}
+	}
+	if f.Q == "" {
+		return true
+	}
+	q := strings.ToLower(f.Q)
+	return strings.Contains(strings.ToLower(e.Name), q) || strings.Contains(strings.ToLower(e.URL), q) ||
+		strings.Contains(strings.ToLower(e.Description), q)
+}
 
 type listData struct {
-	Rows []endpointRow
-	Next string
+	Rows   []endpointRow
+	Filter listFilter
+	Health []string
+	// Totals by health over all the owner's endpoints; Matched is how many
+	// the filter keeps, From and To the rows on this page (1-based).
+	Totals           map[string]int
+	All, Matched     int
+	From, To         int
+	PrevURL, NextURL string
+	Truncated        bool
 }
 
 func (*listData) pageTitle() string { return "Endpoints" }
 
+// Filtered says whether the list is searched or filtered.
+func (d *listData) Filtered() bool {
+	return d.Filter.Q != "" || d.Filter.Health != "" || d.Filter.Label != ""
+}
+
 func (p *Portal) listEndpoints(w http.ResponseWriter, r *http.Request, sess *session) {
-	page, err := p.svc.List(r.Context(), sess.ownerID, 50, r.URL.Query().Get("page"), nil)
-	if err != nil {
-		if errors.Is(err, endpoint.ErrInvalid) {
-			p.notFound(w, r, sess)
+	q := r.URL.Query()
+	f := listFilter{Q: strings.TrimSpace(q.Get("q")), Health: q.Get("health"), Label: strings.TrimSpace(q.Get("label"))}
+	if !slices.Contains(healthFilters, f.Health) {
+		f.Health = ""
+	}
+	f.Page, _ = strconv.Atoi(q.Get("page"))
+	f.Page = max(f.Page, 1)
+	// The owner's endpoints, all of them (to the scan bound): the search,
+	// the totals and the pages in both directions are made of them.
+	now := p.cfg.Now()
+	data := &listData{Filter: f, Health: healthFilters, Totals: map[string]int{}}
+	var matched []endpointRow
+	token := ""
+	for {
+		page, err := p.svc.List(r.Context(), sess.ownerID, endpoint.MaxPageSize, token, nil)
+		if err != nil {
+			p.fail(w, r, sess, err)
 			return
 		}
-		p.fail(w, r, sess, err)
-		return
+		for _, e := range page.Items {
+			h := healthOf(e, now)
+			data.All++
+			data.Totals[h.Class]++
+			if f.match(e, h) {
+				matched = append(matched, endpointRow{E: e, Health: h})
+			}
+		}
+		token = page.NextPageToken
+		if token == "" {
+			break
+		}
+		if data.All >= listScanMax {
+			data.Truncated = true
+			break
+		}
 	}
-	data := &listData{Next: page.NextPageToken}
-	ids := make([]string, len(page.Items))
-	now := p.cfg.Now()
-	data.Rows = make([]endpointRow, len(page.Items))
+	data.Matched = len(matched)
+	pages := max(1, (len(matched)+listPageSize-1)/listPageSize)
+	f.Page = min(f.Page, pages)
+	data.Filter.Page = f.Page
+	lo, hi := (f.Page-1)*listPageSize, min(f.Page*listPageSize, len(matched))
+	data.Rows = matched[lo:hi]
+	data.From, data.To = lo+1, hi
+	if f.Page > 1 {
+		data.PrevURL = p.base + "?" + f.query(f.Page-1)
+	}
+	if f.Page < pages {
+		data.NextURL = p.base + "?" + f.query(f.Page+1)
+	}
+	ids := make([]string, len(data.Rows))
 	// Each endpoint's last delivery is its own small query; a few at once
 	// (not all: they share the pool with the deliveries).
 	g, gctx := errgroup.WithContext(r.Context())
 	g.SetLimit(lastDeliveryReads)
-	for i, e := range page.Items {
-		ids[i] = e.ID.String()
-		data.Rows[i] = endpointRow{E: e, Health: healthOf(e, now)}
+	for i, row := range data.Rows {
+		ids[i] = row.E.ID.String()
 		g.Go(func() error {
 			last, err := p.svc.ListDeliveries(gctx, endpoint.ListDeliveriesRequest{OwnerID: sess.ownerID, EndpointID: ids[i], PageSize: 1})
 			if err == nil && len(last.Items) > 0 {
@@ -117,109 +219,40 @@ func (p *Portal) listEndpoints(w http.ResponseWriter, r *http.Request, sess *ses
 	p.render(w, r, http.StatusOK, "endpoints", sess, data)
 }
 
-// formData is the create and edit form.
-type formData struct {
-	Edit        bool
-	ID          string
-	Name        string
-	URL         string
-	Description string
-	EventTypes  []string
-	Catalog     []event.TypeInfo
-	MaxInFlight string
-	MaxPerSec   string
-	Ordered     bool
-	Scheme      string
-	HeaderNames []string
-	Errors      map[string]string
-}
+// newRequestID is a one-time id for a form that must not act twice: a
+// UUID v4, which the endpoint service also takes as an idempotency key.
+func newRequestID() string { return uuid.NewString() }
 
-func (f *formData) pageTitle() string {
-	if f.Edit {
-		return "Edit endpoint"
+// requestIDOf reads a form's one-time id: a canonical UUID v4.
+func requestIDOf(s string) (uuid.UUID, bool) {
+	if !endpoint.SecretReplayable(s) {
+		return uuid.Nil, false
 	}
-	return "New endpoint"
+	id, err := uuid.Parse(s)
+	return id, err == nil && id.Version() == 4
 }
 
+// newEndpoint is the create form. Its address carries the form's one-time
+// request id (a redirect adds one), so that Back to the form and submit
+// again is the same request: it creates nothing more.
 func (p *Portal) newEndpoint(w http.ResponseWriter, r *http.Request, sess *session) {
-	p.render(w, r, http.StatusOK, "form", sess, &formData{Catalog: event.WebhookTypes(), Scheme: endpoint.SchemeV1, MaxInFlight: "1"})
-}
-
-// readForm reads the fields both forms share.
-func readForm(r *http.Request, f *formData) {
-	f.Name = strings.TrimSpace(r.PostForm.Get("name"))
-	f.URL = strings.TrimSpace(r.PostForm.Get("url"))
-	f.Description = r.PostForm.Get("description")
-	f.EventTypes = r.PostForm["event_types"]
-	if extra := strings.TrimSpace(r.PostForm.Get("event_types_other")); extra != "" {
-		f.EventTypes = append(f.EventTypes, strings.FieldsFunc(extra, func(c rune) bool { return c == ',' || c == ' ' || c == '\n' || c == '\r' })...)
+	if !sess.canManage() {
+		p.readOnly(w, r, sess)
+		return
 	}
-	f.MaxInFlight = strings.TrimSpace(r.PostForm.Get("max_in_flight"))
-	f.MaxPerSec = strings.TrimSpace(r.PostForm.Get("max_per_second"))
-	f.Ordered = r.PostForm.Get("ordered") == "on"
-	f.Scheme = r.PostForm.Get("signature_scheme")
-	f.Catalog = event.WebhookTypes()
-}
-
-// number reads an optional whole number field; a bad one is an error named
-// like the API's field.
-func number(errs map[string]string, field, raw string) int32 {
-	if raw == "" {
-		return 0
+	rid := r.URL.Query().Get("request")
+	if _, ok := requestIDOf(rid); !ok {
+		p.redirect(w, r, "endpoints/new?request="+newRequestID())
+		return
 	}
-	n, err := strconv.ParseInt(raw, 10, 32)
-	if err != nil || n < 0 {
-		errs[field] = "must be a whole number, 0 or more"
-		return 0
-	}
-	return int32(n)
-}
-
-// parseHeaders reads "Name: value" lines. Values are write-only: they go to
-// the service and are never put back on a page.
-func parseHeaders(errs map[string]string, raw string) map[string]string {
-	out := map[string]string{}
-	for line := range strings.Lines(raw) {
-		line = strings.TrimSpace(line)
-		if line == "" {
-			continue
-		}
-		name, value, ok := strings.Cut(line, ":")
-		if !ok {
-			errs[endpoint.FieldHeaders] = "write one header a line, as Name: value"
-			continue
-		}
-		out[strings.TrimSpace(name)] = strings.TrimSpace(value)
-	}
-	return out
-}
-
-// fieldErrors spreads a validation error over the form's fields; the API's
-// field names, cut at the index ("event_types[2]" is event_types).
-func fieldErrors(errs map[string]string, err error) bool {
-	ve, ok := errors.AsType[*endpoint.ValidationError](err)
-	if !ok {
-		return false
-	}
-	for _, v := range ve.Violations {
-		field, _, _ := strings.Cut(v.Field, "[")
-		field, _, _ = strings.Cut(field, ".")
-		if prev, dup := errs[field]; dup {
-			errs[field] = prev + "; " + v.Description
-		} else {
-			errs[field] = v.Description
-		}
-	}
-	return true
+	p.render(w, r, http.StatusOK, "form", sess, &formData{Groups: groups(nil), Scheme: endpoint.SchemeV1, MaxInFlight: "1", RequestID: rid})
 }
 
 // secretData is the page that shows a secret once.
 type secretData struct {
-	E                 *endpoint.Endpoint
-	Created           bool
-	Secret            string
-	PublicKey         string
-	PreviousExpiresAt *time.Time
+	E       *endpoint.Endpoint
+	Created bool
+	reveal
 }
 
 func (d *secretData) pageTitle() string {
@@ -229,43 +262,94 @@ func (d *secretData) pageTitle() string {
 	return "Secret rotated"
 }
 
+// formError shows the form again, as it was sent, with its errors.
+func (p *Portal) formError(w http.ResponseWriter, r *http.Request, sess *session, f *formData) {
+	f.summarize()
+	p.render(w, r, http.StatusBadRequest, "form", sess, f)
+}
+
 func (p *Portal) createEndpoint(w http.ResponseWriter, r *http.Request, sess *session) {
 	f := &formData{Errors: map[string]string{}}
 	readForm(r, f)
-	maxInFlight := number(f.Errors, endpoint.FieldMaxInFlight, f.MaxInFlight)
-	maxPerSec := number(f.Errors, endpoint.FieldMaxPerSecond, f.MaxPerSec)
-	headers := parseHeaders(f.Errors, r.PostForm.Get("headers"))
+	rid, ok := requestIDOf(f.RequestID)
+	if !ok {
+		// A form from before request ids, or tampered with: a new id, and
+		// the form again, nothing done.
+		f.RequestID = newRequestID()
+		f.Errors["request_id"] = "this form had expired; check it and send it again"
+		p.formError(w, r, sess, f)
+		return
+	}
+	v := f.parse()
 	if len(f.Errors) > 0 {
-		p.render(w, r, http.StatusBadRequest, "form", sess, f)
+		p.formError(w, r, sess, f)
 		return
 	}
 	c, err := p.svc.Create(r.Context(), endpoint.CreateParams{
 		OwnerID: sess.ownerID, URL: f.URL, Description: f.Description, EventTypes: f.EventTypes,
-		Headers: headers, SigningScheme: f.Scheme, MaxPerSecond: maxPerSec, MaxInFlight: maxInFlight,
-		Ordered: f.Ordered, Name: f.Name,
+		Headers: v.headers, SigningScheme: f.Scheme, MaxPerSecond: v.maxPerSec, MaxInFlight: v.maxInFlight,
+		Ordered: f.Ordered, Name: f.Name, Labels: v.labels, RequestID: rid.String(),
 	})
+	if errors.Is(err, endpoint.ErrRequestIDReused) {
+		// The form was sent before, and created an endpoint; now it asks
+		// for another with other values. The endpoint stays as made.
+		f.RequestID = newRequestID()
+		f.Errors["request_id"] = "this form was already sent and created an endpoint (see your endpoints). Check the form and send it again to create another"
+		p.formError(w, r, sess, f)
+		return
+	}
 	if err != nil {
-		if fieldErrors(f.Errors, err) {
-			p.render(w, r, http.StatusBadRequest, "form", sess, f)
+		if f.fieldErrors(err) {
+			p.formError(w, r, sess, f)
 			return
 		}
 		p.fail(w, r, sess, err)
 		return
 	}
-	p.render(w, r, http.StatusOK, "secret", sess, &secretData{E: c.Endpoint, Created: true, Secret: c.Secret, PublicKey: c.Endpoint.PublicKey})
+	err = p.reveals.put(r.Context(), sess.id, rid, revealCreated, reveal{EndpointID: c.Endpoint.ID, Secret: c.Secret, PublicKey: c.Endpoint.PublicKey})
+	if err != nil {
+		p.fail(w, r, sess, err)
+		return
+	}
+	p.redirect(w, r, "endpoints/"+c.Endpoint.ID.String()+"/secret?request="+rid.String())
 }
 
-func (p *Portal) editEndpoint(w http.ResponseWriter, r *http.Request, sess *session) {
+// showSecret is the page a create or a rotation leads to: the secret the
+// first time, then that it was shown.
+func (p *Portal) showSecret(w http.ResponseWriter, r *http.Request, sess *session) {
 	e, err := p.svc.Get(r.Context(), sess.ownerID, r.PathValue("id"))
 	if err != nil {
 		p.failID(w, r, sess, err)
 		return
 	}
-	p.render(w, r, http.StatusOK, "form", sess, &formData{
-		Edit: true, ID: e.ID.String(), Name: e.Name, URL: e.URL, Description: e.Description, EventTypes: e.EventTypes,
-		Catalog: event.WebhookTypes(), MaxInFlight: strconv.Itoa(int(e.MaxInFlight)), MaxPerSec: strconv.Itoa(int(e.MaxPerSecond)),
-		Ordered: e.Ordered, Scheme: e.SigningScheme, HeaderNames: e.HeaderNames,
-	})
+	rid, ok := requestIDOf(r.URL.Query().Get("request"))
+	if !ok {
+		p.notFound(w, r, sess)
+		return
+	}
+	rv, err := p.reveals.take(r.Context(), sess.id, rid)
+	if errors.Is(err, errNoSession) || err == nil && rv.EndpointID != e.ID {
+		p.notFound(w, r, sess)
+		return
+	}
+	if err != nil {
+		p.fail(w, r, sess, err)
+		return
+	}
+	p.render(w, r, http.StatusOK, "secret", sess, &secretData{E: e, Created: rv.Kind == revealCreated, reveal: *rv})
+}
+
+func (p *Portal) editEndpoint(w http.ResponseWriter, r *http.Request, sess *session) {
+	if !sess.canManage() {
+		p.readOnly(w, r, sess)
+		return
+	}
+	e, err := p.svc.Get(r.Context(), sess.ownerID, r.PathValue("id"))
+	if err != nil {
+		p.failID(w, r, sess, err)
+		return
+	}
+	p.render(w, r, http.StatusOK, "form", sess, fromEndpoint(e))
 }
 
 // failID is fail where a malformed id in the URL is a page not found, like
@@ -287,29 +371,20 @@ func (p *Portal) updateEndpoint(w http.ResponseWriter, r *http.Request, sess *se
 	f := &formData{Edit: true, ID: e.ID.String(), HeaderNames: e.HeaderNames, Errors: map[string]string{}}
 	readForm(r, f)
 	f.Scheme = e.SigningScheme
-	maxInFlight := number(f.Errors, endpoint.FieldMaxInFlight, f.MaxInFlight)
-	maxPerSec := number(f.Errors, endpoint.FieldMaxPerSecond, f.MaxPerSec)
-	paths := []string{endpoint.PathName, endpoint.PathURL, endpoint.PathDescription, endpoint.PathEventTypes,
-		endpoint.PathMaxInFlight, endpoint.PathMaxPerSecond, endpoint.PathOrdered}
-	var headers map[string]string
-	// Header values are write-only: blank keeps them; new lines replace
-	// them all; the box removes them.
-	if raw := r.PostForm.Get("headers"); strings.TrimSpace(raw) != "" || r.PostForm.Get("clear_headers") == "on" {
-		headers = parseHeaders(f.Errors, raw)
-		paths = append(paths, endpoint.PathHeaders)
-	}
+	v := f.parse()
 	if len(f.Errors) > 0 {
-		p.render(w, r, http.StatusBadRequest, "form", sess, f)
+		p.formError(w, r, sess, f)
 		return
 	}
-	_, err = p.svc.Update(r.Context(), endpoint.UpdateRequest{
-		OwnerID: sess.ownerID, ID: f.ID, Paths: paths, URL: f.URL, Description: f.Description,
-		EventTypes: f.EventTypes, Headers: headers, MaxPerSecond: maxPerSec, MaxInFlight: maxInFlight,
-		Ordered: f.Ordered, Name: f.Name,
-	})
-	if err != nil {
-		if fieldErrors(f.Errors, err) {
-			p.render(w, r, http.StatusBadRequest, "form", sess, f)
+	u := f.changes(e, v)
+	if len(u.Paths) == 0 {
+		// Nothing changed: nothing written, not even updated_at.
+		p.redirect(w, r, "endpoints/"+f.ID+"?done=unchanged")
+		return
+	}
+	if _, err := p.svc.Update(r.Context(), u); err != nil {
+		if f.fieldErrors(err) {
+			p.formError(w, r, sess, f)
 			return
 		}
 		p.fail(w, r, sess, err)
@@ -334,21 +409,53 @@ func (p *Portal) setEnabled(on bool) func(http.ResponseWriter, *http.Request, *s
 	}
 }
 
-type confirmData struct{ E *endpoint.Endpoint }
+// confirmData is the page that asks before an action that is hard to take
+// back: delete, disable, rotate.
+type confirmData struct {
+	E         *endpoint.Endpoint
+	Action    string // delete, disable, rotate
+	RequestID string // rotate: the form's one-time id
+}
 
-func (*confirmData) pageTitle() string { return "Delete endpoint" }
-
-func (p *Portal) confirmDelete(w http.ResponseWriter, r *http.Request, sess *session) {
-	e, err := p.svc.Get(r.Context(), sess.ownerID, r.PathValue("id"))
-	if err != nil {
-		p.failID(w, r, sess, err)
-		return
+func (d *confirmData) pageTitle() string {
+	switch d.Action {
+	case "disable":
+		return "Disable endpoint"
+	case "rotate":
+		return "Rotate secret"
 	}
-	p.render(w, r, http.StatusOK, "confirm", sess, &confirmData{E: e})
+	return "Delete endpoint"
+}
+
+// confirm shows the page that asks before action. The rotation's page
+// carries its one-time request id in its address (a redirect adds one),
+// so Back to it and submit again rotates nothing more.
+func (p *Portal) confirm(action string) func(http.ResponseWriter, *http.Request, *session) {
+	return func(w http.ResponseWriter, r *http.Request, sess *session) {
+		if !sess.canManage() {
+			p.readOnly(w, r, sess)
+			return
+		}
+		e, err := p.svc.Get(r.Context(), sess.ownerID, r.PathValue("id"))
+		if err != nil {
+			p.failID(w, r, sess, err)
+			return
+		}
+		d := &confirmData{E: e, Action: action}
+		if action == "rotate" {
+			d.RequestID = r.URL.Query().Get("request")
+			if _, ok := requestIDOf(d.RequestID); !ok {
+				p.redirect(w, r, "endpoints/"+e.ID.String()+"/rotate?request="+newRequestID())
+				return
+			}
+		}
+		p.render(w, r, http.StatusOK, "confirm", sess, d)
+	}
 }
 
 func (p *Portal) deleteEndpoint(w http.ResponseWriter, r *http.Request, sess *session) {
 	if err := p.svc.Delete(r.Context(), sess.ownerID, r.PathValue("id")); err != nil {
+		// Deleted already (a resubmit) is Not found, like another owner's.
 		p.failID(w, r, sess, err)
 		return
 	}
@@ -356,7 +463,18 @@ func (p *Portal) deleteEndpoint(w http.ResponseWriter, r *http.Request, sess *se
 }
 
 func (p *Portal) rotateSecret(w http.ResponseWriter, r *http.Request, sess *session) {
-	id := r.PathValue("id")
+	e, err := p.svc.Get(r.Context(), sess.ownerID, r.PathValue("id"))
+	if err != nil {
+		p.failID(w, r, sess, err)
+		return
+	}
+	id := e.ID.String()
+	rid, ok := requestIDOf(r.PostForm.Get("request_id"))
+	if !ok {
+		p.render(w, r, http.StatusBadRequest, "message", sess, &messageData{Title: "Not rotated",
+			Message: "This form had expired, and nothing was rotated. Open the endpoint and rotate from there."})
+		return
+	}
 	grace := endpoint.GracePeriod{}
 	if h := r.PostForm.Get("grace_hours"); h != "" {
 		n, err := strconv.Atoi(h)
@@ -366,17 +484,19 @@ func (p *Portal) rotateSecret(w http.ResponseWriter, r *http.Request, sess *sess
 			grace.Value = new(time.Duration(n) * time.Hour)
 		}
 	}
-	rot, err := p.svc.RotateSecret(r.Context(), sess.ownerID, id, grace)
-	if err != nil {
+	err = p.reveals.once(r.Context(), sess.id, rid, revealRotated, e.ID, func() (reveal, error) {
+		rot, err := p.svc.RotateSecret(r.Context(), sess.ownerID, id, grace)
+		if err != nil {
+			return reveal{}, err
+		}
+		return reveal{EndpointID: e.ID, Secret: rot.Secret, PublicKey: rot.PublicKey, PreviousExpiresAt: rot.PreviousExpiresAt}, nil
+	})
+	if err != nil && !errors.Is(err, errRevealTaken) {
 		p.failID(w, r, sess, err)
 		return
 	}
-	e, err := p.svc.Get(r.Context(), sess.ownerID, id)
-	if err != nil {
-		p.failID(w, r, sess, err)
-		return
-	}
-	p.render(w, r, http.StatusOK, "secret", sess, &secretData{E: e, Secret: rot.Secret, PublicKey: rot.PublicKey, PreviousExpiresAt: rot.PreviousExpiresAt})
+	// Done now or by the same form before: the page of its secret.
+	p.redirect(w, r, "endpoints/"+id+"/secret?request="+rid.String())
 }
 
 // endpointData is an endpoint's page: its settings and health, its
@@ -387,7 +507,7 @@ type endpointData struct {
 	Stats      [2]stats24h // day, week
 	Chart      *chart
 	Deliveries []*endpoint.Delivery
-	Next       string
+	Pages      pager
 	Filter     deliveryFilter
 	States     []string
 	Error      string
@@ -458,7 +578,8 @@ func (p *Portal) showEndpoint(w http.ResponseWriter, r *http.Request, sess *sess
 	page, err := p.svc.ListDeliveries(r.Context(), req)
 	switch {
 	case err == nil:
-		data.Deliveries, data.Next = page.Items, page.NextPageToken
+		data.Deliveries = page.Items
+		data.Pages = pageLinks(p.base+"endpoints/"+e.ID.String(), q, page.NextPageToken)
 	case errors.Is(err, endpoint.ErrInvalid):
 		// A filter the service refuses: say which, show no rows.
 		data.Error = err.Error()
@@ -539,8 +660,7 @@ func (p *Portal) redeliver(w http.ResponseWriter, r *http.Request, sess *session
 		p.failID(w, r, sess, err)
 		return
 	}
-	p.render(w, r, http.StatusOK, "message", sess, &messageData{Title: "Redelivery queued",
-		Message: strconv.Itoa(res.Count) + " failed or cancelled deliveries of this endpoint are queued again."})
+	p.redirect(w, r, "endpoints/"+id+"?done=redelivered&n="+strconv.Itoa(res.Count))
 }
 
 // catalogData is the event catalog page.
@@ -577,3 +697,14 @@ func indent(raw json.RawMessage) string {
 	}
 	return strings.TrimSuffix(b.String(), "\n")
 }
+
+// refresh: the test page reloads itself until the attempt is in.
+func (d *testData) refresh() int {
+	if d.Waiting {
+		return 2
+	}
+	return 0
+}
+
+// TTLMinutes is how long a new secret waits for its page, for the page.
+func (*secretData) TTLMinutes() int { return int(RevealTTL / time.Minute) }

@@ -11,6 +11,11 @@
 // stored value renders as text), need no script but a copy button's, and
 // are served with a CSP that allows neither inline script nor framing by
 // any origin but the session's allowed ones.
+//
+// Every form answers with a redirect to a page (Post/Redirect/Get), so a
+// reload or Back repeats nothing; the forms that make a secret (create,
+// rotate) carry a one-time request id, and the secret waits sealed for a
+// few minutes for the one page view that shows it (reveals.go).
 package portal
 
 import (
@@ -26,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
+	"github.com/standmeet/webhook-dispatcher/internal/seal"
 )
 
 // CookieName is the session cookie's name.
@@ -42,6 +48,17 @@ type Config struct {
 	SecureCookie bool
 	// Now is the clock (tests); nil means time.Now.
 	Now func() time.Time
+	// Keyring seals a new secret for the moment between the form that
+	// made it and the page that shows it. Required to create endpoints
+	// and rotate secrets from the portal.
+	Keyring *seal.Keyring
+	// Branding is the deployment's (sessions may override it), and Logo
+	// the image in every page's header (none: the product name alone).
+	Branding Branding
+	Logo     Logo
+	// ReturnURL is the way back to the application for sessions that do
+	// not name their own.
+	ReturnURL string
 }
 
 // MountPath is where the portal is served on the API port.
@@ -54,6 +71,7 @@ type Portal struct {
 	origin   string // PublicURL's scheme://host
 	svc      *endpoint.Service
 	sessions *sessions
+	reveals  *reveals
 	logger   *slog.Logger
 	pages    *pages
 }
@@ -75,16 +93,26 @@ func New(cfg Config, pool *pgxpool.Pool, svc *endpoint.Service, logger *slog.Log
 	}
 	u.RawQuery, u.Fragment = "", ""
 	cfg.PublicURL = &u
+	if err := ValidateBranding(cfg.Branding); err != nil {
+		return nil, fmt.Errorf("portal branding: %w", err)
+	}
+	if cfg.ReturnURL != "" {
+		if desc := returnURLProblem(cfg.ReturnURL); desc != "" {
+			return nil, fmt.Errorf("portal return URL %s", desc)
+		}
+	}
 	pg, err := loadPages()
 	if err != nil {
 		return nil, err
 	}
+	ss := &sessions{pool: pool, now: cfg.Now}
 	return &Portal{
 		cfg:      cfg,
 		base:     u.Path,
 		origin:   u.Scheme + "://" + u.Host,
 		svc:      svc,
-		sessions: &sessions{pool: pool, now: cfg.Now},
+		sessions: ss,
+		reveals:  &reveals{sessions: ss, keyring: cfg.Keyring},
 		logger:   logger,
 		pages:    pg,
 	}, nil
@@ -111,7 +139,11 @@ func (p *Portal) CreateSession(ctx context.Context, r SessionRequest) (Link, err
 func (p *Portal) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /static/", http.StripPrefix("/static/", staticHandler()))
+	mux.HandleFunc("GET /theme/{file}", serveTheme)
+	mux.HandleFunc("GET /brand/logo", p.serveLogo)
+	mux.HandleFunc("GET /brand/icon", p.serveIcon)
 	mux.HandleFunc("GET /open", p.open)
+	mux.HandleFunc("POST /open", p.openPost)
 	p.routes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		sess, ok := p.session(w, r)
@@ -143,27 +175,106 @@ func securityHeaders(w http.ResponseWriter, origins []string) {
 	h.Set("Cache-Control", "no-store")
 }
 
-// open spends a link's token and starts the session.
-func (p *Portal) open(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodHead {
-		// A link checker's HEAD must not spend the link.
-		securityHeaders(w, nil)
-		w.WriteHeader(http.StatusOK)
-		return
+// isPrefetch: a request the browser makes ahead of a navigation the user
+// may never make (Sec-Purpose: prefetch, and the older Purpose and X-Moz).
+func isPrefetch(r *http.Request) bool {
+	for _, h := range []string{"Sec-Purpose", "Purpose", "X-Purpose", "X-Moz"} {
+		if strings.Contains(strings.ToLower(r.Header.Get(h)), "prefetch") || strings.Contains(strings.ToLower(r.Header.Get(h)), "preview") {
+			return true
+		}
 	}
-	tok, sess, err := p.sessions.open(r.Context(), r.URL.Query().Get("token"))
-	if err != nil {
-		if !errors.Is(err, errNoSession) {
-			p.logger.ErrorContext(r.Context(), "portal: open session", slog.Any("error", err))
-			p.plain(w, http.StatusInternalServerError, "Something went wrong. Try again, or ask for a new link.")
+	return false
+}
+
+// open is a link's page. HEAD and prefetch never spend it. A link minted
+// with confirm shows a page whose button spends it (link previewers do
+// not press buttons); so does a link opened in a browser that holds a live
+// session of another owner, which is not replaced unasked. Any other link
+// (the application's own redirect or iframe) starts its session at once.
+func (p *Portal) open(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodHead || isPrefetch(r) {
+		// Nothing is spent; a prefetch that is refused is simply not used.
+		securityHeaders(w, nil)
+		w.Header().Set("Vary", "Sec-Purpose")
+		if r.Method == http.MethodHead {
+			w.WriteHeader(http.StatusOK)
 			return
 		}
-		p.plain(w, http.StatusUnauthorized, "This link has expired or has already been used. Ask for a new one.")
+		w.WriteHeader(http.StatusServiceUnavailable)
 		return
+	}
+	tok := r.URL.Query().Get("token")
+	l, dead, err := p.sessions.peek(r.Context(), tok)
+	if err != nil {
+		p.linkFailed(w, r, dead, err)
+		return
+	}
+	current := p.currentSession(r)
+	switch {
+	case current != nil && current.ownerID != l.ownerID:
+		p.renderAsk(w, r, l, tok, current)
+		return
+	case l.confirm:
+		p.renderAsk(w, r, l, tok, nil)
+		return
+	}
+	p.spend(w, r, tok)
+}
+
+// openPost spends a link from its own page's button. The token is the
+// credential: no session and no form token are needed, but the request
+// must come from a page of the portal (Fetch Metadata, else Origin).
+func (p *Portal) openPost(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
+	if !p.sameOrigin(r) || r.ParseForm() != nil {
+		p.plain(w, http.StatusForbidden, "Refused: this request did not come from the portal's own pages.")
+		return
+	}
+	p.spend(w, r, r.PostForm.Get("token"))
+}
+
+func (p *Portal) spend(w http.ResponseWriter, r *http.Request, linkToken string) {
+	tok, sess, err := p.sessions.open(r.Context(), linkToken)
+	if err != nil {
+		var dead *session
+		if errors.Is(err, errNoSession) {
+			_, dead, _ = p.sessions.peek(r.Context(), linkToken)
+		}
+		p.linkFailed(w, r, dead, err)
+		return
+	}
+	if sess.mintedBy != "" {
+		p.logger.InfoContext(r.Context(), "portal: session opened", slog.String("owner_id", sess.ownerID),
+			slog.String("access", string(sess.access)), slog.String("minted_by", sess.mintedBy))
 	}
 	securityHeaders(w, sess.origins)
 	http.SetCookie(w, p.cookie(r, tok, sess))
 	http.Redirect(w, r, p.base, http.StatusSeeOther)
+}
+
+// linkFailed answers a link that opens nothing: spent, expired or unknown
+// (the page does not say which), with the way back when the link is known.
+func (p *Portal) linkFailed(w http.ResponseWriter, r *http.Request, dead *session, err error) {
+	if !errors.Is(err, errNoSession) {
+		p.logger.ErrorContext(r.Context(), "portal: open session", slog.Any("error", err))
+		p.ended(w, r, http.StatusInternalServerError, dead, "Something went wrong", "Something went wrong. Try again, or ask for a new link.")
+		return
+	}
+	p.ended(w, r, http.StatusUnauthorized, dead, "This link cannot be used",
+		"This link has expired or has already been used. Ask for a new one.")
+}
+
+// currentSession is the browser's live session, if it holds one.
+func (p *Portal) currentSession(r *http.Request) *session {
+	c, err := r.Cookie(CookieName)
+	if err != nil {
+		return nil
+	}
+	sess, err := p.sessions.lookup(r.Context(), c.Value)
+	if err != nil {
+		return nil
+	}
+	return sess
 }
 
 // cookie is the session cookie. A session that may be framed by another
@@ -195,11 +306,14 @@ func (p *Portal) plain(w http.ResponseWriter, code int, msg string) {
 	_, _ = fmt.Fprintln(w, msg)
 }
 
-// session returns the request's session, or answers 401 and false.
+// session returns the request's session, or answers with the page of an
+// ended session (the way back, in the frame the session was shown in) and
+// false.
 func (p *Portal) session(w http.ResponseWriter, r *http.Request) (*session, bool) {
 	c, err := r.Cookie(CookieName)
 	if err != nil {
-		p.plain(w, http.StatusUnauthorized, "You are not signed in to the webhooks portal, or your session has ended. Open a new link from your application.")
+		p.ended(w, r, http.StatusUnauthorized, nil, "Not signed in",
+			"You are not signed in to this portal, or your session has ended. Open it again from your application.")
 		return nil, false
 	}
 	sess, err := p.sessions.lookup(r.Context(), c.Value)
@@ -209,7 +323,8 @@ func (p *Portal) session(w http.ResponseWriter, r *http.Request) (*session, bool
 			p.plain(w, http.StatusInternalServerError, "Something went wrong. Try again.")
 			return nil, false
 		}
-		p.plain(w, http.StatusUnauthorized, "Your session has ended. Open a new link from your application.")
+		p.ended(w, r, http.StatusUnauthorized, sess, "Your session has ended",
+			"Your session has ended. Open the portal again from your application.")
 		return nil, false
 	}
 	securityHeaders(w, sess.origins)
@@ -231,8 +346,7 @@ func (p *Portal) checkPost(w http.ResponseWriter, r *http.Request, sess *session
 		return false
 	}
 	if manage && !sess.canManage() {
-		p.render(w, r, http.StatusForbidden, "message", sess, &messageData{Title: "Read-only session",
-			Message: "This session may look but not change anything. Ask your application for a link with manage access."})
+		p.readOnly(w, r, sess)
 		return false
 	}
 	return true

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
@@ -36,7 +37,7 @@ func setup(tb testing.TB) *testBundle {
 	svc := endpoint.NewService(endpoint.ServiceConfig{}, db.Pool, db.InsertOnlyClient(tb), kr, nil, slog.New(slog.DiscardHandler))
 	u, err := url.Parse("https://hooks.example.com/base/portal/")
 	require.NoError(tb, err)
-	p, err := New(Config{PublicURL: u}, db.Pool, svc, nil)
+	p, err := New(Config{PublicURL: u, Keyring: kr}, db.Pool, svc, nil)
 	require.NoError(tb, err)
 	return &testBundle{db: db, portal: p, svc: svc, h: http.StripPrefix("/portal", p.Handler())}
 }
@@ -84,6 +85,10 @@ func TestCreateSessionValidates(t *testing.T) {
 		"BadOrigins": {SessionRequest{OwnerID: "o", Access: AccessRead, AllowedOrigins: []string{
 			"https://ok.example", "https://a.example/path", "https://a.example; script-src *", "ftp://a.example", "https://a.example 'unsafe-inline'",
 		}}, []string{"allowed_origins[1]", "allowed_origins[2]", "allowed_origins[3]", "allowed_origins[4]"}},
+		"BadWayBackAndBranding": {SessionRequest{OwnerID: "o", Access: AccessRead, DisplayName: "Acme\x00", ReturnURL: "javascript:alert(1)",
+			Branding: Branding{ProductName: strings.Repeat("n", 61), AccentColor: "red"}},
+			[]string{FieldDisplayName, FieldReturnURL, "branding.product_name", "branding.accent_color"}},
+		"ReturnURLWithCredentials": {SessionRequest{OwnerID: "o", Access: AccessRead, ReturnURL: "https://user:pw@app.example.com/"}, []string{FieldReturnURL}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -137,7 +142,8 @@ func TestSessions(t *testing.T) {
 		again := b.get(t, nil, "/portal/open?"+u.RawQuery)
 		require.Equal(t, http.StatusUnauthorized, again.Code)
 		require.Empty(t, again.Result().Cookies())
-		require.Equal(t, "text/plain; charset=utf-8", again.Header().Get("Content-Type"))
+		require.Equal(t, "text/html; charset=utf-8", again.Header().Get("Content-Type"))
+		require.Contains(t, again.Body.String(), "expired or has already been used")
 		require.Contains(t, again.Header().Get("Content-Security-Policy"), "frame-ancestors 'none'")
 
 		page := b.get(t, c, "/portal/")
@@ -166,7 +172,7 @@ func TestSessions(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		c := b.open(t, "o", AccessManage)
-		page := b.get(t, c, "/portal/endpoints/new").Body.String()
+		page := b.get(t, c, "/portal/endpoints/new?request="+uuid.NewString()).Body.String()
 		csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)[1]
 		post := func(form url.Values, header ...string) int {
 			req := httptest.NewRequest(http.MethodPost, "/portal/endpoints", strings.NewReader(form.Encode()))
@@ -179,7 +185,7 @@ func TestSessions(t *testing.T) {
 			b.h.ServeHTTP(rec, req)
 			return rec.Code
 		}
-		form := url.Values{"url": {"https://example.com/h"}, "event_types": {"*"}}
+		form := url.Values{"url": {"https://example.com/h"}, "event_types": {"*"}, "request_id": {uuid.NewString()}}
 		require.Equal(t, http.StatusForbidden, post(form, "Sec-Fetch-Site", "same-origin"), "no token")
 		form.Set("csrf", csrf)
 		require.Equal(t, http.StatusForbidden, post(form, "Sec-Fetch-Site", "cross-site"))
@@ -188,7 +194,7 @@ func TestSessions(t *testing.T) {
 		page2, err := b.svc.List(t.Context(), "o", 0, "", nil)
 		require.NoError(t, err)
 		require.Empty(t, page2.Items, "nothing written")
-		require.Equal(t, http.StatusOK, post(form, "Sec-Fetch-Site", "same-origin"))
+		require.Equal(t, http.StatusSeeOther, post(form, "Sec-Fetch-Site", "same-origin"))
 		page2, err = b.svc.List(t.Context(), "o", 0, "", nil)
 		require.NoError(t, err)
 		require.Len(t, page2.Items, 1)

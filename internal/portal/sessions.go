@@ -6,12 +6,15 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -42,6 +45,19 @@ const (
 	FieldTTL            = "ttl"
 	FieldAccess         = "access"
 	FieldAllowedOrigins = "allowed_origins"
+	FieldDisplayName    = "display_name"
+	FieldReturnURL      = "return_url"
+	FieldBranding       = "branding"
+)
+
+// Bounds of what a session carries.
+const (
+	MaxDisplayNameLen = 100
+	MaxReturnURLLen   = 2048
+	// sessionKeep is how long a session's row outlives its expiry: the
+	// page a spent link or an ended session leads to still finds the way
+	// back (return_url) and the frame it may show in.
+	sessionKeep = 24 * time.Hour
 )
 
 // SessionRequest asks for a one-time link.
@@ -53,6 +69,21 @@ type SessionRequest struct {
 	TTLMalformed   bool
 	Access         Access
 	AllowedOrigins []string
+	// DisplayName is the owner as people know it ("Acme Corp"), shown on
+	// every page; "" shows the owner id.
+	DisplayName string
+	// ReturnURL is the way back to the application: an absolute http(s)
+	// URL, offered on every page and on the pages where a session ends.
+	ReturnURL string
+	// Confirm makes a link for email or chat: opening it shows a page of
+	// the portal whose one button (a POST) spends it, so that a link
+	// previewer's GET cannot.
+	Confirm bool
+	// Branding overrides the deployment's for this session.
+	Branding Branding
+	// MintedBy says who made the session when it was not the application:
+	// "operator" for the console's read-only view of an owner.
+	MintedBy string
 }
 
 // Link is a one-time link into the portal.
@@ -63,10 +94,15 @@ type Link struct {
 
 // session is an opened link: what every page request is checked against.
 type session struct {
-	ownerID string
-	access  Access
-	origins []string
-	expires time.Time
+	id          int64
+	ownerID     string
+	access      Access
+	origins     []string
+	expires     time.Time
+	displayName string
+	returnURL   string
+	branding    Branding
+	mintedBy    string
 	// csrf is the form token of this session: derived from the cookie's
 	// token, so it needs no storage and a page can only know it by having
 	// been served to the session's browser.
@@ -74,6 +110,14 @@ type session struct {
 }
 
 func (s *session) canManage() bool { return s.access == AccessManage }
+
+// who is the owner as the pages name it.
+func (s *session) who() string {
+	if s.displayName != "" {
+		return s.displayName
+	}
+	return s.ownerID
+}
 
 // sessions reads and writes portal_sessions.
 type sessions struct {
@@ -144,10 +188,64 @@ func validate(r *SessionRequest) error {
 			add(fmt.Sprintf("%s[%d]", FieldAllowedOrigins, i), desc)
 		}
 	}
+	r.DisplayName = strings.TrimSpace(r.DisplayName)
+	if len(r.DisplayName) > MaxDisplayNameLen {
+		add(FieldDisplayName, "must be at most "+strconv.Itoa(MaxDisplayNameLen)+" bytes")
+	} else if !printable(r.DisplayName) {
+		add(FieldDisplayName, "must be printable text (no control characters)")
+	}
+	if r.ReturnURL != "" {
+		if desc := returnURLProblem(r.ReturnURL); desc != "" {
+			add(FieldReturnURL, desc)
+		}
+	}
+	for _, v := range r.Branding.validate() {
+		add(FieldBranding+"."+v.Field, v.Description)
+	}
 	if len(ve.Violations) > 0 {
 		return &ve
 	}
 	return nil
+}
+
+// printable: valid UTF-8 without control characters.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, c := range s {
+		if unicode.IsControl(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidateReturnURL checks a deployment's return URL as a session's is.
+func ValidateReturnURL(raw string) error {
+	if desc := returnURLProblem(raw); desc != "" {
+		return errors.New(desc)
+	}
+	return nil
+}
+
+// returnURLProblem says what is wrong with a return URL, or "". It is put
+// in an href as it is: only an absolute http(s) URL without credentials.
+func returnURLProblem(raw string) string {
+	if len(raw) > MaxReturnURLLen {
+		return "must be at most " + strconv.Itoa(MaxReturnURLLen) + " bytes"
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.Opaque != "" {
+		return "must be an absolute http(s) URL, like https://app.example.com/settings/webhooks"
+	}
+	if u.User != nil {
+		return "must not carry a user name or password"
+	}
+	if !printable(raw) || strings.ContainsAny(raw, " \t") {
+		return "must be a URL without spaces or control characters"
+	}
+	return ""
 }
 
 // originProblem says what is wrong with an allowed origin, or "". An origin
@@ -167,9 +265,9 @@ func originProblem(o string) string {
 	return ""
 }
 
-// create stores a new link and returns its token. Expired sessions are
-// deleted on the way: creating sessions is rare, and the index makes the
-// delete cheap.
+// create stores a new link and returns its token. Sessions expired a day
+// ago are deleted on the way: creating sessions is rare, and the index
+// makes the delete cheap.
 func (s *sessions) create(ctx context.Context, r SessionRequest) (string, time.Time, error) {
 	tok := newToken()
 	expires := s.now().Add(r.TTL)
@@ -177,11 +275,17 @@ func (s *sessions) create(ctx context.Context, r SessionRequest) (string, time.T
 	if origins == nil {
 		origins = []string{}
 	}
-	if _, err := s.pool.Exec(ctx, `DELETE FROM portal_sessions WHERE expires_at < $1`, s.now()); err != nil {
+	brand, err := json.Marshal(r.Branding)
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("store portal session: %w", err)
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM portal_sessions WHERE expires_at < $1`, s.now().Add(-sessionKeep)); err != nil {
 		return "", time.Time{}, fmt.Errorf("prune portal sessions: %w", err)
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO portal_sessions (link_hash, owner_id, access, allowed_origins, expires_at, created_at)
-VALUES ($1, $2, $3, $4, $5, $6)`, hashToken(tok), r.OwnerID, string(r.Access), origins, expires, s.now())
+	_, err = s.pool.Exec(ctx, `INSERT INTO portal_sessions (link_hash, owner_id, access, allowed_origins, expires_at, created_at,
+    display_name, return_url, confirm, branding, minted_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, hashToken(tok), r.OwnerID, string(r.Access), origins, expires, s.now(),
+		r.DisplayName, r.ReturnURL, r.Confirm, brand, r.MintedBy)
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("store portal session: %w", err)
 	}
@@ -192,6 +296,52 @@ VALUES ($1, $2, $3, $4, $5, $6)`, hashToken(tok), r.OwnerID, string(r.Access), o
 // or never issued: the pages do not say which).
 var errNoSession = errors.New("no such session")
 
+const sessionColumns = `id, owner_id, access, allowed_origins, expires_at, display_name, return_url, branding, minted_by`
+
+func scanSession(row pgx.Row, sess *session, extra ...any) error {
+	var access string
+	var brand []byte
+	dest := append([]any{&sess.id, &sess.ownerID, &access, &sess.origins, &sess.expires, &sess.displayName, &sess.returnURL, &brand, &sess.mintedBy}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return err
+	}
+	sess.access = Access(access)
+	if len(brand) > 0 {
+		_ = json.Unmarshal(brand, &sess.branding) // written by create, from a Branding
+	}
+	return nil
+}
+
+// link is an unspent link as its page needs it, without spending it.
+type link struct {
+	session
+	confirm bool
+}
+
+// peek reads a link without spending it: whether it is live, whether it
+// asks for a click first, and its owner (for the page that asks before
+// replacing another owner's session). A spent or expired link is
+// errNoSession, with what the page needs to offer the way back (dead).
+func (s *sessions) peek(ctx context.Context, linkToken string) (*link, *session, error) {
+	if linkToken == "" || len(linkToken) > 100 {
+		return nil, nil, errNoSession
+	}
+	l := &link{}
+	var opened bool
+	err := scanSession(s.pool.QueryRow(ctx, `SELECT `+sessionColumns+`, confirm, opened_at IS NOT NULL OR expires_at <= $2 FROM portal_sessions WHERE link_hash = $1`,
+		hashToken(linkToken), s.now()), &l.session, &l.confirm, &opened)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, errNoSession
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("read portal link: %w", err)
+	}
+	if opened {
+		return nil, &l.session, errNoSession
+	}
+	return l, nil, nil
+}
+
 // open spends a link and starts its session, returning the cookie's token.
 // One statement, so two browsers opening one link cannot both win.
 func (s *sessions) open(ctx context.Context, linkToken string) (string, *session, error) {
@@ -200,43 +350,44 @@ func (s *sessions) open(ctx context.Context, linkToken string) (string, *session
 	}
 	tok := newToken()
 	sess := &session{csrf: csrfToken(tok)}
-	var access string
-	err := s.pool.QueryRow(ctx, `UPDATE portal_sessions SET opened_at = $3, session_hash = $2
+	err := scanSession(s.pool.QueryRow(ctx, `UPDATE portal_sessions SET opened_at = $3, session_hash = $2
  WHERE link_hash = $1 AND opened_at IS NULL AND expires_at > $3
-RETURNING owner_id, access, allowed_origins, expires_at`, hashToken(linkToken), hashToken(tok), s.now()).
-		Scan(&sess.ownerID, &access, &sess.origins, &sess.expires)
+RETURNING `+sessionColumns, hashToken(linkToken), hashToken(tok), s.now()), sess)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil, errNoSession
 	}
 	if err != nil {
 		return "", nil, fmt.Errorf("open portal session: %w", err)
 	}
-	sess.access = Access(access)
 	return tok, sess, nil
 }
 
-// lookup returns the live session of a cookie's token.
+// lookup returns the live session of a cookie's token. A session that has
+// ended (expired, signed out) is errNoSession with the session as it was,
+// for the page that offers the way back.
 func (s *sessions) lookup(ctx context.Context, sessionToken string) (*session, error) {
 	if sessionToken == "" || len(sessionToken) > 100 {
 		return nil, errNoSession
 	}
 	sess := &session{csrf: csrfToken(sessionToken)}
-	var access string
-	err := s.pool.QueryRow(ctx, `SELECT owner_id, access, allowed_origins, expires_at FROM portal_sessions
- WHERE session_hash = $1 AND expires_at > $2`, hashToken(sessionToken), s.now()).
-		Scan(&sess.ownerID, &access, &sess.origins, &sess.expires)
+	var ended bool
+	err := scanSession(s.pool.QueryRow(ctx, `SELECT `+sessionColumns+`, expires_at <= $2 OR ended_at IS NOT NULL FROM portal_sessions
+ WHERE session_hash = $1`, hashToken(sessionToken), s.now()), sess, &ended)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, errNoSession
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read portal session: %w", err)
 	}
-	sess.access = Access(access)
+	if ended {
+		return sess, errNoSession
+	}
 	return sess, nil
 }
 
-// end deletes a session (sign out).
+// end ends a session (sign out); the row stays until it would have
+// expired a day ago, for the way back.
 func (s *sessions) end(ctx context.Context, sessionToken string) error {
-	_, err := s.pool.Exec(ctx, `DELETE FROM portal_sessions WHERE session_hash = $1`, hashToken(sessionToken))
+	_, err := s.pool.Exec(ctx, `UPDATE portal_sessions SET ended_at = $2 WHERE session_hash = $1 AND ended_at IS NULL`, hashToken(sessionToken), s.now())
 	return err
 }

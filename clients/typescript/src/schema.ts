@@ -966,8 +966,16 @@ export interface components {
             access?: components["schemas"]["PortalAccess"];
             /** @description Origins ("https://app.example.com": scheme, host and port, no path) that may show the portal in a frame (CSP frame-ancestors). Empty: no page may frame it; open the link in a tab of its own. At most 10. */
             allowed_origins?: string[];
+            /** @description Overrides of the deployment's branding for this session. */
+            branding?: components["schemas"]["PortalBrandingInput"];
+            /** @description A link meant for email or chat, where link previewers open links before people do: opening it shows a page of the portal whose one button spends it. Without it, opening the link starts the session at once, as the application's own redirect or iframe wants. */
+            confirm?: boolean;
+            /** @description The owner as its people know it ("Acme Corp"), shown on every page so that they know whose portal they are in. Empty: the owner id. At most 100 bytes of printable text. */
+            display_name?: string;
             /** @description The one owner the session sees (required, as on every call). */
             owner_id: string;
+            /** @description The way back to the application (an absolute http(s) URL): every page links to it, and so do the pages where the session ends (signed out, expired, a spent link), inside a frame too (the link targets the top window). Empty: the deployment's -portal-return-url, if any. */
+            return_url?: string;
             /** @description How long the link, and the session it starts, last: 0 means 1 hour; at most 24 hours. */
             ttl?: string;
         };
@@ -1753,6 +1761,13 @@ export interface components {
          * @enum {string}
          */
         PortalAccess: "PORTAL_ACCESS_UNSPECIFIED" | "PORTAL_ACCESS_READ" | "PORTAL_ACCESS_MANAGE";
+        /** @description How the portal presents itself to one session. Unset fields keep the deployment's (-portal-product-name, -portal-accent-color). */
+        PortalBrandingInput: {
+            /** @description The accent colour, #rrggbb. Links and buttons use it in the light and the dark scheme, adjusted in each until it meets WCAG AA contrast. */
+            accent_color?: string;
+            /** @description Replaces "Webhooks" in the header and the titles. At most 60 bytes. */
+            product_name?: string;
+        };
         /** @description An error, as RFC 9457 problem details (application/problem+json), with the gRPC status code's name and every bad field. */
         Problem: {
             /**

@@ -3809,8 +3809,24 @@ type CreatePortalSessionRequest struct {
 	// that may show the portal in a frame (CSP frame-ancestors). Empty: no
 	// page may frame it; open the link in a tab of its own. At most 10.
 	AllowedOrigins []string `protobuf:"bytes,4,rep,name=allowed_origins,json=allowedOrigins,proto3" json:"allowed_origins,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The owner as its people know it ("Acme Corp"), shown on every page so
+	// that they know whose portal they are in. Empty: the owner id. At most
+	// 100 bytes of printable text.
+	DisplayName string `protobuf:"bytes,5,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	// The way back to the application (an absolute http(s) URL): every page
+	// links to it, and so do the pages where the session ends (signed out,
+	// expired, a spent link), inside a frame too (the link targets the top
+	// window). Empty: the deployment's -portal-return-url, if any.
+	ReturnUrl string `protobuf:"bytes,6,opt,name=return_url,json=returnUrl,proto3" json:"return_url,omitempty"`
+	// A link meant for email or chat, where link previewers open links
+	// before people do: opening it shows a page of the portal whose one
+	// button spends it. Without it, opening the link starts the session at
+	// once, as the application's own redirect or iframe wants.
+	Confirm bool `protobuf:"varint,7,opt,name=confirm,proto3" json:"confirm,omitempty"`
+	// Overrides of the deployment's branding for this session.
+	Branding      *PortalBranding `protobuf:"bytes,8,opt,name=branding,proto3" json:"branding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreatePortalSessionRequest) Reset() {
@@ -3871,6 +3887,91 @@ func (x *CreatePortalSessionRequest) GetAllowedOrigins() []string {
 	return nil
 }
 
+func (x *CreatePortalSessionRequest) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
+}
+
+func (x *CreatePortalSessionRequest) GetReturnUrl() string {
+	if x != nil {
+		return x.ReturnUrl
+	}
+	return ""
+}
+
+func (x *CreatePortalSessionRequest) GetConfirm() bool {
+	if x != nil {
+		return x.Confirm
+	}
+	return false
+}
+
+func (x *CreatePortalSessionRequest) GetBranding() *PortalBranding {
+	if x != nil {
+		return x.Branding
+	}
+	return nil
+}
+
+// How the portal presents itself to one session. Unset fields keep the
+// deployment's (-portal-product-name, -portal-accent-color).
+type PortalBranding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Replaces "Webhooks" in the header and the titles. At most 60 bytes.
+	ProductName string `protobuf:"bytes,1,opt,name=product_name,json=productName,proto3" json:"product_name,omitempty"`
+	// The accent colour, #rrggbb. Links and buttons use it in the light and
+	// the dark scheme, adjusted in each until it meets WCAG AA contrast.
+	AccentColor   string `protobuf:"bytes,2,opt,name=accent_color,json=accentColor,proto3" json:"accent_color,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PortalBranding) Reset() {
+	*x = PortalBranding{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortalBranding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortalBranding) ProtoMessage() {}
+
+func (x *PortalBranding) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortalBranding.ProtoReflect.Descriptor instead.
+func (*PortalBranding) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *PortalBranding) GetProductName() string {
+	if x != nil {
+		return x.ProductName
+	}
+	return ""
+}
+
+func (x *PortalBranding) GetAccentColor() string {
+	if x != nil {
+		return x.AccentColor
+	}
+	return ""
+}
+
 type CreatePortalSessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The one-time link: the portal's public URL and a token. It is a
@@ -3884,7 +3985,7 @@ type CreatePortalSessionResponse struct {
 
 func (x *CreatePortalSessionResponse) Reset() {
 	*x = CreatePortalSessionResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[43]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3896,7 +3997,7 @@ func (x *CreatePortalSessionResponse) String() string {
 func (*CreatePortalSessionResponse) ProtoMessage() {}
 
 func (x *CreatePortalSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[43]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3909,7 +4010,7 @@ func (x *CreatePortalSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePortalSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreatePortalSessionResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{43}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreatePortalSessionResponse) GetUrl() string {
@@ -4241,12 +4342,20 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\vexplanation\x18\x02 \x01(\tR\vexplanation\x12/\n" +
 	"\x06filter\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x06filter\x12(\n" +
 	"\x05event\x18\x04 \x01(\v2\x12.webhooks.v1.EventR\x05event\x12\x18\n" +
-	"\aapplies\x18\x05 \x01(\bR\aapplies\"\xc0\x01\n" +
+	"\aapplies\x18\x05 \x01(\bR\aapplies\"\xd5\x02\n" +
 	"\x1aCreatePortalSessionRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x121\n" +
 	"\x06access\x18\x03 \x01(\x0e2\x19.webhooks.v1.PortalAccessR\x06access\x12'\n" +
-	"\x0fallowed_origins\x18\x04 \x03(\tR\x0eallowedOrigins\"j\n" +
+	"\x0fallowed_origins\x18\x04 \x03(\tR\x0eallowedOrigins\x12!\n" +
+	"\fdisplay_name\x18\x05 \x01(\tR\vdisplayName\x12\x1d\n" +
+	"\n" +
+	"return_url\x18\x06 \x01(\tR\treturnUrl\x12\x18\n" +
+	"\aconfirm\x18\a \x01(\bR\aconfirm\x127\n" +
+	"\bbranding\x18\b \x01(\v2\x1b.webhooks.v1.PortalBrandingR\bbranding\"V\n" +
+	"\x0ePortalBranding\x12!\n" +
+	"\fproduct_name\x18\x01 \x01(\tR\vproductName\x12!\n" +
+	"\faccent_color\x18\x02 \x01(\tR\vaccentColor\"j\n" +
 	"\x1bCreatePortalSessionResponse\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x129\n" +
 	"\n" +
@@ -4337,7 +4446,7 @@ func file_webhooks_v1_endpoints_proto_rawDescGZIP() []byte {
 }
 
 var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(SignatureScheme)(0),                // 0: webhooks.v1.SignatureScheme
 	(DeliveryState)(0),                  // 1: webhooks.v1.DeliveryState
@@ -4388,130 +4497,132 @@ var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(*TestFilterRequest)(nil),           // 46: webhooks.v1.TestFilterRequest
 	(*TestFilterResponse)(nil),          // 47: webhooks.v1.TestFilterResponse
 	(*CreatePortalSessionRequest)(nil),  // 48: webhooks.v1.CreatePortalSessionRequest
-	(*CreatePortalSessionResponse)(nil), // 49: webhooks.v1.CreatePortalSessionResponse
-	nil,                                 // 50: webhooks.v1.Endpoint.LabelsEntry
-	nil,                                 // 51: webhooks.v1.ListEndpointsRequest.LabelsEntry
-	nil,                                 // 52: webhooks.v1.CreateEndpointRequest.HeadersEntry
-	nil,                                 // 53: webhooks.v1.CreateEndpointRequest.LabelsEntry
-	nil,                                 // 54: webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	nil,                                 // 55: webhooks.v1.UpdateEndpointRequest.LabelsEntry
-	nil,                                 // 56: webhooks.v1.FanoutOutcome.DetailsEntry
-	(*timestamppb.Timestamp)(nil),       // 57: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 58: google.protobuf.Struct
-	(*fieldmaskpb.FieldMask)(nil),       // 59: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),         // 60: google.protobuf.Duration
-	(*Event)(nil),                       // 61: webhooks.v1.Event
+	(*PortalBranding)(nil),              // 49: webhooks.v1.PortalBranding
+	(*CreatePortalSessionResponse)(nil), // 50: webhooks.v1.CreatePortalSessionResponse
+	nil,                                 // 51: webhooks.v1.Endpoint.LabelsEntry
+	nil,                                 // 52: webhooks.v1.ListEndpointsRequest.LabelsEntry
+	nil,                                 // 53: webhooks.v1.CreateEndpointRequest.HeadersEntry
+	nil,                                 // 54: webhooks.v1.CreateEndpointRequest.LabelsEntry
+	nil,                                 // 55: webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	nil,                                 // 56: webhooks.v1.UpdateEndpointRequest.LabelsEntry
+	nil,                                 // 57: webhooks.v1.FanoutOutcome.DetailsEntry
+	(*timestamppb.Timestamp)(nil),       // 58: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 59: google.protobuf.Struct
+	(*fieldmaskpb.FieldMask)(nil),       // 60: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),         // 61: google.protobuf.Duration
+	(*Event)(nil),                       // 62: webhooks.v1.Event
 }
 var file_webhooks_v1_endpoints_proto_depIdxs = []int32{
-	57, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
-	57, // 1: webhooks.v1.Endpoint.next_probe_at:type_name -> google.protobuf.Timestamp
-	57, // 2: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
-	57, // 3: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
-	57, // 4: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	58, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
+	58, // 1: webhooks.v1.Endpoint.next_probe_at:type_name -> google.protobuf.Timestamp
+	58, // 2: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
+	58, // 3: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
+	58, // 4: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 5: webhooks.v1.Endpoint.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	57, // 6: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
-	50, // 7: webhooks.v1.Endpoint.labels:type_name -> webhooks.v1.Endpoint.LabelsEntry
-	58, // 8: webhooks.v1.Endpoint.filter:type_name -> google.protobuf.Struct
-	51, // 9: webhooks.v1.ListEndpointsRequest.labels:type_name -> webhooks.v1.ListEndpointsRequest.LabelsEntry
+	58, // 6: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
+	51, // 7: webhooks.v1.Endpoint.labels:type_name -> webhooks.v1.Endpoint.LabelsEntry
+	59, // 8: webhooks.v1.Endpoint.filter:type_name -> google.protobuf.Struct
+	52, // 9: webhooks.v1.ListEndpointsRequest.labels:type_name -> webhooks.v1.ListEndpointsRequest.LabelsEntry
 	6,  // 10: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
 	6,  // 11: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	52, // 12: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
+	53, // 12: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
 	0,  // 13: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	53, // 14: webhooks.v1.CreateEndpointRequest.labels:type_name -> webhooks.v1.CreateEndpointRequest.LabelsEntry
-	58, // 15: webhooks.v1.CreateEndpointRequest.filter:type_name -> google.protobuf.Struct
+	54, // 14: webhooks.v1.CreateEndpointRequest.labels:type_name -> webhooks.v1.CreateEndpointRequest.LabelsEntry
+	59, // 15: webhooks.v1.CreateEndpointRequest.filter:type_name -> google.protobuf.Struct
 	6,  // 16: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	59, // 17: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
-	54, // 18: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	55, // 19: webhooks.v1.UpdateEndpointRequest.labels:type_name -> webhooks.v1.UpdateEndpointRequest.LabelsEntry
-	58, // 20: webhooks.v1.UpdateEndpointRequest.filter:type_name -> google.protobuf.Struct
+	60, // 17: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
+	55, // 18: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	56, // 19: webhooks.v1.UpdateEndpointRequest.labels:type_name -> webhooks.v1.UpdateEndpointRequest.LabelsEntry
+	59, // 20: webhooks.v1.UpdateEndpointRequest.filter:type_name -> google.protobuf.Struct
 	6,  // 21: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	60, // 22: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	57, // 23: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	61, // 22: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	58, // 23: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 24: webhooks.v1.ListDeliveriesRequest.states:type_name -> webhooks.v1.DeliveryState
-	57, // 25: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
-	57, // 26: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
+	58, // 25: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
+	58, // 26: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
 	1,  // 27: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
-	57, // 28: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	57, // 29: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
-	57, // 30: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
-	57, // 31: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
+	58, // 28: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	58, // 29: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
+	58, // 30: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
+	58, // 31: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
 	2,  // 32: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
 	22, // 33: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
 	22, // 34: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
 	22, // 35: webhooks.v1.GetDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	57, // 36: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
-	58, // 37: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
-	58, // 38: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
+	58, // 36: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
+	59, // 37: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
+	59, // 38: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
 	31, // 39: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
-	57, // 40: webhooks.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	60, // 41: webhooks.v1.Attempt.duration:type_name -> google.protobuf.Duration
+	58, // 40: webhooks.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	61, // 41: webhooks.v1.Attempt.duration:type_name -> google.protobuf.Duration
 	3,  // 42: webhooks.v1.Attempt.outcome:type_name -> webhooks.v1.AttemptOutcome
 	2,  // 43: webhooks.v1.Attempt.snooze_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	57, // 44: webhooks.v1.Attempt.snoozed_until:type_name -> google.protobuf.Timestamp
+	58, // 44: webhooks.v1.Attempt.snoozed_until:type_name -> google.protobuf.Timestamp
 	34, // 45: webhooks.v1.ListAttemptsResponse.attempts:type_name -> webhooks.v1.Attempt
 	38, // 46: webhooks.v1.GetEndpointStatsResponse.stats:type_name -> webhooks.v1.EndpointStats
 	39, // 47: webhooks.v1.EndpointStats.last_hour:type_name -> webhooks.v1.AttemptStats
 	39, // 48: webhooks.v1.EndpointStats.last_day:type_name -> webhooks.v1.AttemptStats
 	39, // 49: webhooks.v1.EndpointStats.last_week:type_name -> webhooks.v1.AttemptStats
-	60, // 50: webhooks.v1.AttemptStats.latency_p50:type_name -> google.protobuf.Duration
-	60, // 51: webhooks.v1.AttemptStats.latency_p95:type_name -> google.protobuf.Duration
-	57, // 52: webhooks.v1.ListEventsRequest.occurred_after:type_name -> google.protobuf.Timestamp
-	57, // 53: webhooks.v1.ListEventsRequest.occurred_before:type_name -> google.protobuf.Timestamp
-	61, // 54: webhooks.v1.ListEventsResponse.events:type_name -> webhooks.v1.Event
-	61, // 55: webhooks.v1.GetEventResponse.event:type_name -> webhooks.v1.Event
+	61, // 50: webhooks.v1.AttemptStats.latency_p50:type_name -> google.protobuf.Duration
+	61, // 51: webhooks.v1.AttemptStats.latency_p95:type_name -> google.protobuf.Duration
+	58, // 52: webhooks.v1.ListEventsRequest.occurred_after:type_name -> google.protobuf.Timestamp
+	58, // 53: webhooks.v1.ListEventsRequest.occurred_before:type_name -> google.protobuf.Timestamp
+	62, // 54: webhooks.v1.ListEventsResponse.events:type_name -> webhooks.v1.Event
+	62, // 55: webhooks.v1.GetEventResponse.event:type_name -> webhooks.v1.Event
 	22, // 56: webhooks.v1.GetEventResponse.deliveries:type_name -> webhooks.v1.Delivery
 	44, // 57: webhooks.v1.GetEventResponse.fanout:type_name -> webhooks.v1.FanoutDecision
 	45, // 58: webhooks.v1.FanoutDecision.outcomes:type_name -> webhooks.v1.FanoutOutcome
 	4,  // 59: webhooks.v1.FanoutOutcome.reason:type_name -> webhooks.v1.FanoutReason
-	56, // 60: webhooks.v1.FanoutOutcome.details:type_name -> webhooks.v1.FanoutOutcome.DetailsEntry
-	58, // 61: webhooks.v1.TestFilterRequest.filter:type_name -> google.protobuf.Struct
-	61, // 62: webhooks.v1.TestFilterRequest.sample:type_name -> webhooks.v1.Event
-	58, // 63: webhooks.v1.TestFilterResponse.filter:type_name -> google.protobuf.Struct
-	61, // 64: webhooks.v1.TestFilterResponse.event:type_name -> webhooks.v1.Event
-	60, // 65: webhooks.v1.CreatePortalSessionRequest.ttl:type_name -> google.protobuf.Duration
+	57, // 60: webhooks.v1.FanoutOutcome.details:type_name -> webhooks.v1.FanoutOutcome.DetailsEntry
+	59, // 61: webhooks.v1.TestFilterRequest.filter:type_name -> google.protobuf.Struct
+	62, // 62: webhooks.v1.TestFilterRequest.sample:type_name -> webhooks.v1.Event
+	59, // 63: webhooks.v1.TestFilterResponse.filter:type_name -> google.protobuf.Struct
+	62, // 64: webhooks.v1.TestFilterResponse.event:type_name -> webhooks.v1.Event
+	61, // 65: webhooks.v1.CreatePortalSessionRequest.ttl:type_name -> google.protobuf.Duration
 	5,  // 66: webhooks.v1.CreatePortalSessionRequest.access:type_name -> webhooks.v1.PortalAccess
-	57, // 67: webhooks.v1.CreatePortalSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	7,  // 68: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
-	9,  // 69: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
-	11, // 70: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
-	13, // 71: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
-	15, // 72: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
-	17, // 73: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
-	19, // 74: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
-	21, // 75: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
-	24, // 76: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
-	26, // 77: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
-	28, // 78: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
-	40, // 79: webhooks.v1.EndpointService.ListEvents:input_type -> webhooks.v1.ListEventsRequest
-	42, // 80: webhooks.v1.EndpointService.GetEvent:input_type -> webhooks.v1.GetEventRequest
-	30, // 81: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
-	33, // 82: webhooks.v1.EndpointService.ListAttempts:input_type -> webhooks.v1.ListAttemptsRequest
-	36, // 83: webhooks.v1.EndpointService.GetEndpointStats:input_type -> webhooks.v1.GetEndpointStatsRequest
-	46, // 84: webhooks.v1.EndpointService.TestFilter:input_type -> webhooks.v1.TestFilterRequest
-	48, // 85: webhooks.v1.EndpointService.CreatePortalSession:input_type -> webhooks.v1.CreatePortalSessionRequest
-	8,  // 86: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
-	10, // 87: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
-	12, // 88: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
-	14, // 89: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
-	16, // 90: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
-	18, // 91: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
-	20, // 92: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
-	23, // 93: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
-	25, // 94: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
-	27, // 95: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
-	29, // 96: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
-	41, // 97: webhooks.v1.EndpointService.ListEvents:output_type -> webhooks.v1.ListEventsResponse
-	43, // 98: webhooks.v1.EndpointService.GetEvent:output_type -> webhooks.v1.GetEventResponse
-	32, // 99: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
-	35, // 100: webhooks.v1.EndpointService.ListAttempts:output_type -> webhooks.v1.ListAttemptsResponse
-	37, // 101: webhooks.v1.EndpointService.GetEndpointStats:output_type -> webhooks.v1.GetEndpointStatsResponse
-	47, // 102: webhooks.v1.EndpointService.TestFilter:output_type -> webhooks.v1.TestFilterResponse
-	49, // 103: webhooks.v1.EndpointService.CreatePortalSession:output_type -> webhooks.v1.CreatePortalSessionResponse
-	86, // [86:104] is the sub-list for method output_type
-	68, // [68:86] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	49, // 67: webhooks.v1.CreatePortalSessionRequest.branding:type_name -> webhooks.v1.PortalBranding
+	58, // 68: webhooks.v1.CreatePortalSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	7,  // 69: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
+	9,  // 70: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
+	11, // 71: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
+	13, // 72: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
+	15, // 73: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
+	17, // 74: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
+	19, // 75: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
+	21, // 76: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
+	24, // 77: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
+	26, // 78: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
+	28, // 79: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
+	40, // 80: webhooks.v1.EndpointService.ListEvents:input_type -> webhooks.v1.ListEventsRequest
+	42, // 81: webhooks.v1.EndpointService.GetEvent:input_type -> webhooks.v1.GetEventRequest
+	30, // 82: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
+	33, // 83: webhooks.v1.EndpointService.ListAttempts:input_type -> webhooks.v1.ListAttemptsRequest
+	36, // 84: webhooks.v1.EndpointService.GetEndpointStats:input_type -> webhooks.v1.GetEndpointStatsRequest
+	46, // 85: webhooks.v1.EndpointService.TestFilter:input_type -> webhooks.v1.TestFilterRequest
+	48, // 86: webhooks.v1.EndpointService.CreatePortalSession:input_type -> webhooks.v1.CreatePortalSessionRequest
+	8,  // 87: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
+	10, // 88: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
+	12, // 89: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
+	14, // 90: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
+	16, // 91: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
+	18, // 92: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
+	20, // 93: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
+	23, // 94: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
+	25, // 95: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
+	27, // 96: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
+	29, // 97: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
+	41, // 98: webhooks.v1.EndpointService.ListEvents:output_type -> webhooks.v1.ListEventsResponse
+	43, // 99: webhooks.v1.EndpointService.GetEvent:output_type -> webhooks.v1.GetEventResponse
+	32, // 100: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
+	35, // 101: webhooks.v1.EndpointService.ListAttempts:output_type -> webhooks.v1.ListAttemptsResponse
+	37, // 102: webhooks.v1.EndpointService.GetEndpointStats:output_type -> webhooks.v1.GetEndpointStatsResponse
+	47, // 103: webhooks.v1.EndpointService.TestFilter:output_type -> webhooks.v1.TestFilterResponse
+	50, // 104: webhooks.v1.EndpointService.CreatePortalSession:output_type -> webhooks.v1.CreatePortalSessionResponse
+	87, // [87:105] is the sub-list for method output_type
+	69, // [69:87] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_endpoints_proto_init() }
@@ -4530,7 +4641,7 @@ func file_webhooks_v1_endpoints_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_webhooks_v1_endpoints_proto_rawDesc), len(file_webhooks_v1_endpoints_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
