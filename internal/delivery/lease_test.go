@@ -16,6 +16,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
+	"github.com/standmeet/webhook-dispatcher/internal/testtime"
 )
 
 // runWorker runs w's lease listener and sweeper for the rest of the test.
@@ -79,7 +80,7 @@ func TestLease(t *testing.T) {
 		require.Equal(t, before, b.endpointXmin(t, epID), "no write to the endpoint row for successes under a held lease")
 	})
 
-	t.Run("FailureWritesOnlyTheTransition", func(t *testing.T) {
+	t.Run("FailureWritesTheTransitionThenOnlyTheNextProbe", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		runWorker(t, b.worker)
@@ -89,10 +90,17 @@ func TestLease(t *testing.T) {
 		requireRetryable(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://1"))))
 		since := b.endpoint(t, epID).failingSince
 		require.NotNil(t, since, "enabled → failing is written")
-		before := b.endpointXmin(t, epID)
-		requireRetryable(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://2"))))
-		require.Equal(t, before, b.endpointXmin(t, epID), "failing → failing writes nothing")
+		// failing → failing is no transition: what it writes is the next
+		// probe, a probe gap after the failed request's end.
+		b.setProbe(t, epID, `probe_at = now() + interval '1 second'`)
+		j := b.asProbe(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://2")))
+		requireRetryable(t, b.work(t, j))
+		ended := b.dbNow(t)
 		require.Equal(t, since, b.endpoint(t, epID).failingSince)
+		p := b.probeState(t, epID)
+		require.NotNil(t, p.probeAt)
+		testtime.RequireBetween(t, ended.Add(probeEvery-5*time.Second), ended.Add(probeEvery), *p.probeAt,
+			"the next probe a gap after the failed request")
 	})
 
 	t.Run("LingeringLeaseReleasedAfterLinger", func(t *testing.T) {
