@@ -585,3 +585,106 @@ UPDATE river_job
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
 }
+
+// TestProbeHungReceiverHearsOneRequestPer25s: a receiver that hangs on every
+// request (it never answers; the dispatcher's 10-s timeout cuts each one)
+// hears its probes 15 s after the last one was cut, one per 25 s at most
+// (144 an hour), so a request hangs on it 40 % of the time rather than two
+// thirds; when it comes back while a probe hangs on it, its backlog arrives
+// once that probe has been cut and one gap has passed.
+func TestProbeHungReceiverHearsOneRequestPer25s(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	d := start(t, options{db: db, args: []string{"--migrate"}})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(tail(d.logs.String(), 100))
+		}
+	})
+
+	const (
+		owner    = "probe-hung-owner"
+		hangFor  = 100 * time.Second
+		cycle    = 25 * time.Second // the 10-s timeout, then the 15-s gap
+		settling = 30 * time.Second // the first hung request and those already on their way
+	)
+	var (
+		mu        sync.Mutex
+		hung      = true
+		started   []time.Time // requests that hung, by their start
+		delivered = map[string]time.Time{}
+	)
+	rc := newReceiver(t)
+	rc.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		if hung {
+			started = append(started, time.Now())
+			mu.Unlock()
+			<-r.Context().Done() // until the dispatcher gives up on it
+			return
+		}
+		if _, ok := delivered[r.Header.Get("webhook-id")]; !ok {
+			delivered[r.Header.Get("webhook-id")] = time.Now()
+		}
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	ep := createEndpoint(t, d, owner, rc.URL, "code.*").GetEndpoint()
+
+	var ids []string
+	begin := time.Now()
+	for i := 0; time.Since(begin) < hangFor; i++ {
+		e := newEvent(owner, "code.issued", fmt.Sprintf("code://hung/%d", i), `{}`)
+		publish(t, d, e)
+		ids = append(ids, e.GetId())
+		time.Sleep(time.Second)
+	}
+	// It comes back while a probe hangs on it, if one does.
+	waitFor(t, time.Minute, "a probe hanging", func() bool {
+		got, err := d.endpoints().GetEndpoint(adminCtx(t), &webhooksv1.GetEndpointRequest{OwnerId: owner, EndpointId: ep.GetId()})
+		require.NoError(t, err)
+		return got.GetEndpoint().GetFailingSince() != nil && metricValue(t, d, "dispatcher_endpoint_probes_total") > 0 &&
+			len(rc.requests()) > 0 && time.Since(rc.requests()[len(rc.requests())-1].at) < 5*time.Second
+	})
+	mu.Lock()
+	hung = false
+	hanging := slices.Clone(started)
+	mu.Unlock()
+	back := time.Now()
+
+	// Liveness bound only.
+	waitFor(t, 3*time.Minute, "every delivery after the receiver's return", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(delivered) == len(ids)
+	})
+	mu.Lock()
+	var first, last time.Time
+	for _, id := range ids {
+		at := delivered[id]
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	mu.Unlock()
+
+	var steady []time.Time
+	for _, at := range hanging {
+		if at.After(hanging[0].Add(settling)) {
+			steady = append(steady, at)
+		}
+	}
+	t.Logf("%d events over %s of a hung receiver: %d requests hung on it, %d after its first %s (at most %d in any %s); "+
+		"back while a probe hung: its first delivery %.1fs and its last %.1fs after its return",
+		len(ids), time.Since(begin).Round(time.Second)-time.Since(back).Round(time.Second), len(hanging), len(steady), settling,
+		testtime.MaxInWindow(steady, cycle), cycle, first.Sub(back).Seconds(), last.Sub(back).Seconds())
+	require.GreaterOrEqual(t, len(steady), 2, "probes went while it hung")
+	testtime.RequireSpaced(t, steady, cycle, "a probe 15 s after the last one was cut")
+	// The probe it hung on is cut within 10 s, the next is due 15 s later,
+	// then a look and River's fetch: 30 s, with 15 s for a loaded machine.
+	require.LessOrEqual(t, first.Sub(back), 45*time.Second, "its first delivery")
+	require.LessOrEqual(t, last.Sub(back), 60*time.Second, "its whole backlog")
+}
