@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/standmeet/webhook-dispatcher/internal/job"
@@ -81,19 +80,16 @@ func setupFailing(t *testing.T) *failingBundle {
 	return b
 }
 
-// delivery is a delivery created age ago with metadata md, as read with the
-// lease: its endpoint failing since failingFor ago (0: healthy), its next
-// probe due in a minute.
-func (b *failingBundle) delivery(age, failingFor time.Duration, md string) *delivery {
+// delivery is a delivery created age ago, as read with the lease: its
+// endpoint failing since failingFor ago (0: healthy), its next probe due in
+// a minute.
+func (b *failingBundle) delivery(age, failingFor time.Duration) *delivery {
 	probeAt := b.now.Add(time.Minute).Truncate(time.Microsecond)
 	t := &target{probeAt: &probeAt, eventFound: true, eventType: "code.issued", control: control{maxInFlight: 1}}
 	if failingFor > 0 {
 		t.failingSince = new(b.now.Add(-failingFor))
 	}
-	if md == "" {
-		md = "{}"
-	}
-	j := &river.Job[job.DeliverArgs]{JobRow: &rivertype.JobRow{ID: 1, CreatedAt: b.now.Add(-age), Metadata: []byte(md)}}
+	j := &river.Job[job.DeliverArgs]{JobRow: &rivertype.JobRow{ID: 1, CreatedAt: b.now.Add(-age), Metadata: []byte("{}")}}
 	return &delivery{j: j, t: t}
 }
 
@@ -123,7 +119,7 @@ func TestFailingHoldCheck(t *testing.T) {
 	t.Run("HealthyEndpointSends", func(t *testing.T) {
 		t.Parallel()
 		b := setupFailing(t)
-		requireSends(t, b, b.delivery(time.Hour, 0, ""))
+		requireSends(t, b, b.delivery(time.Hour, 0))
 	})
 
 	t.Run("FirstSecondsOfAFailureHoldNothing", func(t *testing.T) {
@@ -131,14 +127,14 @@ func TestFailingHoldCheck(t *testing.T) {
 		b := setupFailing(t)
 		// One failed delivery does not stop the others: the next may well
 		// succeed, and end the failing state.
-		requireSends(t, b, b.delivery(time.Second, failingHoldAfter-time.Millisecond, ""))
+		requireSends(t, b, b.delivery(time.Second, failingHoldAfter-time.Millisecond))
 	})
 
 	t.Run("FailingEndpointHoldsTheRest", func(t *testing.T) {
 		t.Parallel()
 		b := setupFailing(t)
 		// A cool-down that ended: held again, no request, no attempt.
-		requireHeld(t, b, b.delivery(job.FailingCooldown, time.Hour, ""), job.FailingCooldown)
+		requireHeld(t, b, b.delivery(job.FailingCooldown, time.Hour), job.FailingCooldown)
 	})
 
 	t.Run("ItsOwnRetryIsHeldToo", func(t *testing.T) {
@@ -146,13 +142,13 @@ func TestFailingHoldCheck(t *testing.T) {
 		b := setupFailing(t)
 		// The delivery whose failure made the endpoint failing, at its
 		// first retry (5 s, less its jitter).
-		requireHeld(t, b, b.delivery(5*time.Second, time.Duration(float64(5*time.Second)*(1-jitter)), ""), job.FailingCooldown)
+		requireHeld(t, b, b.delivery(5*time.Second, time.Duration(float64(5*time.Second)*(1-jitter))), job.FailingCooldown)
 	})
 
 	t.Run("HolderOfTheProbeSlotSends", func(t *testing.T) {
 		t.Parallel()
 		b := setupFailing(t)
-		d := b.delivery(time.Hour, time.Hour, "")
+		d := b.delivery(time.Hour, time.Hour)
 		d.j.Metadata = []byte(slotOf(*d.t.probeAt))
 		requireSends(t, b, d)
 	})
@@ -162,7 +158,7 @@ func TestFailingHoldCheck(t *testing.T) {
 		b := setupFailing(t)
 		// Its probe failed (which pushed probe_at), or the next probe went:
 		// back on its own clock, it is held like the rest.
-		d := b.delivery(time.Hour, time.Hour, "")
+		d := b.delivery(time.Hour, time.Hour)
 		d.j.Metadata = []byte(slotOf(d.t.probeAt.Add(-15 * time.Second)))
 		requireHeld(t, b, d, time.Hour)
 	})
@@ -170,7 +166,7 @@ func TestFailingHoldCheck(t *testing.T) {
 	t.Run("TestEventSends", func(t *testing.T) {
 		t.Parallel()
 		b := setupFailing(t)
-		d := b.delivery(time.Minute, time.Hour, "")
+		d := b.delivery(time.Minute, time.Hour)
 		d.t.eventType = "webhook.test"
 		requireSends(t, b, d)
 	})
@@ -178,7 +174,7 @@ func TestFailingHoldCheck(t *testing.T) {
 	t.Run("PausedEndpointWaitsForThePauseInstead", func(t *testing.T) {
 		t.Parallel()
 		b := setupFailing(t)
-		d := b.delivery(time.Minute, time.Hour, "")
+		d := b.delivery(time.Minute, time.Hour)
 		d.t.control.pauseRecorded = true
 		requireSends(t, b, d)
 	})
@@ -186,7 +182,7 @@ func TestFailingHoldCheck(t *testing.T) {
 	t.Run("EndpointNotProbedHoldsNothing", func(t *testing.T) {
 		t.Parallel()
 		b := setupFailing(t)
-		d := b.delivery(time.Minute, time.Hour, "")
+		d := b.delivery(time.Minute, time.Hour)
 		d.t.probeAt = nil
 		requireSends(t, b, d)
 	})
@@ -195,13 +191,13 @@ func TestFailingHoldCheck(t *testing.T) {
 		t.Parallel()
 		b := setupFailing(t)
 		// send cancels it before anything is sent (TestFailingEndpointHearsOnlyProbes).
-		requireSends(t, b, b.delivery(RetryWindow()+time.Second, 5*24*time.Hour, ""))
+		requireSends(t, b, b.delivery(RetryWindow()+time.Second, 5*24*time.Hour))
 	})
 
 	t.Run("BusyFailingLaneHoldsBeforeTheRead", func(t *testing.T) {
 		t.Parallel()
 		b := setupFailing(t)
-		d := b.delivery(time.Minute, 0, "")
+		d := b.delivery(time.Minute, 0)
 		ep := d.ep
 		ok, _, _ := b.hold.lanes.enter(ctx, ep, 0, "", time.Second)
 		require.True(t, ok)
@@ -254,15 +250,14 @@ func TestFailingEndpointHearsOnlyProbes(t *testing.T) {
 
 	startRiver(t, b, b.worker, 4)
 	// A liveness bound, generous for a loaded machine.
-	settled := assert.Eventually(t, func() bool {
+	require.Eventuallyf(t, func() bool {
 		var unsettled int
 		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job
 			 WHERE state NOT IN ('scheduled', 'retryable', 'cancelled')`).Scan(&unsettled))
 		// The slot's delivery failed and its own retry (5 s later) came and
 		// was held: its slot ended with the request.
 		return unsettled == 0 && b.jobState(t, ids[4]) == rivertype.JobStateScheduled
-	}, 30*time.Second, 20*time.Millisecond)
-	require.True(t, settled, "jobs: %v", b.jobStates(t))
+	}, 30*time.Second, 20*time.Millisecond, "jobs: %v", lazy(func() any { return b.jobStates(t) }))
 
 	require.EqualValues(t, 1, rc.hits.Load(), "one request: the probe slot's")
 	for _, id := range ids[:5] {
@@ -323,3 +318,9 @@ func (b *testBundle) jobStates(t *testing.T) []string {
 	require.NoError(t, err)
 	return out
 }
+
+// lazy formats as what f returns, computed only when it is formatted: a
+// failure message's detail, read when the failure is reported.
+type lazy func() any
+
+func (f lazy) String() string { return fmt.Sprint(f()) }
