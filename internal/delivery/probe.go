@@ -11,17 +11,18 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
-// Recovery probing. While an endpoint is failing, its receiver hears
-// probes only: every other delivery to it is held, without a request and
-// without spending an attempt (failing.go), new ones behind the failing
-// cool-down first (fanout), and waits for the endpoint, not for its own
-// clock. Each process looks every probeLook for failing endpoints whose
+// Recovery probing. While an endpoint is failing (after its first
+// failingHoldAfter), its receiver hears probes only: every other delivery
+// to it is held, without a request and without spending an attempt
+// (failing.go), new ones behind the failing cool-down first (fanout), and
+// waits for the endpoint, not for its own clock. Each process looks every probeLook for failing endpoints whose
 // probe is due (probe_at) and makes one of their held deliveries available
 // at once, with the endpoint's probe slot (job.ProbeSlotKey): the probe. It
 // is a real delivery, and the only one that may send.
 //
-// When probes go. The first is due probeFirst after the first failure (the
-// delivery that failed is held like the others). Then each probe is due
+// When probes go. The first is due probeFirst (15 s) after the first
+// failure (the delivery that failed is held at its first retry like the
+// others). Then each probe is due
 // probeFirst × 2^probes after the one before, capped at probeEvery, whether
 // it has answered or not; and any failed request to the endpoint (the
 // probe itself, a delivery that was already in flight) pushes the next
