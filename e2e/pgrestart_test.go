@@ -552,6 +552,15 @@ func TestOutagePostgresRestart(t *testing.T) {
 	slices.Sort(waits)
 	t.Logf("each delivery's wait from its first try (or the database's return): p50 %.2fs, p99 %.1fs, max %.1fs (%s)",
 		quantile(waits, 0.5).Seconds(), quantile(waits, 0.99).Seconds(), worst.Seconds(), worstEvent)
+	if worst > lateAfterOne {
+		rows, err := db.Pool.Query(ctx, `SELECT format('%s %s attempt %s/%s errors %s metadata %s created %s finalized %s',
+		       args->>'event_id', state, attempt, max_attempts, errors::text, metadata::text, created_at, finalized_at)
+		  FROM river_job WHERE kind = 'webhook.deliver' AND args->>'event_id' = $1`, worstEvent)
+		require.NoError(t, err)
+		jobs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		t.Logf("the slowest event's jobs:\n%s", strings.Join(jobs, "\n"))
+	}
 	require.LessOrEqual(t, worst, lateAfterOne, "event %s: no delivery waits for a rescue", worstEvent)
 
 	// Every answer a publisher got was OK or Unavailable.

@@ -221,32 +221,46 @@ func (w *Worker) settle(ctx context.Context, s settleReq) error {
 	return nil
 }
 
-// releaseRetryFor bounds how long release keeps trying.
-const releaseRetryFor = 10 * time.Second
+// releaseRetryFor bounds how long release keeps trying once ctx is done
+// (the process is stopping); releaseBackoffMax bounds the wait between two
+// tries.
+const (
+	releaseRetryFor   = 10 * time.Second
+	releaseBackoffMax = time.Second
+)
 
 // release gives leases up (endpoint → token) without touching health. A
 // release that fails leaves the endpoint blocked until the lease expires
-// (LeaseTTL), so it is retried for a little while: a database blip (a
-// restart, a failover) then costs the endpoint seconds, not the whole TTL.
-// Failures are logged, not returned: the lease expires by itself.
+// (LeaseTTL): every process, this one included (its lane forgot the token),
+// finds the lease held and waits for it. So it is tried again, at most a
+// second apart, until the lease would have expired anyway: a database that
+// is away for a few seconds (a restart, a failover) then costs the endpoint
+// about a second after its return, not what is left of the TTL. Once ctx is
+// done (the process stops) it tries for releaseRetryFor at most. Failures
+// are logged, not returned: the lease expires by itself.
 func (w *Worker) release(ctx context.Context, leases map[uuid.UUID]uuid.UUID) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseRetryFor)
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(w.cfg.LeaseTTL, releaseRetryFor))
 	defer cancel()
 	var wg sync.WaitGroup
 	for ep, tok := range leases {
 		wg.Go(func() {
 			var err error
 			for failures := 1; ; failures++ {
-				if err = w.settle(ctx, settleReq{endpointID: ep, token: tok, release: true}); err == nil {
+				if err = w.settle(rctx, settleReq{endpointID: ep, token: tok, release: true}); err == nil {
 					return
 				}
-				timer := time.NewTimer(pglisten.Backoff(failures))
+				timer := time.NewTimer(min(pglisten.Backoff(failures), releaseBackoffMax))
 				select {
-				case <-ctx.Done():
+				case <-rctx.Done():
 					timer.Stop()
-					w.logger.WarnContext(ctx, "release lease", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
+					w.logger.WarnContext(rctx, "release lease", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
 					return
 				case <-timer.C:
+				}
+				if ctx.Err() != nil && time.Since(start) > releaseRetryFor {
+					w.logger.WarnContext(rctx, "release lease: stopping", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
+					return
 				}
 			}
 		})

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"testing"
@@ -101,6 +102,38 @@ func TestLease(t *testing.T) {
 		require.NotNil(t, p.probeAt)
 		testtime.RequireBetween(t, ended.Add(probeEvery-5*time.Second), ended.Add(probeEvery), *p.probeAt,
 			"the next probe a gap after the failed request")
+	})
+
+	t.Run("ReleaseOutlastsADatabaseOutageWithinTheTTL", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		w := NewWorker(Config{LeaseTTL: time.Minute, StallAfter: time.Hour}, b.db.Pool,
+			egress.NewClient(egress.Config{AllowCIDRs: loopback}), endpoint.NewKeyOpener(b.keyring), b.metrics, slog.New(slog.DiscardHandler))
+		epID, _ := b.createEndpoint(t, "http://127.0.0.1:1/", endpointOpts{enabled: true})
+		tok := uuid.New()
+		b.setProbe(t, epID, fmt.Sprintf(`lease_token = '%s', busy_until = now() + interval '1 minute'`, tok))
+		// The database refuses the release (as while it restarts) for
+		// longer than a release used to be tried (10 s); the lease would
+		// still be held, blocking the endpoint, for most of its minute.
+		ctx := context.Background()
+		_, err := b.db.Pool.Exec(ctx, `
+CREATE FUNCTION refuse_release() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'database away'; END $$;
+CREATE TRIGGER refuse_release BEFORE UPDATE ON webhook_endpoints FOR EACH ROW EXECUTE FUNCTION refuse_release()`)
+		require.NoError(t, err)
+		done := make(chan struct{})
+		go func() { defer close(done); w.release(ctx, map[uuid.UUID]uuid.UUID{epID: tok}) }()
+		time.Sleep(releaseRetryFor + 2*time.Second)
+		require.NotNil(t, b.endpoint(t, epID).busyUntil, "still refused")
+		_, err = b.db.Pool.Exec(ctx, `DROP TRIGGER refuse_release ON webhook_endpoints`)
+		require.NoError(t, err)
+		back := time.Now()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second): // a liveness bound; the next try is at most a second away
+			t.Fatal("the release was not tried again once the database answered")
+		}
+		require.Nil(t, b.endpoint(t, epID).busyUntil, "released once the database answered")
+		t.Logf("released %s after the database answered", time.Since(back).Round(time.Millisecond))
 	})
 
 	t.Run("LingeringLeaseReleasedAfterLinger", func(t *testing.T) {
