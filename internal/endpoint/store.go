@@ -525,10 +525,11 @@ SELECT ` + deliveryColumns + `, w.enabled
  WHERE j.id = $1 AND j.kind = '` + job.KindDeliver + `'`
 	var d *Delivery
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// The endpoint's row first, as recovery probing locks it before the
-		// jobs it probes: its probe slot is given below.
+		// A failing endpoint's row first, as recovery probing locks it
+		// before the jobs it probes: its probe slot is given below.
 		if _, err := tx.Exec(ctx, `SELECT 1 FROM webhook_endpoints
  WHERE id::text = (SELECT args->>'endpoint_id' FROM river_job WHERE id = $1 AND kind = '`+job.KindDeliver+`') AND owner_id = $2
+   AND failing_since IS NOT NULL
    FOR NO KEY UPDATE`, jobID, owner); err != nil {
 			return err
 		}
