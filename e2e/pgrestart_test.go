@@ -289,8 +289,8 @@ func TestOutagePostgresRestart(t *testing.T) {
 	var (
 		stop      atomic.Bool
 		idsMu     sync.Mutex
-		published []string // stored, as Publish answered
-		appRows   []string // committed to the outbox
+		published []string                 // stored, as Publish answered
+		appRows   []string                 // committed to the outbox
 		sentAt    = map[string]time.Time{} // each event's first try
 		loadErr   = make(chan error, 5)
 		loadWG    sync.WaitGroup
