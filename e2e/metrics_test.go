@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/standmeet/webhook-dispatcher/internal/connlimit"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/delivery"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
@@ -46,6 +47,7 @@ func labelled() map[string][]label {
 		"dispatcher_queue_oldest_available_age_seconds":      {{"kind", job.Kinds()}},
 		"dispatcher_endpoints":                               {{"state", metrics.EndpointStates()}},
 		"dispatcher_jobs_rescued_total":                      {{"kind", partition.RescueKinds()}},
+		"dispatcher_refusals_total":                          {{"port", connlimit.Ports()}, {"reason", connlimit.Reasons()}},
 	}
 }
 

@@ -148,20 +148,27 @@ type serveConfig struct {
 	PortalURL string
 
 	// API port limits (both protocols unless named).
-	APIMaxConns        int
-	APIIdleTimeout     time.Duration
-	APIMaxBatchBytes   int
-	APIMaxRequestBytes int
-	APIReadBudget      int64
-	GRPCMaxStreams     int
-	GRPCMaxConnAge     time.Duration
-	GRPCMaxConnGrace   time.Duration
-	GRPCKeepaliveMin   time.Duration
+	APIMaxConns int
+	// APIMaxConnsPerAddr bounds one client address's connections.
+	APIMaxConnsPerAddr int
+	// UnauthenticatedTimeout bounds how long a connection of either port
+	// that has not authenticated may be idle or take to send a request.
+	UnauthenticatedTimeout time.Duration
+	APIIdleTimeout         time.Duration
+	APIMaxBatchBytes       int
+	APIMaxRequestBytes     int
+	APIReadBudget          int64
+	GRPCMaxStreams         int
+	GRPCMaxConnAge         time.Duration
+	GRPCMaxConnGrace       time.Duration
+	GRPCKeepaliveMin       time.Duration
 	// Ops port limits.
-	OpsReadTimeout    time.Duration
-	OpsIdleTimeout    time.Duration
-	OpsMaxHeaderBytes int
-	HealthzCache      time.Duration
+	OpsMaxConns        int
+	OpsMaxConnsPerAddr int
+	OpsReadTimeout     time.Duration
+	OpsIdleTimeout     time.Duration
+	OpsMaxHeaderBytes  int
+	HealthzCache       time.Duration
 	// Failed tokens per client address (login form and bearer tokens).
 	AuthFailures    int
 	AuthFailuresPer time.Duration
@@ -228,6 +235,10 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.BoolVar(&c.RiverUI, "river-ui", env.boolean("DISPATCHER_RIVER_UI", true), "serve River UI at /riverui/ on the ops port, behind the operator token (env DISPATCHER_RIVER_UI)")
 	fs.BoolVar(&c.Pprof, "pprof", env.boolean("DISPATCHER_PPROF", false), "serve Go's profiler at /debug/pprof/ on the ops port, for diagnosing CPU and memory use; keep the ops port private (env DISPATCHER_PPROF)")
 	fs.IntVar(&c.APIMaxConns, "api-max-connections", env.integer("DISPATCHER_API_MAX_CONNECTIONS", 1000), "connections the API port (gRPC and HTTP/JSON) holds open at once; more wait in the kernel's backlog until one closes (env DISPATCHER_API_MAX_CONNECTIONS)")
+	fs.IntVar(&c.APIMaxConnsPerAddr, "api-max-connections-per-address", env.integer("DISPATCHER_API_MAX_CONNECTIONS_PER_ADDRESS", DefaultAPIMaxConnsPerAddr), "connections one client address (an IP, an IPv6 /64; a trusted proxy is exempt) may hold open on the API port; more are closed as soon as accepted (env DISPATCHER_API_MAX_CONNECTIONS_PER_ADDRESS)")
+	fs.IntVar(&c.OpsMaxConns, "ops-max-connections", env.integer("DISPATCHER_OPS_MAX_CONNECTIONS", DefaultOpsMaxConns), "connections the ops port holds open at once; more wait in the kernel's backlog until one closes (env DISPATCHER_OPS_MAX_CONNECTIONS)")
+	fs.IntVar(&c.OpsMaxConnsPerAddr, "ops-max-connections-per-address", env.integer("DISPATCHER_OPS_MAX_CONNECTIONS_PER_ADDRESS", DefaultOpsMaxConnsPerAddr), "connections one client address may hold open on the ops port; more are closed as soon as accepted (env DISPATCHER_OPS_MAX_CONNECTIONS_PER_ADDRESS)")
+	fs.DurationVar(&c.UnauthenticatedTimeout, "unauthenticated-timeout", env.duration("DISPATCHER_UNAUTHENTICATED_TIMEOUT", DefaultUnauthenticatedTimeout), "how long a connection to the API or ops port on which no request has presented a valid token may be idle, or take to send a request, before it is closed (env DISPATCHER_UNAUTHENTICATED_TIMEOUT)")
 	fs.DurationVar(&c.APIIdleTimeout, "api-idle-timeout", env.duration("DISPATCHER_API_IDLE_TIMEOUT", 5*time.Minute), "an API connection with no call under way for this long is closed (gRPC: GOAWAY) (env DISPATCHER_API_IDLE_TIMEOUT)")
 	fs.IntVar(&c.APIMaxBatchBytes, "api-max-batch-bytes", env.integer("DISPATCHER_API_MAX_BATCH_BYTES", grpcapi.DefaultBatchBytes), "largest PublishBatch request, in bytes (the gRPC message or the HTTP/JSON body) (env DISPATCHER_API_MAX_BATCH_BYTES)")
 	fs.IntVar(&c.APIMaxRequestBytes, "api-max-request-bytes", env.integer("DISPATCHER_API_MAX_REQUEST_BYTES", grpcapi.DefaultRequestBytes), "largest request of every other call, in bytes (env DISPATCHER_API_MAX_REQUEST_BYTES)")
@@ -314,6 +325,14 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 		return nil, fmt.Errorf("invalid -handoff-limit %d (DISPATCHER_HANDOFF_LIMIT): want 1..%d", c.HandoffLimit, MaxHandoffLimit)
 	}
 	c.APIReadBudget = int64(*budget)
+	// A per-address cap left at its default follows a port-wide cap set
+	// below it (a small test or development instance).
+	if !isSet(fs, "api-max-connections-per-address", env, "DISPATCHER_API_MAX_CONNECTIONS_PER_ADDRESS") {
+		c.APIMaxConnsPerAddr = max(1, min(c.APIMaxConnsPerAddr, c.APIMaxConns))
+	}
+	if !isSet(fs, "ops-max-connections-per-address", env, "DISPATCHER_OPS_MAX_CONNECTIONS_PER_ADDRESS") {
+		c.OpsMaxConnsPerAddr = max(1, min(c.OpsMaxConnsPerAddr, c.OpsMaxConns))
+	}
 	if err := c.validateLimits(); err != nil {
 		return nil, err
 	}
@@ -383,6 +402,18 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 // largest PublishBatch at once, or a thousand of any other call.
 const DefaultReadBudget = 64 << 20
 
+// Connection limits' defaults (docs/operations.md gives the arithmetic):
+// the API port's 1,000 connections take at least 16 addresses to fill at 64
+// each, which is what a host needs for 64 HTTP/1.1 requests at once (a gRPC
+// client needs one connection for 100 calls); the ops port serves a
+// Prometheus, probes and a few browsers (6 connections each).
+const (
+	DefaultAPIMaxConnsPerAddr     = 64
+	DefaultOpsMaxConns            = 256
+	DefaultOpsMaxConnsPerAddr     = 16
+	DefaultUnauthenticatedTimeout = 10 * time.Second
+)
+
 // validateLimits checks the connection and request limits.
 func (c *serveConfig) validateLimits() error {
 	type intRange struct {
@@ -391,6 +422,9 @@ func (c *serveConfig) validateLimits() error {
 	}
 	for _, r := range []intRange{
 		{"-api-max-connections (DISPATCHER_API_MAX_CONNECTIONS)", int64(c.APIMaxConns), 1, 1 << 20},
+		{"-api-max-connections-per-address (DISPATCHER_API_MAX_CONNECTIONS_PER_ADDRESS)", int64(c.APIMaxConnsPerAddr), 1, int64(c.APIMaxConns)},
+		{"-ops-max-connections (DISPATCHER_OPS_MAX_CONNECTIONS)", int64(c.OpsMaxConns), 1, 1 << 20},
+		{"-ops-max-connections-per-address (DISPATCHER_OPS_MAX_CONNECTIONS_PER_ADDRESS)", int64(c.OpsMaxConnsPerAddr), 1, int64(c.OpsMaxConns)},
 		{"-api-max-batch-bytes (DISPATCHER_API_MAX_BATCH_BYTES)", int64(c.APIMaxBatchBytes), 64 << 10, 64 << 20},
 		{"-api-max-request-bytes (DISPATCHER_API_MAX_REQUEST_BYTES)", int64(c.APIMaxRequestBytes), 4 << 10, 64 << 20},
 		{"-api-read-budget-bytes (DISPATCHER_API_READ_BUDGET_BYTES)", c.APIReadBudget, 1 << 20, 1 << 40},
@@ -411,6 +445,7 @@ func (c *serveConfig) validateLimits() error {
 	}
 	for _, r := range []durRange{
 		{"-api-idle-timeout (DISPATCHER_API_IDLE_TIMEOUT)", c.APIIdleTimeout, time.Second, 24 * time.Hour},
+		{"-unauthenticated-timeout (DISPATCHER_UNAUTHENTICATED_TIMEOUT)", c.UnauthenticatedTimeout, time.Second, 10 * time.Minute},
 		{"-grpc-max-connection-age (DISPATCHER_GRPC_MAX_CONNECTION_AGE)", c.GRPCMaxConnAge, time.Minute, 30 * 24 * time.Hour},
 		{"-grpc-max-connection-age-grace (DISPATCHER_GRPC_MAX_CONNECTION_AGE_GRACE)", c.GRPCMaxConnGrace, time.Second, 24 * time.Hour},
 		{"-grpc-keepalive-min-time (DISPATCHER_GRPC_KEEPALIVE_MIN_TIME)", c.GRPCKeepaliveMin, time.Second, time.Hour},
@@ -550,6 +585,13 @@ func (e *environ) duration(key string, def time.Duration) time.Duration {
 }
 
 func (e *environ) err() error { return errors.Join(e.errs...) }
+
+// isSet reports whether a setting was given, by its flag or its variable.
+func isSet(fs *flag.FlagSet, name string, env *environ, key string) bool {
+	set := env.get(key) != ""
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
 
 func splitList(s string) []string {
 	var out []string

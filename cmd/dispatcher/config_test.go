@@ -68,6 +68,10 @@ func TestParseServeConfig(t *testing.T) {
 		require.Equal(t, 10, c.AuthFailures)
 		require.Equal(t, time.Minute, c.AuthFailuresPer)
 		require.False(t, c.CookieSecure)
+		require.Equal(t, 64, c.APIMaxConnsPerAddr)
+		require.Equal(t, 256, c.OpsMaxConns)
+		require.Equal(t, 16, c.OpsMaxConnsPerAddr)
+		require.Equal(t, 10*time.Second, c.UnauthenticatedTimeout)
 
 		b := setup(t)
 		b.env["DISPATCHER_API_MAX_CONNECTIONS"] = "50"
@@ -82,6 +86,18 @@ func TestParseServeConfig(t *testing.T) {
 		require.True(t, c.CookieSecure)
 		require.Equal(t, int64(8<<20), c.APIReadBudget)
 		require.Len(t, c.grpcConnOptions(), 4, "streams, keepalive, its enforcement, stream workers")
+		require.Equal(t, 50, c.APIMaxConnsPerAddr, "a per-address cap left at its default follows a smaller port cap")
+
+		b = setup(t)
+		b.env["DISPATCHER_API_MAX_CONNECTIONS_PER_ADDRESS"] = "5"
+		b.env["DISPATCHER_OPS_MAX_CONNECTIONS"] = "20"
+		b.env["DISPATCHER_UNAUTHENTICATED_TIMEOUT"] = "3s"
+		c, err = parse(b, "--ops-max-connections-per-address", "4")
+		require.NoError(t, err)
+		require.Equal(t, 5, c.APIMaxConnsPerAddr)
+		require.Equal(t, 20, c.OpsMaxConns)
+		require.Equal(t, 4, c.OpsMaxConnsPerAddr)
+		require.Equal(t, 3*time.Second, c.UnauthenticatedTimeout)
 
 		for _, tc := range []struct {
 			args []string
@@ -94,6 +110,11 @@ func TestParseServeConfig(t *testing.T) {
 			{[]string{"--ops-read-timeout", "0s"}, "-ops-read-timeout"},
 			{[]string{"--api-idle-timeout", "1ms"}, "-api-idle-timeout"},
 			{[]string{"--auth-failures", "0"}, "-auth-failures (DISPATCHER_AUTH_FAILURES)"},
+			{[]string{"--api-max-connections-per-address", "0"}, "-api-max-connections-per-address (DISPATCHER_API_MAX_CONNECTIONS_PER_ADDRESS) 0: want 1..1000"},
+			{[]string{"--api-max-connections", "10", "--api-max-connections-per-address", "11"}, "-api-max-connections-per-address (DISPATCHER_API_MAX_CONNECTIONS_PER_ADDRESS) 11: want 1..10"},
+			{[]string{"--ops-max-connections", "0"}, "-ops-max-connections (DISPATCHER_OPS_MAX_CONNECTIONS) 0"},
+			{[]string{"--ops-max-connections-per-address", "300"}, "-ops-max-connections-per-address (DISPATCHER_OPS_MAX_CONNECTIONS_PER_ADDRESS) 300: want 1..256"},
+			{[]string{"--unauthenticated-timeout", "0s"}, "-unauthenticated-timeout (DISPATCHER_UNAUTHENTICATED_TIMEOUT)"},
 		} {
 			_, err := parse(setup(t), tc.args...)
 			require.ErrorContains(t, err, tc.want, "%v", tc.args)

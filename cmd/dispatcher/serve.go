@@ -23,7 +23,6 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"go.opentelemetry.io/otel/metric/noop"
-	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -36,6 +35,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/attempt"
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
 	"github.com/standmeet/webhook-dispatcher/internal/catalogwatch"
+	"github.com/standmeet/webhook-dispatcher/internal/connlimit"
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/delivery"
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
@@ -286,7 +286,24 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	throttle := auth.NewThrottle(auth.ThrottleConfig{Failures: cfg.AuthFailures, Per: cfg.AuthFailuresPer})
 	readBudget := inflight.New(cfg.APIReadBudget)
 	limits := grpcapi.Limits{BatchBytes: cfg.APIMaxBatchBytes, RequestBytes: cfg.APIMaxRequestBytes}
-	gate := grpcapi.NewGate(grpcapi.GateConfig{Auth: authn, Throttle: throttle, Budget: readBudget, Limits: limits})
+	refused := func(port string) func(reason string) {
+		return func(reason string) { m.RefusalsTotal.WithLabelValues(port, reason).Inc() }
+	}
+
+	grpcLis, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("gRPC listen on %s: %w", cfg.GRPCAddr, err)
+	}
+	// Connections of both protocols count: one client address may hold a
+	// few, the port many, and those on which nobody has authenticated are
+	// kept only briefly (internal/connlimit).
+	apiConns := connlimit.Listen(grpcLis, connlimit.Config{
+		MaxConns: cfg.APIMaxConns, MaxPerAddress: cfg.APIMaxConnsPerAddr,
+		UnauthenticatedTimeout: cfg.UnauthenticatedTimeout, Refused: refused("api"),
+	})
+	grpcLis = apiConns
+	gate := grpcapi.NewGate(grpcapi.GateConfig{Auth: authn, Throttle: throttle, Budget: readBudget, Limits: limits,
+		Conns: apiConns, Refused: refused("api")})
 	// The port's TLS is terminated by the port mux (below), which hands
 	// gRPC connections over already secured; these credentials say so.
 	serverOpts := []grpc.ServerOption{grpc.Creds(portmux.Creds())}
@@ -302,13 +319,6 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	grpcServer := grpc.NewServer(serverOpts...)
 	webhooksv1.RegisterEventServiceServer(grpcServer, grpcapi.NewEventServer(store, logger))
 
-	grpcLis, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.GRPCAddr)
-	if err != nil {
-		return fmt.Errorf("gRPC listen on %s: %w", cfg.GRPCAddr, err)
-	}
-	// Connections of both protocols count: beyond the limit, new ones wait
-	// in the kernel's backlog until one closes.
-	grpcLis = netutil.LimitListener(grpcLis, cfg.APIMaxConns)
 	// The owners' portal: pages over the same endpoint service, on the API
 	// port; CreatePortalSession makes its links.
 	var portalPages *portal.Portal
@@ -338,7 +348,8 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		return fmt.Errorf("http api: %w", err)
 	}
 	defer apiConn.Close()
-	apiHandler, err := httpapi.New(ctx, apiConn, httpapi.Config{Auth: authn, Throttle: throttle, Budget: readBudget, Limits: limits, OpenAPI: docs.OpenAPI})
+	apiHandler, err := httpapi.New(ctx, apiConn, httpapi.Config{Auth: authn, Throttle: throttle, Budget: readBudget, Limits: limits,
+		Refused: refused("api"), OpenAPI: docs.OpenAPI})
 	if err != nil {
 		_ = grpcLis.Close()
 		return err
@@ -352,13 +363,20 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		root.Handle(portal.MountPath, http.StripPrefix(strings.TrimSuffix(portal.MountPath, "/"), portalPages.Handler()))
 		apiRoot = root
 	}
-	httpServer := &http.Server{Handler: apiRoot, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+	// A 401 or 403 closes the connection rather than reading the rest of
+	// the body to keep it.
+	httpServer := &http.Server{Handler: connlimit.CloseOnDenied(apiRoot), ConnContext: connlimit.ConnContext,
+		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
 		IdleTimeout: cfg.APIIdleTimeout, MaxHeaderBytes: 64 << 10}
 	opsLis, err := new(net.ListenConfig).Listen(ctx, "tcp", cfg.OpsAddr)
 	if err != nil {
 		_ = grpcLis.Close()
 		return fmt.Errorf("ops listen on %s: %w", cfg.OpsAddr, err)
 	}
+	opsLis = connlimit.Listen(opsLis, connlimit.Config{
+		MaxConns: cfg.OpsMaxConns, MaxPerAddress: cfg.OpsMaxConnsPerAddr,
+		UnauthenticatedTimeout: cfg.UnauthenticatedTimeout, Refused: refused("ops"),
+	})
 
 	opsMux := http.NewServeMux()
 	opsMux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -376,7 +394,8 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		// Logout is seen by every replica (internal/revocation); failed
 		// logins share the API's throttle, so guesses on one face count on
 		// the other.
-		pages := auth.PagesConfig{Revocations: revocation.New(pool), Throttle: throttle, SecureCookies: cfg.CookieSecure}
+		pages := auth.PagesConfig{Revocations: revocation.New(pool), Throttle: throttle, SecureCookies: cfg.CookieSecure,
+			Throttled: func() { refused("ops")(connlimit.ReasonThrottled) }, Authenticated: connlimit.MarkAuthenticated}
 		if err := mountRiverUI(ctx, opsMux, riverClient, authn, pages, logger); err != nil {
 			_ = grpcLis.Close()
 			_ = opsLis.Close()
@@ -393,7 +412,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	// Bounded: a client cannot hold a connection by sending slowly or by
 	// keeping it idle, nor send headers without end. No write timeout: a
 	// CPU profile (-pprof) takes 30 s to write.
-	opsServer := &http.Server{Handler: opsMux, TLSConfig: opsTLS,
+	opsServer := &http.Server{Handler: connlimit.CloseOnDenied(opsMux), ConnContext: connlimit.ConnContext, TLSConfig: opsTLS,
 		ReadHeaderTimeout: min(10*time.Second, cfg.OpsReadTimeout), ReadTimeout: cfg.OpsReadTimeout,
 		IdleTimeout: cfg.OpsIdleTimeout, MaxHeaderBytes: cfg.OpsMaxHeaderBytes}
 
@@ -585,6 +604,8 @@ func metricLabels() metrics.Labels {
 		IngestPaths:      ingest.Paths(),
 		IngestResults:    ingest.Results(),
 		RescueKinds:      partition.RescueKinds(),
+		RefusalPorts:     connlimit.Ports(),
+		RefusalReasons:   connlimit.Reasons(),
 	}
 }
 

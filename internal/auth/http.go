@@ -84,6 +84,15 @@ type PagesConfig struct {
 	SecureCookies bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Throttled is told each request refused because its address is
+	// throttled; nil: nobody is.
+	Throttled func()
+	// Authenticated is told, with the request's context, each request that
+	// presented a valid token or session and each successful login, before
+	// anything else of it is read (internal/connlimit's MarkAuthenticated:
+	// its connection's short unauthenticated deadline ends); nil: nobody
+	// is.
+	Authenticated func(ctx context.Context)
 }
 
 // Pages returns the guard for the pages cfg describes.
@@ -168,6 +177,7 @@ func (p *Pages) Handler(h http.Handler) http.Handler {
 			p.unauthenticated(w, r, reason, code)
 			return
 		}
+		p.authenticatedConn(r)
 		h.ServeHTTP(w, r)
 	}))
 }
@@ -182,6 +192,9 @@ func (p *Pages) allowed(w http.ResponseWriter, r *http.Request) bool {
 	if ok {
 		return true
 	}
+	if p.cfg.Throttled != nil {
+		p.cfg.Throttled()
+	}
 	p.a.Denied(r.Context(), "http", r.Method+" "+r.URL.Path, "throttled after failed tokens", r.RemoteAddr)
 	w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)))
 	http.Error(w, "too many failed attempts from this address: try again in "+wait.String(), http.StatusTooManyRequests)
@@ -189,6 +202,12 @@ func (p *Pages) allowed(w http.ResponseWriter, r *http.Request) bool {
 }
 
 const reasonUnknownToken = "unknown token"
+
+func (p *Pages) authenticatedConn(r *http.Request) {
+	if p.cfg.Authenticated != nil {
+		p.cfg.Authenticated(r.Context())
+	}
+}
 
 func isJSON(r *http.Request) bool {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -292,6 +311,7 @@ func (p *Pages) login(w http.ResponseWriter, r *http.Request) {
 			_ = loginPage.Execute(w, loginData{Action: p.prefix + "/login", Next: next, Failed: true})
 			return
 		}
+		p.authenticatedConn(r)
 		http.SetCookie(w, p.cookie(r, p.newSession(r.PostForm.Get("token")), int(SessionTTL/time.Second)))
 		http.Redirect(w, r, next, http.StatusSeeOther) //nolint:gosec // G710: next is checked to stay under the prefix (Pages.next)
 	default:

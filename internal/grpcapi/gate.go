@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"context"
+	"net"
 	"strings"
 	"sync"
 
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
+	"github.com/standmeet/webhook-dispatcher/internal/connlimit"
 	"github.com/standmeet/webhook-dispatcher/internal/inflight"
 	"github.com/standmeet/webhook-dispatcher/internal/portmux"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -82,6 +84,20 @@ type GateConfig struct {
 	Budget *inflight.Budget
 	// Limits bounds one request per method.
 	Limits Limits
+	// Conns, when set, is told which connections authenticated (their
+	// short unauthenticated deadline ends) and which answered a call that
+	// needs no token (the deadline starts again).
+	Conns Conns
+	// Refused is told each call refused to bound what clients hold, by
+	// reason (internal/connlimit's); nil: nobody is.
+	Refused func(reason string)
+}
+
+// Conns is what the gate tells the port's connections (internal/connlimit's
+// Listener), by a call's peer address.
+type Conns interface {
+	Authenticated(addr net.Addr)
+	Touch(addr net.Addr)
 }
 
 // Gate admits gRPC calls before any of their message is read, and turns a
@@ -152,7 +168,7 @@ const (
 // NewGate returns a Gate.
 func NewGate(cfg GateConfig) *Gate {
 	cfg.Limits = cfg.Limits.withDefaults()
-	return &Gate{cfg: cfg, limits: cfg.Limits, codec: &gateCodec{inner: encoding.GetCodecV2("proto"), limits: cfg.Limits},
+	return &Gate{cfg: cfg, limits: cfg.Limits, codec: &gateCodec{inner: encoding.GetCodecV2("proto"), limits: cfg.Limits, refused: cfg.Refused},
 		open:      inflight.New(openReads * int64(cfg.Limits.Largest())),
 		openNext:  inflight.New(openNextReads * int64(cfg.Limits.Largest())),
 		openPeers: make(map[openPeer]struct{})}
@@ -187,10 +203,14 @@ func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	}
 	_, open, _ := required(info.FullMethodName)
 	if open {
+		if g.cfg.Conns != nil && addr != "" {
+			g.cfg.Conns.Touch(p.Addr)
+		}
 		return g.tapOpen(ctx)
 	}
 	if g.cfg.Throttle != nil && addr != "" {
 		if wait, ok := g.cfg.Throttle.Allow(addr); !ok {
+			g.refused(connlimit.ReasonThrottled)
 			g.cfg.Auth.Denied(ctx, "grpc", info.FullMethodName, "throttled after failed tokens", addr)
 			return ctx, status.Errorf(codes.ResourceExhausted,
 				"too many failed authentications from this address: retry in %s", wait)
@@ -204,17 +224,28 @@ func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error)
 		}
 		return ctx, err
 	}
+	if g.cfg.Conns != nil && addr != "" {
+		g.cfg.Conns.Authenticated(p.Addr)
+	}
 	if g.cfg.Budget == nil || piped {
 		return ctx, nil
 	}
 	release, ok := g.cfg.Budget.TryAcquire(int64(g.limits.For(info.FullMethodName)))
 	if !ok {
+		g.refused(connlimit.ReasonReadBudget)
 		return ctx, status.Errorf(codes.Unavailable,
 			"the server is reading as many requests as its memory budget allows (%d bytes): retry shortly", g.cfg.Budget.Size())
 	}
 	// The stream's context ends with the call, however it ends.
 	context.AfterFunc(ctx, release)
 	return ctx, nil
+}
+
+// refused reports a refusal.
+func (g *Gate) refused(reason string) {
+	if g.cfg.Refused != nil {
+		g.cfg.Refused(reason)
+	}
 }
 
 // openReadKey holds, in the context of a call that needs no token, its
@@ -243,6 +274,7 @@ func (g *Gate) acquireOpen(ctx context.Context, next bool) (func(), error) {
 		}
 		g.openMu.Unlock()
 		if held {
+			g.refused(connlimit.ReasonOpenCalls)
 			return nil, status.Error(codes.Unavailable, "this address already has an unauthenticated call (health, reflection) being read: retry")
 		}
 	}
@@ -253,6 +285,7 @@ func (g *Gate) acquireOpen(ctx context.Context, next bool) (func(), error) {
 	releaseBytes, ok := budget.TryAcquire(int64(g.limits.Largest()))
 	if !ok {
 		g.releasePeer(key)
+		g.refused(connlimit.ReasonOpenCalls)
 		return nil, status.Error(codes.Unavailable, "too many unauthenticated calls (health, reflection) being read at once: retry")
 	}
 	var once sync.Once
@@ -363,6 +396,8 @@ type gateCodec struct {
 	inner  encoding.CodecV2
 	limits Limits
 	errs   sync.Map // request message (a pointer) → error
+	// refused is GateConfig.Refused.
+	refused func(reason string)
 }
 
 func (c *gateCodec) Name() string { return c.inner.Name() }
@@ -371,6 +406,9 @@ func (c *gateCodec) Marshal(v any) (mem.BufferSlice, error) { return c.inner.Mar
 
 func (c *gateCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if n, limit := data.Len(), c.limits.forMessage(v); n > limit {
+		if c.refused != nil {
+			c.refused(connlimit.ReasonTooLarge)
+		}
 		c.errs.Store(v, status.Errorf(codes.ResourceExhausted,
 			"the request message is %d bytes; this method takes at most %d", n, limit))
 		return nil

@@ -51,6 +51,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
+	"github.com/standmeet/webhook-dispatcher/internal/connlimit"
 	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
 	"github.com/standmeet/webhook-dispatcher/internal/inflight"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -79,6 +80,9 @@ type Config struct {
 	BudgetWait time.Duration
 	// Limits bounds one request body per route, as over gRPC.
 	Limits grpcapi.Limits
+	// Refused is told each request refused to bound what clients hold, by
+	// reason (internal/connlimit's); nil: nobody is.
+	Refused func(reason string)
 	// OpenAPI is the OpenAPI document served at /openapi.json (the
 	// committed docs/openapi/openapi.json); nil serves none, nor /docs.
 	OpenAPI []byte
@@ -190,6 +194,7 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	need, method := access(r)
 	if g.cfg.Throttle != nil {
 		if wait, ok := g.cfg.Throttle.Allow(r.RemoteAddr); !ok {
+			g.refused(connlimit.ReasonThrottled)
 			g.cfg.Auth.Denied(r.Context(), "http", r.Method+" "+r.URL.Path, "throttled after failed tokens", r.RemoteAddr)
 			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)))
 			writeProblem(w, Problem{Status: http.StatusTooManyRequests, Code: codeName(codes.ResourceExhausted),
@@ -211,6 +216,9 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, Problem{Status: code, Code: codeName(codes.PermissionDenied), Detail: msg})
 		return
 	}
+	// From now on the connection's own deadlines apply, not the short ones
+	// of a connection nobody has authenticated on.
+	connlimit.MarkAuthenticated(r.Context())
 	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 		release, ok := g.readBody(w, r, g.cfg.Limits.For(method))
 		if !ok {
@@ -230,6 +238,13 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 const msgUnknownToken = "invalid bearer token"
+
+// refused reports a refusal.
+func (g *guard) refused(reason string) {
+	if g.cfg.Refused != nil {
+		g.cfg.Refused(reason)
+	}
+}
 
 // authorize checks the bearer token against the role need: a zero code
 // passes, 401 or 403 do not (msg says why, and never holds the token).
@@ -270,6 +285,7 @@ func (g *guard) readBody(w http.ResponseWriter, r *http.Request, limit int) (rel
 		return nil, false
 	}
 	if r.ContentLength > int64(limit) {
+		g.refused(connlimit.ReasonTooLarge)
 		writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Code: codeName(codes.InvalidArgument), Detail: tooLarge(limit)})
 		return nil, false
 	}
@@ -281,6 +297,7 @@ func (g *guard) readBody(w http.ResponseWriter, r *http.Request, limit int) (rel
 		}
 		var err error
 		if release, err = g.cfg.Budget.Acquire(r.Context(), n, g.cfg.BudgetWait); err != nil {
+			g.refused(connlimit.ReasonReadBudget)
 			w.Header().Set("Retry-After", "1")
 			writeProblem(w, Problem{Status: http.StatusServiceUnavailable, Code: codeName(codes.Unavailable),
 				Detail: "the server is reading as many requests as its memory budget allows: retry shortly"})
@@ -291,6 +308,7 @@ func (g *guard) readBody(w http.ResponseWriter, r *http.Request, limit int) (rel
 	if err != nil {
 		release()
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			g.refused(connlimit.ReasonTooLarge)
 			writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Code: codeName(codes.InvalidArgument), Detail: tooLarge(limit)})
 			return nil, false
 		}

@@ -26,6 +26,8 @@ type Labels struct {
 	IngestPaths      []string // "path" of dispatcher_ingest_events_total and dispatcher_ingest_wait_seconds
 	IngestResults    []string // "result" of dispatcher_ingest_events_total
 	RescueKinds      []string // "kind" of dispatcher_jobs_rescued_total
+	RefusalPorts     []string // "port" of dispatcher_refusals_total
+	RefusalReasons   []string // "reason" of dispatcher_refusals_total
 }
 
 // Metrics holds the dispatcher's collectors. Construct it once per process
@@ -83,6 +85,10 @@ type Metrics struct {
 	// The attempt history's writer (internal/attempt).
 	AttemptHistoryWriteErrorsTotal prometheus.Counter
 	AttemptHistoryDroppedTotal     prometheus.Counter
+	// RefusalsTotal counts what the API and ops ports refused or cut off to
+	// keep any one client from holding what others need (internal/connlimit
+	// lists the reasons), by port (api, ops) and reason.
+	RefusalsTotal *prometheus.CounterVec
 }
 
 // New creates the collectors, each series of known's values at 0, and
@@ -218,6 +224,10 @@ func New(reg prometheus.Registerer, known Labels) *Metrics {
 			Name: "dispatcher_attempt_history_dropped_total",
 			Help: "Attempts left out of the attempt history because too many were waiting for a database that could not take them (deliveries are unaffected).",
 		}),
+		RefusalsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dispatcher_refusals_total",
+			Help: "Connections and requests the API and ops ports refused or cut off, by port (api, ops) and reason: address_connections, max_connections, unauthenticated_timeout, throttled, read_budget, too_large, open_calls, first_message_timeout.",
+		}, []string{"port", "reason"}),
 	}
 	reg.MustRegister(
 		m.DeliveriesTotal, m.AttemptDuration, m.DeliveryLag, m.FirstAttemptDelay,
@@ -225,8 +235,13 @@ func New(reg prometheus.Registerer, known Labels) *Metrics {
 		m.EndpointProbesTotal, m.HeldReleasedTotal, m.WorkersWaiting,
 		m.FanoutEnqueuedTotal, m.FanoutHandedOffTotal, m.JobsRescuedTotal, m.FanoutDuration, m.ScopeDecisionsTotal,
 		m.IngestEventsTotal, m.IngestWait, m.IngestTransaction, m.IngestGroupCalls, m.IngestUnknownTypesTotal, m.CatalogInfo, m.CatalogReplicaCatalogs, m.RelayBatchRows, m.RelayLag, m.RelayPoisonedTotal, m.RelayErrorsTotal,
-		m.AttemptHistoryWriteErrorsTotal, m.AttemptHistoryDroppedTotal,
+		m.AttemptHistoryWriteErrorsTotal, m.AttemptHistoryDroppedTotal, m.RefusalsTotal,
 	)
+	for _, port := range known.RefusalPorts {
+		for _, reason := range known.RefusalReasons {
+			m.RefusalsTotal.WithLabelValues(port, reason)
+		}
+	}
 	for _, class := range known.StatusClasses {
 		m.AttemptDuration.WithLabelValues(class)
 		for _, outcome := range known.DeliveryOutcomes {

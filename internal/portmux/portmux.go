@@ -141,6 +141,18 @@ type peekedConn struct {
 
 func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
+// CloseWrite shuts the writing side down, when the connection beneath can:
+// net/http sends its last response so (a 401, a 431) before it closes.
+func (c *peekedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// NetConn is the connection beneath, as *tls.Conn has it.
+func (c *peekedConn) NetConn() net.Conn { return c.Conn }
+
 // listener is a net.Listener fed by the Mux.
 type listener struct {
 	addr  net.Addr
