@@ -158,9 +158,10 @@ func TestListenAndPublish(t *testing.T) {
 			"--type", "booking.created", "--subject", "booking://42")
 		require.NoError(t, err, out)
 		id := publishedRE.FindStringSubmatch(out)[1]
-		// The first retry comes about 5 s after the first attempt, or a
-		// recovery probe as early (the endpoint is failing), which spends
-		// no attempt of the schedule: listen prints the server's count.
+		// The next request is the recovery probe, 15 s after the first
+		// failure (the delivery's own retry, 5 s after it, is held: the
+		// endpoint is failing), which spends no attempt of the schedule:
+		// listen prints the server's count.
 		second := regexp.MustCompile(regexp.QuoteMeta(id+"  booking.created  booking://42  ") +
 			`(attempt 2 of 18|probe 1, after attempt 1 of 18)  verified ✓`)
 		waitFor(t, 40*time.Second, "the second attempt", func() bool {

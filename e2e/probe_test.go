@@ -412,3 +412,279 @@ func TestAttemptsCountProbesApart(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Regexp(t, `(?m)^probe 1\s+\S+\s+\S+\s+success\s+204`, out)
 }
+
+// TestProbeDownReceiverHearsOnlyProbes: a receiver down for 15 minutes while
+// events are published to it at 2 a second hears at most one request per
+// 15 s (the probes), once the endpoint has been failing for a few seconds;
+// when it comes back its whole backlog arrives within 60 s, and nothing is
+// lost or sent twice.
+//
+// What the receiver hears depends on when the held deliveries' own clocks
+// come due (their 5-minute cool-down, their retry steps), so the outage must
+// last long enough for them to come due, and more than once. It is
+// compressed: 3 minutes real, in six steps of 30 s, each followed by
+// skipAhead, which moves every time recorded for the endpoint and its
+// deliveries 2 minutes into the past (as fastForward does), so that the
+// deliveries published in a step come due as they would have over the
+// 2.5 minutes it stands for; events are published at 10 a second real, 2 a
+// second of the outage's 15 minutes. The probes go on in real time: the
+// receiver hears its requests in real time. The binary has no setting for
+// the cool-down or the probe gap; Postgres's clock is what it reads them
+// against, and skipAhead moves that clock for this endpoint alone.
+func TestProbeDownReceiverHearsOnlyProbes(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	d := start(t, options{db: db, args: []string{"--migrate"}})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(tail(d.logs.String(), 200))
+		}
+	})
+
+	const (
+		owner   = "probe-down-owner"
+		steps   = 6
+		step    = 30 * time.Second // real
+		skip    = 2 * time.Minute  // per step
+		perStep = 300              // 2 a second over step+skip (2.5 minutes)
+		gap     = 15 * time.Second // the probe gap the receiver may hear
+		// settling: the first seconds of the failing state, in which what
+		// was already on its way still goes (failingHoldAfter, 4 s).
+		settling = 5 * time.Second
+	)
+	var (
+		mu        sync.Mutex
+		down      = true
+		failed    []time.Time              // requests answered 503, in order
+		delivered = map[string]int{}       // webhook-id → 2xx answered
+		firstOK   = map[string]time.Time{} // webhook-id → first 2xx
+	)
+	rc := newReceiver(t)
+	rc.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			failed = append(failed, time.Now())
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		id := r.Header.Get("webhook-id")
+		if delivered[id] == 0 {
+			firstOK[id] = time.Now()
+		}
+		delivered[id]++
+		w.WriteHeader(http.StatusNoContent)
+	})
+	ep := createEndpoint(t, d, owner, rc.URL, "code.*").GetEndpoint()
+	// Two at a time: the release paces a backlog at 50 a second per slot,
+	// so 1,800 deliveries take 18 s of the 60.
+	setMaxInFlight(t, d, ep, 2)
+
+	var ids []string
+	publishOne := func(i int) {
+		e := newEvent(owner, "code.issued", fmt.Sprintf("code://down/%d", i), `{}`)
+		publish(t, d, e)
+		ids = append(ids, e.GetId())
+	}
+	publishOne(0)
+	waitFor(t, 30*time.Second, "the endpoint to be failing", func() bool {
+		got, err := d.endpoints().GetEndpoint(adminCtx(t), &webhooksv1.GetEndpointRequest{OwnerId: owner, EndpointId: ep.GetId()})
+		require.NoError(t, err)
+		return got.GetEndpoint().GetFailingSince() != nil
+	})
+	for k := range steps {
+		begin := time.Now()
+		for i := range perStep {
+			publishOne(len(ids) + i)
+			time.Sleep(time.Until(begin.Add(time.Duration(i+1) * step / perStep)))
+		}
+		skipAhead(t, db, ep.GetId(), skip)
+		mu.Lock()
+		n := len(failed)
+		mu.Unlock()
+		t.Logf("step %d: %d events published, the receiver heard %d requests so far", k+1, len(ids), n)
+	}
+	mu.Lock()
+	down = false
+	outage := slices.Clone(failed)
+	mu.Unlock()
+	back := time.Now()
+
+	// Liveness bound only: the assertion below is the promise.
+	waitFor(t, 3*time.Minute, "every delivery after the receiver's return", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(delivered) == len(ids)
+	})
+	mu.Lock()
+	var last time.Time
+	duplicates := 0
+	for _, id := range ids {
+		require.Positive(t, delivered[id], "event %s delivered", id)
+		duplicates += delivered[id] - 1
+		if firstOK[id].After(last) {
+			last = firstOK[id]
+		}
+	}
+	mu.Unlock()
+	waitFor(t, time.Minute, "every delivery job completed", func() bool {
+		return jobStates(t, db)["webhook.deliver:completed"] == len(ids)
+	})
+	requireAllCompleted(t, jobStates(t, db), len(ids), len(ids))
+
+	require.NotEmpty(t, outage)
+	settled := outage[0].Add(settling)
+	var steady []time.Time
+	for _, at := range outage {
+		if at.After(settled) {
+			steady = append(steady, at)
+		}
+	}
+	span := back.Sub(outage[0])
+	t.Logf("a %s outage (%s real): %d events; the receiver heard %d requests, %d in the first %s, then %d (at most %d in any %s); "+
+		"its backlog arrived %.1fs after its return; %d sent twice",
+		time.Duration(steps)*(step+skip), span.Round(time.Second), len(ids), len(outage), len(outage)-len(steady), settling,
+		len(steady), testtime.MaxInWindow(steady, gap), gap, last.Sub(back).Seconds(), duplicates)
+	testtime.RequireSpaced(t, steady, gap, "requests to the failing receiver")
+	require.LessOrEqual(t, len(steady), int(span/gap)+1, "at most one request per probe gap")
+	require.LessOrEqual(t, last.Sub(back), 60*time.Second, "the whole backlog within 60 s of the return")
+	require.Zero(t, duplicates, "nothing sent twice")
+}
+
+// skipAhead moves an outage skip further on, as fastForward does, for an
+// outage whose deliveries come due within the skipped time: every time
+// recorded for the endpoint and its deliveries that have not finished goes
+// skip into the past (created, scheduled, attempted, a probe's due time),
+// and the probes skip would have sent are counted. What was due within the
+// skip is due now. The endpoint's next probe (probe_at) is left as it is:
+// probes go on in real time.
+func skipAhead(t *testing.T, db *dbtest.DB, endpointID string, skip time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	secs := skip.Seconds()
+	tag, err := tx.Exec(ctx, `
+UPDATE webhook_endpoints
+   SET failing_since = failing_since - make_interval(secs => $2),
+       probes        = probes + ($2 / 15)::int
+ WHERE id = $1 AND failing_since IS NOT NULL`, endpointID, secs)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected(), "the endpoint is failing")
+	_, err = tx.Exec(ctx, `
+UPDATE river_job
+   SET created_at   = created_at - make_interval(secs => $2),
+       scheduled_at = CASE WHEN state = 'running' THEN scheduled_at ELSE scheduled_at - make_interval(secs => $2) END,
+       attempted_at = attempted_at - make_interval(secs => $2),
+       metadata     = CASE WHEN metadata ? 'probe_due'
+                           THEN metadata || jsonb_build_object('probe_due', (metadata->>'probe_due')::timestamptz - make_interval(secs => $2))
+                           ELSE metadata END
+ WHERE kind = 'webhook.deliver' AND args->>'endpoint_id' = $1
+   AND state IN ('available', 'running', 'retryable', 'scheduled')`, endpointID, secs)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+}
+
+// TestProbeHungReceiverHearsOneRequestPer25s: a receiver that hangs on every
+// request (it never answers; the dispatcher's 10-s timeout cuts each one)
+// hears its probes 15 s after the last one was cut, one per 25 s at most
+// (144 an hour), so a request hangs on it 40 % of the time rather than two
+// thirds; when it comes back while a probe hangs on it, its backlog arrives
+// once that probe has been cut and one gap has passed.
+func TestProbeHungReceiverHearsOneRequestPer25s(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	d := start(t, options{db: db, args: []string{"--migrate"}})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(tail(d.logs.String(), 100))
+		}
+	})
+
+	const (
+		owner    = "probe-hung-owner"
+		hangFor  = 100 * time.Second
+		cycle    = 25 * time.Second // the 10-s timeout, then the 15-s gap
+		settling = 30 * time.Second // the first hung request and those already on their way
+	)
+	var (
+		mu        sync.Mutex
+		hung      = true
+		started   []time.Time // requests that hung, by their start
+		delivered = map[string]time.Time{}
+	)
+	rc := newReceiver(t)
+	rc.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		if hung {
+			started = append(started, time.Now())
+			mu.Unlock()
+			<-r.Context().Done() // until the dispatcher gives up on it
+			return
+		}
+		if _, ok := delivered[r.Header.Get("webhook-id")]; !ok {
+			delivered[r.Header.Get("webhook-id")] = time.Now()
+		}
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	ep := createEndpoint(t, d, owner, rc.URL, "code.*").GetEndpoint()
+
+	var ids []string
+	begin := time.Now()
+	for i := 0; time.Since(begin) < hangFor; i++ {
+		e := newEvent(owner, "code.issued", fmt.Sprintf("code://hung/%d", i), `{}`)
+		publish(t, d, e)
+		ids = append(ids, e.GetId())
+		time.Sleep(time.Second)
+	}
+	// It comes back while a probe hangs on it, if one does.
+	waitFor(t, time.Minute, "a probe hanging", func() bool {
+		got, err := d.endpoints().GetEndpoint(adminCtx(t), &webhooksv1.GetEndpointRequest{OwnerId: owner, EndpointId: ep.GetId()})
+		require.NoError(t, err)
+		return got.GetEndpoint().GetFailingSince() != nil && metricValue(t, d, "dispatcher_endpoint_probes_total") > 0 &&
+			len(rc.requests()) > 0 && time.Since(rc.requests()[len(rc.requests())-1].at) < 5*time.Second
+	})
+	mu.Lock()
+	hung = false
+	hanging := slices.Clone(started)
+	mu.Unlock()
+	back := time.Now()
+
+	// Liveness bound only.
+	waitFor(t, 3*time.Minute, "every delivery after the receiver's return", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(delivered) == len(ids)
+	})
+	mu.Lock()
+	var first, last time.Time
+	for _, id := range ids {
+		at := delivered[id]
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	mu.Unlock()
+
+	var steady []time.Time
+	for _, at := range hanging {
+		if at.After(hanging[0].Add(settling)) {
+			steady = append(steady, at)
+		}
+	}
+	t.Logf("%d events over %s of a hung receiver: %d requests hung on it, %d after its first %s (at most %d in any %s); "+
+		"back while a probe hung: its first delivery %.1fs and its last %.1fs after its return",
+		len(ids), time.Since(begin).Round(time.Second)-time.Since(back).Round(time.Second), len(hanging), len(steady), settling,
+		testtime.MaxInWindow(steady, cycle), cycle, first.Sub(back).Seconds(), last.Sub(back).Seconds())
+	require.GreaterOrEqual(t, len(steady), 2, "probes went while it hung")
+	testtime.RequireSpaced(t, steady, cycle, "a probe 15 s after the last one was cut")
+	// The probe it hung on is cut within 10 s, the next is due 15 s later,
+	// then a look and River's fetch: 30 s, with 15 s for a loaded machine.
+	require.LessOrEqual(t, first.Sub(back), 45*time.Second, "its first delivery")
+	require.LessOrEqual(t, last.Sub(back), 60*time.Second, "its whole backlog")
+}

@@ -119,9 +119,9 @@ func TestAttemptHistory(t *testing.T) {
 		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{ownerID: "owner-1", enabled: true})
 		runWorker(t, b.worker) // the run of 429s is counted in the lingering lane
 		for range throttleRun - 1 {
-			requireRetryable(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
+			requireRetryable(t, b.work(t, b.asProbe(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x")))))
 		}
-		j := b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))
+		j := b.asProbe(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x")))
 		requireSnooze(t, b.work(t, j))
 
 		got := b.attempts(t, rec, j.ID)

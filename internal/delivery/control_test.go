@@ -253,9 +253,9 @@ func TestBackPressure(t *testing.T) {
 		runWorker(t, b.worker) // lanes linger, as in a server: the run is counted in the lane
 
 		for range throttleRun - 1 {
-			requireRetryable(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))))
+			requireRetryable(t, b.work(t, b.asProbe(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x")))))
 		}
-		third := b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))
+		third := b.asProbe(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x")))
 		pausing := time.Now()
 		d := requireSnooze(t, b.work(t, third))
 		require.Equal(t, 5*time.Second, d, "the third 429 in a row pauses the endpoint instead of spending an attempt")

@@ -291,6 +291,27 @@ func (d *Direct) start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events 
 	})
 }
 
+// GiveBack implements fanout.GiveBacker: jobs handed off by a transaction
+// whose commit failed are given back to River (available now, attempt
+// unspent, the note gone), as the jobs handed off while Direct stops are,
+// through the outcome writer: it tries until the database answers, within
+// each job's hold, and writes only jobs still as inserted, so a transaction
+// that did not commit changes nothing. Nothing was sent for them. When the
+// outcome queue is full (the database has been away for a while) they are
+// left to their hold.
+func (d *Direct) GiveBack(jobs []*rivertype.JobRow) {
+	now := time.Now()
+	given := 0
+	for _, row := range jobs {
+		if !d.outcomes.tryAdd(directOutcome{id: row.ID, state: rivertype.JobStateAvailable, scheduledAt: now}, row.ScheduledAt) {
+			break
+		}
+		given++
+	}
+	d.w.logger.Info("direct delivery: an ingest commit failed; its handed-off deliveries are given back to River in case it committed",
+		slog.Int("deliveries", len(jobs)), slog.Int("given_back", given))
+}
+
 // done counts a run as no longer under way.
 func (d *Direct) done(args *job.DeliverArgs, cost int64) {
 	d.running.Add(-1)

@@ -269,6 +269,32 @@ func TestDirect(t *testing.T) {
 		require.Zero(t, j.attempt)
 	})
 
+	t.Run("GivenBackAfterAFailedCommitGoesToRiverAtOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rc := newReceiver(t, status(http.StatusOK))
+		epID, _ := b.createEndpoint(t, rc.URL, endpointOpts{enabled: true})
+		d := b.worker.NewDirect(DirectConfig{})
+		t.Cleanup(func() { d.Stop(context.Background()) })
+		// The commit that inserted it failed on the way back: nothing
+		// started it, and its caller found the event stored when it tried
+		// again. River runs it now, not after the hold; nothing was sent.
+		committed := b.handOff(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"), time.Hour)
+		// One whose transaction did not commit is not there to find.
+		never := *committed
+		never.ID = committed.ID + 1000
+		d.GiveBack([]*rivertype.JobRow{&never, committed})
+		j := b.waitDirect(t, committed.ID)
+		require.Equal(t, "available", j.state)
+		require.Zero(t, j.attempt, "nothing was attempted")
+		require.Zero(t, j.errors)
+		require.LessOrEqual(t, j.scheduledIn, time.Duration(0))
+		require.Zero(t, rc.hits.Load())
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job`).Scan(&n))
+		require.Equal(t, 1, n)
+	})
+
 	t.Run("NeedsNoReadOfItsOwnUnderALeaseHeld", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

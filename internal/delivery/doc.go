@@ -35,7 +35,10 @@
 //     handed to the stages that keep it (failingHold.leased: failing;
 //     rateLimit.leased: a lease just taken starts the rate clock).
 //  4. The receiver's controls, each a check that may hold the delivery
-//     back, in this order: a pause (pause.go: pauses.check), an ordered
+//     back, in this order: a pause (pause.go: pauses.check), a failing
+//     endpoint, whose receiver hears only the delivery holding its probe
+//     slot (failing.go: failingHold.check; the others are held,
+//     endpoint_failing, until a success releases them), an ordered
 //     endpoint's head (ordered.go: ordering.check), max_per_second
 //     (ratelimit.go: rateLimit.check). Waiting spends no attempt: the
 //     delivery snoozes, or the queued ones are rescheduled.
@@ -57,6 +60,6 @@
 //  8. Afterwards: River retries a failure on the schedule (retry.go:
 //     NextRetry), runs a snooze again when it ends, and keeps a cancel; a
 //     direct run writes the same outcome onto its job itself (direct.go).
-//     While the endpoint fails, probe.go probes it and releases its held
-//     deliveries on the first success.
+//     While the endpoint fails, probe.go probes it (one request per probe
+//     gap) and releases its held deliveries on the first success.
 package delivery

@@ -33,7 +33,7 @@ func TestWorkerCustomHeaders(t *testing.T) {
 		evID := b.insertEvent(t, "owner-1", "code.issued", "code://x")
 
 		requireRetryable(t, b.work(t, b.runningJob(t, epID, evID)))
-		require.NoError(t, b.work(t, b.runningJob(t, epID, evID)))
+		require.NoError(t, b.work(t, b.asProbe(t, b.runningJob(t, epID, evID))))
 
 		require.Len(t, rc.requests, 2)
 		for _, req := range rc.requests {

@@ -109,7 +109,9 @@ func (b *testBundle) useClient(cfg egress.Config) *countingTransport {
 // returns how long Work took and its error.
 func (b *testBundle) deliverOnce(t *testing.T, epID uuid.UUID) (time.Duration, error) {
 	t.Helper()
-	j := b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x"))
+	// As a probe: these tests try an endpoint a failure has made failing
+	// again.
+	j := b.asProbe(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://x")))
 	start := time.Now()
 	err := b.work(t, j)
 	return time.Since(start), err

@@ -193,7 +193,9 @@ func (w *Worker) endTurn(ctx context.Context, ep uuid.UUID, s settleReq) error {
 	if tok := w.lanes.leave(ep); tok != uuid.Nil {
 		w.release(ctx, map[uuid.UUID]uuid.UUID{ep: tok})
 	}
-	if s.health == healthNone {
+	if s.health == healthNone || s.health == healthStillFailing {
+		// Nothing of the endpoint's state machine is lost: a probe pushed
+		// less far goes a little early, and that is all.
 		return nil
 	}
 	return err
@@ -219,32 +221,46 @@ func (w *Worker) settle(ctx context.Context, s settleReq) error {
 	return nil
 }
 
-// releaseRetryFor bounds how long release keeps trying.
-const releaseRetryFor = 10 * time.Second
+// releaseRetryFor bounds how long release keeps trying once ctx is done
+// (the process is stopping); releaseBackoffMax bounds the wait between two
+// tries.
+const (
+	releaseRetryFor   = 10 * time.Second
+	releaseBackoffMax = time.Second
+)
 
 // release gives leases up (endpoint → token) without touching health. A
 // release that fails leaves the endpoint blocked until the lease expires
-// (LeaseTTL), so it is retried for a little while: a database blip (a
-// restart, a failover) then costs the endpoint seconds, not the whole TTL.
-// Failures are logged, not returned: the lease expires by itself.
+// (LeaseTTL): every process, this one included (its lane forgot the token),
+// finds the lease held and waits for it. So it is tried again, at most a
+// second apart, until the lease would have expired anyway: a database that
+// is away for a few seconds (a restart, a failover) then costs the endpoint
+// about a second after its return, not what is left of the TTL. Once ctx is
+// done (the process stops) it tries for releaseRetryFor at most. Failures
+// are logged, not returned: the lease expires by itself.
 func (w *Worker) release(ctx context.Context, leases map[uuid.UUID]uuid.UUID) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseRetryFor)
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(w.cfg.LeaseTTL, releaseRetryFor))
 	defer cancel()
 	var wg sync.WaitGroup
 	for ep, tok := range leases {
 		wg.Go(func() {
 			var err error
 			for failures := 1; ; failures++ {
-				if err = w.settle(ctx, settleReq{endpointID: ep, token: tok, release: true}); err == nil {
+				if err = w.settle(rctx, settleReq{endpointID: ep, token: tok, release: true}); err == nil {
 					return
 				}
-				timer := time.NewTimer(pglisten.Backoff(failures))
+				timer := time.NewTimer(min(pglisten.Backoff(failures), releaseBackoffMax))
 				select {
-				case <-ctx.Done():
+				case <-rctx.Done():
 					timer.Stop()
-					w.logger.WarnContext(ctx, "release lease", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
+					w.logger.WarnContext(rctx, "release lease", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
 					return
 				case <-timer.C:
+				}
+				if ctx.Err() != nil && time.Since(start) > releaseRetryFor {
+					w.logger.WarnContext(rctx, "release lease: stopping", slog.String("endpoint_id", ep.String()), slog.Any("error", err))
+					return
 				}
 			}
 		})
@@ -310,6 +326,10 @@ type target struct {
 	ownerID      string
 	url          string
 	failingSince *time.Time
+	// probeAt is the endpoint's probe_at: while it is failing, the time its
+	// next recovery probe is due, which names the probe slot (probe.go,
+	// failing.go).
+	probeAt *time.Time
 	// keys are the endpoint's sealed signing keys, opened only to sign.
 	keys seal.SigningKeys
 	// headers is the endpoint's sealed custom headers (nil: none).
@@ -375,7 +395,7 @@ SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
        CASE WHEN r.mode = 0 THEN ep.lease_token IS NOT DISTINCT FROM r.token AND ep.busy_until > now()
             ELSE EXISTS (SELECT FROM leased l WHERE l.id = r.endpoint_id AND l.lease_token = r.token) END,
        extract(epoch FROM coalesce(ep.busy_until - now(), interval '0'))::float8,
-       ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.headers_enc, ep.signing_scheme,
+       ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.probe_at, ep.headers_enc, ep.signing_scheme,
        extract(epoch FROM coalesce(ep.paused_until - now(), interval '0'))::float8, ep.max_per_second, coalesce(ep.ordered, false), ep.max_in_flight,
        e.id IS NOT NULL, e.owner_id, e.type, e.subject, e.occurred_at, e.data, e.created_at,
        (SELECT count(*) FROM wanted),
@@ -400,7 +420,7 @@ const confirmSQL = `
 SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
        ep.lease_token IS NOT DISTINCT FROM r.token AND ep.busy_until > now(),
        0::float8,
-       ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.headers_enc, ep.signing_scheme,
+       ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.probe_at, ep.headers_enc, ep.signing_scheme,
        extract(epoch FROM coalesce(ep.paused_until - now(), interval '0'))::float8, ep.max_per_second, coalesce(ep.ordered, false), ep.max_in_flight,
        e.id IS NOT NULL, e.owner_id, e.type, e.subject, e.occurred_at, e.data, e.created_at,
        0::bigint,
@@ -414,7 +434,7 @@ SELECT r.n, ep.id IS NOT NULL, coalesce(ep.enabled, false),
 // events are in hand (direct.go), with no lease to take or confirm; by index
 // lookups, as confirmSQL.
 const endpointSQL = `
-SELECT ep.id, ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.headers_enc, ep.signing_scheme,
+SELECT ep.id, ep.owner_id, ep.url, ep.secret_enc, ep.previous_secret_enc, ep.previous_secret_expires_at, ep.failing_since, ep.probe_at, ep.headers_enc, ep.signing_scheme,
        extract(epoch FROM coalesce(ep.paused_until - now(), interval '0'))::float8, ep.max_per_second, coalesce(ep.ordered, false), ep.max_in_flight
   FROM unnest($1::uuid[]) AS r(id)
   JOIN LATERAL (SELECT * FROM webhook_endpoints WHERE id = r.id OFFSET 0) ep ON ep.enabled`
@@ -454,16 +474,17 @@ func scanEndpointTargets(rows pgx.Rows) (map[uuid.UUID]*target, error) {
 			owner, url, scheme        string
 			secret, prevSecret, hdrs  []byte
 			prevExpires, failingSince *time.Time
+			probeAt                   *time.Time
 			pausedFor                 float64
 			maxPerSecond, maxInFlight *int32
 			ordered                   bool
 		)
-		if err := rows.Scan(&id, &owner, &url, &secret, &prevSecret, &prevExpires, &failingSince, &hdrs, &scheme,
+		if err := rows.Scan(&id, &owner, &url, &secret, &prevSecret, &prevExpires, &failingSince, &probeAt, &hdrs, &scheme,
 			&pausedFor, &maxPerSecond, &ordered, &maxInFlight); err != nil {
 			return nil, fmt.Errorf("read delivery endpoints: %w", err)
 		}
 		byID[id] = &target{
-			ownerID: owner, url: url, failingSince: failingSince, headers: hdrs,
+			ownerID: owner, url: url, failingSince: failingSince, probeAt: probeAt, headers: hdrs,
 			keys:    seal.SigningKeys{Scheme: scheme, Current: secret, Previous: prevSecret, PreviousExpiresAt: prevExpires},
 			control: newControl(pausedFor, maxPerSecond, maxInFlight, ordered),
 		}
@@ -552,6 +573,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 			headers                    []byte
 			scheme                     *string
 			prevExpires, failingSince  *time.Time
+			probeAt                    *time.Time
 			pausedFor                  float64
 			maxPerSecond, maxInFlight  *int32
 			ordered                    bool
@@ -562,7 +584,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 			notified                   int64
 			ours                       *bool
 		)
-		if err := rows.Scan(&n, &found, &enabled, &held, &heldFor, &owner, &url, &secret, &prevSecret, &prevExpires, &failingSince, &headers, &scheme,
+		if err := rows.Scan(&n, &found, &enabled, &held, &heldFor, &owner, &url, &secret, &prevSecret, &prevExpires, &failingSince, &probeAt, &headers, &scheme,
 			&pausedFor, &maxPerSecond, &ordered, &maxInFlight,
 			&evFound, &evOwner, &evType, &evSubject, &evOccurred, &evData, &evCreated, &notified, &ours); err != nil {
 			rows.Close()
@@ -584,7 +606,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, ttl time.Duration, channel st
 				res.expires = sent.Add(ttl)
 			}
 			t := &target{
-				ownerID: *owner, url: *url, failingSince: failingSince, headers: headers,
+				ownerID: *owner, url: *url, failingSince: failingSince, probeAt: probeAt, headers: headers,
 				keys:       seal.SigningKeys{Scheme: *scheme, Current: secret, Previous: prevSecret, PreviousExpiresAt: prevExpires},
 				control:    newControl(pausedFor, maxPerSecond, maxInFlight, ordered),
 				eventFound: evFound, eventData: evData,
@@ -628,6 +650,10 @@ const (
 	healthNone    health = iota // no health change to record
 	healthSuccess               // failing → enabled
 	healthFailure               // enabled → failing, or failing → disabled
+	// healthStillFailing: a failed request to an endpoint already failing.
+	// No transition, but the receiver was just tried: the next recovery
+	// probe waits a probe gap after it (probe.go).
+	healthStillFailing
 )
 
 // settleReq records one endpoint's health change and/or releases its lease.
@@ -686,13 +712,15 @@ upd AS (
                                   THEN 'failing continuously since ' || to_char(old.failing_since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ': ' || s.summary
                                   ELSE ep.disabled_reason END,
            -- Recovery probing (probe.go): the first failure schedules the
-           -- first probe, and every further failure pushes the next one to
-           -- a probe gap after it (the receiver was just tried); a recovery
-           -- asks for the held deliveries' release (probe_at due,
-           -- failing_since NULL); disabling ends both.
+           -- first probe, and every further failure (3: of an endpoint
+           -- already failing) pushes the next one to a probe gap after its
+           -- end (the receiver was just tried, and a request it hung on
+           -- counts from when it was cut); a recovery asks for the held
+           -- deliveries' release (probe_at due, failing_since NULL);
+           -- disabling ends both.
            probe_at        = CASE WHEN s.health = 2 AND old.failing_since < now() - make_interval(secs => $6) THEN NULL
                                   WHEN s.health = 2 AND old.failing_since IS NULL THEN now() + make_interval(secs => $11)
-                                  WHEN s.health = 2 AND ep.probe_at IS NOT NULL
+                                  WHEN s.health IN (2, 3) AND old.failing_since IS NOT NULL AND ep.probe_at IS NOT NULL
                                   THEN greatest(ep.probe_at, now() + ` + probeGapSQL("ep.probes", "$11", "$12") + `)
                                   WHEN s.health = 1 AND old.failing_since IS NOT NULL THEN now()
                                   ELSE ep.probe_at END,
@@ -783,7 +811,9 @@ func settle(ctx context.Context, pool *pgxpool.Pool, disableAfter time.Duration,
 		if r.clearPause {
 			merged[m].clearPause = true
 		}
-		if r.health != healthNone {
+		// A failure of an endpoint already failing only pushes the next
+		// probe: it never takes a transition's place.
+		if r.health != healthNone && (r.health != healthStillFailing || merged[m].health == healthNone) {
 			merged[m].health, merged[m].summary = r.health, r.summary
 		}
 	}

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
+	"github.com/standmeet/webhook-dispatcher/internal/testtime"
 )
 
 // runWorker runs w's lease listener and sweeper for the rest of the test.
@@ -79,7 +81,7 @@ func TestLease(t *testing.T) {
 		require.Equal(t, before, b.endpointXmin(t, epID), "no write to the endpoint row for successes under a held lease")
 	})
 
-	t.Run("FailureWritesOnlyTheTransition", func(t *testing.T) {
+	t.Run("FailureWritesTheTransitionThenOnlyTheNextProbe", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		runWorker(t, b.worker)
@@ -89,10 +91,49 @@ func TestLease(t *testing.T) {
 		requireRetryable(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://1"))))
 		since := b.endpoint(t, epID).failingSince
 		require.NotNil(t, since, "enabled → failing is written")
-		before := b.endpointXmin(t, epID)
-		requireRetryable(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://2"))))
-		require.Equal(t, before, b.endpointXmin(t, epID), "failing → failing writes nothing")
+		// failing → failing is no transition: what it writes is the next
+		// probe, a probe gap after the failed request's end.
+		b.setProbe(t, epID, `probe_at = now() + interval '1 second'`)
+		j := b.asProbe(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://2")))
+		requireRetryable(t, b.work(t, j))
+		ended := b.dbNow(t)
 		require.Equal(t, since, b.endpoint(t, epID).failingSince)
+		p := b.probeState(t, epID)
+		require.NotNil(t, p.probeAt)
+		testtime.RequireBetween(t, ended.Add(probeEvery-5*time.Second), ended.Add(probeEvery), *p.probeAt,
+			"the next probe a gap after the failed request")
+	})
+
+	t.Run("ReleaseOutlastsADatabaseOutageWithinTheTTL", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		w := NewWorker(Config{LeaseTTL: time.Minute, StallAfter: time.Hour}, b.db.Pool,
+			egress.NewClient(egress.Config{AllowCIDRs: loopback}), endpoint.NewKeyOpener(b.keyring), b.metrics, slog.New(slog.DiscardHandler))
+		epID, _ := b.createEndpoint(t, "http://127.0.0.1:1/", endpointOpts{enabled: true})
+		tok := uuid.New()
+		b.setProbe(t, epID, fmt.Sprintf(`lease_token = '%s', busy_until = now() + interval '1 minute'`, tok))
+		// The database refuses the release (as while it restarts) for
+		// longer than a release used to be tried (10 s); the lease would
+		// still be held, blocking the endpoint, for most of its minute.
+		ctx := context.Background()
+		_, err := b.db.Pool.Exec(ctx, `
+CREATE FUNCTION refuse_release() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'database away'; END $$;
+CREATE TRIGGER refuse_release BEFORE UPDATE ON webhook_endpoints FOR EACH ROW EXECUTE FUNCTION refuse_release()`)
+		require.NoError(t, err)
+		done := make(chan struct{})
+		go func() { defer close(done); w.release(ctx, map[uuid.UUID]uuid.UUID{epID: tok}) }()
+		time.Sleep(releaseRetryFor + 2*time.Second)
+		require.NotNil(t, b.endpoint(t, epID).busyUntil, "still refused")
+		_, err = b.db.Pool.Exec(ctx, `DROP TRIGGER refuse_release ON webhook_endpoints`)
+		require.NoError(t, err)
+		back := time.Now()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second): // a liveness bound; the next try is at most a second away
+			t.Fatal("the release was not tried again once the database answered")
+		}
+		require.Nil(t, b.endpoint(t, epID).busyUntil, "released once the database answered")
+		t.Logf("released %s after the database answered", time.Since(back).Round(time.Millisecond))
 	})
 
 	t.Run("LingeringLeaseReleasedAfterLinger", func(t *testing.T) {

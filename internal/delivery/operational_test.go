@@ -92,11 +92,11 @@ func TestOperationalEvents(t *testing.T) {
 		require.Contains(t, data["error"], "HTTP 503")
 
 		// Still failing: no transition, nothing more.
-		requireRetryable(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://2"))))
+		requireRetryable(t, b.work(t, b.asProbe(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://2")))))
 		require.Len(t, b.announced(t), 1)
 
 		code.Store(http.StatusNoContent)
-		require.NoError(t, b.work(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://3"))))
+		require.NoError(t, b.work(t, b.asProbe(t, b.runningJob(t, epID, b.insertEvent(t, "owner-1", "code.issued", "code://3")))))
 		require.Nil(t, b.endpoint(t, epID).failingSince)
 		got = b.announced(t)
 		require.Len(t, got, 2)

@@ -112,6 +112,22 @@ func (w *outcomeWriter) add(out directOutcome, until time.Time) {
 	}
 }
 
+// tryAdd queues out as add does, unless the queue is full: then it reports
+// false and queues nothing.
+func (w *outcomeWriter) tryAdd(out directOutcome, until time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.queue) >= w.maxQueued {
+		return false
+	}
+	w.queue = append(w.queue, queuedOutcome{out: out, until: until})
+	if !w.running {
+		w.running = true
+		w.spawn(w.loop)
+	}
+	return true
+}
+
 // loop writes batches until nothing is queued.
 func (w *outcomeWriter) loop() {
 	backoff := recordBackoff

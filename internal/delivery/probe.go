@@ -7,30 +7,32 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
-// Recovery probing. While an endpoint is failing, its deliveries are held:
-// new ones wait the failing cool-down (fanout), failed ones their retry step
-// (5 min after the second failure, then longer). Left alone, a receiver that
-// was down for a minute would hear nothing for five. So each process looks
-// every probeLook for failing endpoints whose probe is due (probe_at) and
-// makes one of their waiting deliveries available at once: the probe. It is
-// a real delivery and spends an attempt.
+// Recovery probing. While an endpoint is failing (after its first
+// failingHoldAfter), its receiver hears probes only: every other delivery
+// to it is held, without a request and without spending an attempt
+// (failing.go), new ones behind the failing cool-down first (fanout), and
+// waits for the endpoint, not for its own clock. Each process looks every probeLook for failing endpoints whose
+// probe is due (probe_at) and makes one of their held deliveries available
+// at once, with the endpoint's probe slot (job.ProbeSlotKey): the probe. It
+// is a real delivery, and the only one that may send.
 //
-// When probes go. The first is due probeFirst after the first failure: the
-// delivery that failed retries after 5 s on its own schedule, and that
-// retry is in effect the first probe. Then each probe is due probeFirst ×
-// 2^probes after the one before, capped at probeEvery, whether it has
-// answered or not; and any failed request to the endpoint (a schedule
-// retry, a delivery that was already running) pushes the next probe to
-// at least probeFirst × 2^probes, at most probeEvery, after it. So a failing
-// receiver hears at least one request every probeEvery (plus the length of
-// a request that hangs), and probing adds none to an interval in which it
-// already heard one: a receiver that stays down gets at most 3600 s /
-// probeEvery = 240 probes an hour, fewer when deliveries' own retries fall
-// due, and a receiver that comes back after any outage gets its next
-// request, and with it the release of its backlog, within probeEvery plus
-// a look.
+// When probes go. The first is due probeFirst (15 s) after the first
+// failure (the delivery that failed is held at its first retry like the
+// others). Then each probe is due
+// probeFirst × 2^probes after the one before, capped at probeEvery, whether
+// it has answered or not; and any failed request to the endpoint (the
+// probe itself, a delivery that was already in flight) pushes the next
+// probe to at least probeFirst × 2^probes, at most probeEvery, after its end
+// (settleSQL). So a failing receiver hears one request per probeEvery, at
+// most, whatever the event rate: at most 3600 s / probeEvery = 240 an hour,
+// and when its requests hang until the 10 s timeout, one per 25 s, 144 an
+// hour, each hanging 40 % of the time. A receiver that comes back after any
+// outage gets its next request, and with it the release of its backlog,
+// within probeEvery plus a look (plus what is left of a request it hung on).
 //
 // The first success (a probe's or any other delivery's) clears failing_since
 // in the settle statement, which also sets probe_at to now: the endpoint's
@@ -45,39 +47,37 @@ import (
 // (UpdateEndpoint enabled) releases its held deliveries the same way.
 //
 // What a probe costs the delivery it carries: an attempt in its history,
-// but not its place. A delivery probed before its time keeps it: its
-// max_attempts grows by one, the time it was due is recorded as probe_due in
-// its metadata, and if the probe fails the delivery waits for that time
-// (nextRetry), not for a retry step of its own; probes do not count as steps
-// of the schedule (job.ProbeMark: the River attempt it runs as is
-// recorded too, so that what people see counts scheduled attempts and probes
-// apart). So a probe is one request, never followed by its
-// delivery's 5-s retry, and a receiver that stays down still sees each
-// delivery tried on the 18-attempt, 5.3-day schedule; the disable-after
-// period is unchanged. A delivery due within probeOnTime (a retry step that
-// has come, or is about to) is no probe: it is made available as its own
-// scheduled attempt, a little early at most, so its due time can never pass
-// while a probe of it is in flight. A probe picks, among the endpoint's
-// oldest waiting deliveries (probePool), one that is due, else the one that
-// has spent the fewest attempts, so a long outage spreads its probes over
-// them; an ordered endpoint's probe is always its head. A paused endpoint
-// is not probed: the receiver said when (its probe then is the pause's own,
-// job.PauseProbeGap).
+// but not its place. Its max_attempts grows by one, the time it was due is
+// recorded as probe_due in its metadata, and if the probe fails the delivery
+// waits for that time (nextRetry), not for a retry step of its own; probes
+// do not count as steps of the schedule (job.ProbeMark: the River attempt it
+// runs as is recorded too, so that what people see counts scheduled
+// attempts and probes apart). So a probe is one request, never followed by
+// its delivery's 5-s retry, and a delivery spends none of its 18 scheduled
+// attempts while its endpoint fails: it ends, if the receiver never comes
+// back, with its retry window (5.3 days) or with the endpoint, disabled
+// after 5 days of continuous failure. A probe picks, among the endpoint's
+// oldest waiting deliveries (probePool), one whose hold ends within
+// probeOnTime, else the one that has spent the fewest attempts, so a long
+// outage spreads its probes over them; an ordered endpoint's probe is
+// always its head. A paused endpoint is not probed: the receiver said when
+// (its probe then is the pause's own, job.PauseProbeGap).
 const (
 	// probeLook is how often a process looks for due probes and releases.
 	probeLook = time.Second
 	// probeFirst is the first probe's delay after the first failure; each
 	// further probe waits twice as long as the one before, up to
-	// probeEvery.
-	probeFirst = 10 * time.Second
-	// probeEvery is the longest wait between two requests to a failing
-	// endpoint: how late, at most, a receiver that is back hears of it
-	// (plus a look and River's fetch), whatever the outage's length.
-	probeEvery = 15 * time.Second
-	// probeOnTime: a waiting delivery due within this is sent as its own
-	// scheduled attempt, not as a probe (see above). It is longer than an
-	// attempt can last (job timeout), so that a probe's due time is still
-	// ahead when the probe fails.
+	// probeEvery. It is probeEvery: a failing receiver hears one request
+	// per probeEvery from its first failure on.
+	probeFirst = probeEvery
+	// probeEvery is the longest wait between two probes of a failing
+	// endpoint, and the least quiet after a failed request to it: how late,
+	// at most, a receiver that is back hears of it (plus a look and River's
+	// fetch, and a request it hung on), whatever the outage's length.
+	probeEvery = job.ProbeEvery
+	// probeOnTime: a probe prefers a waiting delivery whose hold ends
+	// within this (it would look again soon anyway, and the probe saves it
+	// that look).
 	probeOnTime = 30 * time.Second
 	// probeEndpoints bounds the endpoints one look probes or releases.
 	probeEndpoints = 100
@@ -92,11 +92,16 @@ const (
 	// a receiver answering in 20 ms takes.
 	releasePerSlot = 50
 	// releaseRechecks: after a release, the endpoint is looked at again
-	// this many times, releaseRecheck apart. A delivery held while the
-	// success that ended the failing state was in flight has its hold
-	// written by River's completer, in a batch, possibly after the release
-	// ran; a recheck releases it too.
-	releaseRechecks = 2
+	// this many times, releaseRecheck after it and then twice as long after
+	// each look (3, 6, 12, 24 and 48 s: 93 s in all). A delivery held while
+	// the success that ended the failing state was in flight has its hold
+	// written after the release ran: by River's completer, in a batch, which
+	// tries for about 7 s while the database is away; by a direct run's
+	// outcome writer, which tries until the job's hand-off hold ends (1 min
+	// by default); or by a delivery that read the endpoint as failing just
+	// before the success. A recheck releases it too; what even the last
+	// one misses waits for its hold to end (at most failingHoldMax).
+	releaseRechecks = 5
 	releaseRecheck  = 3 * time.Second
 )
 
@@ -110,13 +115,16 @@ const notDirect = `NOT (j.metadata @> '{"output": {"snooze_reason": "direct"}}')
 // probe is due, and schedules their next. $2: probePool; $3: probeFirst and
 // $4: probeEvery, in seconds; $5: probeOnTime, in seconds.
 //
-// The probed delivery is one already due (or due within $5): it goes as its
-// own attempt, unmarked (an earlier probe's due time, which is this one,
-// forgotten); else the one with the fewest attempts, marked as a
-// probe (job.ProbeMark) and given one more attempt.
+// The probed delivery is, among the endpoint's $2 oldest waiting ones, one
+// whose hold ends within $5 (it would look again soon anyway), else the one
+// with the fewest attempts. It is marked as a probe (job.ProbeMark: one more
+// attempt, its due time kept) and given the endpoint's probe slot
+// (job.ProbeSlotKey: the next probe's time, which is also the endpoint's new
+// probe_at), without which a delivery to a failing endpoint is held
+// (failing.go).
 var probeSQL = `
 WITH due AS (
-    SELECT id, ordered
+    SELECT id, ordered, now() + ` + probeGapSQL("probes + 1", "$3", "$4") + ` AS next_at
       FROM webhook_endpoints
      WHERE probe_at <= now() AND failing_since IS NOT NULL AND enabled
        AND (paused_until IS NULL OR paused_until <= now())
@@ -125,7 +133,7 @@ WITH due AS (
        FOR NO KEY UPDATE SKIP LOCKED
 ),
 pick AS (
-    SELECT d.id AS endpoint_id, p.id AS job_id
+    SELECT d.id AS endpoint_id, d.next_at, p.id AS job_id
       FROM due d CROSS JOIN LATERAL (
           SELECT w.id
             FROM (SELECT j.id, j.attempt, j.scheduled_at
@@ -138,7 +146,7 @@ pick AS (
            LIMIT 1) p
      WHERE NOT d.ordered
     UNION ALL
-    SELECT d.id, h.id
+    SELECT d.id, d.next_at, h.id
       FROM due d CROSS JOIN LATERAL (
           SELECT j.id, j.state
             FROM river_job j
@@ -152,21 +160,17 @@ probed AS (
     UPDATE river_job j
        SET state        = 'available',
            scheduled_at = now(),
-           max_attempts = j.max_attempts + CASE WHEN j.scheduled_at > now() + make_interval(secs => $5) THEN 1 ELSE 0 END,
-           metadata     = CASE WHEN j.scheduled_at > now() + make_interval(secs => $5)
-                               THEN j.metadata || jsonb_build_object('probe_due', j.scheduled_at,
-                                                     'probes', coalesce((j.metadata->>'probes')::int, 0) + 1,
-                                                     'probe_attempts', coalesce(j.metadata->'probe_attempts', '[]'::jsonb) || to_jsonb(j.attempt + 1))
-                               -- Its own attempt: an earlier probe's due
-                               -- time is this one, spent now, so nextRetry
-                               -- must not send it again then.
-                               ELSE j.metadata - 'probe_due' END
+           max_attempts = j.max_attempts + 1,
+           metadata     = j.metadata || jsonb_build_object('probe_due', j.scheduled_at,
+                              'probes', coalesce((j.metadata->>'probes')::int, 0) + 1,
+                              'probe_attempts', coalesce(j.metadata->'probe_attempts', '[]'::jsonb) || to_jsonb(j.attempt + 1),
+                              '` + job.ProbeSlotKey + `', (extract(epoch FROM p.next_at) * 1000000)::bigint)
       FROM pick p
      WHERE j.id = p.job_id AND j.state IN ('retryable', 'scheduled')
  RETURNING p.endpoint_id
 )
 UPDATE webhook_endpoints ep
-   SET probe_at = now() + ` + probeGapSQL("ep.probes + 1", "$3", "$4") + `,
+   SET probe_at = d.next_at,
        probes   = ep.probes + 1
   FROM due d
  WHERE ep.id = d.id
@@ -183,8 +187,8 @@ func probeGapSQL(probes, first, every string) string {
 // available at paced times ($3 per second per slot, or max_per_second),
 // never later than they were due anyway. An endpoint with more held than
 // that keeps its release due for when the last one released is due; one
-// with fewer is looked at again $4 times, $5 seconds apart (probes counts
-// the passes).
+// with fewer is looked at again $4 times, $5 seconds after the release and
+// then twice as long after each look (probes counts the passes).
 // Endpoints that cannot be sent to now (paused, disabled) are left for
 // later or dropped.
 var releaseSQL = `
@@ -227,7 +231,7 @@ counts AS (
 )
 UPDATE webhook_endpoints ep
    SET probe_at = CASE WHEN c.n >= $2 THEN now() + make_interval(secs => (c.last + 1) * c.spacing)
-                       WHEN ep.probes < $4 THEN now() + make_interval(secs => $5::float8) END,
+                       WHEN ep.probes < $4 THEN now() + make_interval(secs => $5::float8 * power(2, ep.probes)) END,
        probes   = CASE WHEN c.n >= $2 THEN ep.probes WHEN ep.probes < $4 THEN ep.probes + 1 ELSE 0 END
   FROM due d LEFT JOIN counts c ON c.endpoint_id = d.id
  WHERE ep.id = d.id

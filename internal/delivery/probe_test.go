@@ -169,10 +169,10 @@ func TestProbeOnce(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.hold(t, b.ep, later, b.events[0])
-		require.Less(t, probeFirst, probeEvery)
-		// After the first probe the gap is already at the cap, and it stays
-		// there however many probes an outage of an hour (240) or of days
-		// has sent: a receiver back from any outage is tried again within
+		require.LessOrEqual(t, probeFirst, probeEvery)
+		// From the first probe on the gap is at the cap, and it stays there
+		// however many probes an outage of an hour (240) or of days has
+		// sent: a receiver back from any outage is tried again within
 		// probeEvery.
 		for _, sent := range []int{0, 1, 2, 10, 240, 20000} {
 			b.setProbe(t, b.ep, fmt.Sprintf(`probe_at = now(), probes = %d`, sent))
@@ -196,33 +196,48 @@ func TestProbeOnce(t *testing.T) {
 		tok := uuid.New()
 		b.setProbe(t, b.ep, fmt.Sprintf(`lease_token = '%s', busy_until = now() + interval '1 minute', probe_at = now() + interval '1 second', probes = 3`, tok))
 
-		// A delivery's own retry failed a second before the probe was due:
-		// the receiver was just tried, so the probe waits a gap after it.
-		before := b.dbNow(t)
-		_, err := settle(ctx, b.db.Pool, time.Hour, "test_lease", operational{channel: "test_ops"},
-			[]settleReq{{endpointID: b.ep, token: tok, health: healthFailure, summary: "HTTP 503"}})
-		after := b.dbNow(t)
-		require.NoError(t, err)
-		p := b.probeState(t, b.ep)
-		testtime.RequireBetween(t, before.Add(probeEvery), after.Add(probeEvery), *p.probeAt)
-		require.Equal(t, 3, p.probes, "a retry is not a probe")
+		// A request failed (a probe that hung until it was cut, a delivery
+		// already in flight) a second before the probe was due: the
+		// receiver was just tried, so the probe waits a gap after the
+		// request's end. Both the failure read as a transition and the one
+		// of an endpoint read as failing (what Work settles) push it.
+		for _, h := range []health{healthFailure, healthStillFailing} {
+			b.setProbe(t, b.ep, `probe_at = now() + interval '1 second'`)
+			before := b.dbNow(t)
+			_, err := settle(ctx, b.db.Pool, time.Hour, "test_lease", operational{channel: "test_ops"},
+				[]settleReq{{endpointID: b.ep, token: tok, health: h, summary: "HTTP 503"}})
+			after := b.dbNow(t)
+			require.NoError(t, err)
+			p := b.probeState(t, b.ep)
+			testtime.RequireBetween(t, before.Add(probeEvery), after.Add(probeEvery), *p.probeAt, "health %d", h)
+			require.Equal(t, 3, p.probes, "a failed request is not a probe")
+		}
 
 		// A failure never brings a later probe nearer.
 		b.setProbe(t, b.ep, `probe_at = now() + interval '1 hour'`)
-		_, err = settle(ctx, b.db.Pool, time.Hour, "test_lease", operational{channel: "test_ops"},
-			[]settleReq{{endpointID: b.ep, token: tok, health: healthFailure, summary: "HTTP 503"}})
+		_, err := settle(ctx, b.db.Pool, time.Hour, "test_lease", operational{channel: "test_ops"},
+			[]settleReq{{endpointID: b.ep, token: tok, health: healthStillFailing, summary: "HTTP 503"}})
 		require.NoError(t, err)
 		require.Greater(t, time.Until(*b.probeState(t, b.ep).probeAt), 50*time.Minute)
+
+		// Nor does one read as failing just before a success ended the
+		// failing state delay the release that success asked for.
+		b.setProbe(t, b.ep, `failing_since = NULL, probe_at = now()`)
+		_, err = settle(ctx, b.db.Pool, time.Hour, "test_lease", operational{channel: "test_ops"},
+			[]settleReq{{endpointID: b.ep, token: tok, health: healthStillFailing, summary: "HTTP 503"}})
+		require.NoError(t, err)
+		require.LessOrEqual(t, b.probeState(t, b.ep).probeAt.Sub(b.dbNow(t)), time.Duration(0), "the release is still due")
+		require.Nil(t, b.endpoint(t, b.ep).failingSince, "no transition")
 	})
 
-	t.Run("DueDeliveryGoesAsItsOwnAttempt", func(t *testing.T) {
+	t.Run("HoldEndingSoonIsProbedFirstAsAProbe", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		ids := b.hold(t, b.ep, later, b.events[:2]...)
-		// The second waits a retry step that ends within probeOnTime: it is
-		// the probe, as the scheduled attempt it is about to be, unmarked,
-		// even though the first has spent fewer attempts.
-		soon := time.Now().Add(probeOnTime / 2)
+		// The second's hold ends within probeOnTime: it is the probe (it
+		// would look again soon anyway), even though the first has spent
+		// fewer attempts; and a probe, spending no scheduled attempt.
+		soon := time.Now().Add(probeOnTime / 2).Truncate(time.Microsecond)
 		b.failedOnce(t, ids[1], 1, soon)
 
 		probes, _, err := probeOnce(ctx, b.db.Pool)
@@ -231,41 +246,32 @@ func TestProbeOnce(t *testing.T) {
 		require.Equal(t, "scheduled", b.heldJob(t, ids[0]).state)
 		h := b.heldJob(t, ids[1])
 		require.Equal(t, "available", h.state)
-		require.Equal(t, job.DeliverMaxAttempts, h.maxAttempts, "a scheduled attempt, not an extra one")
-		require.NotContains(t, string(h.metadata), "probe_due")
+		require.Equal(t, job.DeliverMaxAttempts+1, h.maxAttempts, "a probe, not a scheduled attempt")
+		mark := job.ReadProbeMark(h.metadata)
+		require.NotNil(t, mark.Due)
+		require.True(t, soon.Equal(*mark.Due), "due %v, want %v", *mark.Due, soon)
 	})
 
-	t.Run("DueDeliveryForgetsAnEarlierProbesDueTime", func(t *testing.T) {
+	t.Run("ProbeHoldsTheEndpointsSlotUntilTheNext", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		ids := b.hold(t, b.ep, later, b.events[0])
-		// Two scheduled attempts failed, then a probe took the delivery
-		// ahead of its step and failed too: it waits for the step's time,
-		// which a probe recorded, and that time is now near.
-		soon := time.Now().Add(probeOnTime / 2).Truncate(time.Microsecond)
-		b.failedOnce(t, ids[0], 3, soon)
-		_, err := b.db.Pool.Exec(ctx, `UPDATE river_job SET max_attempts = max_attempts + 1,
-       metadata = jsonb_build_object('probe_due', $2::timestamptz, 'probes', 1, 'probe_attempts', '[3]'::jsonb) WHERE id = $1`, ids[0], soon)
+		ids := b.hold(t, b.ep, later, b.events[:2]...)
+		_, _, err := probeOnce(ctx, b.db.Pool)
 		require.NoError(t, err)
+		first := b.heldJob(t, ids[0])
+		p := b.probeState(t, b.ep)
+		require.NotNil(t, p.probeAt)
+		require.True(t, job.HoldsProbeSlot(first.metadata, p.probeAt), "the probe holds the slot its look gave: %s", first.metadata)
+		require.False(t, job.HoldsProbeSlot(b.heldJob(t, ids[1]).metadata, p.probeAt), "the others do not")
 
-		probes, _, err := probeOnce(ctx, b.db.Pool)
+		// The next probe ends the first one's slot: sent late (snoozed,
+		// or on its own clock after failing), it is held like the rest.
+		b.setProbe(t, b.ep, `probe_at = now()`)
+		_, _, err = probeOnce(ctx, b.db.Pool)
 		require.NoError(t, err)
-		require.EqualValues(t, 1, probes)
-		h := b.heldJob(t, ids[0])
-		require.Equal(t, "available", h.state)
-		require.Equal(t, job.DeliverMaxAttempts+1, h.maxAttempts, "its own scheduled attempt, not an extra one")
-
-		// If this, its third scheduled attempt, fails, the next is the
-		// schedule's next step; not again at the time it was due, a few
-		// seconds away, which would spend a step of the schedule for
-		// nothing.
-		now := time.Now()
-		j := &river.Job[job.DeliverArgs]{JobRow: &rivertype.JobRow{Metadata: h.metadata, Errors: make([]rivertype.AttemptError, 3)}}
-		next := nextRetry(j, now)
-		require.InDelta(t, Backoff(3).Seconds(), next.Sub(now).Seconds(), Backoff(3).Seconds()*jitter+1,
-			"retry at %v; the stale due time was %v", next, soon)
-		require.Equal(t, job.Attempts{Attempt: 3, Max: job.DeliverMaxAttempts, Probes: 1}, job.ReadProbeMark(h.metadata).Count(4, h.maxAttempts),
-			"the probe it carried is still counted")
+		p = b.probeState(t, b.ep)
+		require.False(t, job.HoldsProbeSlot(first.metadata, p.probeAt))
+		require.True(t, job.HoldsProbeSlot(b.heldJob(t, ids[1]).metadata, p.probeAt))
 	})
 
 	t.Run("PrefersFewestAttemptsAndKeepsTheRetryStep", func(t *testing.T) {
@@ -400,14 +406,16 @@ func TestProbeOnce(t *testing.T) {
 
 // TestRecoveryProbing runs the worker with River and its probing against a
 // receiver that is down for its first requests: the deliveries that failed
-// (and then wait the 5-minute second retry step) and one held by the failing
-// cool-down all arrive once the receiver is back, long before any of those
-// waits would have ended.
+// (and are then held) and one held by the failing cool-down all arrive once
+// the receiver is back, long before any hold would have ended.
 func TestRecoveryProbing(t *testing.T) {
 	t.Parallel()
 
 	b := setup(t)
-	const down = 6 // the receiver fails its first six requests
+	// The receiver fails its first four requests: the three deliveries
+	// queued (tried before the endpoint has been failing for
+	// failingHoldAfter) and the first probe.
+	const down = 4
 	var hits atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		if hits.Add(1) <= down {

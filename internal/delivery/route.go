@@ -110,8 +110,12 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.DeliverArgs]) error 
 		w.failing.leased(&d)
 		w.rate.leased(&d)
 
-		// 4. The receiver's controls, in this order.
+		// 4. The receiver's controls, in this order, after a failing
+		// endpoint's hold.
 		g, err := w.pauses.check(ctx, &d)
+		if g == gateSend {
+			g, err = w.failing.check(ctx, &d)
+		}
 		if g == gateSend {
 			g, err = w.order.check(ctx, &d)
 		}

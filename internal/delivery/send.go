@@ -75,7 +75,10 @@ type settlement struct {
 
 // health says whether the attempt changes the endpoint's health (the endpoint state machine),
 // given failing_since as read with the lease: only a transition is written,
-// so a healthy endpoint's successes write nothing.
+// so a healthy endpoint's successes write nothing. A failure of an endpoint
+// already failing is no transition, but it is written too (at most one per
+// probe gap, as only probes reach such a receiver): it pushes the next
+// recovery probe to a gap after it.
 func (s settlement) health(failingSince *time.Time, now time.Time, disableAfter time.Duration) health {
 	switch {
 	case s.success && failingSince != nil:
@@ -85,7 +88,7 @@ func (s settlement) health(failingSince *time.Time, now time.Time, disableAfter 
 	case failingSince == nil, now.Sub(*failingSince) > disableAfter:
 		return healthFailure
 	default:
-		return healthNone
+		return healthStillFailing
 	}
 }
 

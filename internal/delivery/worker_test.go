@@ -121,6 +121,26 @@ func (b *testBundle) runningJob(t *testing.T, endpointID uuid.UUID, eventID stri
 	return &river.Job[job.DeliverArgs]{JobRow: row, Args: args}
 }
 
+// asProbe gives j its endpoint's probe slot, as recovery probing does for
+// the delivery it makes its probe (probe.go): a delivery to an endpoint
+// failing for a while is held without it (failing.go). Tests that send to a
+// failing endpoint again, as a probe would, use it; a job to an endpoint
+// that is not failing is left as it is.
+func (b *testBundle) asProbe(t *testing.T, j *river.Job[job.DeliverArgs]) *river.Job[job.DeliverArgs] {
+	t.Helper()
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `
+WITH ep AS (
+    UPDATE webhook_endpoints SET probe_at = coalesce(probe_at, now() + interval '15 seconds')
+     WHERE id::text = $2 AND failing_since IS NOT NULL
+ RETURNING probe_at
+)
+UPDATE river_job j
+   SET metadata = j.metadata || coalesce((SELECT jsonb_build_object($3::text, (extract(epoch FROM probe_at) * 1000000)::bigint) FROM ep), '{}')
+ WHERE j.id = $1
+RETURNING j.metadata`, j.ID, j.Args.EndpointID, job.ProbeSlotKey).Scan(&j.Metadata))
+	return j
+}
+
 func (b *testBundle) work(t *testing.T, j *river.Job[job.DeliverArgs]) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(rivertest.WorkContext(context.Background(), b.client), 30*time.Second)

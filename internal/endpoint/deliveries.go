@@ -311,7 +311,7 @@ func (r jobRow) wait() (WaitReason, string) {
 			case job.SnoozeRateLimit:
 				return WaitRateLimit, "Waiting for a slot under the endpoint's max_per_second, at " + at + "."
 			case job.SnoozeFailing:
-				return WaitEndpointFailing, "The endpoint is failing and a delivery to it is in flight: held until a recovery probe finds the receiver back, at the latest until " + at + "."
+				return WaitEndpointFailing, "The endpoint is failing: held, sending nothing, until a recovery probe finds the receiver back, which releases it at once; it looks again at " + at + "."
 			case job.SnoozeOrdered:
 				return WaitOrdered, "The endpoint is ordered: waiting for an earlier delivery; next look at " + at + "."
 			}
@@ -320,7 +320,7 @@ func (r jobRow) wait() (WaitReason, string) {
 			// Nothing has been tried and no snooze explains it: the fanout
 			// scheduled it late because the endpoint is failing.
 			return WaitEndpointFailing, "The endpoint is failing, so a new delivery first waits a cool-down, until " + at +
-				", or until a recovery probe finds the receiver back, which releases it at once."
+				" (then it is held while the endpoint fails), or until a recovery probe finds the receiver back, which releases it at once."
 		}
 	}
 	return WaitRetry, capitalize(r.attempts(r.Attempt).String()) + " failed; the next is at " + at + "."

@@ -535,6 +535,23 @@ func scanJobRow(r pgx.Row, extra ...any) (jobRow, error) {
 	return jr, err
 }
 
+// retrySlotSQL gives delivery $1, retried by an operator, its endpoint's
+// probe slot if the endpoint is failing (job.ProbeSlotKey): probe_at moves
+// to at least $2 seconds from now, and the job records it.
+var retrySlotSQL = `
+WITH ep AS (
+    UPDATE webhook_endpoints w
+       SET probe_at = greatest(w.probe_at, now() + make_interval(secs => $2::float8))
+      FROM river_job j
+     WHERE j.id = $1 AND w.id::text = j.args->>'endpoint_id'
+       AND w.failing_since IS NOT NULL AND w.enabled AND w.probe_at IS NOT NULL
+ RETURNING w.probe_at
+)
+UPDATE river_job j
+   SET metadata = j.metadata || jsonb_build_object('` + job.ProbeSlotKey + `', (extract(epoch FROM ep.probe_at) * 1000000)::bigint)
+  FROM ep
+ WHERE j.id = $1`
+
 // RetryDelivery makes owner's delivery jobID, which waits (DeliveryScheduled),
 // available now, and returns it as it is then. A delivery in another state
 // is a *NotWaitingError: a finished one is Redeliver's business, a pending
@@ -549,6 +566,14 @@ SELECT ` + deliveryColumns + `, w.enabled
  WHERE j.id = $1 AND j.kind = '` + job.KindDeliver + `'`
 	var d *Delivery
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// A failing endpoint's row first, as recovery probing locks it
+		// before the jobs it probes: its probe slot is given below.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM webhook_endpoints
+ WHERE id::text = (SELECT args->>'endpoint_id' FROM river_job WHERE id = $1 AND kind = '`+job.KindDeliver+`') AND owner_id = $2
+   AND failing_since IS NOT NULL
+   FOR NO KEY UPDATE`, jobID, owner); err != nil {
+			return err
+		}
 		var enabled bool
 		// The row lock keeps a worker from fetching the job (River fetches
 		// with SKIP LOCKED) between the check and the retry.
@@ -566,6 +591,12 @@ SELECT ` + deliveryColumns + `, w.enabled
 			return ErrDisabled
 		}
 		if _, err := client.JobRetryTx(ctx, tx, jobID); err != nil {
+			return err
+		}
+		// A failing endpoint's receiver hears only the delivery that holds
+		// its probe slot: this one takes the next probe's place, and the
+		// probe after it waits a probe gap.
+		if _, err := tx.Exec(ctx, retrySlotSQL, jobID, job.ProbeEvery.Seconds()); err != nil {
 			return err
 		}
 		jr, err = scanJobRow(tx.QueryRow(ctx, `SELECT `+deliveryColumns+`

@@ -312,6 +312,18 @@ type TxPreparer interface {
 	StartPrepared(jobs []*rivertype.JobRow, args []job.DeliverArgs, events []*webhook.Event, prepared any)
 }
 
+// GiveBacker is a Handoff that can take back deliveries whose transaction
+// may or may not have committed: its commit failed, and a commit whose
+// answer was lost (the connection cut by a Postgres restart or failover) may
+// have committed all the same. Nothing starts such deliveries, and their
+// caller, told the ingest failed, finds the events stored when it tries
+// again, and fans out nothing more; so they would wait for the Hold. Given
+// back, those that were committed are made due at once for River, as soon
+// as the database answers; those that were not are not found.
+type GiveBacker interface {
+	GiveBack(jobs []*rivertype.JobRow)
+}
+
 // prepareInTxMax is the most endpoints a TxPreparer reads for in the ingest
 // transaction. The read goes in a round trip the transaction makes anyway,
 // so it costs the transaction's callers only its own execution, which
@@ -388,6 +400,17 @@ func (f *Inline) Start(h *Handed) {
 		return
 	}
 	f.handoff.Start(h.jobs, h.args, h.events)
+}
+
+// GiveBack gives back what EnqueueTx handed off in a transaction whose
+// commit failed (GiveBacker), if the Handoff can take it back.
+func (f *Inline) GiveBack(h *Handed) {
+	if h.Len() == 0 || f.handoff == nil {
+		return
+	}
+	if g, ok := f.handoff.(GiveBacker); ok {
+		g.GiveBack(h.jobs)
+	}
 }
 
 // Plan is the inline fanout's decision for events about to be stored:

@@ -568,6 +568,49 @@ func TestRetryDelivery(t *testing.T) {
 		require.True(t, due)
 	})
 
+	t.Run("FailingEndpointsDeliveryTakesTheNextProbesPlace", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// Held while its endpoint fails: only the delivery holding the
+		// endpoint's probe slot may send (internal/delivery's failing.go).
+		_, err := b.env.db.Pool.Exec(t.Context(), `UPDATE webhook_endpoints
+   SET failing_since = now() - interval '1 hour', probe_at = now() + interval '2 seconds', probes = 7 WHERE id = $1`, b.id)
+		require.NoError(t, err)
+		held := backoff(t, b, 10*time.Hour)
+		other := backoff(t, b, 10*time.Hour)
+
+		before := time.Now()
+		_, err = b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: held})
+		require.NoError(t, err)
+		var (
+			probeAt time.Time
+			probes  int
+		)
+		require.NoError(t, b.env.db.Pool.QueryRow(t.Context(), `SELECT probe_at, probes FROM webhook_endpoints WHERE id = $1`, b.id).Scan(&probeAt, &probes))
+		require.False(t, probeAt.Before(before.Add(job.ProbeEvery-time.Second)), "the next probe a gap after this one: %s", probeAt)
+		require.Equal(t, 7, probes, "an admin's retry is no probe")
+		md := func(id int64) []byte {
+			var b2 []byte
+			require.NoError(t, b.env.db.Pool.QueryRow(t.Context(), `SELECT metadata FROM river_job WHERE id = $1`, id).Scan(&b2))
+			return b2
+		}
+		require.True(t, job.HoldsProbeSlot(md(held), &probeAt), "the retried delivery holds the slot: %s", md(held))
+		require.False(t, job.HoldsProbeSlot(md(other), &probeAt))
+	})
+
+	t.Run("HealthyEndpointsDeliveryNeedsNoSlot", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		jobID := backoff(t, b, 10*time.Hour)
+		_, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID})
+		require.NoError(t, err)
+		var slot, probeAt bool
+		require.NoError(t, b.env.db.Pool.QueryRow(t.Context(), `SELECT j.metadata ? $2, ep.probe_at IS NOT NULL
+  FROM river_job j JOIN webhook_endpoints ep ON ep.id::text = j.args->>'endpoint_id' WHERE j.id = $1`, jobID, job.ProbeSlotKey).Scan(&slot, &probeAt))
+		require.False(t, slot)
+		require.False(t, probeAt, "no probe is scheduled for a healthy endpoint")
+	})
+
 	t.Run("RefusesWhatIsNotWaiting", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

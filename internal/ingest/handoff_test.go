@@ -39,6 +39,16 @@ type committedHandoff struct {
 	uncommitted int
 	mismatched  int
 	events      []*webhook.Event
+	// givenBack: the jobs given back after a failed commit (GiveBack).
+	givenBack []int64
+}
+
+func (h *committedHandoff) GiveBack(jobs []*rivertype.JobRow) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, j := range jobs {
+		h.givenBack = append(h.givenBack, j.ID)
+	}
 }
 
 func (h *committedHandoff) Hold() time.Duration                                   { return time.Hour }
@@ -97,6 +107,24 @@ func TestStoreHandoff(t *testing.T) {
 		require.Equal(t, 8*3, h.started, "every delivery of every event, once")
 		require.Zero(t, h.uncommitted, "never before its transaction committed")
 		require.Zero(t, h.mismatched, "each with its own job's arguments")
+	})
+
+	t.Run("GivesBackWhatAFailedCommitHandedOff", func(t *testing.T) {
+		t.Parallel()
+		store, h, db := setup(t)
+		// The commit fails (a deferred trigger refuses it), as a commit
+		// whose connection is cut does; whether such a one committed is
+		// not known, so its deliveries are given back, never started.
+		_, err := db.Pool.Exec(context.Background(), `
+CREATE FUNCTION refuse_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'commit refused'; END $$;
+CREATE CONSTRAINT TRIGGER refuse_commit AFTER INSERT ON events DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_commit()`)
+		require.NoError(t, err)
+		_, err = store.Ingest(context.Background(), SourceTest, []*webhook.Event{testEvent("evt_refused")})
+		require.ErrorContains(t, err, "commit refused")
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		require.Zero(t, h.started)
+		require.Len(t, h.givenBack, 3, "one delivery per endpoint, each given back")
 	})
 
 	t.Run("AGroupTransactionTakesThreeRoundTrips", func(t *testing.T) {

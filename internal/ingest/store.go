@@ -469,6 +469,10 @@ func (s *Store) commit(ctx context.Context, p *ingestPlan) error {
 		return s.write(ctx, tx, p, rows, eps)
 	})
 	if err != nil {
+		// The commit may have failed only on the way back (the connection
+		// cut as it committed): its handed-off deliveries are given back
+		// to River, which finds them if they were committed.
+		s.fanout.GiveBack(p.handed)
 		s.noteConflicts(ctx, p, err)
 		return err
 	}

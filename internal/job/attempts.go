@@ -146,3 +146,39 @@ func ParseAttemptHeader(v string) (a Attempts, ok bool) {
 	}
 	return a, seen == 3
 }
+
+// ProbeSlotKey is the key, in a delivery job's metadata, of the probe slot
+// the job was given: the endpoint's probe_at (webhook_endpoints.probe_at, the
+// time its next probe is due), in microseconds since the Unix epoch, as it
+// was when the slot was given. While an endpoint is failing, only the
+// delivery that holds its current slot (its probe_at unchanged since) may
+// send; every other one is held without a request (internal/delivery's
+// failing.go). Recovery probing gives the slot (probe.go), and so does an
+// operator's RetryDelivery, which takes the next probe's place.
+const ProbeSlotKey = "probe_slot"
+
+// ReadProbeSlot reads the probe slot recorded in a delivery job's metadata
+// (ProbeSlotKey); ok is false for a job that was never given one. It does
+// not parse metadata without one.
+func ReadProbeSlot(metadata []byte) (slot int64, ok bool) {
+	if !bytes.Contains(metadata, []byte(`"`+ProbeSlotKey+`"`)) {
+		return 0, false
+	}
+	var m struct {
+		Slot *int64 `json:"probe_slot"`
+	}
+	if json.Unmarshal(metadata, &m) != nil || m.Slot == nil {
+		return 0, false
+	}
+	return *m.Slot, true
+}
+
+// HoldsProbeSlot reports whether a job whose metadata is metadata holds the
+// probe slot of an endpoint whose probe_at is probeAt (nil: none).
+func HoldsProbeSlot(metadata []byte, probeAt *time.Time) bool {
+	if probeAt == nil {
+		return false
+	}
+	slot, ok := ReadProbeSlot(metadata)
+	return ok && slot == probeAt.UnixMicro()
+}

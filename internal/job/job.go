@@ -150,9 +150,11 @@ const (
 	SnoozeRateLimit = "rate_limit"
 	// SnoozeOrdered: an earlier delivery to the ordered endpoint is pending.
 	SnoozeOrdered = "ordered"
-	// SnoozeFailing: the endpoint is failing and its slots are taken (by a
-	// probe, or a receiver that hangs): the delivery is held, without a
-	// worker, until a success releases it or the failing cool-down ends.
+	// SnoozeFailing: the endpoint is failing and the delivery does not hold
+	// its probe slot (ProbeSlotKey): it is held, without a request and
+	// without spending an attempt, until a success releases it (a recovery
+	// probe's, or an operator's), looking again at the latest when the
+	// snooze ends.
 	SnoozeFailing = "endpoint_failing"
 	// SnoozeStalled: every slot of the endpoint is held by a request its
 	// receiver has not answered for a while (a slow or hung receiver): the
@@ -175,12 +177,20 @@ func SnoozeReasons() []string {
 
 // FailingCooldown delays a new delivery to an endpoint that is failing, so
 // a broken receiver is not hammered by every new event (docs/spec.md, the
-// pipeline). Held deliveries are released as soon as a recovery probe
-// succeeds (internal/delivery's probe.go, at most 15 s apart), so the
-// cool-down bounds how long they wait after the receiver is back only if
-// every probe fails.
+// pipeline). A delivery whose cool-down ends while the endpoint still fails
+// sends nothing: it is held again (SnoozeFailing), and only recovery probes
+// (internal/delivery's probe.go, at most one per ProbeEvery) reach the
+// receiver. Held deliveries are released as soon as one succeeds.
 // A webhook.test event is not delayed.
 const FailingCooldown = 5 * time.Minute
+
+// ProbeEvery is the longest wait between two recovery probes of a failing
+// endpoint, and the least quiet after a failed request to it before the
+// next: a receiver that stays down hears at most one request per
+// ProbeEvery (internal/delivery's probe.go). An operator's RetryDelivery
+// to a failing endpoint takes the next probe's place and pushes the one
+// after it this far out.
+const ProbeEvery = 15 * time.Second
 
 // PauseProbeGap: while an endpoint is paused, its queued deliveries wait
 // until this long after the pause's end, so that the delivery whose answer
