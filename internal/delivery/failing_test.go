@@ -280,10 +280,12 @@ func TestFailingEndpointHearsOnlyProbes(t *testing.T) {
 	require.Less(t, time.Until(*p.probeAt), probeEvery+time.Second)
 }
 
-// TestFailedProbeSpacesTheNextFromItsEnd: a receiver that hangs on a probe
-// until it is cut gets the next probe a probe gap after the request ended,
-// not after it began, so it is not kept hanging most of the time.
-func TestFailedProbeSpacesTheNextFromItsEnd(t *testing.T) {
+// TestFailedProbeSpacesTheNextFromItsStart: a failed request to a failing
+// endpoint pushes the next probe to a probe gap after the request began, not
+// after it ended: a receiver that hangs until the timeout hears one request
+// per gap, as one that fails fast does, and one that comes back meanwhile
+// hears the next probe no later than a gap after the hung one began.
+func TestFailedProbeSpacesTheNextFromItsStart(t *testing.T) {
 	t.Parallel()
 
 	b := setup(t)
@@ -293,17 +295,18 @@ func TestFailedProbeSpacesTheNextFromItsEnd(t *testing.T) {
 		status(http.StatusGatewayTimeout)(w, r)
 	})
 	ep, _ := b.createEndpoint(t, rc.URL, endpointOpts{ownerID: "acme", enabled: true, failingSince: new(time.Now().Add(-time.Minute))})
-	// The probe look gave this delivery the slot, and the next probe is due
-	// a probe gap after the look.
-	b.setProbe(t, ep, `probe_at = now() + interval '15 seconds', probes = 3`)
+	// The probe look gave this delivery the slot; the next probe was due
+	// sooner than a gap (another request, an operator's retry, took this
+	// one's place), so the failed request is what pushes it.
+	b.setProbe(t, ep, `probe_at = now() + interval '1 second', probes = 3`)
 	j := b.asProbe(t, b.runningJob(t, ep, b.insertEvent(t, "acme", "code.issued", "code://x")))
 	started := b.dbNow(t)
 	requireRetryable(t, b.work(t, j))
 	ended := b.dbNow(t)
 
 	p := b.probeState(t, ep)
-	testtime.RequireBetween(t, started.Add(hang+probeEvery), ended.Add(probeEvery), *p.probeAt,
-		"the next probe a gap after the request's end")
+	testtime.RequireBetween(t, started.Add(probeEvery), ended.Add(probeEvery-hang), *p.probeAt,
+		"the next probe a gap after the request's start")
 	require.Equal(t, 3, p.probes)
 	require.EqualValues(t, 1, rc.hits.Load())
 }

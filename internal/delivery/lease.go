@@ -667,6 +667,9 @@ type settleReq struct {
 	clearPause bool
 	// summary goes into disabled_reason if the endpoint is disabled now.
 	summary string
+	// ago is how long before the settlement the failed request began
+	// (healthStillFailing): the next probe is spaced from that start.
+	ago time.Duration
 }
 
 // settleRes reports what a settle changed.
@@ -695,8 +698,8 @@ type settleRes struct {
 // rows wake the operational relay ($9).
 var settleSQL = `
 WITH s AS (
-    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::bool[], $5::text[], $10::bool[])
-        AS s(id, token, health, release, summary, clear_pause)
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::bool[], $5::text[], $10::bool[], $13::float8[])
+        AS s(id, token, health, release, summary, clear_pause, ago)
 ),
 old AS (
     SELECT ep.id, s.token, ep.enabled, ep.failing_since
@@ -713,15 +716,14 @@ upd AS (
                                   ELSE ep.disabled_reason END,
            -- Recovery probing (probe.go): the first failure schedules the
            -- first probe, and every further failure (3: of an endpoint
-           -- already failing) pushes the next one to a probe gap after its
-           -- end (the receiver was just tried, and a request it hung on
-           -- counts from when it was cut); a recovery asks for the held
-           -- deliveries' release (probe_at due, failing_since NULL);
-           -- disabling ends both.
+           -- already failing) pushes the next one to at least a probe gap
+           -- after the request's start (s.ago before now: the receiver was
+           -- just tried); a recovery asks for the held deliveries' release
+           -- (probe_at due, failing_since NULL); disabling ends both.
            probe_at        = CASE WHEN s.health = 2 AND old.failing_since < now() - make_interval(secs => $6) THEN NULL
                                   WHEN s.health = 2 AND old.failing_since IS NULL THEN now() + make_interval(secs => $11)
                                   WHEN s.health IN (2, 3) AND old.failing_since IS NOT NULL AND ep.probe_at IS NOT NULL
-                                  THEN greatest(ep.probe_at, now() + ` + probeGapSQL("ep.probes", "$11", "$12") + `)
+                                  THEN greatest(ep.probe_at, now() - make_interval(secs => s.ago) + ` + probeGapSQL("ep.probes", "$11", "$12") + `)
                                   WHEN s.health = 1 AND old.failing_since IS NOT NULL THEN now()
                                   ELSE ep.probe_at END,
            probes          = CASE WHEN (s.health = 1 AND old.failing_since IS NOT NULL) OR (s.health = 2 AND old.failing_since IS NULL)
@@ -814,7 +816,7 @@ func settle(ctx context.Context, pool *pgxpool.Pool, disableAfter time.Duration,
 		// A failure of an endpoint already failing only pushes the next
 		// probe: it never takes a transition's place.
 		if r.health != healthNone && (r.health != healthStillFailing || merged[m].health == healthNone) {
-			merged[m].health, merged[m].summary = r.health, r.summary
+			merged[m].health, merged[m].summary, merged[m].ago = r.health, r.summary, r.ago
 		}
 	}
 	var (
@@ -824,11 +826,13 @@ func settle(ctx context.Context, pool *pgxpool.Pool, disableAfter time.Duration,
 		releases  = make([]bool, len(merged))
 		summaries = make([]string, len(merged))
 		clears    = make([]bool, len(merged))
+		agos      = make([]float64, len(merged))
 	)
 	for i, r := range merged {
 		ids[i], tokens[i], healths[i], releases[i], summaries[i], clears[i] = r.endpointID, r.token, int32(r.health), r.release, r.summary, r.clearPause
+		agos[i] = max(r.ago, 0).Seconds()
 	}
-	rows, err := pool.Query(ctx, settleSQL, ids, tokens, healths, releases, summaries, disableAfter.Seconds(), channel, ops.owner, ops.channel, clears, probeFirst.Seconds(), probeEvery.Seconds())
+	rows, err := pool.Query(ctx, settleSQL, ids, tokens, healths, releases, summaries, disableAfter.Seconds(), channel, ops.owner, ops.channel, clears, probeFirst.Seconds(), probeEvery.Seconds(), agos)
 	if err != nil {
 		return nil, fmt.Errorf("settle endpoints: %w", err)
 	}

@@ -26,13 +26,14 @@ import (
 // probeFirst × 2^probes after the one before, capped at probeEvery, whether
 // it has answered or not; and any failed request to the endpoint (the
 // probe itself, a delivery that was already in flight) pushes the next
-// probe to at least probeFirst × 2^probes, at most probeEvery, after its end
-// (settleSQL). So a failing receiver hears one request per probeEvery, at
-// most, whatever the event rate: at most 3600 s / probeEvery = 240 an hour,
-// and when its requests hang until the 10 s timeout, one per 25 s, 144 an
-// hour, each hanging 40 % of the time. A receiver that comes back after any
-// outage gets its next request, and with it the release of its backlog,
-// within probeEvery plus a look (plus what is left of a request it hung on).
+// probe to at least probeFirst × 2^probes, at most probeEvery, after its
+// start (settleSQL). So a failing receiver hears one request per
+// probeEvery, at most, whatever the event rate and however long its
+// requests hang: at most 3600 s / probeEvery = 240 an hour (when its
+// requests hang until the 10 s timeout, each hangs two thirds of the time:
+// the price of hearing a returning receiver soon). A receiver that comes
+// back after any outage gets its next request, and with it the release of
+// its backlog, within probeEvery plus a look.
 //
 // The first success (a probe's or any other delivery's) clears failing_since
 // in the settle statement, which also sets probe_at to now: the endpoint's
@@ -71,9 +72,9 @@ const (
 	// per probeEvery from its first failure on.
 	probeFirst = probeEvery
 	// probeEvery is the longest wait between two probes of a failing
-	// endpoint, and the least quiet after a failed request to it: how late,
-	// at most, a receiver that is back hears of it (plus a look and River's
-	// fetch, and a request it hung on), whatever the outage's length.
+	// endpoint, and the least time from the start of a failed request to
+	// it to the next: how late, at most, a receiver that is back hears of
+	// it (plus a look and River's fetch), whatever the outage's length.
 	probeEvery = job.ProbeEvery
 	// probeOnTime: a probe prefers a waiting delivery whose hold ends
 	// within this (it would look again soon anyway, and the probe saves it

@@ -153,6 +153,9 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.DeliverArgs]) error 
 	s := settleReq{endpointID: d.ep, token: d.token}
 	if st := d.res.settle; st != nil {
 		s.health, s.summary = st.health(d.t.failingSince, w.now(), w.cfg.DisableAfter), st.summary
+		if s.health == healthStillFailing && !d.sent.start.IsZero() {
+			s.ago = time.Since(d.sent.start)
+		}
 	}
 	w.failing.settle(&d)
 	w.pauses.settle(&d, &s)
