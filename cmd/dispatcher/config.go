@@ -180,6 +180,10 @@ type serveConfig struct {
 	// Failed tokens per client address (login form and bearer tokens).
 	AuthFailures    int
 	AuthFailuresPer time.Duration
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For or
+	// Forwarded headers name the client address the throttle counts; they
+	// are exempt from the per-address connection caps.
+	TrustedProxies auth.Proxies
 	// CookieSecure marks the session cookies of River UI and the portal
 	// Secure even when this process serves plain HTTP (behind a
 	// TLS-terminating proxy).
@@ -264,6 +268,7 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.IntVar(&c.OpsMaxHeaderBytes, "ops-max-header-bytes", env.integer("DISPATCHER_OPS_MAX_HEADER_BYTES", 64<<10), "largest request header block the ops port reads (431 beyond) (env DISPATCHER_OPS_MAX_HEADER_BYTES)")
 	fs.DurationVar(&c.HealthzCache, "healthz-cache", env.duration("DISPATCHER_HEALTHZ_CACHE", time.Second), "how long /healthz reuses its last database ping; 0 pings on every request (env DISPATCHER_HEALTHZ_CACHE)")
 	fs.IntVar(&c.AuthFailures, "auth-failures", env.integer("DISPATCHER_AUTH_FAILURES", 10), "failed tokens (bearer or login form) one client address may send in a burst before it is throttled (HTTP 429, gRPC ResourceExhausted) (env DISPATCHER_AUTH_FAILURES)")
+	trustedProxies := fs.String("trusted-proxies", env.str("DISPATCHER_TRUSTED_PROXIES", ""), "comma-separated CIDR prefixes (or IPs) of the reverse proxies in front of the API and ops ports: a request from one is counted, by the failed-token throttle, under the rightmost address of its X-Forwarded-For (or Forwarded for=) that is not a trusted proxy, and the proxies are exempt from the per-address connection caps; empty: every client is its peer address (env DISPATCHER_TRUSTED_PROXIES)")
 	fs.DurationVar(&c.AuthFailuresPer, "auth-failures-per", env.duration("DISPATCHER_AUTH_FAILURES_PER", time.Minute), "how long a throttled address takes to earn back -auth-failures attempts (env DISPATCHER_AUTH_FAILURES_PER)")
 	fs.BoolVar(&c.CookieSecure, "cookie-secure", env.boolean("DISPATCHER_COOKIE_SECURE", false), "mark the session cookies of River UI and the portal Secure even though this process serves plain HTTP: set it behind a TLS-terminating proxy (the portal's is Secure anyway with an https -portal-url) (env DISPATCHER_COOKIE_SECURE)")
 	fs.StringVar(&c.LogFormat, "log-format", env.str("DISPATCHER_LOG_FORMAT", "json"), "log format: json or text (env DISPATCHER_LOG_FORMAT)")
@@ -337,6 +342,11 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 		return nil, fmt.Errorf("invalid -handoff-limit %d (DISPATCHER_HANDOFF_LIMIT): want 1..%d", c.HandoffLimit, MaxHandoffLimit)
 	}
 	c.APIReadBudget = int64(*budget)
+	proxies, err := auth.ParseProxies(*trustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("invalid -trusted-proxies (DISPATCHER_TRUSTED_PROXIES): %w", err)
+	}
+	c.TrustedProxies = proxies
 	// A per-address cap left at its default follows a port-wide cap set
 	// below it (a small test or development instance).
 	if !isSet(fs, "api-max-connections-per-address", env, "DISPATCHER_API_MAX_CONNECTIONS_PER_ADDRESS") {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
@@ -80,6 +81,10 @@ type GateConfig struct {
 	Auth *auth.Authenticator
 	// Throttle limits failed tokens per client address; nil: no limit.
 	Throttle *auth.Throttle
+	// Proxies are the reverse proxies whose forwarding metadata
+	// (x-forwarded-for, forwarded) names the client address the throttle
+	// and the per-address cap on open reads count; zero: none.
+	Proxies auth.Proxies
 	// Budget bounds the bytes of requests being read at once; nil: no bound.
 	Budget *inflight.Budget
 	// Limits bounds one request per method.
@@ -105,7 +110,8 @@ type Conns interface {
 //
 // Its tap handler (grpc.InTapHandle) runs when a call's headers arrive, on
 // the connection's reader, before the server reads a byte of the message:
-// it refuses a throttled address, a missing or unknown token and a role that
+// it refuses a missing or unknown token (a wrong one as throttled when its
+// client address sent too many; a right one always passes) and a role that
 // may not call the method, then reserves the method's size limit from the
 // Budget (Unavailable when it is full, which clients retry with backoff as
 // they would HTTP's 503; the tap must not block) until
@@ -208,19 +214,18 @@ func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error)
 		}
 		return g.tapOpen(ctx)
 	}
-	if g.cfg.Throttle != nil && addr != "" {
-		if wait, ok := g.cfg.Throttle.Allow(addr); !ok {
-			g.refused(connlimit.ReasonThrottled)
-			g.cfg.Auth.Denied(ctx, "grpc", info.FullMethodName, "throttled after failed tokens", addr)
-			return ctx, status.Errorf(codes.ResourceExhausted,
-				"too many failed authentications from this address: retry in %s", wait)
-		}
-	}
 	if err := Authorize(ctx, g.cfg.Auth, info.FullMethodName); err != nil {
-		// Only a token presented and wrong is a guess; a missing one
-		// (a misconfigured client) is not throttled.
+		// Only a token presented and wrong is a guess, and only a guess is
+		// throttled: a right token passes whatever its address did, and a
+		// missing one (a misconfigured client) is not counted.
 		if _, present := bearer(ctx); present && status.Code(err) == codes.Unauthenticated && g.cfg.Throttle != nil && addr != "" {
-			g.cfg.Throttle.Fail(addr)
+			client := g.clientAddr(ctx, addr)
+			if wait, throttled := g.cfg.Throttle.Failure(client); throttled {
+				g.refused(connlimit.ReasonThrottled)
+				g.cfg.Auth.Denied(ctx, "grpc", info.FullMethodName, "throttled after failed tokens", client)
+				return ctx, status.Errorf(codes.ResourceExhausted,
+					"too many failed authentications from this address: retry in %s", wait)
+			}
 		}
 		return ctx, err
 	}
@@ -239,6 +244,16 @@ func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	// The stream's context ends with the call, however it ends.
 	context.AfterFunc(ctx, release)
 	return ctx, nil
+}
+
+// clientAddr returns the client address of a call from peer addr, read
+// through trusted proxies' forwarding metadata.
+func (g *Gate) clientAddr(ctx context.Context, addr string) string {
+	if g.cfg.Proxies.Len() == 0 {
+		return addr
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	return g.cfg.Proxies.ClientAddr(addr, md.Get)
 }
 
 // refused reports a refusal.
@@ -265,7 +280,7 @@ func (g *Gate) tapOpen(ctx context.Context) (context.Context, error) {
 // token (next: a stream's later message): the client address's one slot,
 // then the largest message from the budget. The release is idempotent.
 func (g *Gate) acquireOpen(ctx context.Context, next bool) (func(), error) {
-	key := openPeer{ip: openPeerKey(ctx), next: next}
+	key := openPeer{ip: g.openPeerKey(ctx), next: next}
 	if key.ip != "" {
 		g.openMu.Lock()
 		_, held := g.openPeers[key]
@@ -311,12 +326,12 @@ func (g *Gate) releasePeer(key openPeer) {
 // throttle counts it (auth.ThrottleKey); "" for the in-process pipe (calls
 // of the HTTP/JSON API, whose guard bounds them) and for a call without a
 // peer.
-func openPeerKey(ctx context.Context) string {
+func (g *Gate) openPeerKey(ctx context.Context) string {
 	p, _ := peer.FromContext(ctx)
 	if p == nil || p.Addr == nil || p.Addr.Network() == portmux.PipeNetwork {
 		return ""
 	}
-	return auth.ThrottleKey(p.Addr.String())
+	return auth.ThrottleKey(g.clientAddr(ctx, p.Addr.String()))
 }
 
 // releaseOpenRead gives back a call's open reservation, once its message

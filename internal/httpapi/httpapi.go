@@ -6,9 +6,9 @@
 // the same owner isolation and the same errors as a gRPC call.
 //
 // Before anything of a request's body is read, its guard checks what costs
-// nothing to check: the client's address is not throttled for failed tokens
-// (429), the bearer token is known (401) and holds the role the route needs
-// (403), a body is application/json (415) and within its route's limit (413:
+// nothing to check: the bearer token is known (401; a wrong one from a
+// client address throttled for failed tokens gets 429, a right one always
+// passes) and holds the role the route needs (403), a body is application/json (415) and within its route's limit (413:
 // PublishBatch takes more than the rest), and the bytes of the requests
 // being read fit the process's budget (503 with Retry-After, after a short
 // wait). Only then is the body read; JSON nested deeper than MaxJSONDepth,
@@ -72,6 +72,9 @@ type Config struct {
 	Auth *auth.Authenticator
 	// Throttle limits failed tokens per client address; nil: no limit.
 	Throttle *auth.Throttle
+	// Proxies are the reverse proxies whose forwarding headers name the
+	// client address the throttle counts; zero: none.
+	Proxies auth.Proxies
 	// Budget bounds the bytes of request bodies being read at once, shared
 	// with the gRPC API; nil: no bound.
 	Budget *inflight.Budget
@@ -192,22 +195,21 @@ func access(r *http.Request) (need auth.Role, method string) {
 
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	need, method := access(r)
-	if g.cfg.Throttle != nil {
-		if wait, ok := g.cfg.Throttle.Allow(r.RemoteAddr); !ok {
-			g.refused(connlimit.ReasonThrottled)
-			g.cfg.Auth.Denied(r.Context(), "http", r.Method+" "+r.URL.Path, "throttled after failed tokens", r.RemoteAddr)
-			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)))
-			writeProblem(w, Problem{Status: http.StatusTooManyRequests, Code: codeName(codes.ResourceExhausted),
-				Detail: "too many failed authentications from this address: retry in " + wait.String()})
-			return
-		}
-	}
 	if code, msg := g.authorize(r, need); code != 0 {
 		if code == http.StatusUnauthorized {
-			// Only a token presented and wrong is a guess; a missing one
-			// (a misconfigured client) is not throttled.
+			// Only a token presented and wrong is a guess, and only a guess
+			// is throttled: a right token passes whatever its address did,
+			// and a missing one (a misconfigured client) is not counted.
 			if g.cfg.Throttle != nil && msg == msgUnknownToken {
-				g.cfg.Throttle.Fail(r.RemoteAddr)
+				client := g.cfg.Proxies.ClientAddrHTTP(r)
+				if wait, throttled := g.cfg.Throttle.Failure(client); throttled {
+					g.refused(connlimit.ReasonThrottled)
+					g.cfg.Auth.Denied(r.Context(), "http", r.Method+" "+r.URL.Path, "throttled after failed tokens", client)
+					w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)))
+					writeProblem(w, Problem{Status: http.StatusTooManyRequests, Code: codeName(codes.ResourceExhausted),
+						Detail: "too many failed authentications from this address: retry in " + wait.String()})
+					return
+				}
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="dispatcher", error="invalid_token", error_description=`+strconv.Quote(msg))
 			writeProblem(w, Problem{Status: code, Code: codeName(codes.Unauthenticated), Detail: msg})
