@@ -24,7 +24,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -298,4 +300,82 @@ func TestAttackOpsPortPerAddressCap(t *testing.T) {
 	require.NoError(t, err)
 	_ = resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// tokenCallHTTP lists the event types with tok from ip, as forwarded for
+// xff when it is set: the status, or 0 when it was not answered.
+func tokenCallHTTP(d *dispatcher, ip, tok, xff string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.grpcAddr+"/v1/event-types", nil)
+	if err != nil {
+		return 0
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if xff != "" {
+		req.Header.Set("X-Forwarded-For", xff)
+	}
+	resp, err := httpClientFrom(ip).Do(req)
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestAttackThrottleLocksNobodyOut: ten wrong tokens from one address,
+// then the right one from the same address, is served, over HTTP and over
+// gRPC; the guesses that follow stay throttled. Behind a trusted proxy
+// (-trusted-proxies, here 127.0.0.5 by its variable), clients are told
+// apart by X-Forwarded-For: one client's guesses throttle neither another
+// client's guesses nor any right token. (The previous release refused
+// every call from a throttled address, right tokens included, and counted
+// every client behind a proxy as the proxy.)
+func TestAttackThrottleLocksNobodyOut(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"},
+		env: []string{"DISPATCHER_TRUSTED_PROXIES=127.0.0.5"}})
+	const guess = "e2e-guess-token-0123456789abcdef"
+
+	t.Run("HTTP", func(t *testing.T) {
+		for i := range 10 {
+			require.Equal(t, http.StatusUnauthorized, tokenCallHTTP(d, "127.0.0.2", guess, ""), "guess %d", i+1)
+		}
+		require.Equal(t, http.StatusTooManyRequests, tokenCallHTTP(d, "127.0.0.2", guess, ""), "the 11th guess")
+		require.Equal(t, http.StatusOK, tokenCallHTTP(d, "127.0.0.2", adminToken, ""), "the right token from the throttled address")
+		require.Equal(t, http.StatusTooManyRequests, tokenCallHTTP(d, "127.0.0.2", guess, ""), "guessing stays throttled")
+	})
+
+	t.Run("GRPC", func(t *testing.T) {
+		conn := grpcConnFrom(t, d, "127.0.0.3")
+		client := webhooksv1.NewEndpointServiceClient(conn)
+		list := func(tok string) codes.Code {
+			ctx, cancel := context.WithTimeout(withToken(context.Background(), tok), 30*time.Second)
+			defer cancel()
+			_, err := client.ListEventTypes(ctx, &webhooksv1.ListEventTypesRequest{}, grpc.WaitForReady(true))
+			return status.Code(err)
+		}
+		for i := range 10 {
+			require.Equal(t, codes.Unauthenticated, list(guess), "guess %d", i+1)
+		}
+		require.Equal(t, codes.ResourceExhausted, list(guess), "the 11th guess")
+		require.Equal(t, codes.OK, list(adminToken), "the right token from the throttled address")
+		require.Equal(t, codes.ResourceExhausted, list(guess), "guessing stays throttled")
+	})
+
+	t.Run("BehindATrustedProxy", func(t *testing.T) {
+		for i := range 10 {
+			require.Equal(t, http.StatusUnauthorized, tokenCallHTTP(d, "127.0.0.5", guess, "198.51.100.1"), "guess %d", i+1)
+		}
+		require.Equal(t, http.StatusTooManyRequests, tokenCallHTTP(d, "127.0.0.5", guess, "198.51.100.1"), "the guesser's 11th")
+		require.Equal(t, http.StatusTooManyRequests, tokenCallHTTP(d, "127.0.0.5", guess, "203.0.113.7, 198.51.100.1"),
+			"a forged hop left of the guesser's own changes nothing")
+		require.Equal(t, http.StatusUnauthorized, tokenCallHTTP(d, "127.0.0.5", guess, "198.51.100.2"), "another client's guess is its own")
+		require.Equal(t, http.StatusOK, tokenCallHTTP(d, "127.0.0.5", adminToken, "198.51.100.3"), "another client's right token")
+		require.Equal(t, http.StatusOK, tokenCallHTTP(d, "127.0.0.5", adminToken, "198.51.100.1"), "the guesser's address with the right token")
+	})
+
+	_, metrics := d.get(t, "/metrics")
+	require.Regexp(t, `dispatcher_refusals_total\{port="api",reason="throttled"\} [1-9]`, metrics)
 }
