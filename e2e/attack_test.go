@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
@@ -374,6 +375,18 @@ func TestAttackThrottleLocksNobodyOut(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, tokenCallHTTP(d, "127.0.0.5", guess, "198.51.100.2"), "another client's guess is its own")
 		require.Equal(t, http.StatusOK, tokenCallHTTP(d, "127.0.0.5", adminToken, "198.51.100.3"), "another client's right token")
 		require.Equal(t, http.StatusOK, tokenCallHTTP(d, "127.0.0.5", adminToken, "198.51.100.1"), "the guesser's address with the right token")
+
+		// gRPC through the proxy: its x-forwarded-for metadata.
+		client := webhooksv1.NewEndpointServiceClient(grpcConnFrom(t, d, "127.0.0.5"))
+		list := func(tok, xff string) codes.Code {
+			ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(withToken(context.Background(), tok), "x-forwarded-for", xff), 30*time.Second)
+			defer cancel()
+			_, err := client.ListEventTypes(ctx, &webhooksv1.ListEventTypesRequest{}, grpc.WaitForReady(true))
+			return status.Code(err)
+		}
+		require.Equal(t, codes.ResourceExhausted, list(guess, "198.51.100.1"), "the HTTP guesser's gRPC guess")
+		require.Equal(t, codes.Unauthenticated, list(guess, "198.51.100.4"), "another client's gRPC guess")
+		require.Equal(t, codes.OK, list(adminToken, "198.51.100.1"), "the right token over gRPC")
 	})
 
 	_, metrics := d.get(t, "/metrics")
