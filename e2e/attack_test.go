@@ -15,6 +15,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -391,4 +393,63 @@ func TestAttackThrottleLocksNobodyOut(t *testing.T) {
 
 	_, metrics := d.get(t, "/metrics")
 	require.Regexp(t, `dispatcher_refusals_total\{port="api",reason="throttled"\} [1-9]`, metrics)
+}
+
+// TestAttackSilentStreamsCannotStarveHealth: clients at three addresses
+// keep opening gRPC health and reflection calls and never send their
+// message. A health Check and a Watch from another address still answer
+// SERVING, and the silent calls are cut off after
+// -grpc-first-message-timeout (here 1 s, by its variable). (The previous
+// release kept two reads for such calls in all, one per address, held
+// until the connection ended: two addresses took both, and every health
+// check answered Unavailable.)
+func TestAttackSilentStreamsCannotStarveHealth(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"},
+		env: []string{"DISPATCHER_GRPC_FIRST_MESSAGE_TIMEOUT=1s"}})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var opened atomic.Int32
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for _, ip := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
+		conn := grpcConnFrom(t, d, ip)
+		wg.Go(func() {
+			// Bounded: a few streams a second until the test ends.
+			for range 1000 {
+				for _, m := range []string{healthpb.Health_Check_FullMethodName, healthpb.Health_Watch_FullMethodName,
+					"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"} {
+					// Headers go out with the new stream; no message follows.
+					if _, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, m); err == nil {
+						opened.Add(1)
+					}
+				}
+				sleepCtx(ctx, 200*time.Millisecond)
+				if ctx.Err() != nil {
+					return
+				}
+			}
+		})
+	}
+	waitFor(t, 60*time.Second, "the silent calls", func() bool { return opened.Load() >= 9 })
+	time.Sleep(500 * time.Millisecond)
+
+	health := healthpb.NewHealthClient(grpcConnFrom(t, d, "127.0.0.6"))
+	checkCtx, checkCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer checkCancel()
+	resp, err := health.Check(checkCtx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+	require.NoError(t, err, "a health check from another address")
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.GetStatus())
+	watch, err := health.Watch(checkCtx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+	require.NoError(t, err)
+	first, err := watch.Recv()
+	require.NoError(t, err, "a health watch from another address")
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, first.GetStatus())
+
+	waitFor(t, 60*time.Second, "silent calls cut off", func() bool {
+		_, metrics := d.get(t, "/metrics")
+		return regexp.MustCompile(`dispatcher_refusals_total\{port="api",reason="first_message_timeout"\} [1-9]`).MatchString(metrics)
+	})
 }

@@ -170,6 +170,9 @@ type serveConfig struct {
 	GRPCMaxConnAge         time.Duration
 	GRPCMaxConnGrace       time.Duration
 	GRPCKeepaliveMin       time.Duration
+	// GRPCFirstMessageTimeout bounds how long a gRPC call that needs no
+	// token (health, reflection) may take to send its first message.
+	GRPCFirstMessageTimeout time.Duration
 	// Ops port limits.
 	OpsMaxConns        int
 	OpsMaxConnsPerAddr int
@@ -268,6 +271,7 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.IntVar(&c.OpsMaxHeaderBytes, "ops-max-header-bytes", env.integer("DISPATCHER_OPS_MAX_HEADER_BYTES", 64<<10), "largest request header block the ops port reads (431 beyond) (env DISPATCHER_OPS_MAX_HEADER_BYTES)")
 	fs.DurationVar(&c.HealthzCache, "healthz-cache", env.duration("DISPATCHER_HEALTHZ_CACHE", time.Second), "how long /healthz reuses its last database ping; 0 pings on every request (env DISPATCHER_HEALTHZ_CACHE)")
 	fs.IntVar(&c.AuthFailures, "auth-failures", env.integer("DISPATCHER_AUTH_FAILURES", 10), "failed tokens (bearer or login form) one client address may send in a burst before it is throttled (HTTP 429, gRPC ResourceExhausted) (env DISPATCHER_AUTH_FAILURES)")
+	fs.DurationVar(&c.GRPCFirstMessageTimeout, "grpc-first-message-timeout", env.duration("DISPATCHER_GRPC_FIRST_MESSAGE_TIMEOUT", grpcapi.DefaultFirstMessageTimeout), "how long a gRPC call that needs no token (health, reflection) may take to send its first message before it is cancelled, its read reservation given back, and its address refused such calls for a minute (env DISPATCHER_GRPC_FIRST_MESSAGE_TIMEOUT)")
 	trustedProxies := fs.String("trusted-proxies", env.str("DISPATCHER_TRUSTED_PROXIES", ""), "comma-separated CIDR prefixes (or IPs) of the reverse proxies in front of the API and ops ports: a request from one is counted, by the failed-token throttle, under the rightmost address of its X-Forwarded-For (or Forwarded for=) that is not a trusted proxy, and the proxies are exempt from the per-address connection caps; empty: every client is its peer address (env DISPATCHER_TRUSTED_PROXIES)")
 	fs.DurationVar(&c.AuthFailuresPer, "auth-failures-per", env.duration("DISPATCHER_AUTH_FAILURES_PER", time.Minute), "how long a throttled address takes to earn back -auth-failures attempts (env DISPATCHER_AUTH_FAILURES_PER)")
 	fs.BoolVar(&c.CookieSecure, "cookie-secure", env.boolean("DISPATCHER_COOKIE_SECURE", false), "mark the session cookies of River UI and the portal Secure even though this process serves plain HTTP: set it behind a TLS-terminating proxy (the portal's is Secure anyway with an https -portal-url) (env DISPATCHER_COOKIE_SECURE)")
@@ -487,6 +491,7 @@ func (c *serveConfig) validateLimits() error {
 		{"-ops-idle-timeout (DISPATCHER_OPS_IDLE_TIMEOUT)", c.OpsIdleTimeout, time.Second, 24 * time.Hour},
 		{"-healthz-cache (DISPATCHER_HEALTHZ_CACHE)", c.HealthzCache, 0, time.Minute},
 		{"-auth-failures-per (DISPATCHER_AUTH_FAILURES_PER)", c.AuthFailuresPer, time.Second, 24 * time.Hour},
+		{"-grpc-first-message-timeout (DISPATCHER_GRPC_FIRST_MESSAGE_TIMEOUT)", c.GRPCFirstMessageTimeout, 100 * time.Millisecond, time.Minute},
 	} {
 		if r.v < r.lo || r.v > r.hi {
 			return fmt.Errorf("invalid %s %s: want %s..%s", r.flag, r.v, r.lo, r.hi)

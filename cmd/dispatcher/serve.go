@@ -312,7 +312,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	})
 	grpcLis = apiConns
 	gate := grpcapi.NewGate(grpcapi.GateConfig{Auth: authn, Throttle: throttle, Proxies: cfg.TrustedProxies, Budget: readBudget, Limits: limits,
-		Conns: apiConns, Refused: refused("api")})
+		Conns: apiConns, Refused: refused("api"), FirstMessageTimeout: cfg.GRPCFirstMessageTimeout})
 	// The port's TLS is terminated by the port mux (below), which hands
 	// gRPC connections over already secured; these credentials say so.
 	serverOpts := []grpc.ServerOption{grpc.Creds(portmux.Creds())}

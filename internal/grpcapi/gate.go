@@ -2,9 +2,12 @@ package grpcapi
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -96,6 +99,12 @@ type GateConfig struct {
 	// Refused is told each call refused to bound what clients hold, by
 	// reason (internal/connlimit's); nil: nobody is.
 	Refused func(reason string)
+	// FirstMessageTimeout bounds how long a call that needs no token
+	// (health, reflection) may take to send its first message; 0:
+	// DefaultFirstMessageTimeout.
+	FirstMessageTimeout time.Duration
+	// Now is the clock of the penalty for a silent call; nil: time.Now.
+	Now func() time.Time
 }
 
 // Conns is what the gate tells the port's connections (internal/connlimit's
@@ -126,58 +135,90 @@ type Conns interface {
 // Health and reflection need no token, so their calls are bounded apart:
 // gRPC reads any message up to the largest limit before a codec can look at
 // it, so each such call reserves that much from a small budget of its own
-// (two such reads at once) from its headers until its message has been read
-// — microseconds for the few bytes these calls send — and is answered
-// Unavailable when the budget is taken. What an unauthenticated client can
-// make the process hold is those budgets.
+// from its headers until its message has been read — microseconds for the
+// few bytes these calls send — and is answered Unavailable when the budget
+// is taken. Health checks have a budget of their own (openHealthReads reads
+// at once), apart from reflection's first messages (openReflectionReads)
+// and from a stream's later messages (openNextReads: reflection is a
+// bidirectional stream, which waits in RecvMsg for the client's next
+// request), so that no other call's reservation ever delays a health check:
+// grpcurl resolves a method by reflection and keeps that stream open while
+// it calls the method, from the same address. What an unauthenticated
+// client can make the process hold is those budgets.
 //
-// A client that opens such calls and never sends their message holds its
-// reservations until the connection ends, so one client address (the IP,
-// an IPv6 address's /64, as the throttle counts it; the in-process pipe is
-// exempt) may hold one of them at a time: a single address cannot starve
-// every other caller of the health service, though
-// clients at several addresses still can (orchestrator probes use /healthz
-// on the ops port for that reason). A stream's later messages (reflection
-// is a bidirectional stream, which waits in RecvMsg for the client's next
-// request) reserve from a budget of their own, one read, with the same
-// one-per-address cap, so that an open reflection stream starves no health
-// check: grpcurl resolves a method by reflection and keeps that stream open
-// while it calls the method, from the same address.
+// A client that opens such calls and never sends their message would hold
+// its reservations, so:
+//   - one client address (the IP, an IPv6 address's /64, as the throttle
+//     counts it; through GateConfig.Proxies; the in-process pipe is exempt)
+//     holds at most one read at a time in each budget;
+//   - a call's first message must arrive within FirstMessageTimeout of its
+//     headers, or the call is cancelled and its reservation given back
+//     (reason first_message_timeout);
+//   - an address whose call was so cancelled may open no such call for
+//     silentPenalty: to keep every health read taken, a client needs
+//     openHealthReads × silentPenalty / FirstMessageTimeout addresses
+//     (4 × 60 s / 5 s = 48 at the defaults), where two used to do.
 type Gate struct {
 	cfg    GateConfig
 	codec  *gateCodec
 	limits Limits
-	open   *inflight.Budget
-	// openNext bounds the reads of a stream's later messages.
-	openNext *inflight.Budget
+	// open bounds the reads of calls that need no token, by openClass.
+	open [openClasses]*inflight.Budget
+	// silent remembers the addresses whose call sent no first message in
+	// time.
+	silent *auth.Throttle
 
 	// openMu guards openPeers: the client addresses holding an open read,
-	// at most one each for first messages and one for later ones.
+	// at most one each per class.
 	openMu    sync.Mutex
 	openPeers map[openPeer]struct{}
 }
 
-// openPeer is a client address (its IP) and whether its read is of a
-// stream's later message.
+// openClass is which budget an unauthenticated read reserves from.
+type openClass int
+
+const (
+	// classHealth: the first (only) message of a health Check or Watch.
+	classHealth openClass = iota
+	// classReflection: the first message of a reflection stream.
+	classReflection
+	// classNext: a stream's later messages.
+	classNext
+	openClasses
+)
+
+// openPeer is a client address (its IP) and the class of its read.
 type openPeer struct {
-	ip   string
-	next bool
+	ip    string
+	class openClass
 }
 
-// openReads is how many calls that need no token may have their first
-// message read at once; openNextReads how many of their later messages.
+// How many reads of calls that need no token may be under way at once, by
+// class; how long such a call may take to send its first message by
+// default; and how long an address that let that pass is refused such
+// calls.
 const (
-	openReads     = 2
-	openNextReads = 1
+	openHealthReads            = 4
+	openReflectionReads        = 1
+	openNextReads              = 1
+	DefaultFirstMessageTimeout = 5 * time.Second
+	silentPenalty              = time.Minute
 )
 
 // NewGate returns a Gate.
 func NewGate(cfg GateConfig) *Gate {
 	cfg.Limits = cfg.Limits.withDefaults()
-	return &Gate{cfg: cfg, limits: cfg.Limits, codec: &gateCodec{inner: encoding.GetCodecV2("proto"), limits: cfg.Limits, refused: cfg.Refused},
-		open:      inflight.New(openReads * int64(cfg.Limits.Largest())),
-		openNext:  inflight.New(openNextReads * int64(cfg.Limits.Largest())),
+	if cfg.FirstMessageTimeout <= 0 {
+		cfg.FirstMessageTimeout = DefaultFirstMessageTimeout
+	}
+	largest := int64(cfg.Limits.Largest())
+	g := &Gate{cfg: cfg, limits: cfg.Limits, codec: &gateCodec{inner: encoding.GetCodecV2("proto"), limits: cfg.Limits, refused: cfg.Refused},
+		silent:    auth.NewThrottle(auth.ThrottleConfig{Failures: 1, Per: silentPenalty, Now: cfg.Now}),
 		openPeers: make(map[openPeer]struct{})}
+	g.open[classHealth] = inflight.New(openHealthReads * largest)
+	g.open[classReflection] = inflight.New(openReflectionReads * largest)
+	g.open[classNext] = inflight.New(openNextReads * largest)
+	return g
 }
 
 // ServerOptions returns the options that install the gate: the tap handler,
@@ -212,7 +253,7 @@ func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error)
 		if g.cfg.Conns != nil && addr != "" {
 			g.cfg.Conns.Touch(p.Addr)
 		}
-		return g.tapOpen(ctx)
+		return g.tapOpen(ctx, info.FullMethodName)
 	}
 	if err := Authorize(ctx, g.cfg.Auth, info.FullMethodName); err != nil {
 		// Only a token presented and wrong is a guess, and only a guess is
@@ -267,20 +308,57 @@ func (g *Gate) refused(reason string) {
 // reservation from the open budget while its first message is read.
 type openReadKey struct{}
 
-func (g *Gate) tapOpen(ctx context.Context) (context.Context, error) {
-	release, err := g.acquireOpen(ctx, false)
+func (g *Gate) tapOpen(ctx context.Context, fullMethod string) (context.Context, error) {
+	class := classReflection
+	if strings.HasPrefix(fullMethod, prefixHealth) {
+		class = classHealth
+	}
+	ip := g.openPeerKey(ctx)
+	if ip != "" {
+		if wait, ok := g.silent.Allow(ip); !ok {
+			g.refused(connlimit.ReasonOpenCalls)
+			return ctx, status.Errorf(codes.Unavailable,
+				"this address opened an unauthenticated call (health, reflection) and sent no message: retry in %s", wait)
+		}
+	}
+	release, err := g.acquireOpen(ctx, class)
 	if err != nil {
 		return ctx, err
 	}
-	context.AfterFunc(ctx, release)
-	return context.WithValue(ctx, openReadKey{}, release), nil
+	// The first message must come soon: the reservation is not held for
+	// a client that sends headers and nothing more.
+	ctx, cancel := context.WithCancelCause(ctx)
+	var state atomic.Int32 // 0 waiting, 1 read, 2 timed out
+	timer := time.AfterFunc(g.cfg.FirstMessageTimeout, func() {
+		if !state.CompareAndSwap(0, 2) {
+			return
+		}
+		release()
+		g.refused(connlimit.ReasonFirstMessageTimeout)
+		if ip != "" {
+			g.silent.Fail(ip)
+		}
+		cancel(errFirstMessageTimeout)
+	})
+	read := func() {
+		if state.CompareAndSwap(0, 1) {
+			timer.Stop()
+		}
+		release()
+	}
+	context.AfterFunc(ctx, read)
+	return context.WithValue(ctx, openReadKey{}, read), nil
 }
 
+// errFirstMessageTimeout is why a call that sent no first message in time
+// was cancelled.
+var errFirstMessageTimeout = errors.New("the call sent no message within the first-message timeout")
+
 // acquireOpen reserves the read of one message of a call that needs no
-// token (next: a stream's later message): the client address's one slot,
-// then the largest message from the budget. The release is idempotent.
-func (g *Gate) acquireOpen(ctx context.Context, next bool) (func(), error) {
-	key := openPeer{ip: g.openPeerKey(ctx), next: next}
+// token, of class: the client address's one slot in the class, then the
+// largest message from the class's budget. The release is idempotent.
+func (g *Gate) acquireOpen(ctx context.Context, class openClass) (func(), error) {
+	key := openPeer{ip: g.openPeerKey(ctx), class: class}
 	if key.ip != "" {
 		g.openMu.Lock()
 		_, held := g.openPeers[key]
@@ -293,11 +371,7 @@ func (g *Gate) acquireOpen(ctx context.Context, next bool) (func(), error) {
 			return nil, status.Error(codes.Unavailable, "this address already has an unauthenticated call (health, reflection) being read: retry")
 		}
 	}
-	budget := g.open
-	if next {
-		budget = g.openNext
-	}
-	releaseBytes, ok := budget.TryAcquire(int64(g.limits.Largest()))
+	releaseBytes, ok := g.open[class].TryAcquire(int64(g.limits.Largest()))
 	if !ok {
 		g.releasePeer(key)
 		g.refused(connlimit.ReasonOpenCalls)
@@ -386,7 +460,7 @@ type checkedStream struct {
 func (s *checkedStream) RecvMsg(m any) error {
 	if s.open != nil {
 		if s.release == nil {
-			r, err := s.open.acquireOpen(s.Context(), true)
+			r, err := s.open.acquireOpen(s.Context(), classNext)
 			if err != nil {
 				return err
 			}
