@@ -317,7 +317,7 @@ func TestPages(t *testing.T) {
 		b := setup(t)
 		c := sessionCookie(t, b)
 		// The same configuration after the token was rotated out.
-		a, err := New(Tokens{Admin: []string{adminToken}, Operator: []string{"operator-token-rotated-0001"}}, nil)
+		a, err := New(Tokens{Admin: []string{adminToken}, Operator: []string{"operator-token-rotated-0001abcdef"}}, nil)
 		require.NoError(t, err)
 		rec := httptest.NewRecorder()
 		a.Pages(PagesConfig{Role: RoleOperator, Prefix: "/riverui"}).Handler(http.NotFoundHandler()).ServeHTTP(rec, retry(c))

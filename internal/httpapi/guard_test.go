@@ -18,8 +18,8 @@ import (
 )
 
 const (
-	guardPublisherToken = "guard-publisher-token-0123456789"
-	guardAdminToken     = "guard-admin-token-0123456789"
+	guardPublisherToken = "guard-publisher-token-0123456789abcdef0123"
+	guardAdminToken     = "guard-admin-token-0123456789abcdef0123"
 )
 
 // watchedBody records whether anything read it.
