@@ -453,3 +453,22 @@ func TestAttackSilentStreamsCannotStarveHealth(t *testing.T) {
 		return regexp.MustCompile(`dispatcher_refusals_total\{port="api",reason="first_message_timeout"\} [1-9]`).MatchString(metrics)
 	})
 }
+
+// TestAttackQueryNotUTF8IsTheClientsError: invalid UTF-8 in a query
+// string answers 400 naming the parameter. (The previous release answered
+// 500, naming an internal step.)
+func TestAttackQueryNotUTF8IsTheClientsError(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
+	req, err := http.NewRequest(http.MethodGet, "http://"+d.grpcAddr+"/v1/endpoints?owner_id=acme%FF", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", body)
+	require.Contains(t, string(body), `"field":"owner_id"`)
+	require.Contains(t, string(body), "not valid UTF-8")
+}

@@ -188,6 +188,24 @@ func TestGuard(t *testing.T) {
 		require.Equal(t, int32(1), b.passed.Load())
 	})
 
+	t.Run("QueryNotUTF8NamesTheParameter", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		for query, want := range map[string]FieldViolation{
+			"owner_id=acme&name=ab%FFcd": {Field: "name", Description: "the query parameter's value is not valid UTF-8 (at byte 2)"},
+			"owner_id=%zz":               {Field: "owner_id", Description: "the query parameter is not valid percent-encoding"},
+			"na%FEme=x":                  {Field: "na\uFFFDme", Description: "the query parameter's name is not valid UTF-8 (at byte 2)"},
+		} {
+			r := httptest.NewRequest(http.MethodGet, "/v1/endpoints?"+query, nil)
+			r.Header.Set("Authorization", "Bearer "+guardAdminToken)
+			rec := httptest.NewRecorder()
+			b.guard.ServeHTTP(rec, r)
+			require.Equal(t, http.StatusBadRequest, rec.Code, query)
+			require.Equal(t, []FieldViolation{want}, problem(t, rec).FieldViolations, query)
+		}
+		require.Zero(t, b.passed.Load())
+	})
+
 	t.Run("ThrottledByClientBehindATrustedProxy", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, auth.NewThrottle(auth.ThrottleConfig{Failures: 2, Per: time.Hour}))

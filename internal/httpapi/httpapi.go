@@ -230,6 +230,10 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		r.Body = http.NoBody
 	}
+	if violations := queryViolations(r.URL.RawQuery); len(violations) > 0 {
+		badRequest(w, violations)
+		return
+	}
 	if rt, params := match(g.routes, r.Method, r.URL.Path); rt != nil {
 		if violations := prepare(r, rt, params); len(violations) > 0 {
 			badRequest(w, violations)
@@ -374,4 +378,45 @@ func tooLarge(limit int) string {
 		return "the request body must be at most " + strconv.Itoa(limit>>20) + " MiB"
 	}
 	return "the request body must be at most " + strconv.Itoa(limit>>10) + " KiB"
+}
+
+// queryViolations checks that every query parameter's name and value are
+// valid percent-encoding of UTF-8: the transcoder would put them into
+// proto strings, which must be UTF-8, and fail as a server error (500)
+// naming its own step. Each violation names the parameter (its invalid
+// bytes replaced) and the byte of the decoded value at fault.
+func queryViolations(raw string) []FieldViolation {
+	var out []FieldViolation
+	for pair := range strings.SplitSeq(raw, "&") {
+		if pair == "" {
+			continue
+		}
+		rawKey, rawVal, _ := strings.Cut(pair, "=")
+		key, kerr := url.QueryUnescape(rawKey)
+		if kerr != nil {
+			key = rawKey
+		}
+		name := strings.ToValidUTF8(key, "\uFFFD")
+		switch val, verr := url.QueryUnescape(rawVal); {
+		case kerr != nil || verr != nil:
+			out = append(out, FieldViolation{Field: name, Description: "the query parameter is not valid percent-encoding"})
+		case !utf8.ValidString(key):
+			out = append(out, FieldViolation{Field: name, Description: fmt.Sprintf("the query parameter's name is not valid UTF-8 (at byte %d)", invalidAt(key))})
+		case !utf8.ValidString(val):
+			out = append(out, FieldViolation{Field: name, Description: fmt.Sprintf("the query parameter's value is not valid UTF-8 (at byte %d)", invalidAt(val))})
+		}
+	}
+	return out
+}
+
+// invalidAt is the offset of s's first byte that is not valid UTF-8.
+func invalidAt(s string) int {
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(s)
 }
