@@ -191,6 +191,8 @@ type serveConfig struct {
 	// Secure even when this process serves plain HTTP (behind a
 	// TLS-terminating proxy).
 	CookieSecure bool
+	// RefuseFormat1Secrets refuses format 1 sealed values (internal/seal).
+	RefuseFormat1Secrets bool
 
 	LogFormat string
 	LogLevel  slog.Level
@@ -274,6 +276,7 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.DurationVar(&c.GRPCFirstMessageTimeout, "grpc-first-message-timeout", env.duration("DISPATCHER_GRPC_FIRST_MESSAGE_TIMEOUT", grpcapi.DefaultFirstMessageTimeout), "how long a gRPC call that needs no token (health, reflection) may take to send its first message before it is cancelled, its read reservation given back, and its address refused such calls for a minute (env DISPATCHER_GRPC_FIRST_MESSAGE_TIMEOUT)")
 	trustedProxies := fs.String("trusted-proxies", env.str("DISPATCHER_TRUSTED_PROXIES", ""), "comma-separated CIDR prefixes (or IPs) of the reverse proxies in front of the API and ops ports: a request from one is counted, by the failed-token throttle, under the rightmost address of its X-Forwarded-For (or Forwarded for=) that is not a trusted proxy, and the proxies are exempt from the per-address connection caps; empty: every client is its peer address (env DISPATCHER_TRUSTED_PROXIES)")
 	fs.DurationVar(&c.AuthFailuresPer, "auth-failures-per", env.duration("DISPATCHER_AUTH_FAILURES_PER", time.Minute), "how long a throttled address takes to earn back -auth-failures attempts (env DISPATCHER_AUTH_FAILURES_PER)")
+	fs.BoolVar(&c.RefuseFormat1Secrets, "refuse-format1-secrets", env.boolean("DISPATCHER_REFUSE_FORMAT1_SECRETS", false), "refuse signing secrets still sealed in format 1 (bound to the endpoint alone): set it once `dispatcher reseal-secrets` has run on the whole fleet, so a value written back from an old dump is an error, not a key (env DISPATCHER_REFUSE_FORMAT1_SECRETS)")
 	fs.BoolVar(&c.CookieSecure, "cookie-secure", env.boolean("DISPATCHER_COOKIE_SECURE", false), "mark the session cookies of River UI and the portal Secure even though this process serves plain HTTP: set it behind a TLS-terminating proxy (the portal's is Secure anyway with an https -portal-url) (env DISPATCHER_COOKIE_SECURE)")
 	fs.StringVar(&c.LogFormat, "log-format", env.str("DISPATCHER_LOG_FORMAT", "json"), "log format: json or text (env DISPATCHER_LOG_FORMAT)")
 	level := fs.String("log-level", env.str("DISPATCHER_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env DISPATCHER_LOG_LEVEL)")

@@ -93,6 +93,11 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	if err != nil {
 		return fmt.Errorf("DISPATCHER_MASTER_KEYS: %w", err)
 	}
+	if cfg.RefuseFormat1Secrets {
+		// After a fleet-wide reseal-secrets no value is left in format 1;
+		// one that appears was written back, and binds less.
+		keyring = keyring.RefusingFormat1()
+	}
 	authn, err := cfg.authenticator(logger)
 	if err != nil {
 		return err
