@@ -212,7 +212,7 @@ func NewGate(cfg GateConfig) *Gate {
 		cfg.FirstMessageTimeout = DefaultFirstMessageTimeout
 	}
 	largest := int64(cfg.Limits.Largest())
-	g := &Gate{cfg: cfg, limits: cfg.Limits, codec: &gateCodec{inner: encoding.GetCodecV2("proto"), limits: cfg.Limits, refused: cfg.Refused},
+	g := &Gate{cfg: cfg, limits: cfg.Limits, codec: &gateCodec{inner: encoding.GetCodecV2("proto"), limits: cfg.Limits, refused: cfg.Refused, budget: cfg.Budget},
 		silent:    auth.NewThrottle(auth.ThrottleConfig{Failures: 1, Per: silentPenalty, Now: cfg.Now}),
 		openPeers: make(map[openPeer]struct{})}
 	g.open[classHealth] = inflight.New(openHealthReads * largest)
@@ -425,6 +425,7 @@ func (g *Gate) authorize(ctx context.Context, fullMethod string) error {
 func (g *Gate) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	// The request has been read and decoded by now.
 	releaseOpenRead(ctx)
+	defer g.codec.release(req)
 	if err := g.authorize(ctx, info.FullMethod); err != nil {
 		return nil, err
 	}
@@ -485,6 +486,10 @@ type gateCodec struct {
 	inner  encoding.CodecV2
 	limits Limits
 	errs   sync.Map // request message (a pointer) → error
+	// budget, when set, is reserved from for what decoding a publish
+	// request costs; held maps its message (a pointer) to the release.
+	budget *inflight.Budget
+	held   sync.Map
 	// refused is GateConfig.Refused.
 	refused func(reason string)
 }
@@ -508,10 +513,64 @@ func (c *gateCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
+	if err := c.reserveDecoding(buf.ReadOnlyData(), v); err != nil {
+		c.errs.Store(v, err)
+		return nil
+	}
 	if err := proto.Unmarshal(buf.ReadOnlyData(), m); err != nil {
 		c.errs.Store(v, status.Error(codes.InvalidArgument, "the request message is not valid protobuf: "+describeDecode(err)))
 	}
 	return nil
+}
+
+// reserveDecoding checks a publish request's encoding before it is
+// decoded: an event's data over MaxDataWireBytes is refused, and what
+// decoding will cost (decoding multiplies: a value in an event's data
+// becomes a message of its own) is reserved from the budget until the call
+// ends (held), or refused when it does not fit.
+func (c *gateCodec) reserveDecoding(b []byte, v any) error {
+	var batch bool
+	switch v.(type) {
+	case *webhooksv1.PublishBatchRequest:
+		batch = true
+	case *webhooksv1.PublishRequest:
+	default:
+		return nil
+	}
+	cost, err := publishCost(b, batch)
+	if err != nil {
+		c.refusedFor(connlimit.ReasonTooLarge)
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if c.budget == nil {
+		return nil
+	}
+	if cost > c.budget.Size() {
+		c.refusedFor(connlimit.ReasonTooLarge)
+		return status.Errorf(codes.ResourceExhausted,
+			"decoded, the request would take about %d MiB, more than the server decodes at once (%d MiB): send fewer events, or fewer values in each", cost>>20, c.budget.Size()>>20)
+	}
+	release, ok := c.budget.TryAcquire(cost)
+	if !ok {
+		c.refusedFor(connlimit.ReasonReadBudget)
+		return status.Errorf(codes.Unavailable,
+			"the server is decoding as many requests as its memory budget allows (%d bytes): retry shortly", c.budget.Size())
+	}
+	c.held.Store(v, release)
+	return nil
+}
+
+func (c *gateCodec) refusedFor(reason string) {
+	if c.refused != nil {
+		c.refused(reason)
+	}
+}
+
+// release gives back the decoding reservation of m, if it holds one.
+func (c *gateCodec) release(m any) {
+	if r, ok := c.held.LoadAndDelete(m); ok {
+		r.(func())()
+	}
 }
 
 // take returns (and forgets) the error Unmarshal recorded for m, if any.

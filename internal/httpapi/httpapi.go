@@ -321,7 +321,8 @@ func (g *guard) readBody(w http.ResponseWriter, r *http.Request, limit int) (rel
 		writeProblem(w, Problem{Status: http.StatusBadRequest, Code: codeName(codes.InvalidArgument), Detail: "could not read the request body"})
 		return nil, false
 	}
-	if msg := checkJSON(body); msg != "" {
+	msg, elements := checkJSON(body)
+	if msg != "" {
 		release()
 		// Named as the dialect names a body it cannot read, so a client
 		// finds every bad body under field_violations "body".
@@ -329,13 +330,49 @@ func (g *guard) readBody(w http.ResponseWriter, r *http.Request, limit int) (rel
 			FieldViolations: []FieldViolation{{Field: "body", Description: msg}}})
 		return nil, false
 	}
+	if g.cfg.Budget != nil {
+		// Decoding multiplies: the JSON decoder builds a value per element,
+		// and the call it becomes is encoded and decoded again behind the
+		// pipe. Reserve what that costs before it is spent (the bytes read
+		// are reserved already), and refuse a body whose decoded form would
+		// not fit the whole budget.
+		cost := grpcapi.JSONDecodedCost(len(body), elements)
+		if cost > g.cfg.Budget.Size() {
+			release()
+			g.refused(connlimit.ReasonTooLarge)
+			writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Code: codeName(codes.InvalidArgument),
+				Detail: fmt.Sprintf("the request body holds %d JSON values: decoded, it would take about %d MiB, more than the server reads at once (%d MiB); send fewer events, or fewer values in each",
+					elements, cost>>20, g.cfg.Budget.Size()>>20)})
+			return nil, false
+		}
+		n := r.ContentLength
+		if n < 0 {
+			n = int64(limit)
+		}
+		if extra := cost - n; extra > 0 {
+			more, err := g.cfg.Budget.Acquire(r.Context(), extra, g.cfg.BudgetWait)
+			if err != nil {
+				release()
+				g.refused(connlimit.ReasonReadBudget)
+				w.Header().Set("Retry-After", "1")
+				writeProblem(w, Problem{Status: http.StatusServiceUnavailable, Code: codeName(codes.Unavailable),
+					Detail: "the server is decoding as many requests as its memory budget allows: retry shortly"})
+				return nil, false
+			}
+			first := release
+			release = func() { more(); first() }
+		}
+	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return release, true
 }
 
 // checkJSON refuses, before the decoder sees them, a body that nests deeper
 // than MaxJSONDepth or that is not UTF-8: the message says which, and where.
-func checkJSON(body []byte) string {
+// It counts the body's elements (its objects, arrays and commas outside
+// strings: one per value, member or element, give or take one), which is
+// what decoding it costs.
+func checkJSON(body []byte) (msg string, elements int) {
 	if !utf8.Valid(body) {
 		i := 0
 		for i < len(body) {
@@ -345,7 +382,7 @@ func checkJSON(body []byte) string {
 			}
 			i += n
 		}
-		return "the request body is not valid UTF-8 (at byte " + strconv.Itoa(i) + ")"
+		return "the request body is not valid UTF-8 (at byte " + strconv.Itoa(i) + ")", 0
 	}
 	depth := 0
 	inString, escaped := false, false
@@ -363,14 +400,17 @@ func checkJSON(body []byte) string {
 		case c == '"':
 			inString = true
 		case c == '{' || c == '[':
+			elements++
 			if depth++; depth > MaxJSONDepth {
-				return "the request body's JSON nests deeper than " + strconv.Itoa(MaxJSONDepth) + " levels (at byte " + strconv.Itoa(i) + ")"
+				return "the request body's JSON nests deeper than " + strconv.Itoa(MaxJSONDepth) + " levels (at byte " + strconv.Itoa(i) + ")", elements
 			}
 		case c == '}' || c == ']':
 			depth--
+		case c == ',':
+			elements++
 		}
 	}
-	return ""
+	return "", elements + 1
 }
 
 func tooLarge(limit int) string {
