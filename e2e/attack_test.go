@@ -10,6 +10,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -30,6 +31,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -471,4 +474,80 @@ func TestAttackQueryNotUTF8IsTheClientsError(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", body)
 	require.Contains(t, string(body), `"field":"owner_id"`)
 	require.Contains(t, string(body), "not valid UTF-8")
+}
+
+// TestAttackPublishBatchMemoryBounded: 16 concurrent maximal PublishBatch
+// calls with a valid publisher token, over HTTP/JSON (3.9 MB of small
+// numbers in data, which protojson decodes into about 44 times as many
+// bytes) and then over gRPC (4 MB encoding a list of empty objects, about
+// 31 times), keep the process's peak resident memory under half the
+// chart's 512 MiB limit: the read budget reserves what decoding costs,
+// counted before decoding, and a body whose decoded form would not fit is
+// refused undecoded. (The previous release decoded them all at once: 3.66
+// GB was reported for the HTTP calls; this test's first phase takes it past
+// the limit.)
+func TestAttackPublishBatchMemoryBounded(t *testing.T) {
+	t.Parallel()
+	const calls = 16
+	const limit = 512 << 20
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
+	pid := d.cmd.Process.Pid
+
+	// HTTP: one event whose data is a list of zeros, 3.9 MB in all.
+	var b strings.Builder
+	b.WriteString(`{"events":[{"id":"evt-mem","owner_id":"owner-mem","type":"code.issued","subject":"code://1","data":{"a":[0`)
+	for b.Len() < 3_900_000 {
+		b.WriteString(",0")
+	}
+	b.WriteString(`]}}]}`)
+	body := []byte(b.String())
+	codes := make([]int, calls)
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			req, err := http.NewRequest(http.MethodPost, "http://"+d.grpcAddr+"/v1/events:publishBatch", bytes.NewReader(body))
+			if err != nil {
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+publisherToken)
+			resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
+			if err != nil {
+				t.Errorf("HTTP publishBatch %d: %v", i, err)
+				return
+			}
+			codes[i] = resp.StatusCode
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	peak := procStatus(t, pid, "VmHWM")
+	t.Logf("HTTP: %d concurrent %d-byte publishBatch bodies: answers %v; peak RSS %d MiB (the chart's limit %d MiB)", calls, len(body), codes, peak>>20, limit>>20)
+	require.Less(t, peak, int64(limit/2), "peak resident memory after %d concurrent maximal HTTP publishBatch calls", calls)
+
+	// gRPC: one event whose data is a list of about a million empty
+	// objects, 4 MB encoded.
+	items := make([]*structpb.Value, 0, 1_000_000)
+	for range cap(items) {
+		items = append(items, structpb.NewStructValue(&structpb.Struct{}))
+	}
+	req := &webhooksv1.PublishBatchRequest{Events: []*webhooksv1.Event{{Id: "evt-mem-grpc", OwnerId: "owner-mem", Type: "code.issued", Subject: "code://1",
+		Data: &structpb.Struct{Fields: map[string]*structpb.Value{"a": structpb.NewListValue(&structpb.ListValue{Values: items})}}}}}
+	errs := make([]error, calls)
+	for i := range calls {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(withToken(context.Background(), publisherToken), 2*time.Minute)
+			defer cancel()
+			_, errs[i] = d.events().PublishBatch(ctx, req)
+		})
+	}
+	wg.Wait()
+	peak = procStatus(t, pid, "VmHWM")
+	grpcCodes := make([]string, calls)
+	for i, err := range errs {
+		grpcCodes[i] = status.Code(err).String()
+	}
+	t.Logf("gRPC: %d concurrent %d-byte PublishBatch calls: %v; peak RSS %d MiB", calls, proto.Size(req), grpcCodes, peak>>20)
+	require.Less(t, peak, int64(limit/2), "peak resident memory after %d concurrent maximal gRPC PublishBatch calls", calls)
 }
