@@ -10,11 +10,13 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,7 +26,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -298,4 +306,248 @@ func TestAttackOpsPortPerAddressCap(t *testing.T) {
 	require.NoError(t, err)
 	_ = resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// tokenCallHTTP lists the event types with tok from ip, as forwarded for
+// xff when it is set: the status, or 0 when it was not answered.
+func tokenCallHTTP(d *dispatcher, ip, tok, xff string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.grpcAddr+"/v1/event-types", nil)
+	if err != nil {
+		return 0
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if xff != "" {
+		req.Header.Set("X-Forwarded-For", xff)
+	}
+	resp, err := httpClientFrom(ip).Do(req)
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestAttackThrottleLocksNobodyOut: ten wrong tokens from one address,
+// then the right one from the same address, is served, over HTTP and over
+// gRPC; the guesses that follow stay throttled. Behind a trusted proxy
+// (-trusted-proxies, here 127.0.0.5 by its variable), clients are told
+// apart by X-Forwarded-For: one client's guesses throttle neither another
+// client's guesses nor any right token. (The previous release refused
+// every call from a throttled address, right tokens included, and counted
+// every client behind a proxy as the proxy.)
+func TestAttackThrottleLocksNobodyOut(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"},
+		env: []string{"DISPATCHER_TRUSTED_PROXIES=127.0.0.5"}})
+	const guess = "e2e-guess-token-0123456789abcdef"
+
+	t.Run("HTTP", func(t *testing.T) {
+		for i := range 10 {
+			require.Equal(t, http.StatusUnauthorized, tokenCallHTTP(d, "127.0.0.2", guess, ""), "guess %d", i+1)
+		}
+		require.Equal(t, http.StatusTooManyRequests, tokenCallHTTP(d, "127.0.0.2", guess, ""), "the 11th guess")
+		require.Equal(t, http.StatusOK, tokenCallHTTP(d, "127.0.0.2", adminToken, ""), "the right token from the throttled address")
+		require.Equal(t, http.StatusTooManyRequests, tokenCallHTTP(d, "127.0.0.2", guess, ""), "guessing stays throttled")
+	})
+
+	t.Run("GRPC", func(t *testing.T) {
+		conn := grpcConnFrom(t, d, "127.0.0.3")
+		client := webhooksv1.NewEndpointServiceClient(conn)
+		list := func(tok string) codes.Code {
+			ctx, cancel := context.WithTimeout(withToken(context.Background(), tok), 30*time.Second)
+			defer cancel()
+			_, err := client.ListEventTypes(ctx, &webhooksv1.ListEventTypesRequest{}, grpc.WaitForReady(true))
+			return status.Code(err)
+		}
+		for i := range 10 {
+			require.Equal(t, codes.Unauthenticated, list(guess), "guess %d", i+1)
+		}
+		require.Equal(t, codes.ResourceExhausted, list(guess), "the 11th guess")
+		require.Equal(t, codes.OK, list(adminToken), "the right token from the throttled address")
+		require.Equal(t, codes.ResourceExhausted, list(guess), "guessing stays throttled")
+	})
+
+	t.Run("BehindATrustedProxy", func(t *testing.T) {
+		for i := range 10 {
+			require.Equal(t, http.StatusUnauthorized, tokenCallHTTP(d, "127.0.0.5", guess, "198.51.100.1"), "guess %d", i+1)
+		}
+		require.Equal(t, http.StatusTooManyRequests, tokenCallHTTP(d, "127.0.0.5", guess, "198.51.100.1"), "the guesser's 11th")
+		require.Equal(t, http.StatusTooManyRequests, tokenCallHTTP(d, "127.0.0.5", guess, "203.0.113.7, 198.51.100.1"),
+			"a forged hop left of the guesser's own changes nothing")
+		require.Equal(t, http.StatusUnauthorized, tokenCallHTTP(d, "127.0.0.5", guess, "198.51.100.2"), "another client's guess is its own")
+		require.Equal(t, http.StatusOK, tokenCallHTTP(d, "127.0.0.5", adminToken, "198.51.100.3"), "another client's right token")
+		require.Equal(t, http.StatusOK, tokenCallHTTP(d, "127.0.0.5", adminToken, "198.51.100.1"), "the guesser's address with the right token")
+
+		// gRPC through the proxy: its x-forwarded-for metadata.
+		client := webhooksv1.NewEndpointServiceClient(grpcConnFrom(t, d, "127.0.0.5"))
+		list := func(tok, xff string) codes.Code {
+			ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(withToken(context.Background(), tok), "x-forwarded-for", xff), 30*time.Second)
+			defer cancel()
+			_, err := client.ListEventTypes(ctx, &webhooksv1.ListEventTypesRequest{}, grpc.WaitForReady(true))
+			return status.Code(err)
+		}
+		require.Equal(t, codes.ResourceExhausted, list(guess, "198.51.100.1"), "the HTTP guesser's gRPC guess")
+		require.Equal(t, codes.Unauthenticated, list(guess, "198.51.100.4"), "another client's gRPC guess")
+		require.Equal(t, codes.OK, list(adminToken, "198.51.100.1"), "the right token over gRPC")
+	})
+
+	_, metrics := d.get(t, "/metrics")
+	require.Regexp(t, `dispatcher_refusals_total\{port="api",reason="throttled"\} [1-9]`, metrics)
+}
+
+// TestAttackSilentStreamsCannotStarveHealth: clients at three addresses
+// keep opening gRPC health and reflection calls and never send their
+// message. A health Check and a Watch from another address still answer
+// SERVING, and the silent calls are cut off after
+// -grpc-first-message-timeout (here 1 s, by its variable). (The previous
+// release kept two reads for such calls in all, one per address, held
+// until the connection ended: two addresses took both, and every health
+// check answered Unavailable.)
+func TestAttackSilentStreamsCannotStarveHealth(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"},
+		env: []string{"DISPATCHER_GRPC_FIRST_MESSAGE_TIMEOUT=1s"}})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var opened atomic.Int32
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for _, ip := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
+		conn := grpcConnFrom(t, d, ip)
+		wg.Go(func() {
+			// Bounded: a few streams a second until the test ends.
+			for range 1000 {
+				for _, m := range []string{healthpb.Health_Check_FullMethodName, healthpb.Health_Watch_FullMethodName,
+					"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"} {
+					// Headers go out with the new stream; no message follows.
+					if _, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, m); err == nil {
+						opened.Add(1)
+					}
+				}
+				sleepCtx(ctx, 200*time.Millisecond)
+				if ctx.Err() != nil {
+					return
+				}
+			}
+		})
+	}
+	waitFor(t, 60*time.Second, "the silent calls", func() bool { return opened.Load() >= 9 })
+	time.Sleep(500 * time.Millisecond)
+
+	health := healthpb.NewHealthClient(grpcConnFrom(t, d, "127.0.0.6"))
+	checkCtx, checkCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer checkCancel()
+	resp, err := health.Check(checkCtx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+	require.NoError(t, err, "a health check from another address")
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.GetStatus())
+	watch, err := health.Watch(checkCtx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+	require.NoError(t, err)
+	first, err := watch.Recv()
+	require.NoError(t, err, "a health watch from another address")
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, first.GetStatus())
+
+	waitFor(t, 60*time.Second, "silent calls cut off", func() bool {
+		_, metrics := d.get(t, "/metrics")
+		return regexp.MustCompile(`dispatcher_refusals_total\{port="api",reason="first_message_timeout"\} [1-9]`).MatchString(metrics)
+	})
+}
+
+// TestAttackQueryNotUTF8IsTheClientsError: invalid UTF-8 in a query
+// string answers 400 naming the parameter. (The previous release answered
+// 500, naming an internal step.)
+func TestAttackQueryNotUTF8IsTheClientsError(t *testing.T) {
+	t.Parallel()
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
+	req, err := http.NewRequest(http.MethodGet, "http://"+d.grpcAddr+"/v1/endpoints?owner_id=acme%FF", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", body)
+	require.Contains(t, string(body), `"field":"owner_id"`)
+	require.Contains(t, string(body), "not valid UTF-8")
+}
+
+// TestAttackPublishBatchMemoryBounded: 16 concurrent maximal PublishBatch
+// calls with a valid publisher token, over HTTP/JSON (3.9 MB of small
+// numbers in data, which protojson decodes into about 44 times as many
+// bytes) and then over gRPC (4 MB encoding a list of empty objects, about
+// 31 times), keep the process's peak resident memory under half the
+// chart's 512 MiB limit: the read budget reserves what decoding costs,
+// counted before decoding, and a body whose decoded form would not fit is
+// refused undecoded. (The previous release decoded them all at once: 3.66
+// GB was reported for the HTTP calls; this test's first phase takes it past
+// the limit.)
+func TestAttackPublishBatchMemoryBounded(t *testing.T) {
+	t.Parallel()
+	const calls = 16
+	const limit = 512 << 20
+	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
+	pid := d.cmd.Process.Pid
+
+	// HTTP: one event whose data is a list of zeros, 3.9 MB in all.
+	var b strings.Builder
+	b.WriteString(`{"events":[{"id":"evt-mem","owner_id":"owner-mem","type":"code.issued","subject":"code://1","data":{"a":[0`)
+	for b.Len() < 3_900_000 {
+		b.WriteString(",0")
+	}
+	b.WriteString(`]}}]}`)
+	body := []byte(b.String())
+	codes := make([]int, calls)
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			req, err := http.NewRequest(http.MethodPost, "http://"+d.grpcAddr+"/v1/events:publishBatch", bytes.NewReader(body))
+			if err != nil {
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+publisherToken)
+			resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
+			if err != nil {
+				t.Errorf("HTTP publishBatch %d: %v", i, err)
+				return
+			}
+			codes[i] = resp.StatusCode
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	peak := procStatus(t, pid, "VmHWM")
+	t.Logf("HTTP: %d concurrent %d-byte publishBatch bodies: answers %v; peak RSS %d MiB (the chart's limit %d MiB)", calls, len(body), codes, peak>>20, limit>>20)
+	require.Less(t, peak, int64(limit/2), "peak resident memory after %d concurrent maximal HTTP publishBatch calls", calls)
+
+	// gRPC: one event whose data is a list of about a million empty
+	// objects, 4 MB encoded.
+	items := make([]*structpb.Value, 0, 1_000_000)
+	for range cap(items) {
+		items = append(items, structpb.NewStructValue(&structpb.Struct{}))
+	}
+	req := &webhooksv1.PublishBatchRequest{Events: []*webhooksv1.Event{{Id: "evt-mem-grpc", OwnerId: "owner-mem", Type: "code.issued", Subject: "code://1",
+		Data: &structpb.Struct{Fields: map[string]*structpb.Value{"a": structpb.NewListValue(&structpb.ListValue{Values: items})}}}}}
+	errs := make([]error, calls)
+	for i := range calls {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(withToken(context.Background(), publisherToken), 2*time.Minute)
+			defer cancel()
+			_, errs[i] = d.events().PublishBatch(ctx, req)
+		})
+	}
+	wg.Wait()
+	peak = procStatus(t, pid, "VmHWM")
+	grpcCodes := make([]string, calls)
+	for i, err := range errs {
+		grpcCodes[i] = status.Code(err).String()
+	}
+	t.Logf("gRPC: %d concurrent %d-byte PublishBatch calls: %v; peak RSS %d MiB", calls, proto.Size(req), grpcCodes, peak>>20)
+	require.Less(t, peak, int64(limit/2), "peak resident memory after %d concurrent maximal gRPC PublishBatch calls", calls)
 }

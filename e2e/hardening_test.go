@@ -439,21 +439,26 @@ func TestOperatorSessions(t *testing.T) {
 // start-up, with an error naming the variable and not the token.
 func TestWeakTokenRefusedAtStart(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "serve", "--grpc-addr", "127.0.0.1:0", "--ops-addr", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(),
-		"DATABASE_URL=postgres://127.0.0.1:1/none",
-		"DISPATCHER_MASTER_KEYS="+masterKey(t),
-		"DISPATCHER_PUBLISHER_TOKENS="+publisherToken,
-		"DISPATCHER_ADMIN_TOKENS=changeme-changeme-changeme",
-	)
-	out, err := cmd.CombinedOutput()
-	require.Error(t, err, "%s", out)
-	require.NoError(t, ctx.Err(), "it exited at once")
-	require.Contains(t, string(out), "DISPATCHER_ADMIN_TOKENS")
-	require.Contains(t, string(out), "too weak")
-	require.NotContains(t, string(out), "changeme")
+	// A word repeated, and a made-up name (which the previous release
+	// accepted): each stops start-up, naming the variable, never the
+	// token, and saying how to make one.
+	for _, weak := range []string{"changeme-changeme-changeme", "dispatcher-admin-token"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, binary, "serve", "--grpc-addr", "127.0.0.1:0", "--ops-addr", "127.0.0.1:0")
+		cmd.Env = append(os.Environ(),
+			"DATABASE_URL=postgres://127.0.0.1:1/none",
+			"DISPATCHER_MASTER_KEYS="+masterKey(t),
+			"DISPATCHER_PUBLISHER_TOKENS="+publisherToken,
+			"DISPATCHER_ADMIN_TOKENS="+weak,
+		)
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, "%s", out)
+		require.NoError(t, ctx.Err(), "it exited at once")
+		require.Contains(t, string(out), "DISPATCHER_ADMIN_TOKENS")
+		require.Contains(t, string(out), "openssl rand", "the refusal says how to make a token")
+		require.NotContains(t, string(out), weak)
+	}
 }
 
 // TestGRPCKeepalivePolicy: a client may ping a connection without calls as

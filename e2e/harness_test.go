@@ -31,9 +31,9 @@ import (
 )
 
 const (
-	adminToken     = "e2e-admin-token-0123456789"
-	publisherToken = "e2e-publisher-token-0123456789"
-	operatorToken  = "e2e-operator-token-0123456789"
+	adminToken     = "e2e-admin-token-0123456789abcdef0123"
+	publisherToken = "e2e-publisher-token-0123456789abcdef0123"
+	operatorToken  = "e2e-operator-token-0123456789abcdef0123"
 )
 
 var binary string

@@ -35,8 +35,8 @@ import (
 )
 
 const (
-	cliTestAdminToken     = "cli-admin-token-0123456789"
-	cliTestPublisherToken = "cli-publisher-token-0123456789"
+	cliTestAdminToken     = "cli-admin-token-0123456789abcdef0123"
+	cliTestPublisherToken = "cli-publisher-token-0123456789abcdef0123"
 )
 
 type cliFakePublisher struct {

@@ -170,6 +170,9 @@ type serveConfig struct {
 	GRPCMaxConnAge         time.Duration
 	GRPCMaxConnGrace       time.Duration
 	GRPCKeepaliveMin       time.Duration
+	// GRPCFirstMessageTimeout bounds how long a gRPC call that needs no
+	// token (health, reflection) may take to send its first message.
+	GRPCFirstMessageTimeout time.Duration
 	// Ops port limits.
 	OpsMaxConns        int
 	OpsMaxConnsPerAddr int
@@ -180,10 +183,16 @@ type serveConfig struct {
 	// Failed tokens per client address (login form and bearer tokens).
 	AuthFailures    int
 	AuthFailuresPer time.Duration
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For or
+	// Forwarded headers name the client address the throttle counts; they
+	// are exempt from the per-address connection caps.
+	TrustedProxies auth.Proxies
 	// CookieSecure marks the session cookies of River UI and the portal
 	// Secure even when this process serves plain HTTP (behind a
 	// TLS-terminating proxy).
 	CookieSecure bool
+	// RefuseFormat1Secrets refuses format 1 sealed values (internal/seal).
+	RefuseFormat1Secrets bool
 
 	LogFormat string
 	LogLevel  slog.Level
@@ -264,7 +273,10 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.IntVar(&c.OpsMaxHeaderBytes, "ops-max-header-bytes", env.integer("DISPATCHER_OPS_MAX_HEADER_BYTES", 64<<10), "largest request header block the ops port reads (431 beyond) (env DISPATCHER_OPS_MAX_HEADER_BYTES)")
 	fs.DurationVar(&c.HealthzCache, "healthz-cache", env.duration("DISPATCHER_HEALTHZ_CACHE", time.Second), "how long /healthz reuses its last database ping; 0 pings on every request (env DISPATCHER_HEALTHZ_CACHE)")
 	fs.IntVar(&c.AuthFailures, "auth-failures", env.integer("DISPATCHER_AUTH_FAILURES", 10), "failed tokens (bearer or login form) one client address may send in a burst before it is throttled (HTTP 429, gRPC ResourceExhausted) (env DISPATCHER_AUTH_FAILURES)")
+	fs.DurationVar(&c.GRPCFirstMessageTimeout, "grpc-first-message-timeout", env.duration("DISPATCHER_GRPC_FIRST_MESSAGE_TIMEOUT", grpcapi.DefaultFirstMessageTimeout), "how long a gRPC call that needs no token (health, reflection) may take to send its first message before it is cancelled, its read reservation given back, and its address refused such calls for a minute (env DISPATCHER_GRPC_FIRST_MESSAGE_TIMEOUT)")
+	trustedProxies := fs.String("trusted-proxies", env.str("DISPATCHER_TRUSTED_PROXIES", ""), "comma-separated CIDR prefixes (or IPs) of the reverse proxies in front of the API and ops ports: a request from one is counted, by the failed-token throttle, under the rightmost address of its X-Forwarded-For (or Forwarded for=) that is not a trusted proxy, and the proxies are exempt from the per-address connection caps; empty: every client is its peer address (env DISPATCHER_TRUSTED_PROXIES)")
 	fs.DurationVar(&c.AuthFailuresPer, "auth-failures-per", env.duration("DISPATCHER_AUTH_FAILURES_PER", time.Minute), "how long a throttled address takes to earn back -auth-failures attempts (env DISPATCHER_AUTH_FAILURES_PER)")
+	fs.BoolVar(&c.RefuseFormat1Secrets, "refuse-format1-secrets", env.boolean("DISPATCHER_REFUSE_FORMAT1_SECRETS", false), "refuse signing secrets still sealed in format 1 (bound to the endpoint alone): set it once `dispatcher reseal-secrets` has run on the whole fleet, so a value written back from an old dump is an error, not a key (env DISPATCHER_REFUSE_FORMAT1_SECRETS)")
 	fs.BoolVar(&c.CookieSecure, "cookie-secure", env.boolean("DISPATCHER_COOKIE_SECURE", false), "mark the session cookies of River UI and the portal Secure even though this process serves plain HTTP: set it behind a TLS-terminating proxy (the portal's is Secure anyway with an https -portal-url) (env DISPATCHER_COOKIE_SECURE)")
 	fs.StringVar(&c.LogFormat, "log-format", env.str("DISPATCHER_LOG_FORMAT", "json"), "log format: json or text (env DISPATCHER_LOG_FORMAT)")
 	level := fs.String("log-level", env.str("DISPATCHER_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env DISPATCHER_LOG_LEVEL)")
@@ -337,6 +349,11 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 		return nil, fmt.Errorf("invalid -handoff-limit %d (DISPATCHER_HANDOFF_LIMIT): want 1..%d", c.HandoffLimit, MaxHandoffLimit)
 	}
 	c.APIReadBudget = int64(*budget)
+	proxies, err := auth.ParseProxies(*trustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("invalid -trusted-proxies (DISPATCHER_TRUSTED_PROXIES): %w", err)
+	}
+	c.TrustedProxies = proxies
 	// A per-address cap left at its default follows a port-wide cap set
 	// below it (a small test or development instance).
 	if !isSet(fs, "api-max-connections-per-address", env, "DISPATCHER_API_MAX_CONNECTIONS_PER_ADDRESS") {
@@ -477,6 +494,7 @@ func (c *serveConfig) validateLimits() error {
 		{"-ops-idle-timeout (DISPATCHER_OPS_IDLE_TIMEOUT)", c.OpsIdleTimeout, time.Second, 24 * time.Hour},
 		{"-healthz-cache (DISPATCHER_HEALTHZ_CACHE)", c.HealthzCache, 0, time.Minute},
 		{"-auth-failures-per (DISPATCHER_AUTH_FAILURES_PER)", c.AuthFailuresPer, time.Second, 24 * time.Hour},
+		{"-grpc-first-message-timeout (DISPATCHER_GRPC_FIRST_MESSAGE_TIMEOUT)", c.GRPCFirstMessageTimeout, 100 * time.Millisecond, time.Minute},
 	} {
 		if r.v < r.lo || r.v > r.hi {
 			return fmt.Errorf("invalid %s %s: want %s..%s", r.flag, r.v, r.lo, r.hi)

@@ -346,9 +346,9 @@ func TestParseServeConfig(t *testing.T) {
 	t.Run("TokensPerRole", func(t *testing.T) {
 		t.Parallel()
 		const (
-			pub   = "publisher-token-0123456789"
-			admin = "admin-token-0123456789"
-			op    = "operator-token-0123456789"
+			pub   = "publisher-token-0123456789abcdef0123"
+			admin = "admin-token-0123456789abcdef0123"
+			op    = "operator-token-0123456789abcdef0123"
 		)
 		b := setup(t)
 		b.env["DISPATCHER_PUBLISHER_TOKENS"] = pub

@@ -93,6 +93,11 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	if err != nil {
 		return fmt.Errorf("DISPATCHER_MASTER_KEYS: %w", err)
 	}
+	if cfg.RefuseFormat1Secrets {
+		// After a fleet-wide reseal-secrets no value is left in format 1;
+		// one that appears was written back, and binds less.
+		keyring = keyring.RefusingFormat1()
+	}
 	authn, err := cfg.authenticator(logger)
 	if err != nil {
 		return err
@@ -308,10 +313,11 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	apiConns := connlimit.Listen(grpcLis, connlimit.Config{
 		MaxConns: cfg.APIMaxConns, MaxPerAddress: cfg.APIMaxConnsPerAddr,
 		UnauthenticatedTimeout: cfg.UnauthenticatedTimeout, Refused: refused("api"),
+		Exempt: cfg.TrustedProxies.Trusted,
 	})
 	grpcLis = apiConns
-	gate := grpcapi.NewGate(grpcapi.GateConfig{Auth: authn, Throttle: throttle, Budget: readBudget, Limits: limits,
-		Conns: apiConns, Refused: refused("api")})
+	gate := grpcapi.NewGate(grpcapi.GateConfig{Auth: authn, Throttle: throttle, Proxies: cfg.TrustedProxies, Budget: readBudget, Limits: limits,
+		Conns: apiConns, Refused: refused("api"), FirstMessageTimeout: cfg.GRPCFirstMessageTimeout})
 	// The port's TLS is terminated by the port mux (below), which hands
 	// gRPC connections over already secured; these credentials say so.
 	serverOpts := []grpc.ServerOption{grpc.Creds(portmux.Creds())}
@@ -356,7 +362,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		return fmt.Errorf("http api: %w", err)
 	}
 	defer apiConn.Close()
-	apiHandler, err := httpapi.New(ctx, apiConn, httpapi.Config{Auth: authn, Throttle: throttle, Budget: readBudget, Limits: limits,
+	apiHandler, err := httpapi.New(ctx, apiConn, httpapi.Config{Auth: authn, Throttle: throttle, Proxies: cfg.TrustedProxies, Budget: readBudget, Limits: limits,
 		Refused: refused("api"), OpenAPI: docs.OpenAPI})
 	if err != nil {
 		_ = grpcLis.Close()
@@ -386,6 +392,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	opsLis = connlimit.Listen(opsLis, connlimit.Config{
 		MaxConns: cfg.OpsMaxConns, MaxPerAddress: cfg.OpsMaxConnsPerAddr,
 		UnauthenticatedTimeout: cfg.UnauthenticatedTimeout, Refused: refused("ops"),
+		Exempt: cfg.TrustedProxies.Trusted,
 	})
 
 	opsMux := http.NewServeMux()
@@ -401,10 +408,11 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		opsMux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	}
 	if cfg.RiverUI {
-		// Logout is seen by every replica (internal/revocation); failed
-		// logins share the API's throttle, so guesses on one face count on
-		// the other.
-		pages := auth.PagesConfig{Revocations: revocation.New(pool), Throttle: throttle, SecureCookies: cfg.CookieSecure,
+		// Logout is seen by every replica (internal/revocation). Failed
+		// logins have a throttle of their own: guesses at the API never
+		// throttle an operator's login, nor the reverse.
+		loginThrottle := auth.NewThrottle(auth.ThrottleConfig{Failures: cfg.AuthFailures, Per: cfg.AuthFailuresPer})
+		pages := auth.PagesConfig{Revocations: revocation.New(pool), Throttle: loginThrottle, Proxies: cfg.TrustedProxies, SecureCookies: cfg.CookieSecure,
 			Throttled: func() { refused("ops")(connlimit.ReasonThrottled) }, Authenticated: connlimit.MarkAuthenticated}
 		if err := mountRiverUI(ctx, opsMux, riverClient, authn, pages, logger); err != nil {
 			_ = grpcLis.Close()

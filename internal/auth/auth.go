@@ -23,8 +23,10 @@ import (
 	"time"
 )
 
-// MinTokenLen is the shortest token accepted: anything shorter is guessable.
-const MinTokenLen = 16
+// MinTokenLen is the shortest token accepted: a prefix of one character
+// and a separator before 16 random bytes in base64url (CheckStrength
+// decides the rest).
+const MinTokenLen = 1 + 1 + minRandomPartLen
 
 // Role is a set of permissions a token grants.
 type Role uint8
@@ -108,7 +110,7 @@ func New(tokens Tokens, logger *slog.Logger) (*Authenticator, error) {
 	add := func(list []string, role Role) error {
 		for i, tok := range list {
 			if len(tok) < MinTokenLen {
-				return fmt.Errorf("auth: %s token #%d is %d characters, need at least %d", role, i+1, len(tok), MinTokenLen)
+				return fmt.Errorf("auth: %s token #%d is %d characters, need at least %d: %s", role, i+1, len(tok), MinTokenLen, HowToMakeToken)
 			}
 			if err := CheckStrength(tok); err != nil {
 				return fmt.Errorf("auth: %s token #%d: %w", role, i+1, err)

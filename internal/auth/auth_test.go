@@ -20,10 +20,10 @@ func TestMain(m *testing.M) {
 }
 
 const (
-	publisherToken = "pub-token-0123456789"
-	adminToken     = "admin-token-0123456789"
-	adminToken2    = "admin-token-rotated-9876543210"
-	operatorToken  = "operator-token-0123456789"
+	publisherToken = "pub-token-0123456789abcdef012345"
+	adminToken     = "admin-token-0123456789abcdef0123"
+	adminToken2    = "admin-token-rotated-9876543210fedcba"
+	operatorToken  = "operator-token-0123456789abcdef0123"
 )
 
 func TestNew(t *testing.T) {
@@ -181,12 +181,12 @@ func TestCheckStrength(t *testing.T) {
 	t.Run("WeakRefused", func(t *testing.T) {
 		t.Parallel()
 		for _, tok := range []string{
-			"aaaaaaaaaaaaaaaaaaaaaaaa",
-			"abcdefghijklmnopqrstuvwxyz",
-			"1234567890123456",
-			"passwordpassword",
-			"changemechangemechangeme",
-			"qwertyqwertyqwerty",
+			"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+			"abcdefghijklmnopqrstuvwxyzabcdefgh",
+			"12345678901234567890123456789012345",
+			"passwordpasswordpasswordpassword",
+			"changemechangemechangemechangeme",
+			"qwertyqwertyqwertyqwertyqwertyqwerty",
 		} {
 			err := CheckStrength(tok)
 			var weak *WeakTokenError
@@ -203,23 +203,52 @@ func TestCheckStrength(t *testing.T) {
 			require.NoError(t, CheckStrength(base64.RawURLEncoding.EncodeToString(b)))
 			require.NoError(t, CheckStrength(hex.EncodeToString(b[:16])))
 		}
-		require.NoError(t, CheckStrength("e2e-publisher-token-0123456789"), "a long made-up token of mixed parts")
+		require.NoError(t, CheckStrength("e2e-publisher-token-0123456789abcdef0123"), "a long made-up token of mixed parts")
 	})
 
 	t.Run("NewAndLoadTokensRefuseWeak", func(t *testing.T) {
 		t.Parallel()
-		_, err := New(Tokens{Admin: []string{"aaaaaaaaaaaaaaaaaaaa"}}, nil)
+		_, err := New(Tokens{Admin: []string{"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}}, nil)
 		require.ErrorContains(t, err, "admin token #1: token is too weak")
-		_, err = LoadTokens("good-token-Zq81x-Pw0Lm3, passwordpassword", "")
+		require.ErrorContains(t, err, "openssl rand", "the refusal says how to make one")
+		_, err = LoadTokens("good_Zq81xPw0Lm3vT7yQ2nR5kJ, passwordpasswordpasswordpassword", "")
 		require.ErrorContains(t, err, "environment list item 2: token is too weak")
 		require.NotContains(t, err.Error(), "passwordpassword")
+	})
+
+	t.Run("ShortOrMadeUpRefused", func(t *testing.T) {
+		t.Parallel()
+		for _, tok := range []string{
+			"dispatcher-admin-token",
+			"e2e-admin-token-0123456789",
+			"dev-admin-token-not-secret",
+			"whk_admin-token-0123456789", // a prefix, but no random part
+			"whk_0123456789abcdef0123",   // too short a random part
+		} {
+			err := CheckStrength(tok)
+			var weak *WeakTokenError
+			require.ErrorAs(t, err, &weak, tok)
+			require.Contains(t, err.Error(), HowToMakeToken)
+		}
+	})
+
+	t.Run("PrefixAndSixteenRandomBytesAccepted", func(t *testing.T) {
+		t.Parallel()
+		for range 200 {
+			b := make([]byte, 16)
+			_, _ = rand.Read(b)
+			require.NoError(t, CheckStrength("dsp_"+hex.EncodeToString(b)))
+		}
+		for _, tok := range []string{"whk_Zq81xPw0Lm3vT7yQ2nR5kJ", "dsp_live_Zq81xPw0Lm3vT7yQ2nR5kJ", "a.k-9R_2bQxW7mZ3pL0vY8tN1"} {
+			require.NoError(t, CheckStrength(tok), tok)
+		}
 	})
 }
 
 func TestDeniedSampled(t *testing.T) {
 	t.Parallel()
 	var logs bytes.Buffer
-	a, err := New(Tokens{Publisher: []string{"pub-token-0123456789"}}, slog.New(slog.NewTextHandler(&logs, nil)))
+	a, err := New(Tokens{Publisher: []string{"pub-token-0123456789abcdef012345"}}, slog.New(slog.NewTextHandler(&logs, nil)))
 	require.NoError(t, err)
 	clock := newFakeClock()
 	a.denials.now = clock.Now

@@ -77,8 +77,12 @@ type PagesConfig struct {
 	// until it expires, if someone kept a copy.
 	Revocations Revocations
 	// Throttle limits failed logins and failed bearer tokens per client
-	// address; nil: no limit.
+	// address; nil: no limit. Give the pages one of their own: guesses at
+	// the API then never throttle an operator's login, nor the reverse.
 	Throttle *Throttle
+	// Proxies are the reverse proxies whose forwarding headers name the
+	// client address the throttle counts; zero: none.
+	Proxies Proxies
 	// SecureCookies marks the session cookie Secure even when the request
 	// came over plain HTTP: for a TLS-terminating proxy in front.
 	SecureCookies bool
@@ -162,17 +166,14 @@ func (p *Pages) Handler(h http.Handler) http.Handler {
 			p.logout(w, r)
 			return
 		}
-		if r.Header.Get("Authorization") != "" && !p.allowed(w, r) {
-			return
-		}
 		if reason, code := p.authenticated(r); code != 0 {
 			if code == http.StatusServiceUnavailable {
 				p.a.logger.ErrorContext(r.Context(), "operator session check failed", slog.String("reason", reason))
 				http.Error(w, "cannot check the session now: try again", code)
 				return
 			}
-			if code == http.StatusUnauthorized && reason == reasonUnknownToken && p.cfg.Throttle != nil {
-				p.cfg.Throttle.Fail(r.RemoteAddr)
+			if code == http.StatusUnauthorized && reason == reasonUnknownToken && p.throttled(w, r) {
+				return
 			}
 			p.unauthenticated(w, r, reason, code)
 			return
@@ -182,23 +183,26 @@ func (p *Pages) Handler(h http.Handler) http.Handler {
 	}))
 }
 
-// allowed checks the client's address against the throttle; when it is
-// throttled, it answers 429 and returns false.
-func (p *Pages) allowed(w http.ResponseWriter, r *http.Request) bool {
+// throttled counts a failed token or login against the client's address;
+// when the address is throttled it answers 429 and returns true. Only
+// failures are counted and refused: a right token or login passes whatever
+// its address did.
+func (p *Pages) throttled(w http.ResponseWriter, r *http.Request) bool {
 	if p.cfg.Throttle == nil {
-		return true
+		return false
 	}
-	wait, ok := p.cfg.Throttle.Allow(r.RemoteAddr)
-	if ok {
-		return true
+	client := p.cfg.Proxies.ClientAddrHTTP(r)
+	wait, throttled := p.cfg.Throttle.Failure(client)
+	if !throttled {
+		return false
 	}
 	if p.cfg.Throttled != nil {
 		p.cfg.Throttled()
 	}
-	p.a.Denied(r.Context(), "http", r.Method+" "+r.URL.Path, "throttled after failed tokens", r.RemoteAddr)
+	p.a.Denied(r.Context(), "http", r.Method+" "+r.URL.Path, "throttled after failed tokens", client)
 	w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)))
 	http.Error(w, "too many failed attempts from this address: try again in "+wait.String(), http.StatusTooManyRequests)
-	return false
+	return true
 }
 
 const reasonUnknownToken = "unknown token"
@@ -289,9 +293,6 @@ func (p *Pages) login(w http.ResponseWriter, r *http.Request) {
 	case http.MethodGet, http.MethodHead:
 		_ = loginPage.Execute(w, loginData{Action: p.prefix + "/login", Next: p.next(r.URL.Query().Get("next"))})
 	case http.MethodPost:
-		if !p.allowed(w, r) {
-			return
-		}
 		r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 		if err := r.ParseForm(); err != nil {
 			http.Error(w, "bad login form", http.StatusBadRequest)
@@ -303,8 +304,8 @@ func (p *Pages) login(w http.ResponseWriter, r *http.Request) {
 			if role != 0 {
 				reason = "role " + role.String() + " not allowed"
 			}
-			if p.cfg.Throttle != nil {
-				p.cfg.Throttle.Fail(r.RemoteAddr)
+			if p.throttled(w, r) {
+				return
 			}
 			p.a.Denied(r.Context(), "http", "POST "+r.URL.Path, reason, r.RemoteAddr)
 			w.WriteHeader(http.StatusUnauthorized)

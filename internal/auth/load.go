@@ -22,7 +22,7 @@ func LoadTokens(envValue, filePath string) ([]string, error) {
 			return fmt.Errorf("auth: %s: token contains whitespace", where)
 		}
 		if len(tok) < MinTokenLen {
-			return fmt.Errorf("auth: %s: token is %d characters, need at least %d", where, len(tok), MinTokenLen)
+			return fmt.Errorf("auth: %s: token is %d characters, need at least %d: %s", where, len(tok), MinTokenLen, HowToMakeToken)
 		}
 		if err := CheckStrength(tok); err != nil {
 			return fmt.Errorf("auth: %s: %w", where, err)

@@ -26,10 +26,17 @@ type ThrottleConfig struct {
 
 // Throttle limits failed authentications (a wrong login token, an unknown
 // bearer token) per client address with a token bucket: an address may fail
-// Failures times at once, then once per Per/Failures. While an address is
-// throttled every attempt from it is refused without looking at its token,
-// right ones included: answering a right token would tell a guesser when it
-// has guessed. Success costs nothing and forgets nothing.
+// Failures times at once, then once per Per/Failures. Only failures count,
+// and only failures are refused: a valid token passes whether or not its
+// address is throttled, so a guesser sharing an address (a NAT, a reverse
+// proxy's) cannot lock its neighbours out, while its own guesses stay
+// throttled. Answering a right token tells a guesser nothing it could use,
+// because tokens are too strong to guess (CheckStrength). Success
+// costs nothing and forgets nothing.
+//
+// Callers check the token first, then, only when it is wrong, call Failure,
+// which both answers whether to refuse the attempt as throttled and counts
+// it.
 //
 // Addresses are keyed by IP (the port is ignored) and IPv6 addresses by their
 // /64, which one client usually holds whole. Memory is bounded by
@@ -115,6 +122,18 @@ func (t *Throttle) Allow(addr string) (retryAfter time.Duration, ok bool) {
 	}
 	wait := time.Duration((1 - b.tokens) / t.rate * float64(time.Second))
 	return max(wait.Round(time.Second), time.Second), false
+}
+
+// Failure is told a failed attempt from addr. When addr is throttled, it
+// reports so (the attempt is to be refused as throttled, and costs no more
+// than the refusal) with retryAfter saying when addr may try again;
+// otherwise it counts the failure.
+func (t *Throttle) Failure(addr string) (retryAfter time.Duration, throttled bool) {
+	if wait, ok := t.Allow(addr); !ok {
+		return wait, true
+	}
+	t.Fail(addr)
+	return 0, false
 }
 
 // Fail records a failed attempt from addr.

@@ -27,10 +27,10 @@ import (
 )
 
 const (
-	authPublisherToken = "pub-token-0123456789"
-	authAdminToken     = "admin-token-0123456789"
-	authAdminToken2    = "admin-token-rotated-9876543210"
-	authOperatorToken  = "operator-token-0123456789"
+	authPublisherToken = "pub-token-0123456789abcdef012345"
+	authAdminToken     = "admin-token-0123456789abcdef0123"
+	authAdminToken2    = "admin-token-rotated-9876543210fedcba"
+	authOperatorToken  = "operator-token-0123456789abcdef0123"
 )
 
 type stubEvents struct {

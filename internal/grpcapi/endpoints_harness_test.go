@@ -35,8 +35,8 @@ import (
 )
 
 const (
-	testAdminToken     = "test-admin-token-0123456789"
-	testPublisherToken = "test-publisher-token-0123456789"
+	testAdminToken     = "test-admin-token-0123456789abcdef0123"
+	testPublisherToken = "test-publisher-token-0123456789abcdef0123"
 	ownerA             = "owner_a"
 	ownerB             = "owner_b"
 )

@@ -33,8 +33,8 @@ import (
 // nothing behind: no event, no fanout job.
 
 const (
-	badInputPublisherToken = "badinput-publisher-token-0123456789"
-	badInputAdminToken     = "badinput-admin-token-0123456789"
+	badInputPublisherToken = "badinput-publisher-token-0123456789abcdef0123"
+	badInputAdminToken     = "badinput-admin-token-0123456789abcdef0123"
 )
 
 // injections are hostile strings a form or a compromised publisher might

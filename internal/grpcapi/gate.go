@@ -2,14 +2,18 @@ package grpcapi
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
@@ -80,6 +84,10 @@ type GateConfig struct {
 	Auth *auth.Authenticator
 	// Throttle limits failed tokens per client address; nil: no limit.
 	Throttle *auth.Throttle
+	// Proxies are the reverse proxies whose forwarding metadata
+	// (x-forwarded-for, forwarded) names the client address the throttle
+	// and the per-address cap on open reads count; zero: none.
+	Proxies auth.Proxies
 	// Budget bounds the bytes of requests being read at once; nil: no bound.
 	Budget *inflight.Budget
 	// Limits bounds one request per method.
@@ -91,6 +99,12 @@ type GateConfig struct {
 	// Refused is told each call refused to bound what clients hold, by
 	// reason (internal/connlimit's); nil: nobody is.
 	Refused func(reason string)
+	// FirstMessageTimeout bounds how long a call that needs no token
+	// (health, reflection) may take to send its first message; 0:
+	// DefaultFirstMessageTimeout.
+	FirstMessageTimeout time.Duration
+	// Now is the clock of the penalty for a silent call; nil: time.Now.
+	Now func() time.Time
 }
 
 // Conns is what the gate tells the port's connections (internal/connlimit's
@@ -105,7 +119,8 @@ type Conns interface {
 //
 // Its tap handler (grpc.InTapHandle) runs when a call's headers arrive, on
 // the connection's reader, before the server reads a byte of the message:
-// it refuses a throttled address, a missing or unknown token and a role that
+// it refuses a missing or unknown token (a wrong one as throttled when its
+// client address sent too many; a right one always passes) and a role that
 // may not call the method, then reserves the method's size limit from the
 // Budget (Unavailable when it is full, which clients retry with backoff as
 // they would HTTP's 503; the tap must not block) until
@@ -120,58 +135,90 @@ type Conns interface {
 // Health and reflection need no token, so their calls are bounded apart:
 // gRPC reads any message up to the largest limit before a codec can look at
 // it, so each such call reserves that much from a small budget of its own
-// (two such reads at once) from its headers until its message has been read
-// — microseconds for the few bytes these calls send — and is answered
-// Unavailable when the budget is taken. What an unauthenticated client can
-// make the process hold is those budgets.
+// from its headers until its message has been read — microseconds for the
+// few bytes these calls send — and is answered Unavailable when the budget
+// is taken. Health checks have a budget of their own (openHealthReads reads
+// at once), apart from reflection's first messages (openReflectionReads)
+// and from a stream's later messages (openNextReads: reflection is a
+// bidirectional stream, which waits in RecvMsg for the client's next
+// request), so that no other call's reservation ever delays a health check:
+// grpcurl resolves a method by reflection and keeps that stream open while
+// it calls the method, from the same address. What an unauthenticated
+// client can make the process hold is those budgets.
 //
-// A client that opens such calls and never sends their message holds its
-// reservations until the connection ends, so one client address (the IP,
-// an IPv6 address's /64, as the throttle counts it; the in-process pipe is
-// exempt) may hold one of them at a time: a single address cannot starve
-// every other caller of the health service, though
-// clients at several addresses still can (orchestrator probes use /healthz
-// on the ops port for that reason). A stream's later messages (reflection
-// is a bidirectional stream, which waits in RecvMsg for the client's next
-// request) reserve from a budget of their own, one read, with the same
-// one-per-address cap, so that an open reflection stream starves no health
-// check: grpcurl resolves a method by reflection and keeps that stream open
-// while it calls the method, from the same address.
+// A client that opens such calls and never sends their message would hold
+// its reservations, so:
+//   - one client address (the IP, an IPv6 address's /64, as the throttle
+//     counts it; through GateConfig.Proxies; the in-process pipe is exempt)
+//     holds at most one read at a time in each budget;
+//   - a call's first message must arrive within FirstMessageTimeout of its
+//     headers, or the call is cancelled and its reservation given back
+//     (reason first_message_timeout);
+//   - an address whose call was so cancelled may open no such call for
+//     silentPenalty: to keep every health read taken, a client needs
+//     openHealthReads × silentPenalty / FirstMessageTimeout addresses
+//     (4 × 60 s / 5 s = 48 at the defaults), where two used to do.
 type Gate struct {
 	cfg    GateConfig
 	codec  *gateCodec
 	limits Limits
-	open   *inflight.Budget
-	// openNext bounds the reads of a stream's later messages.
-	openNext *inflight.Budget
+	// open bounds the reads of calls that need no token, by openClass.
+	open [openClasses]*inflight.Budget
+	// silent remembers the addresses whose call sent no first message in
+	// time.
+	silent *auth.Throttle
 
 	// openMu guards openPeers: the client addresses holding an open read,
-	// at most one each for first messages and one for later ones.
+	// at most one each per class.
 	openMu    sync.Mutex
 	openPeers map[openPeer]struct{}
 }
 
-// openPeer is a client address (its IP) and whether its read is of a
-// stream's later message.
+// openClass is which budget an unauthenticated read reserves from.
+type openClass int
+
+const (
+	// classHealth: the first (only) message of a health Check or Watch.
+	classHealth openClass = iota
+	// classReflection: the first message of a reflection stream.
+	classReflection
+	// classNext: a stream's later messages.
+	classNext
+	openClasses
+)
+
+// openPeer is a client address (its IP) and the class of its read.
 type openPeer struct {
-	ip   string
-	next bool
+	ip    string
+	class openClass
 }
 
-// openReads is how many calls that need no token may have their first
-// message read at once; openNextReads how many of their later messages.
+// How many reads of calls that need no token may be under way at once, by
+// class; how long such a call may take to send its first message by
+// default; and how long an address that let that pass is refused such
+// calls.
 const (
-	openReads     = 2
-	openNextReads = 1
+	openHealthReads            = 4
+	openReflectionReads        = 1
+	openNextReads              = 1
+	DefaultFirstMessageTimeout = 5 * time.Second
+	silentPenalty              = time.Minute
 )
 
 // NewGate returns a Gate.
 func NewGate(cfg GateConfig) *Gate {
 	cfg.Limits = cfg.Limits.withDefaults()
-	return &Gate{cfg: cfg, limits: cfg.Limits, codec: &gateCodec{inner: encoding.GetCodecV2("proto"), limits: cfg.Limits, refused: cfg.Refused},
-		open:      inflight.New(openReads * int64(cfg.Limits.Largest())),
-		openNext:  inflight.New(openNextReads * int64(cfg.Limits.Largest())),
+	if cfg.FirstMessageTimeout <= 0 {
+		cfg.FirstMessageTimeout = DefaultFirstMessageTimeout
+	}
+	largest := int64(cfg.Limits.Largest())
+	g := &Gate{cfg: cfg, limits: cfg.Limits, codec: &gateCodec{inner: encoding.GetCodecV2("proto"), limits: cfg.Limits, refused: cfg.Refused, budget: cfg.Budget},
+		silent:    auth.NewThrottle(auth.ThrottleConfig{Failures: 1, Per: silentPenalty, Now: cfg.Now}),
 		openPeers: make(map[openPeer]struct{})}
+	g.open[classHealth] = inflight.New(openHealthReads * largest)
+	g.open[classReflection] = inflight.New(openReflectionReads * largest)
+	g.open[classNext] = inflight.New(openNextReads * largest)
+	return g
 }
 
 // ServerOptions returns the options that install the gate: the tap handler,
@@ -206,21 +253,20 @@ func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error)
 		if g.cfg.Conns != nil && addr != "" {
 			g.cfg.Conns.Touch(p.Addr)
 		}
-		return g.tapOpen(ctx)
-	}
-	if g.cfg.Throttle != nil && addr != "" {
-		if wait, ok := g.cfg.Throttle.Allow(addr); !ok {
-			g.refused(connlimit.ReasonThrottled)
-			g.cfg.Auth.Denied(ctx, "grpc", info.FullMethodName, "throttled after failed tokens", addr)
-			return ctx, status.Errorf(codes.ResourceExhausted,
-				"too many failed authentications from this address: retry in %s", wait)
-		}
+		return g.tapOpen(ctx, info.FullMethodName)
 	}
 	if err := Authorize(ctx, g.cfg.Auth, info.FullMethodName); err != nil {
-		// Only a token presented and wrong is a guess; a missing one
-		// (a misconfigured client) is not throttled.
+		// Only a token presented and wrong is a guess, and only a guess is
+		// throttled: a right token passes whatever its address did, and a
+		// missing one (a misconfigured client) is not counted.
 		if _, present := bearer(ctx); present && status.Code(err) == codes.Unauthenticated && g.cfg.Throttle != nil && addr != "" {
-			g.cfg.Throttle.Fail(addr)
+			client := g.clientAddr(ctx, addr)
+			if wait, throttled := g.cfg.Throttle.Failure(client); throttled {
+				g.refused(connlimit.ReasonThrottled)
+				g.cfg.Auth.Denied(ctx, "grpc", info.FullMethodName, "throttled after failed tokens", client)
+				return ctx, status.Errorf(codes.ResourceExhausted,
+					"too many failed authentications from this address: retry in %s", wait)
+			}
 		}
 		return ctx, err
 	}
@@ -241,6 +287,16 @@ func (g *Gate) Tap(ctx context.Context, info *tap.Info) (context.Context, error)
 	return ctx, nil
 }
 
+// clientAddr returns the client address of a call from peer addr, read
+// through trusted proxies' forwarding metadata.
+func (g *Gate) clientAddr(ctx context.Context, addr string) string {
+	if g.cfg.Proxies.Len() == 0 {
+		return addr
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	return g.cfg.Proxies.ClientAddr(addr, md.Get)
+}
+
 // refused reports a refusal.
 func (g *Gate) refused(reason string) {
 	if g.cfg.Refused != nil {
@@ -252,20 +308,57 @@ func (g *Gate) refused(reason string) {
 // reservation from the open budget while its first message is read.
 type openReadKey struct{}
 
-func (g *Gate) tapOpen(ctx context.Context) (context.Context, error) {
-	release, err := g.acquireOpen(ctx, false)
+func (g *Gate) tapOpen(ctx context.Context, fullMethod string) (context.Context, error) {
+	class := classReflection
+	if strings.HasPrefix(fullMethod, prefixHealth) {
+		class = classHealth
+	}
+	ip := g.openPeerKey(ctx)
+	if ip != "" {
+		if wait, ok := g.silent.Allow(ip); !ok {
+			g.refused(connlimit.ReasonOpenCalls)
+			return ctx, status.Errorf(codes.Unavailable,
+				"this address opened an unauthenticated call (health, reflection) and sent no message: retry in %s", wait)
+		}
+	}
+	release, err := g.acquireOpen(ctx, class)
 	if err != nil {
 		return ctx, err
 	}
-	context.AfterFunc(ctx, release)
-	return context.WithValue(ctx, openReadKey{}, release), nil
+	// The first message must come soon: the reservation is not held for
+	// a client that sends headers and nothing more.
+	ctx, cancel := context.WithCancelCause(ctx)
+	var state atomic.Int32 // 0 waiting, 1 read, 2 timed out
+	timer := time.AfterFunc(g.cfg.FirstMessageTimeout, func() {
+		if !state.CompareAndSwap(0, 2) {
+			return
+		}
+		release()
+		g.refused(connlimit.ReasonFirstMessageTimeout)
+		if ip != "" {
+			g.silent.Fail(ip)
+		}
+		cancel(errFirstMessageTimeout)
+	})
+	read := func() {
+		if state.CompareAndSwap(0, 1) {
+			timer.Stop()
+		}
+		release()
+	}
+	context.AfterFunc(ctx, read)
+	return context.WithValue(ctx, openReadKey{}, read), nil
 }
 
+// errFirstMessageTimeout is why a call that sent no first message in time
+// was cancelled.
+var errFirstMessageTimeout = errors.New("the call sent no message within the first-message timeout")
+
 // acquireOpen reserves the read of one message of a call that needs no
-// token (next: a stream's later message): the client address's one slot,
-// then the largest message from the budget. The release is idempotent.
-func (g *Gate) acquireOpen(ctx context.Context, next bool) (func(), error) {
-	key := openPeer{ip: openPeerKey(ctx), next: next}
+// token, of class: the client address's one slot in the class, then the
+// largest message from the class's budget. The release is idempotent.
+func (g *Gate) acquireOpen(ctx context.Context, class openClass) (func(), error) {
+	key := openPeer{ip: g.openPeerKey(ctx), class: class}
 	if key.ip != "" {
 		g.openMu.Lock()
 		_, held := g.openPeers[key]
@@ -278,11 +371,7 @@ func (g *Gate) acquireOpen(ctx context.Context, next bool) (func(), error) {
 			return nil, status.Error(codes.Unavailable, "this address already has an unauthenticated call (health, reflection) being read: retry")
 		}
 	}
-	budget := g.open
-	if next {
-		budget = g.openNext
-	}
-	releaseBytes, ok := budget.TryAcquire(int64(g.limits.Largest()))
+	releaseBytes, ok := g.open[class].TryAcquire(int64(g.limits.Largest()))
 	if !ok {
 		g.releasePeer(key)
 		g.refused(connlimit.ReasonOpenCalls)
@@ -311,12 +400,12 @@ func (g *Gate) releasePeer(key openPeer) {
 // throttle counts it (auth.ThrottleKey); "" for the in-process pipe (calls
 // of the HTTP/JSON API, whose guard bounds them) and for a call without a
 // peer.
-func openPeerKey(ctx context.Context) string {
+func (g *Gate) openPeerKey(ctx context.Context) string {
 	p, _ := peer.FromContext(ctx)
 	if p == nil || p.Addr == nil || p.Addr.Network() == portmux.PipeNetwork {
 		return ""
 	}
-	return auth.ThrottleKey(p.Addr.String())
+	return auth.ThrottleKey(g.clientAddr(ctx, p.Addr.String()))
 }
 
 // releaseOpenRead gives back a call's open reservation, once its message
@@ -336,6 +425,7 @@ func (g *Gate) authorize(ctx context.Context, fullMethod string) error {
 func (g *Gate) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	// The request has been read and decoded by now.
 	releaseOpenRead(ctx)
+	defer g.codec.release(req)
 	if err := g.authorize(ctx, info.FullMethod); err != nil {
 		return nil, err
 	}
@@ -371,7 +461,7 @@ type checkedStream struct {
 func (s *checkedStream) RecvMsg(m any) error {
 	if s.open != nil {
 		if s.release == nil {
-			r, err := s.open.acquireOpen(s.Context(), true)
+			r, err := s.open.acquireOpen(s.Context(), classNext)
 			if err != nil {
 				return err
 			}
@@ -396,6 +486,10 @@ type gateCodec struct {
 	inner  encoding.CodecV2
 	limits Limits
 	errs   sync.Map // request message (a pointer) → error
+	// budget, when set, is reserved from for what decoding a publish
+	// request costs; held maps its message (a pointer) to the release.
+	budget *inflight.Budget
+	held   sync.Map
 	// refused is GateConfig.Refused.
 	refused func(reason string)
 }
@@ -419,10 +513,64 @@ func (c *gateCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
+	if err := c.reserveDecoding(buf.ReadOnlyData(), v); err != nil {
+		c.errs.Store(v, err)
+		return nil
+	}
 	if err := proto.Unmarshal(buf.ReadOnlyData(), m); err != nil {
 		c.errs.Store(v, status.Error(codes.InvalidArgument, "the request message is not valid protobuf: "+describeDecode(err)))
 	}
 	return nil
+}
+
+// reserveDecoding checks a publish request's encoding before it is
+// decoded: an event's data over MaxDataWireBytes is refused, and what
+// decoding will cost (decoding multiplies: a value in an event's data
+// becomes a message of its own) is reserved from the budget until the call
+// ends (held), or refused when it does not fit.
+func (c *gateCodec) reserveDecoding(b []byte, v any) error {
+	var batch bool
+	switch v.(type) {
+	case *webhooksv1.PublishBatchRequest:
+		batch = true
+	case *webhooksv1.PublishRequest:
+	default:
+		return nil
+	}
+	cost, err := publishCost(b, batch)
+	if err != nil {
+		c.refusedFor(connlimit.ReasonTooLarge)
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if c.budget == nil {
+		return nil
+	}
+	if cost > c.budget.Size() {
+		c.refusedFor(connlimit.ReasonTooLarge)
+		return status.Errorf(codes.ResourceExhausted,
+			"decoded, the request would take about %d MiB, more than the server decodes at once (%d MiB): send fewer events, or fewer values in each", cost>>20, c.budget.Size()>>20)
+	}
+	release, ok := c.budget.TryAcquire(cost)
+	if !ok {
+		c.refusedFor(connlimit.ReasonReadBudget)
+		return status.Errorf(codes.Unavailable,
+			"the server is decoding as many requests as its memory budget allows (%d bytes): retry shortly", c.budget.Size())
+	}
+	c.held.Store(v, release)
+	return nil
+}
+
+func (c *gateCodec) refusedFor(reason string) {
+	if c.refused != nil {
+		c.refused(reason)
+	}
+}
+
+// release gives back the decoding reservation of m, if it holds one.
+func (c *gateCodec) release(m any) {
+	if r, ok := c.held.LoadAndDelete(m); ok {
+		r.(func())()
+	}
 }
 
 // take returns (and forgets) the error Unmarshal recorded for m, if any.

@@ -3,7 +3,9 @@ package grpcapi
 import (
 	"context"
 	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
+	"github.com/standmeet/webhook-dispatcher/internal/connlimit"
 	"github.com/standmeet/webhook-dispatcher/internal/inflight"
 	"github.com/standmeet/webhook-dispatcher/internal/portmux"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -133,7 +136,7 @@ func TestGate(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
 		openFree := func() bool {
-			r, ok := b.gate.open.TryAcquire(b.gate.open.Size())
+			r, ok := b.gate.open[classHealth].TryAcquire(b.gate.open[classHealth].Size())
 			if ok {
 				r()
 			}
@@ -155,7 +158,7 @@ func TestGate(t *testing.T) {
 		require.True(t, openFree(), "the open stream holds no reservation")
 
 		// While the open budget is taken, such calls wait outside.
-		release, ok := b.gate.open.TryAcquire(b.gate.open.Size())
+		release, ok := b.gate.open[classHealth].TryAcquire(b.gate.open[classHealth].Size())
 		require.True(t, ok)
 		_, err = b.health.Check(t.Context(), &healthpb.HealthCheckRequest{})
 		requireAuthCode(t, err, codes.Unavailable)
@@ -178,10 +181,16 @@ func TestGate(t *testing.T) {
 			_, err := b.events.Publish(withToken(t.Context(), "guess-guess-guess-guess"), bigRequest(t, 1))
 			requireAuthCode(t, err, codes.Unauthenticated)
 		}
-		_, err := b.events.Publish(withToken(t.Context(), authPublisherToken), bigRequest(t, 1))
+		_, err := b.events.Publish(withToken(t.Context(), "guess-guess-guess-guess"), bigRequest(t, 1))
 		requireAuthCode(t, err, codes.ResourceExhausted)
 		require.Contains(t, err.Error(), "too many failed authentications")
 		require.Empty(t, b.calls)
+		// A right token passes while its address is throttled: the address
+		// may be a proxy's or a NAT's, shared with the guesser.
+		_, err = b.events.Publish(withToken(t.Context(), authPublisherToken), bigRequest(t, 1))
+		require.NoError(t, err)
+		_, err = b.events.Publish(withToken(t.Context(), "guess-guess-guess-guess"), bigRequest(t, 1))
+		requireAuthCode(t, err, codes.ResourceExhausted)
 	})
 }
 
@@ -226,10 +235,19 @@ func TestGateOpenReadsPerAddress(t *testing.T) {
 		// Another address still gets through.
 		other, err := b.gate.Tap(from(t, tcp("10.0.0.2", 1000)), check)
 		require.NoError(t, err)
-		// The global bound stays: two reads at once in all.
-		_, err = b.gate.Tap(from(t, tcp("10.0.0.3", 1000)), check)
+		// The global bound stays: openHealthReads at once in all.
+		more := []context.Context{}
+		for i := 3; i <= openHealthReads; i++ {
+			c, err := b.gate.Tap(from(t, tcp("10.0.0."+strconv.Itoa(i), 1000)), check)
+			require.NoError(t, err)
+			more = append(more, c)
+		}
+		_, err = b.gate.Tap(from(t, tcp("10.0.0.99", 1000)), check)
 		requireAuthCode(t, err, codes.Unavailable)
 		require.Contains(t, err.Error(), "too many unauthenticated calls")
+		for _, c := range more {
+			releaseOpenRead(c)
+		}
 
 		// Once the first call's message has been read, its address may
 		// open another; the refused calls reserved nothing.
@@ -239,7 +257,7 @@ func TestGateOpenReadsPerAddress(t *testing.T) {
 		require.NoError(t, err)
 		releaseOpenRead(again)
 		releaseOpenRead(other)
-		r, ok := b.gate.open.TryAcquire(b.gate.open.Size())
+		r, ok := b.gate.open[classHealth].TryAcquire(b.gate.open[classHealth].Size())
 		require.True(t, ok, "every reservation given back")
 		r()
 		b.gate.openMu.Lock()
@@ -251,15 +269,50 @@ func TestGateOpenReadsPerAddress(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		pipe := fakeAddr{network: portmux.PipeNetwork, addr: "pipe"}
-		first, err := b.gate.Tap(from(t, pipe), check)
-		require.NoError(t, err)
-		second, err := b.gate.Tap(from(t, pipe), check)
-		require.NoError(t, err)
+		var held []context.Context
+		for range openHealthReads {
+			c, err := b.gate.Tap(from(t, pipe), check)
+			require.NoError(t, err)
+			held = append(held, c)
+		}
 		// The global bound applies to the pipe too.
-		_, err = b.gate.Tap(from(t, pipe), check)
+		_, err := b.gate.Tap(from(t, pipe), check)
 		requireAuthCode(t, err, codes.Unavailable)
-		releaseOpenRead(first)
-		releaseOpenRead(second)
+		for _, c := range held {
+			releaseOpenRead(c)
+		}
+	})
+
+	t.Run("SilentCallCancelledAndItsAddressBenched", func(t *testing.T) {
+		t.Parallel()
+		clock := &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+		a, err := auth.New(auth.Tokens{Publisher: []string{authPublisherToken}}, nil)
+		require.NoError(t, err)
+		var reasons sync.Map
+		gate := NewGate(GateConfig{Auth: a, FirstMessageTimeout: time.Millisecond, Now: clock.Now,
+			Refused: func(reason string) { reasons.Store(reason, true) }})
+		ctx, err := gate.Tap(from(t, tcp("10.0.0.1", 1000)), check)
+		require.NoError(t, err)
+		// The timer cancels the call and gives its reservation back.
+		<-ctx.Done()
+		require.ErrorIs(t, context.Cause(ctx), errFirstMessageTimeout)
+		r, ok := gate.open[classHealth].TryAcquire(gate.open[classHealth].Size())
+		require.True(t, ok, "the silent call's reservation given back")
+		r()
+		_, timedOut := reasons.Load(connlimit.ReasonFirstMessageTimeout)
+		require.True(t, timedOut)
+		// Its address may open no such call for a while; others may.
+		_, err = gate.Tap(from(t, tcp("10.0.0.1", 1001)), check)
+		requireAuthCode(t, err, codes.Unavailable)
+		require.Contains(t, err.Error(), "sent no message")
+		other, err := gate.Tap(from(t, tcp("10.0.0.2", 1000)), check)
+		require.NoError(t, err)
+		releaseOpenRead(other)
+		require.NoError(t, context.Cause(other), "a call whose message was read is not cancelled")
+		clock.Add(silentPenalty)
+		again, err := gate.Tap(from(t, tcp("10.0.0.1", 1002)), check)
+		require.NoError(t, err)
+		releaseOpenRead(again)
 	})
 
 	t.Run("ReleasedWhenTheCallEnds", func(t *testing.T) {
@@ -315,7 +368,7 @@ func TestGateStalledHealthCallsFromOneAddress(t *testing.T) {
 		return s
 	}
 	openTaken := func() bool {
-		r, ok := gate.open.TryAcquire(gate.open.Size())
+		r, ok := gate.open[classHealth].TryAcquire(gate.open[classHealth].Size())
 		if ok {
 			r()
 		}
@@ -329,7 +382,7 @@ func TestGateStalledHealthCallsFromOneAddress(t *testing.T) {
 	refused := make(chan error, 1)
 	go func() { refused <- second.RecvMsg(&healthpb.HealthCheckResponse{}) }()
 	require.Eventually(t, func() bool {
-		r, ok := gate.open.TryAcquire(gate.open.Size() / openReads)
+		r, ok := gate.open[classHealth].TryAcquire(gate.open[classHealth].Size() / openHealthReads)
 		if ok {
 			r()
 		}
@@ -380,7 +433,7 @@ func TestGateReflectionStreamLeavesHealthOpen(t *testing.T) {
 	require.NoError(t, err)
 	// The server now waits in RecvMsg for the stream's next request.
 	require.Eventually(t, func() bool {
-		r, ok := gate.openNext.TryAcquire(gate.openNext.Size())
+		r, ok := gate.open[classNext].TryAcquire(gate.open[classNext].Size())
 		if ok {
 			r()
 		}
@@ -396,4 +449,22 @@ func TestGateReflectionStreamLeavesHealthOpen(t *testing.T) {
 	_, err = refl.Recv()
 	require.NoError(t, err)
 	require.NoError(t, refl.CloseSend())
+}
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
 }

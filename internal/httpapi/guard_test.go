@@ -18,8 +18,8 @@ import (
 )
 
 const (
-	guardPublisherToken = "guard-publisher-token-0123456789"
-	guardAdminToken     = "guard-admin-token-0123456789"
+	guardPublisherToken = "guard-publisher-token-0123456789abcdef0123"
+	guardAdminToken     = "guard-admin-token-0123456789abcdef0123"
 )
 
 // watchedBody records whether anything read it.
@@ -176,10 +176,59 @@ func TestGuard(t *testing.T) {
 		for range 3 {
 			require.Equal(t, http.StatusUnauthorized, call(b, "/v1/events:publish", "guess-guess-guess-guess", body(`{}`), 2).Code)
 		}
-		rec := call(b, "/v1/events:publish", guardPublisherToken, body(`{}`), 2)
-		require.Equal(t, http.StatusTooManyRequests, rec.Code, "a right token too, once throttled")
+		rec := call(b, "/v1/events:publish", "guess-guess-guess-guess", body(`{}`), 2)
+		require.Equal(t, http.StatusTooManyRequests, rec.Code, "guessing stays throttled")
 		require.NotEmpty(t, rec.Header().Get("Retry-After"))
 		require.Equal(t, "RESOURCE_EXHAUSTED", problem(t, rec).Code)
 		require.Zero(t, b.passed.Load())
+		// A right token passes while its address is throttled: the address
+		// may be a proxy's or a NAT's, shared with the guesser.
+		rec = call(b, "/v1/events:publish", guardPublisherToken, body(`{}`), 2)
+		require.NotEqual(t, http.StatusTooManyRequests, rec.Code)
+		require.Equal(t, int32(1), b.passed.Load())
+	})
+
+	t.Run("QueryNotUTF8NamesTheParameter", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		for query, want := range map[string]FieldViolation{
+			"owner_id=acme&name=ab%FFcd": {Field: "name", Description: "the query parameter's value is not valid UTF-8 (at byte 2)"},
+			"owner_id=%zz":               {Field: "owner_id", Description: "the query parameter is not valid percent-encoding"},
+			"na%FEme=x":                  {Field: "na\uFFFDme", Description: "the query parameter's name is not valid UTF-8 (at byte 2)"},
+		} {
+			r := httptest.NewRequest(http.MethodGet, "/v1/endpoints?"+query, nil)
+			r.Header.Set("Authorization", "Bearer "+guardAdminToken)
+			rec := httptest.NewRecorder()
+			b.guard.ServeHTTP(rec, r)
+			require.Equal(t, http.StatusBadRequest, rec.Code, query)
+			require.Equal(t, []FieldViolation{want}, problem(t, rec).FieldViolations, query)
+		}
+		require.Zero(t, b.passed.Load())
+	})
+
+	t.Run("ThrottledByClientBehindATrustedProxy", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, auth.NewThrottle(auth.ThrottleConfig{Failures: 2, Per: time.Hour}))
+		proxies, err := auth.ParseProxies("192.0.2.0/24")
+		require.NoError(t, err)
+		b.guard.cfg.Proxies = proxies
+		from := func(xff, tok string) int {
+			r := httptest.NewRequest(http.MethodPost, "/v1/events:publish", body(`{}`))
+			r.ContentLength = 2
+			r.RemoteAddr = "192.0.2.1:4000" // the proxy
+			r.Header.Set("Content-Type", "application/json")
+			r.Header.Set("Authorization", "Bearer "+tok)
+			r.Header.Set("X-Forwarded-For", xff)
+			rec := httptest.NewRecorder()
+			b.guard.ServeHTTP(rec, r)
+			return rec.Code
+		}
+		for range 2 {
+			require.Equal(t, http.StatusUnauthorized, from("203.0.113.9", "guess-guess-guess-guess"))
+		}
+		require.Equal(t, http.StatusTooManyRequests, from("203.0.113.9", "guess-guess-guess-guess"))
+		// A forged hop left of the client's own changes nothing.
+		require.Equal(t, http.StatusTooManyRequests, from("198.51.100.1, 203.0.113.9", "guess-guess-guess-guess"))
+		require.Equal(t, http.StatusUnauthorized, from("203.0.113.10", "guess-guess-guess-guess"), "another client behind the same proxy")
 	})
 }

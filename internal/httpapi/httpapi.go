@@ -6,9 +6,9 @@
 // the same owner isolation and the same errors as a gRPC call.
 //
 // Before anything of a request's body is read, its guard checks what costs
-// nothing to check: the client's address is not throttled for failed tokens
-// (429), the bearer token is known (401) and holds the role the route needs
-// (403), a body is application/json (415) and within its route's limit (413:
+// nothing to check: the bearer token is known (401; a wrong one from a
+// client address throttled for failed tokens gets 429, a right one always
+// passes) and holds the role the route needs (403), a body is application/json (415) and within its route's limit (413:
 // PublishBatch takes more than the rest), and the bytes of the requests
 // being read fit the process's budget (503 with Retry-After, after a short
 // wait). Only then is the body read; JSON nested deeper than MaxJSONDepth,
@@ -72,6 +72,9 @@ type Config struct {
 	Auth *auth.Authenticator
 	// Throttle limits failed tokens per client address; nil: no limit.
 	Throttle *auth.Throttle
+	// Proxies are the reverse proxies whose forwarding headers name the
+	// client address the throttle counts; zero: none.
+	Proxies auth.Proxies
 	// Budget bounds the bytes of request bodies being read at once, shared
 	// with the gRPC API; nil: no bound.
 	Budget *inflight.Budget
@@ -192,22 +195,21 @@ func access(r *http.Request) (need auth.Role, method string) {
 
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	need, method := access(r)
-	if g.cfg.Throttle != nil {
-		if wait, ok := g.cfg.Throttle.Allow(r.RemoteAddr); !ok {
-			g.refused(connlimit.ReasonThrottled)
-			g.cfg.Auth.Denied(r.Context(), "http", r.Method+" "+r.URL.Path, "throttled after failed tokens", r.RemoteAddr)
-			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)))
-			writeProblem(w, Problem{Status: http.StatusTooManyRequests, Code: codeName(codes.ResourceExhausted),
-				Detail: "too many failed authentications from this address: retry in " + wait.String()})
-			return
-		}
-	}
 	if code, msg := g.authorize(r, need); code != 0 {
 		if code == http.StatusUnauthorized {
-			// Only a token presented and wrong is a guess; a missing one
-			// (a misconfigured client) is not throttled.
+			// Only a token presented and wrong is a guess, and only a guess
+			// is throttled: a right token passes whatever its address did,
+			// and a missing one (a misconfigured client) is not counted.
 			if g.cfg.Throttle != nil && msg == msgUnknownToken {
-				g.cfg.Throttle.Fail(r.RemoteAddr)
+				client := g.cfg.Proxies.ClientAddrHTTP(r)
+				if wait, throttled := g.cfg.Throttle.Failure(client); throttled {
+					g.refused(connlimit.ReasonThrottled)
+					g.cfg.Auth.Denied(r.Context(), "http", r.Method+" "+r.URL.Path, "throttled after failed tokens", client)
+					w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)))
+					writeProblem(w, Problem{Status: http.StatusTooManyRequests, Code: codeName(codes.ResourceExhausted),
+						Detail: "too many failed authentications from this address: retry in " + wait.String()})
+					return
+				}
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="dispatcher", error="invalid_token", error_description=`+strconv.Quote(msg))
 			writeProblem(w, Problem{Status: code, Code: codeName(codes.Unauthenticated), Detail: msg})
@@ -227,6 +229,10 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer release()
 	} else {
 		r.Body = http.NoBody
+	}
+	if violations := queryViolations(r.URL.RawQuery); len(violations) > 0 {
+		badRequest(w, violations)
+		return
 	}
 	if rt, params := match(g.routes, r.Method, r.URL.Path); rt != nil {
 		if violations := prepare(r, rt, params); len(violations) > 0 {
@@ -315,7 +321,8 @@ func (g *guard) readBody(w http.ResponseWriter, r *http.Request, limit int) (rel
 		writeProblem(w, Problem{Status: http.StatusBadRequest, Code: codeName(codes.InvalidArgument), Detail: "could not read the request body"})
 		return nil, false
 	}
-	if msg := checkJSON(body); msg != "" {
+	msg, elements := checkJSON(body)
+	if msg != "" {
 		release()
 		// Named as the dialect names a body it cannot read, so a client
 		// finds every bad body under field_violations "body".
@@ -323,13 +330,49 @@ func (g *guard) readBody(w http.ResponseWriter, r *http.Request, limit int) (rel
 			FieldViolations: []FieldViolation{{Field: "body", Description: msg}}})
 		return nil, false
 	}
+	if g.cfg.Budget != nil {
+		// Decoding multiplies: the JSON decoder builds a value per element,
+		// and the call it becomes is encoded and decoded again behind the
+		// pipe. Reserve what that costs before it is spent (the bytes read
+		// are reserved already), and refuse a body whose decoded form would
+		// not fit the whole budget.
+		cost := grpcapi.JSONDecodedCost(len(body), elements)
+		if cost > g.cfg.Budget.Size() {
+			release()
+			g.refused(connlimit.ReasonTooLarge)
+			writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Code: codeName(codes.InvalidArgument),
+				Detail: fmt.Sprintf("the request body holds %d JSON values: decoded, it would take about %d MiB, more than the server reads at once (%d MiB); send fewer events, or fewer values in each",
+					elements, cost>>20, g.cfg.Budget.Size()>>20)})
+			return nil, false
+		}
+		n := r.ContentLength
+		if n < 0 {
+			n = int64(limit)
+		}
+		if extra := cost - n; extra > 0 {
+			more, err := g.cfg.Budget.Acquire(r.Context(), extra, g.cfg.BudgetWait)
+			if err != nil {
+				release()
+				g.refused(connlimit.ReasonReadBudget)
+				w.Header().Set("Retry-After", "1")
+				writeProblem(w, Problem{Status: http.StatusServiceUnavailable, Code: codeName(codes.Unavailable),
+					Detail: "the server is decoding as many requests as its memory budget allows: retry shortly"})
+				return nil, false
+			}
+			first := release
+			release = func() { more(); first() }
+		}
+	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return release, true
 }
 
 // checkJSON refuses, before the decoder sees them, a body that nests deeper
 // than MaxJSONDepth or that is not UTF-8: the message says which, and where.
-func checkJSON(body []byte) string {
+// It counts the body's elements (its objects, arrays and commas outside
+// strings: one per value, member or element, give or take one), which is
+// what decoding it costs.
+func checkJSON(body []byte) (msg string, elements int) {
 	if !utf8.Valid(body) {
 		i := 0
 		for i < len(body) {
@@ -339,7 +382,7 @@ func checkJSON(body []byte) string {
 			}
 			i += n
 		}
-		return "the request body is not valid UTF-8 (at byte " + strconv.Itoa(i) + ")"
+		return "the request body is not valid UTF-8 (at byte " + strconv.Itoa(i) + ")", 0
 	}
 	depth := 0
 	inString, escaped := false, false
@@ -357,14 +400,17 @@ func checkJSON(body []byte) string {
 		case c == '"':
 			inString = true
 		case c == '{' || c == '[':
+			elements++
 			if depth++; depth > MaxJSONDepth {
-				return "the request body's JSON nests deeper than " + strconv.Itoa(MaxJSONDepth) + " levels (at byte " + strconv.Itoa(i) + ")"
+				return "the request body's JSON nests deeper than " + strconv.Itoa(MaxJSONDepth) + " levels (at byte " + strconv.Itoa(i) + ")", elements
 			}
 		case c == '}' || c == ']':
 			depth--
+		case c == ',':
+			elements++
 		}
 	}
-	return ""
+	return "", elements + 1
 }
 
 func tooLarge(limit int) string {
@@ -372,4 +418,45 @@ func tooLarge(limit int) string {
 		return "the request body must be at most " + strconv.Itoa(limit>>20) + " MiB"
 	}
 	return "the request body must be at most " + strconv.Itoa(limit>>10) + " KiB"
+}
+
+// queryViolations checks that every query parameter's name and value are
+// valid percent-encoding of UTF-8: the transcoder would put them into
+// proto strings, which must be UTF-8, and fail as a server error (500)
+// naming its own step. Each violation names the parameter (its invalid
+// bytes replaced) and the byte of the decoded value at fault.
+func queryViolations(raw string) []FieldViolation {
+	var out []FieldViolation
+	for pair := range strings.SplitSeq(raw, "&") {
+		if pair == "" {
+			continue
+		}
+		rawKey, rawVal, _ := strings.Cut(pair, "=")
+		key, kerr := url.QueryUnescape(rawKey)
+		if kerr != nil {
+			key = rawKey
+		}
+		name := strings.ToValidUTF8(key, "\uFFFD")
+		switch val, verr := url.QueryUnescape(rawVal); {
+		case kerr != nil || verr != nil:
+			out = append(out, FieldViolation{Field: name, Description: "the query parameter is not valid percent-encoding"})
+		case !utf8.ValidString(key):
+			out = append(out, FieldViolation{Field: name, Description: fmt.Sprintf("the query parameter's name is not valid UTF-8 (at byte %d)", invalidAt(key))})
+		case !utf8.ValidString(val):
+			out = append(out, FieldViolation{Field: name, Description: fmt.Sprintf("the query parameter's value is not valid UTF-8 (at byte %d)", invalidAt(val))})
+		}
+	}
+	return out
+}
+
+// invalidAt is the offset of s's first byte that is not valid UTF-8.
+func invalidAt(s string) int {
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(s)
 }

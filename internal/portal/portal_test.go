@@ -85,6 +85,9 @@ func TestCreateSessionValidates(t *testing.T) {
 		"BadOrigins": {SessionRequest{OwnerID: "o", Access: AccessRead, AllowedOrigins: []string{
 			"https://ok.example", "https://a.example/path", "https://a.example; script-src *", "ftp://a.example", "https://a.example 'unsafe-inline'",
 		}}, []string{"allowed_origins[1]", "allowed_origins[2]", "allowed_origins[3]", "allowed_origins[4]"}},
+		"WildcardOrPlainHTTPOrigins": {SessionRequest{OwnerID: "o", Access: AccessRead, AllowedOrigins: []string{
+			"https://*", "https://*.example.com", "http://app.example.com", "http://localhost:3000", "http://127.0.0.1:8080", "http://[::1]:8080",
+		}}, []string{"allowed_origins[0]", "allowed_origins[1]", "allowed_origins[2]"}},
 		"BadWayBackAndBranding": {SessionRequest{OwnerID: "o", Access: AccessRead, DisplayName: "Acme\x00", ReturnURL: "javascript:alert(1)",
 			Branding: Branding{ProductName: strings.Repeat("n", 61), AccentColor: "red"}},
 			[]string{FieldDisplayName, FieldReturnURL, "branding.product_name", "branding.accent_color"}},

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -259,10 +260,29 @@ func originProblem(o string) string {
 	if u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil || u.Opaque != "" {
 		return "must be an origin only: scheme, host and port, no path, query or user"
 	}
+	if strings.Contains(u.Host, "*") {
+		// frame-ancestors would take https://*.example.com, or https://*
+		// (any site): a link must name the sites that may frame it.
+		return "must name one origin: wildcards are refused"
+	}
 	if strings.ContainsAny(o, " ;,'\"\\\t\r\n") || o != u.Scheme+"://"+u.Host {
 		return "must be an origin in plain form, like https://app.example.com"
 	}
+	if u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+		// Anyone on the network path of a plain-HTTP page can frame the
+		// portal in it.
+		return "must be https:// (plain http:// only for localhost or a loopback address)"
+	}
 	return ""
+}
+
+// loopbackHost reports whether host is localhost or a loopback IP.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // create stores a new link and returns its token. Sessions expired a day

@@ -85,6 +85,9 @@ var (
 	ErrInvalidKeyring = errors.New("seal: invalid keyring")
 	// ErrNoKeyring is returned by methods called on a nil or zero Keyring.
 	ErrNoKeyring = errors.New("seal: keyring not initialised")
+	// ErrFormat1Refused means the value is in format 1 and the keyring
+	// refuses that format (RefusingFormat1).
+	ErrFormat1Refused = errors.New("seal: format 1 sealed value refused (-refuse-format1-secrets): run `dispatcher reseal-secrets`, or turn the option off")
 )
 
 // Keyring seals and opens values. It holds only the derived AEADs, never the
@@ -97,6 +100,21 @@ var (
 // case and are nil-safe.
 type Keyring struct {
 	ring *ring
+	// refuseV1 makes Open refuse format 1 values (RefusingFormat1).
+	refuseV1 bool
+}
+
+// RefusingFormat1 returns a keyring with k's keys whose Open refuses
+// format 1 values (ErrFormat1Refused). Once `dispatcher reseal-secrets`
+// has re-sealed every value, none is left in format 1, so one found later
+// was written back from an old dump or backup by someone who wants a
+// value that binds less (a previous signing key swapped for the current
+// one); refusing it turns that into an error instead of a signature.
+func (k *Keyring) RefusingFormat1() *Keyring {
+	if k == nil {
+		return nil
+	}
+	return &Keyring{ring: k.ring, refuseV1: true}
 }
 
 type ring struct {
@@ -184,9 +202,12 @@ func (k *Keyring) Open(sealed, ad []byte) ([]byte, error) {
 	if k == nil || k.ring == nil {
 		return nil, ErrNoKeyring
 	}
-	_, id, err := parseHeader(sealed)
+	format, id, err := parseHeader(sealed)
 	if err != nil {
 		return nil, err
+	}
+	if format == formatV1 && k.refuseV1 {
+		return nil, ErrFormat1Refused
 	}
 	aead, ok := k.ring.aeads[id]
 	if !ok {

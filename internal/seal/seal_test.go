@@ -288,6 +288,20 @@ func TestSealOpen(t *testing.T) {
 		require.True(t, keyring.NeedsReseal(v1), "format 1 under the primary key is re-sealed to format 2")
 	})
 
+	t.Run("FormatOneRefusedWhenAsked", func(t *testing.T) {
+		t.Parallel()
+		keyring := newKeyring(t, 1, 1, 2).RefusingFormat1()
+		_, err := keyring.Open(mustHex(t, vectorKey1Hex), []byte(vectorKey1AD))
+		require.ErrorIs(t, err, ErrFormat1Refused)
+		require.Contains(t, err.Error(), "reseal-secrets")
+		// Format 2 values still open.
+		sealed, err := keyring.Seal([]byte("secret"), []byte("ep"))
+		require.NoError(t, err)
+		plain, err := keyring.Open(sealed, []byte("ep"))
+		require.NoError(t, err)
+		require.Equal(t, "secret", string(plain))
+	})
+
 	t.Run("SafeForConcurrentUse", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)
