@@ -513,6 +513,9 @@ type endpointData struct {
 	Error      string
 }
 
+// FilterText is the endpoint's filter, indented; "" for none.
+func (d *endpointData) FilterText() string { return indentFilter(d.E.Filter) }
+
 func (d *endpointData) pageTitle() string {
 	if d.E.Name != "" {
 		return d.E.Name
