@@ -25,8 +25,10 @@
 // (20 of 100 endpoints never answer while the others get 500 events/s; run
 // without them too, S11h0, for the healthy p99 to compare with), open (the
 // open loop: Publish at 200, 500 and 1,000 events/s offered, each rate followed
-// by its floor, the same generator doing one durable single-row INSERT and
-// COMMIT per call over a pool of the dispatcher's size). The soak
+// by its transport-inclusive floor: the same generator making a no-op gRPC
+// call to the dispatcher, then one durable single-row INSERT and COMMIT per
+// call over a pool of the dispatcher's size; Publish is held against the
+// two added). The soak
 // (run only when named: -scenario soak) is a steady load for -soak-duration,
 // sampling the dispatcher's RSS, heap, goroutines and connections and the
 // size of every table the load writes, and judging whether each levels off;
