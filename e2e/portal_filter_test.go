@@ -45,7 +45,8 @@ func valueOf(t *testing.T, ctx context.Context, id string) string {
 // again after a reload (and saved unchanged changes nothing); a misspelt
 // field is named as it is typed and refused on save, naming the field
 // meant, with the box as typed; Test filter says no match and why for a
-// stored event, and match for a sample, delivering nothing.
+// stored event, and match for a sample, delivering nothing; the event's
+// page says which condition kept it back.
 func TestPortalFilter(t *testing.T) {
 	t.Parallel()
 	ctx := newBrowser(t, 1280, 900)
@@ -126,5 +127,16 @@ func TestPortalFilter(t *testing.T) {
 	require.Contains(t, location(t, ctx), "/edit", "tested in place: the form is still open")
 	screenshot(t, ctx, "endpoint-filter")
 	require.JSONEq(t, want, stored(t))
+
+	// The event's page says why the filter kept it back.
+	var page string
+	waitFor(t, 30*time.Second, "the event's recorded decision", func() bool {
+		require.NoError(t, chromedp.Run(ctx, chromedp.Navigate(base+"events/"+refused)))
+		page = bodyText(t, ctx)
+		return !strings.Contains(page, "has not recorded its decision yet")
+	})
+	require.Contains(t, page, "Kept back by the endpoint's filter")
+	require.Contains(t, page, `data.op was "updated"`)
+	checkA11y(t, ctx, "an event a filter kept back")
 	require.Empty(t, rc.requests(), "a test delivers nothing (and the event was filtered out)")
 }
