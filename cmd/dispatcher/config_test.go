@@ -264,12 +264,12 @@ func TestParseServeConfig(t *testing.T) {
 		t.Parallel()
 		c, err := parse(setup(t))
 		require.NoError(t, err)
-		require.Equal(t, 5*time.Millisecond, c.IngestLinger)
+		require.Zero(t, c.IngestLinger, "no wait by default: no latency traded below saturation")
 		b := setup(t)
-		b.env["DISPATCHER_INGEST_LINGER"] = "0s"
+		b.env["DISPATCHER_INGEST_LINGER"] = "5ms"
 		c, err = parse(b)
 		require.NoError(t, err)
-		require.Zero(t, c.IngestLinger, "0 never waits")
+		require.Equal(t, 5*time.Millisecond, c.IngestLinger)
 		for _, bad := range []string{"-1ms", "101ms"} {
 			_, err = parse(setup(t), "--ingest-linger", bad)
 			require.ErrorContains(t, err, "invalid -ingest-linger "+bad+" (DISPATCHER_INGEST_LINGER)")

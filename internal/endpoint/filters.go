@@ -75,6 +75,43 @@ func (val *validator) filterAgainst(v *violations, text string, globs []string, 
 	}
 }
 
+// CheckFilterRequest is a filter to check with the event types it would
+// go with, as a form checks it while it is typed.
+type CheckFilterRequest struct {
+	OwnerID string
+	// Filter is the filter's JSON text; empty is no filter.
+	Filter []byte
+	// EventTypes are the globs of the endpoint-to-be; empty: every type
+	// (a form whose types are not chosen yet).
+	EventTypes []string
+}
+
+// CheckFilter checks a filter exactly as Create and Update check it (the
+// same parse, limits and schema check), without writing anything, and
+// returns it in canonical form ("{}" for none). A form calls it to say
+// what is wrong while the filter is typed: what it says then is what a
+// save would say.
+func (s *Service) CheckFilter(r CheckFilterRequest) ([]byte, error) {
+	var v violations
+	s.val.ownerID(&v, r.OwnerID)
+	f := s.val.parseFilter(&v, r.Filter)
+	globs := r.EventTypes
+	before := len(v)
+	if len(globs) > 0 {
+		s.val.eventTypes(&v, globs)
+	} else {
+		globs = []string{"*"}
+	}
+	// Against the schemas only when the types are valid, as Create does.
+	if !f.Empty() && len(v) == before {
+		s.val.checkFilter(&v, f, globs)
+	}
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	return f.JSON(), nil
+}
+
 // TestFilterRequest is what TestFilter evaluates: a filter (or an
 // endpoint's) against a stored event of the owner or a sample.
 type TestFilterRequest struct {

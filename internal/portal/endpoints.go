@@ -288,7 +288,7 @@ func (p *Portal) createEndpoint(w http.ResponseWriter, r *http.Request, sess *se
 	c, err := p.svc.Create(r.Context(), endpoint.CreateParams{
 		OwnerID: sess.ownerID, URL: f.URL, Description: f.Description, EventTypes: f.EventTypes,
 		Headers: v.headers, SigningScheme: f.Scheme, MaxPerSecond: v.maxPerSec, MaxInFlight: v.maxInFlight,
-		Ordered: f.Ordered, Name: f.Name, Labels: v.labels, RequestID: rid.String(),
+		Ordered: f.Ordered, Name: f.Name, Labels: v.labels, RequestID: rid.String(), Filter: filterText(f.Filter),
 	})
 	if errors.Is(err, endpoint.ErrRequestIDReused) {
 		// The form was sent before, and created an endpoint; now it asks
@@ -512,6 +512,9 @@ type endpointData struct {
 	States     []string
 	Error      string
 }
+
+// FilterText is the endpoint's filter, indented; "" for none.
+func (d *endpointData) FilterText() string { return indentFilter(d.E.Filter) }
 
 func (d *endpointData) pageTitle() string {
 	if d.E.Name != "" {

@@ -166,7 +166,7 @@ func securityHeaders(w http.ResponseWriter, origins []string) {
 	} else {
 		h.Set("X-Frame-Options", "DENY")
 	}
-	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "+
 		"form-action 'self'; base-uri 'none'; frame-ancestors "+ancestors)
 	h.Set("X-Content-Type-Options", "nosniff")
 	// The link's token is in its URL: no page of the portal names itself
