@@ -81,12 +81,11 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	logger.InfoContext(ctx, "event catalog", slog.String("source", cfg.Catalog.Source()),
 		slog.Int("types", len(cfg.Catalog.Types())), slog.String("digest", cfg.Catalog.Digest()))
 	if cfg.UnknownTypes == ingest.UnknownTypesAccept {
-		// The default, as the product's rules say (a type nobody classified
-		// is Internal), but a misspelt type then goes nowhere with no error:
-		// worth a line at start-up.
+		// Chosen, not the default: a misspelt type then goes nowhere with no
+		// error, which is worth a line at start-up.
 		logger.WarnContext(ctx, "events of types in no event catalog are accepted and dropped, never delivered "+
 			"(a misspelt type goes nowhere: Publish answers PUBLISH_OUTCOME_DROPPED_UNKNOWN with a did-you-mean, and the type is counted and logged); "+
-			"-unknown-types=refuse (DISPATCHER_UNKNOWN_TYPES=refuse) refuses them instead",
+			"-unknown-types=refuse (DISPATCHER_UNKNOWN_TYPES=refuse, the default) refuses them instead",
 			slog.String("unknown_types", cfg.UnknownTypes.String()))
 	}
 	keyring, err := seal.ParseKeyring(cfg.MasterKeys)
