@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -168,6 +169,31 @@ func TestCustomCatalog(t *testing.T) {
 		require.NoError(t, err)
 		waitFor(t, 30*time.Second, "the test delivery", func() bool { return len(rc.requests()) == 2 })
 		require.NotContains(t, d.logs.String(), `"type":"audit.logged"`, "a type declared internal stays silent")
+	})
+
+	t.Run("ServesTheOpenAPIDocumentOfItsCatalog", func(t *testing.T) {
+		t.Parallel()
+		dir := customCatalog(t)
+		d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate", "--catalog", dir}})
+
+		code, served := d.getAPI(t, "/openapi.json")
+		require.Equal(t, http.StatusOK, code)
+		var doc struct {
+			Components struct {
+				Schemas map[string]json.RawMessage `json:"schemas"`
+			} `json:"components"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(served), &doc))
+		require.Contains(t, doc.Components.Schemas, "InvoicePaidEvent", "the custom type is in the served document")
+		require.Contains(t, doc.Components.Schemas, "InvoicePaidData")
+		require.NotContains(t, doc.Components.Schemas, "CorpusNoteChangedEvent", "the default catalog's types are not")
+		require.Contains(t, string(doc.Components.Schemas["EventInput"]), `"invoice.paid"`)
+
+		// The same document offline, from the same catalog.
+		cmd := exec.Command(binary, "openapi", "--catalog", dir)
+		offline, err := cmd.Output()
+		require.NoError(t, err)
+		require.Equal(t, served, string(offline), "dispatcher openapi --catalog prints what the dispatcher serves")
 	})
 
 	t.Run("BadCatalogStopsStartUp", func(t *testing.T) {
