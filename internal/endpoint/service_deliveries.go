@@ -81,7 +81,7 @@ func (s *Service) ListDeliveries(ctx context.Context, r ListDeliveriesRequest) (
 		CreatedBefore: r.CreatedBefore.check(&v, FieldCreatedBefore),
 	}
 	timeRange(&v, f.CreatedAfter, f.CreatedBefore, FieldCreatedBefore, FieldCreatedAfter)
-	f.EventTypeLike = typeGlob(&v, FieldEventType, r.EventType)
+	f.EventTypeLike = s.typeGlob(&v, FieldEventType, r.EventType)
 	if err := v.err(); err != nil {
 		return Page[*Delivery]{}, err
 	}
@@ -115,11 +115,11 @@ func timeRange(v *violations, after, before *time.Time, beforeField, afterField 
 
 // typeGlob validates an event type filter, a glob as endpoints subscribe
 // with, and returns its LIKE pattern ("" for none).
-func typeGlob(v *violations, field, glob string) string {
+func (s *Service) typeGlob(v *violations, field, glob string) string {
 	if glob == "" {
 		return ""
 	}
-	if err := event.ValidateGlob(glob); err != nil {
+	if err := event.ValidateGlobIn(s.val.catalog.Catalog(), glob); err != nil {
 		if ge, ok := errors.AsType[*event.GlobError](err); ok {
 			v.add(field, ge.Reason)
 		} else {

@@ -77,6 +77,8 @@ type Worker struct {
 	metrics    *metrics.Metrics
 	pool       *pgxpool.Pool
 	filters    filters
+	// catalog is the running catalog; nil: the default catalog.
+	catalog *event.Running
 }
 
 // NewWorker returns the fanout worker. pool's search_path must be the
@@ -95,6 +97,12 @@ func NewWorker(pool *pgxpool.Pool, decide scope.Func, partitions Partitions, m *
 // endpoint).
 func (w *Worker) WithFilters(cache *filter.Cache, counter FilteredCounter) *Worker {
 	w.filters = filters{cache: cache, counter: counter}
+	return w
+}
+
+// WithCatalog makes w decide with the running catalog r, and returns w.
+func (w *Worker) WithCatalog(r *event.Running) *Worker {
+	w.catalog = r
 	return w
 }
 
@@ -159,7 +167,8 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 	if err != nil {
 		return err
 	}
-	if !event.Leaves(e) {
+	cat := w.catalog.Catalog()
+	if !cat.Leaves(e) {
 		// Ingest already drops these; an event that got in anyway stays in.
 		w.logger.InfoContext(ctx, "fanout: event may not leave the instance; nothing to do",
 			slog.String("event_id", e.ID), slog.String("type", e.Type))
@@ -171,19 +180,19 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 		return fmt.Errorf("fanout: event %s: %w", e.ID, err)
 	}
 	var rec decision.Builder
-	candidates := matching(e, byOwner[e.OwnerID], &rec)
+	candidates := matching(cat, e, byOwner[e.OwnerID], &rec)
 	admitted, err := decideAll(ctx, w.decide, e, candidates, &rec)
 	if err != nil {
 		return err
 	}
-	admitted, filtered := w.filters.apply(e, admitted, &rec)
+	admitted, filtered := w.filters.apply(cat, e, admitted, &rec)
 
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
 		return fmt.Errorf("fanout: %w", err)
 	}
 	// Metadata nil: the jobs take this run's trace (tracing.JobContext).
-	params, _, _ := deliverJobs(e, seq, admitted, w.partitions.active(), time.Now(), nil, nil, nil, &rec)
+	params, _, _ := deliverJobs(cat, e, seq, admitted, w.partitions.active(), time.Now(), nil, nil, nil, &rec)
 	var enqueued, duplicates int
 	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		results, err := insert(ctx, tx, client, params)
@@ -258,6 +267,8 @@ type Inline struct {
 	metrics    *metrics.Metrics
 	handoff    Handoff
 	filters    filters
+	// catalog is the running catalog; nil: the default catalog.
+	catalog *event.Running
 }
 
 // NewInline returns the inline fanout using decide (scope.Decider.Func) and
@@ -270,6 +281,12 @@ func NewInline(decide scope.Func, partitions Partitions, m *metrics.Metrics) *In
 // filtered endpoints of a transaction's events in Start, after the commit.
 func (f *Inline) WithFilters(cache *filter.Cache, counter FilteredCounter) *Inline {
 	f.filters = filters{cache: cache, counter: counter}
+	return f
+}
+
+// WithCatalog makes f decide with the running catalog r, and returns f.
+func (f *Inline) WithCatalog(r *event.Running) *Inline {
+	f.catalog = r
 	return f
 }
 
@@ -545,6 +562,7 @@ func (f *Inline) plan(ctx context.Context, byOwner map[string][]endpointRow, eve
 	p := &Plan{plans: make([]eventPlan, len(events))}
 	local := scope.WithoutAccess(ctx)
 	now, active := time.Now(), f.partitions.active()
+	cat := f.catalog.Catalog()
 	var planned map[string]int
 	if f.handoff != nil {
 		planned = make(map[string]int)
@@ -555,9 +573,9 @@ func (f *Inline) plan(ctx context.Context, byOwner map[string][]endpointRow, eve
 			md = tracing.JobMetadata(traces[i])
 		}
 		var rec decision.Builder
-		admitted, err := decideAll(local, f.decide, e, matching(e, byOwner[e.OwnerID], &rec), &rec)
+		admitted, err := decideAll(local, f.decide, e, matching(cat, e, byOwner[e.OwnerID], &rec), &rec)
 		if err == nil {
-			admitted, p.plans[i].filtered = f.filters.apply(e, admitted, &rec)
+			admitted, p.plans[i].filtered = f.filters.apply(cat, e, admitted, &rec)
 		}
 		if errors.Is(err, scope.ErrNeedsAccess) {
 			p.plans[i].deferred = true
@@ -570,7 +588,7 @@ func (f *Inline) plan(ctx context.Context, byOwner map[string][]endpointRow, eve
 		if err != nil {
 			return nil, err
 		}
-		p.plans[i].jobs, p.plans[i].ordered, p.plans[i].handed = deliverJobs(e, 0, admitted, active, now, md, f.handoff, planned, &rec)
+		p.plans[i].jobs, p.plans[i].ordered, p.plans[i].handed = deliverJobs(cat, e, 0, admitted, active, now, md, f.handoff, planned, &rec)
 		p.plans[i].record = rec.Encode()
 	}
 	return p, nil
@@ -815,9 +833,9 @@ type endpointRow struct {
 // matching keeps the enabled endpoints subscribed to e's type (all of them
 // for webhook.test), in the order given, and records why it drops the
 // others in rec.
-func matching(e *webhook.Event, endpoints []endpointRow, rec *decision.Builder) []candidate {
+func matching(cat *catalog.Catalog, e *webhook.Event, endpoints []endpointRow, rec *decision.Builder) []candidate {
 	var out []candidate
-	testOnly := event.ScopeOf(e.Type) == catalog.ScopeTestOnly
+	testOnly := cat.ScopeOf(e.Type) == catalog.ScopeTestOnly
 	for _, r := range endpoints {
 		switch {
 		case !r.enabled:
@@ -880,8 +898,8 @@ func decideAll(ctx context.Context, decide scope.Func, e *webhook.Event, candida
 // decoded once, for all the filters, and only if one needs it; each filter
 // is parsed once per process (the cache), not per event. admitted is
 // filtered in place: it is the fanout's own (decideAll's).
-func (fs filters) apply(e *webhook.Event, admitted []candidate, rec *decision.Builder) (kept []candidate, filtered []string) {
-	if event.ScopeOf(e.Type) == catalog.ScopeTestOnly {
+func (fs filters) apply(cat *catalog.Catalog, e *webhook.Event, admitted []candidate, rec *decision.Builder) (kept []candidate, filtered []string) {
+	if cat.ScopeOf(e.Type) == catalog.ScopeTestOnly {
 		return admitted, nil
 	}
 	var doc *filter.Doc
@@ -951,7 +969,7 @@ func refusal(dec scope.Decision) decision.Reason {
 // handoff (nil: none) accepts it; handed lists the indexes of those, and
 // planned counts them per endpoint across the calls of one plan (and in all,
 // under "").
-func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions int, now time.Time, md []byte, handoff Handoff, planned map[string]int, rec *decision.Builder) (params []river.InsertManyParams, ordered, handed []int) {
+func deliverJobs(cat *catalog.Catalog, e *webhook.Event, seq int64, admitted []candidate, partitions int, now time.Time, md []byte, handoff Handoff, planned map[string]int, rec *decision.Builder) (params []river.InsertManyParams, ordered, handed []int) {
 	seen := make(map[string]struct{}, len(admitted))
 	params = make([]river.InsertManyParams, 0, len(admitted))
 	for _, c := range admitted {
@@ -970,7 +988,7 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 			opts.ScheduledAt = c.pausedUntil.Add(job.PauseProbeGap)
 			opts.Metadata = withNote(md, job.DeliverSnooze{Reason: job.SnoozePaused, Until: opts.ScheduledAt.UTC()})
 			how = decision.Paused
-		case c.failingSince != nil && !c.pauseRecorded && event.ScopeOf(e.Type) != catalog.ScopeTestOnly:
+		case c.failingSince != nil && !c.pauseRecorded && cat.ScopeOf(e.Type) != catalog.ScopeTestOnly:
 			// A test event is what an admin sends after fixing the receiver:
 			// it goes now, failing endpoint or not. So does a delivery to
 			// an endpoint whose receiver's latest answer was a pause that

@@ -23,6 +23,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/fanout"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -204,6 +205,7 @@ type Store struct {
 	group   *batch.Batcher[*ingestPlan, error]
 	// refuseUnknown: events of types in no catalog are invalid.
 	refuseUnknown bool
+	catalog       *event.Running
 	unknown       *unknownTypes
 
 	// now is the validation clock; tests may replace it.
@@ -232,8 +234,12 @@ type StoreConfig struct {
 	// root's default).
 	GroupLinger time.Duration
 	// UnknownTypes says whether an event of a type in no catalog is
-	// accepted and dropped (the default) or refused.
+	// accepted and dropped (the zero value) or refused (the dispatcher's
+	// default).
 	UnknownTypes UnknownTypes
+	// Catalog is the running catalog events are checked and classified
+	// with; nil: the default catalog.
+	Catalog *event.Running
 }
 
 // DefaultGroupInFlight is StoreConfig.GroupInFlight's default.
@@ -267,6 +273,7 @@ func NewStore(cfg StoreConfig, pool *pgxpool.Pool, river *river.Client[pgx.Tx], 
 		now:     time.Now,
 
 		refuseUnknown: cfg.UnknownTypes == UnknownTypesRefuse,
+		catalog:       cfg.Catalog,
 	}
 	s.unknown = newUnknownTypes(m, logger, func() time.Time { return s.now() })
 	s.group = batch.NewWeighted(batch.Config{MaxSize: cfg.GroupEvents, MaxInFlight: cfg.GroupInFlight, LingerBelowGap: cfg.GroupLinger},
@@ -341,7 +348,7 @@ func (s *Store) ingest(ctx context.Context, source Source, events []*webhook.Eve
 // events of a batch could not even be converted, to report every bad field
 // of the batch at once. It returns nil or an *InvalidEventsError.
 func (s *Store) Validate(source Source, events []*webhook.Event) error {
-	if invalid := s.check(context.Background(), source, events); len(invalid) > 0 {
+	if invalid := s.check(context.Background(), source, events, s.catalog.Catalog()); len(invalid) > 0 {
 		return &InvalidEventsError{Invalid: invalid}
 	}
 	return nil
@@ -353,8 +360,9 @@ func (s *Store) Rejected(source Source, n int) {
 	s.metrics.IngestEventsTotal.WithLabelValues(string(source), resultInvalid).Add(float64(n))
 }
 
-// check validates every event, counts the invalid ones and returns them.
-func (s *Store) check(ctx context.Context, source Source, events []*webhook.Event) []InvalidEvent {
+// check validates every event against cat, counts the invalid ones and
+// returns them.
+func (s *Store) check(ctx context.Context, source Source, events []*webhook.Event, cat *catalog.Catalog) []InvalidEvent {
 	now := s.now()
 	var invalid []InvalidEvent
 	for i, e := range events {
@@ -363,18 +371,19 @@ func (s *Store) check(ctx context.Context, source Source, events []*webhook.Even
 			err = errNilEvent
 		} else {
 			err = e.Validate(now)
-			if err == nil && !event.Publishable(e.Type) && source != SourceOperational {
+			if err == nil && !cat.Publishable(e.Type) && source != SourceOperational {
 				err = &webhook.FieldError{Field: webhook.FieldType, Reason: "is an operational event type, emitted only by the dispatcher itself"}
 			}
-			if err == nil && s.refuseUnknown && !event.Known(e.Type) {
-				s.unknown.seen(ctx, source, e.Type, e.OwnerID, true)
-				err = &webhook.FieldError{Field: webhook.FieldType, Reason: event.Catalog().UnknownType(e.Type) + " (see ListEventTypes); this dispatcher refuses unknown types"}
+			if err == nil && s.refuseUnknown && !cat.Known(e.Type) {
+				near, _ := cat.Closest(e.Type)
+				s.unknown.seen(ctx, source, e.Type, e.OwnerID, near, true)
+				err = &webhook.FieldError{Field: webhook.FieldType, Reason: cat.UnknownType(e.Type) + " (see ListEventTypes); this dispatcher refuses unknown types"}
 			}
 			// Only what may leave is held to its type's schema: an Internal
 			// type has none and a raw:// subject never leaves, and both are
 			// dropped unseen by any receiver.
-			if err == nil && event.Leaves(e) {
-				err = event.ValidateData(e.Type, e.Data)
+			if err == nil && cat.Leaves(e) {
+				err = cat.ValidateData(e.Type, e.Data)
 			}
 		}
 		if err != nil {
@@ -657,7 +666,9 @@ func (p *ingestPlan) sortToStore() {
 }
 
 func (s *Store) plan(ctx context.Context, source Source, events []*webhook.Event) (*ingestPlan, error) {
-	if invalid := s.check(ctx, source, events); len(invalid) > 0 {
+	// One catalog decides the whole call, whatever a swap does meanwhile.
+	cat := s.catalog.Catalog()
+	if invalid := s.check(ctx, source, events, cat); len(invalid) > 0 {
 		return nil, fmt.Errorf("ingest: %w", &InvalidEventsError{Invalid: invalid})
 	}
 	p := &ingestPlan{source: source, events: events, sources: make([]Source, len(events)), results: make([]Result, len(events))}
@@ -666,10 +677,10 @@ func (s *Store) plan(ctx context.Context, source Source, events []*webhook.Event
 		p.results[i].EventID = e.ID
 		p.results[i].OccurredAt = e.OccurredAt
 		switch {
-		case !event.Known(e.Type):
+		case !cat.Known(e.Type):
 			p.results[i].Outcome = OutcomeDroppedUnknown
-			p.results[i].DidYouMean, _ = event.Catalog().Closest(e.Type)
-		case !event.Exposed(e.Type):
+			p.results[i].DidYouMean, _ = cat.Closest(e.Type)
+		case !cat.Exposed(e.Type):
 			p.results[i].Outcome = OutcomeDroppedInternal
 		case event.IsRawSubject(e.Subject):
 			p.results[i].Outcome = OutcomeDroppedRaw
@@ -845,7 +856,7 @@ func (s *Store) count(ctx context.Context, source Source, events []*webhook.Even
 	for i, r := range results {
 		s.metrics.IngestEventsTotal.WithLabelValues(string(source), r.Outcome.String()).Inc()
 		if r.Outcome == OutcomeDroppedUnknown {
-			s.unknown.seen(ctx, source, events[i].Type, events[i].OwnerID, false)
+			s.unknown.seen(ctx, source, events[i].Type, events[i].OwnerID, r.DidYouMean, false)
 		}
 	}
 }

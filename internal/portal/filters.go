@@ -102,7 +102,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // filter box, given the event types chosen.
 func (p *Portal) checkFilter(w http.ResponseWriter, r *http.Request, sess *session) {
 	f := &formData{}
-	readForm(r, f)
+	readForm(p.webhookTypes(), r, f)
 	canon, err := p.svc.CheckFilter(endpoint.CheckFilterRequest{OwnerID: sess.ownerID, Filter: filterText(f.Filter), EventTypes: f.EventTypes})
 	if err != nil {
 		probs, ok := problemsOf(err)
@@ -176,7 +176,7 @@ func (p *Portal) testFilter(w http.ResponseWriter, r *http.Request, sess *sessio
 		}
 		f.Edit, f.ID, f.HeaderNames = true, e.ID.String(), e.HeaderNames
 	}
-	readForm(r, f)
+	readForm(p.webhookTypes(), r, f)
 	if e != nil {
 		f.Scheme = e.SigningScheme // the edit form does not send it
 	}

@@ -93,10 +93,10 @@ type groupType struct {
 func (g typeGroup) Open() bool { return g.All || g.Chosen > 0 }
 
 // groups lays out the catalog by prefix, with chosen's checked.
-func groups(chosen []string) []typeGroup {
+func groups(types []event.TypeInfo, chosen []string) []typeGroup {
 	var out []typeGroup
 	index := map[string]int{}
-	for _, t := range event.WebhookTypes() {
+	for _, t := range types {
 		prefix, _, _ := strings.Cut(t.Name, ".")
 		i, ok := index[prefix]
 		if !ok {
@@ -133,21 +133,21 @@ func otherPatterns(chosen []string, gs []typeGroup) []string {
 }
 
 // fromEndpoint fills the form with an endpoint as it is.
-func fromEndpoint(e *endpoint.Endpoint) *formData {
+func fromEndpoint(types []event.TypeInfo, e *endpoint.Endpoint) *formData {
 	f := &formData{
 		Edit: true, ID: e.ID.String(), Name: e.Name, URL: e.URL, Description: e.Description,
 		EventTypes: slices.Clone(e.EventTypes), MaxInFlight: strconv.Itoa(int(e.MaxInFlight)),
 		MaxPerSec: strconv.Itoa(int(e.MaxPerSecond)), Ordered: e.Ordered, Scheme: e.SigningScheme,
 		HeaderNames: e.HeaderNames, Labels: formatLabels(e.Labels), Filter: indentFilter(e.Filter),
 	}
-	f.Groups = groups(f.EventTypes)
+	f.Groups = groups(types, f.EventTypes)
 	f.Other = strings.Join(otherPatterns(f.EventTypes, f.Groups), ", ")
 	return f
 }
 
 // readForm reads a submitted form. The checkboxes and the Other box
 // together are the event types, without repeats, in the order sent.
-func readForm(r *http.Request, f *formData) {
+func readForm(types []event.TypeInfo, r *http.Request, f *formData) {
 	form := r.PostForm
 	f.Name = strings.TrimSpace(form.Get("name"))
 	f.URL = strings.TrimSpace(form.Get("url"))
@@ -165,7 +165,7 @@ func readForm(r *http.Request, f *formData) {
 	for _, t := range strings.FieldsFunc(f.Other, func(c rune) bool { return c == ',' || c == ' ' || c == '\n' || c == '\r' || c == '\t' }) {
 		add(t)
 	}
-	f.Groups = groups(f.EventTypes)
+	f.Groups = groups(types, f.EventTypes)
 	f.MaxInFlight = strings.TrimSpace(form.Get("max_in_flight"))
 	f.MaxPerSec = strings.TrimSpace(form.Get("max_per_second"))
 	f.Ordered = form.Get("ordered") == "on"

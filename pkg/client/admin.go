@@ -133,6 +133,20 @@ func (a *Admin) SendTest(ctx context.Context, ownerID, endpointID string) (strin
 	return resp.GetEventId(), err
 }
 
+// PortalLink returns a one-time link into the portal for req.OwnerId, the
+// web pages where that owner sees (access READ) or also changes (MANAGE) its
+// own endpoints and deliveries: the answer's Url, to show the owner's user in
+// a new tab or a frame of one of req.AllowedOrigins, and its ExpiresAt (the
+// link's and the session's end, req.Ttl from now: 1 h when unset, at most
+// 24 h). The link is a credential: hand it to its one user, never log it. A
+// dispatcher without a portal answers codes.Unimplemented (status.Code of
+// the error); bad input is ErrInvalidArgument naming the field.
+func (a *Admin) PortalLink(ctx context.Context, req *webhooksv1.CreatePortalSessionRequest) (*webhooksv1.CreatePortalSessionResponse, error) {
+	return adminCall(ctx, a, "portal link", func(ctx context.Context) (*webhooksv1.CreatePortalSessionResponse, error) {
+		return a.rpc.CreatePortalSession(ctx, req)
+	})
+}
+
 // GetEvent returns one of the owner's events with its deliveries to every
 // endpoint and the fanout's decision for each of the owner's endpoints
 // (Fanout: where the event went, and why not).

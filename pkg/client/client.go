@@ -212,10 +212,12 @@ func (c *Client) Close() error {
 // the field ("event.subject", "event.data.op"); the error keeps the gRPC
 // status (status.FromError). The event is checked against the catalog
 // (WithCatalog) before it is sent, with the dispatcher's own rules, so most
-// mistakes cost no call. A type in no catalog is refused when WithCatalog
-// gave the dispatcher's catalog; otherwise the dispatcher accepts it and
-// answers PUBLISH_OUTCOME_DROPPED_UNKNOWN (with did_you_mean): the event
-// goes nowhere.
+// mistakes cost no call. A type in no catalog is refused here when
+// WithCatalog gave the dispatcher's catalog, and by the dispatcher otherwise
+// (InvalidArgument naming event.type, with a did-you-mean), unless the
+// dispatcher runs with -unknown-types=accept: then it answers
+// PUBLISH_OUTCOME_DROPPED_UNKNOWN (with did_you_mean) and the event goes
+// nowhere.
 func (c *Client) Publish(ctx context.Context, e *webhook.Event) (*webhooksv1.PublishResponse, error) {
 	if err := c.check([]*webhook.Event{e}, func(int) string { return "event" }); err != nil {
 		return nil, err

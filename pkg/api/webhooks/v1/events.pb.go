@@ -37,8 +37,10 @@ const (
 	PublishOutcome_PUBLISH_OUTCOME_DROPPED_INTERNAL PublishOutcome = 3
 	// The subject is raw://: accepted, counted, never delivered.
 	PublishOutcome_PUBLISH_OUTCOME_DROPPED_RAW PublishOutcome = 4
-	// The type is in no catalog (a misspelling?): accepted, counted by type,
-	// logged, never delivered. Not stored, so GetEvent does not find it.
+	// The type is in no catalog (a misspelling?) and the dispatcher runs with
+	// -unknown-types=accept (by default such an event is INVALID_ARGUMENT):
+	// accepted, counted by type, logged, never delivered. Not stored, so
+	// GetEvent does not find it.
 	PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN PublishOutcome = 5
 )
 
@@ -102,9 +104,9 @@ type Event struct {
 	// never inside the delivered payload.
 	OwnerId string `protobuf:"bytes,2,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
 	// The event type, e.g. "corpus.note.changed" (ListEventTypes lists the
-	// catalog). A type in no catalog is Internal and never delivered: Publish
-	// answers PUBLISH_OUTCOME_DROPPED_UNKNOWN, or INVALID_ARGUMENT naming
-	// event.type when the dispatcher runs with -unknown-types=refuse.
+	// catalog). A type in no catalog is never delivered: Publish answers
+	// INVALID_ARGUMENT naming event.type with a did-you-mean, or, when the
+	// dispatcher runs with -unknown-types=accept, PUBLISH_OUTCOME_DROPPED_UNKNOWN.
 	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	// What the event is about, a URI such as "wiki://software/project/x".
 	// Subjects starting with "raw://" never leave.
