@@ -34,6 +34,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/decision"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/fair"
 	"github.com/standmeet/webhook-dispatcher/internal/filter"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
@@ -77,6 +78,7 @@ type Worker struct {
 	metrics    *metrics.Metrics
 	pool       *pgxpool.Pool
 	filters    filters
+	fair       *fair.Clock
 }
 
 // NewWorker returns the fanout worker. pool's search_path must be the
@@ -87,6 +89,14 @@ func NewWorker(pool *pgxpool.Pool, decide scope.Func, partitions Partitions, m *
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Worker{decide: decide, partitions: partitions, logger: logger, metrics: m, pool: pool, filters: filters{cache: filter.NewCache(0)}}
+}
+
+// WithFairness gives each delivery w enqueues its River priority from clock
+// (internal/fair), shared with the inline fanout; without it every delivery
+// goes at the prompt priority.
+func (w *Worker) WithFairness(clock *fair.Clock) *Worker {
+	w.fair = clock
+	return w
 }
 
 // WithFilters makes w read endpoint filters through cache (shared with the
@@ -183,7 +193,7 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 		return fmt.Errorf("fanout: %w", err)
 	}
 	// Metadata nil: the jobs take this run's trace (tracing.JobContext).
-	params, _, _ := deliverJobs(e, seq, admitted, w.partitions.active(), time.Now(), nil, nil, nil, &rec)
+	params, _, _ := deliverJobs(e, seq, admitted, w.partitions.active(), time.Now(), nil, nil, nil, w.fair, &rec)
 	var enqueued, duplicates int
 	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		results, err := insert(ctx, tx, client, params)
@@ -258,6 +268,7 @@ type Inline struct {
 	metrics    *metrics.Metrics
 	handoff    Handoff
 	filters    filters
+	fair       *fair.Clock
 }
 
 // NewInline returns the inline fanout using decide (scope.Decider.Func) and
@@ -270,6 +281,12 @@ func NewInline(decide scope.Func, partitions Partitions, m *metrics.Metrics) *In
 // filtered endpoints of a transaction's events in Start, after the commit.
 func (f *Inline) WithFilters(cache *filter.Cache, counter FilteredCounter) *Inline {
 	f.filters = filters{cache: cache, counter: counter}
+	return f
+}
+
+// WithFairness is Worker.WithFairness for the inline fanout.
+func (f *Inline) WithFairness(clock *fair.Clock) *Inline {
+	f.fair = clock
 	return f
 }
 
@@ -287,16 +304,20 @@ type Handoff interface {
 	// others give them back without waiting for the Hold.
 	Member() string
 	// Accepts reports whether a delivery of e to endpointID, in queue, may
-	// be handed off now. toEndpoint and total count the deliveries that the
-	// same plan (one ingest transaction's events) hands off before this
-	// one, to the same endpoint and in all: they are not under way yet, so
-	// the taker cannot count them itself.
-	Accepts(queue, endpointID string, e *webhook.Event, toEndpoint, total int) bool
+	// be handed off now. toEndpoint, toOwner and total count the deliveries
+	// that the same plan (one ingest transaction's events) hands off before
+	// this one, to the same endpoint, to the same owner's endpoints and in
+	// all: they are not under way yet, so the taker cannot count them
+	// itself.
+	Accepts(queue, endpointID string, e *webhook.Event, toEndpoint, toOwner, total int) bool
 	// Start starts the handed-off deliveries (job rows as inserted; args[i]
 	// and events[i] are the arguments and the event of jobs[i]), once their
 	// transaction has committed.
 	Start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events []*webhook.Event)
 }
+
+// ownerKey prefixes an owner's id among the plan's counts by endpoint id.
+const ownerKey = "owner:"
 
 // TxPreparer is a Handoff that reads what its deliveries need (their
 // endpoints' rows) in the ingest transaction itself, in the round trip that
@@ -570,7 +591,7 @@ func (f *Inline) plan(ctx context.Context, byOwner map[string][]endpointRow, eve
 		if err != nil {
 			return nil, err
 		}
-		p.plans[i].jobs, p.plans[i].ordered, p.plans[i].handed = deliverJobs(e, 0, admitted, active, now, md, f.handoff, planned, &rec)
+		p.plans[i].jobs, p.plans[i].ordered, p.plans[i].handed = deliverJobs(e, 0, admitted, active, now, md, f.handoff, planned, f.fair, &rec)
 		p.plans[i].record = rec.Encode()
 	}
 	return p, nil
@@ -950,8 +971,10 @@ func refusal(dec scope.Decision) decision.Reason {
 // when). A delivery that goes now to an unordered endpoint is handed off if
 // handoff (nil: none) accepts it; handed lists the indexes of those, and
 // planned counts them per endpoint across the calls of one plan (and in all,
-// under "").
-func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions int, now time.Time, md []byte, handoff Handoff, planned map[string]int, rec *decision.Builder) (params []river.InsertManyParams, ordered, handed []int) {
+// under "", and per owner under "owner:" and the owner's id). Each job
+// gets its River priority from clock (nil: all prompt), so that an owner's
+// backlog is fetched after the deliveries of owners without one.
+func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions int, now time.Time, md []byte, handoff Handoff, planned map[string]int, clock *fair.Clock, rec *decision.Builder) (params []river.InsertManyParams, ordered, handed []int) {
 	seen := make(map[string]struct{}, len(admitted))
 	params = make([]river.InsertManyParams, 0, len(admitted))
 	for _, c := range admitted {
@@ -961,7 +984,8 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 		seen[c.ep.ID] = struct{}{}
 		// Only the queue (and the schedule) are set, so attempts and
 		// uniqueness still come from DeliverArgs.InsertOpts.
-		opts := &river.InsertOpts{Queue: job.DeliverQueue(c.ep.ID, partitions), Metadata: md}
+		opts := &river.InsertOpts{Queue: job.DeliverQueue(c.ep.ID, partitions), Metadata: md,
+			Priority: clock.Priority(fair.Delivery{Owner: e.OwnerID, Endpoint: c.ep.ID, Ordered: c.ordered}, now)}
 		how := decision.Queued
 		switch {
 		case c.pausedUntil != nil:
@@ -979,7 +1003,7 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 			// failure, and the cool-down applies again).
 			opts.ScheduledAt = now.Add(job.FailingCooldown)
 			how = decision.CoolingDown
-		case !c.ordered && handoff != nil && handoff.Accepts(opts.Queue, c.ep.ID, e, planned[c.ep.ID], planned[""]):
+		case !c.ordered && handoff != nil && handoff.Accepts(opts.Queue, c.ep.ID, e, planned[c.ep.ID], planned[ownerKey+e.OwnerID], planned[""]):
 			// Ordered endpoints are left to River: their head is decided
 			// among the jobs River can see as due.
 			opts.ScheduledAt = now.Add(handoff.Hold())
@@ -987,6 +1011,7 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 			how = decision.HandedOff
 			handed = append(handed, len(params))
 			planned[c.ep.ID]++
+			planned[ownerKey+e.OwnerID]++
 			planned[""]++ // all endpoints
 		}
 		rec.Add(how, c.ep.ID)
