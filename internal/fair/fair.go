@@ -210,6 +210,12 @@ func (c *Clock) sweep(now time.Time) {
 	}
 }
 
+// Prompt reports whether ownerID's next delivery would be prompt at now:
+// it leads by less than PromptLead. A nil Clock answers false.
+func (c *Clock) Prompt(ownerID string, now time.Time) bool {
+	return c != nil && c.Lead(ownerID, now) < c.cfg.PromptLead
+}
+
 // Lead is how far owner has run ahead of its share at now (0 when idle):
 // its backlog, in seconds of its nominal rate.
 func (c *Clock) Lead(ownerID string, now time.Time) time.Duration {

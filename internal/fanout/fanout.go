@@ -290,6 +290,23 @@ func (f *Inline) WithFairness(clock *fair.Clock) *Inline {
 	return f
 }
 
+// Prompt reports whether every one of events' owners is without a backlog
+// by the fairness clock (WithFairness), so that their deliveries would go
+// in the prompt tier: ingest's express lane takes such small calls past a
+// burst's transactions. False without a clock.
+func (f *Inline) Prompt(events []*webhook.Event) bool {
+	if f.fair == nil {
+		return false
+	}
+	now := time.Now()
+	for _, e := range events {
+		if !f.fair.Prompt(e.OwnerID, now) {
+			return false
+		}
+	}
+	return true
+}
+
 // Handoff takes deliveries that this process starts by itself the moment the
 // transaction inserting them commits, so that River need not fetch them:
 // internal/delivery's Direct. A delivery handed off is inserted scheduled
