@@ -145,8 +145,9 @@ type candidate struct {
 	pauseRecorded bool
 	// ordered: the endpoint takes its deliveries in ingest order.
 	ordered bool
-	// filter: see endpointRow.
+	// filter, weight: see endpointRow.
 	filter []byte
+	weight float64
 }
 
 // Work fans one event out. It returns an error, and River retries the whole
@@ -809,12 +810,15 @@ func readEndpoints(ctx context.Context, q querier, owners []string) (map[string]
 	return scanEndpoints(rows, len(owners))
 }
 
-// readEndpointsSQL reads the endpoints of the owners $1 (readEndpoints).
-const readEndpointsSQL = `SELECT id::text, owner_id, event_types, embed_id, failing_since,
-		        CASE WHEN paused_until > now() THEN paused_until END, paused_until IS NOT NULL, ordered, enabled, filter
-		   FROM webhook_endpoints
-		  WHERE owner_id = ANY($1)
-		  ORDER BY owner_id, id`
+// readEndpointsSQL reads the endpoints of the owners $1 (readEndpoints),
+// each with its owner's weight (owner_settings; 1 without a row).
+const readEndpointsSQL = `SELECT w.id::text, w.owner_id, w.event_types, w.embed_id, w.failing_since,
+		        CASE WHEN w.paused_until > now() THEN w.paused_until END, w.paused_until IS NOT NULL, w.ordered, w.enabled, w.filter,
+		        coalesce(o.weight, 1)
+		   FROM webhook_endpoints w
+		   LEFT JOIN owner_settings o ON o.owner_id = w.owner_id
+		  WHERE w.owner_id = ANY($1)
+		  ORDER BY w.owner_id, w.id`
 
 // scanEndpoints reads the rows of readEndpointsSQL, for owners owners, and
 // closes them.
@@ -823,7 +827,7 @@ func scanEndpoints(rows pgx.Rows, owners int) (map[string][]endpointRow, error) 
 	out := make(map[string][]endpointRow, owners)
 	for rows.Next() {
 		var r endpointRow
-		if err := rows.Scan(&r.id, &r.ownerID, &r.globs, &r.embedID, &r.failingSince, &r.pausedUntil, &r.pauseRecorded, &r.ordered, &r.enabled, &r.filter); err != nil {
+		if err := rows.Scan(&r.id, &r.ownerID, &r.globs, &r.embedID, &r.failingSince, &r.pausedUntil, &r.pauseRecorded, &r.ordered, &r.enabled, &r.filter, &r.weight); err != nil {
 			return nil, fmt.Errorf("read endpoints: %w", err)
 		}
 		out[r.ownerID] = append(out[r.ownerID], r)
@@ -848,6 +852,8 @@ type endpointRow struct {
 	// filter is the endpoint's filter as stored (nil: none), parsed
 	// through the fanout's cache.
 	filter []byte
+	// weight is the owner's (owner_settings), for the fairness clock.
+	weight float64
 }
 
 // matching keeps the enabled endpoints subscribed to e's type (all of them
@@ -869,7 +875,7 @@ func matching(e *webhook.Event, endpoints []endpointRow, rec *decision.Builder) 
 			continue
 		}
 		c := candidate{ep: scope.Endpoint{ID: r.id, OwnerID: e.OwnerID}, failingSince: r.failingSince,
-			pausedUntil: r.pausedUntil, pauseRecorded: r.pauseRecorded, ordered: r.ordered, filter: r.filter}
+			pausedUntil: r.pausedUntil, pauseRecorded: r.pauseRecorded, ordered: r.ordered, filter: r.filter, weight: r.weight}
 		if r.embedID != nil {
 			c.ep.EmbedID = *r.embedID
 		}
@@ -1002,7 +1008,7 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 		// Only the queue (and the schedule) are set, so attempts and
 		// uniqueness still come from DeliverArgs.InsertOpts.
 		opts := &river.InsertOpts{Queue: job.DeliverQueue(c.ep.ID, partitions), Metadata: md,
-			Priority: clock.Priority(fair.Delivery{Owner: e.OwnerID, Endpoint: c.ep.ID, Ordered: c.ordered}, now)}
+			Priority: clock.Priority(fair.Delivery{Owner: e.OwnerID, Endpoint: c.ep.ID, Weight: weightOf(c.weight, e.Weight), Ordered: c.ordered}, now)}
 		how := decision.Queued
 		switch {
 		case c.pausedUntil != nil:
@@ -1040,6 +1046,18 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 		params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
 	}
 	return params, ordered, handed
+}
+
+// weightOf is a delivery's weight: its owner's (owner_settings) times the
+// call's (Publish's weight; 0 when the call gave none, which counts as 1).
+func weightOf(owner, call float64) float64 {
+	if owner <= 0 {
+		owner = 1
+	}
+	if call > 0 {
+		return owner * call
+	}
+	return owner
 }
 
 // withNote adds to md (a job's metadata, or nil) the note that says, in

@@ -1042,6 +1042,23 @@ func TestFairPriorities(t *testing.T) {
 		require.Equal(t, map[int]int{fair.Prompt: 10, 2: 50}, byTier)
 	})
 
+	t.Run("AnOwnersWeightMovesItsTiers", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.inline.WithFairness(fair.New(fair.Config{Rate: 10}))
+		_, err := b.db.Pool.Exec(t.Context(), `INSERT INTO owner_settings (owner_id, weight) VALUES ($1, 10)`, ownerID)
+		require.NoError(t, err)
+		b.insertEndpoints(t, 10, []string{"*"}, endpointOpts{})
+		var burst []string
+		for i := range 5 {
+			burst = append(burst, b.insertEvent(t, ownerID, "code.issued", fmt.Sprintf("code://%d", i), "{}"))
+		}
+		b.inlineTx(t, burst...)
+		for _, d := range deliveries(t, b.db.Pool) {
+			require.Equal(t, fair.Prompt, d.Priority, "weight 10: 50 deliveries are half a second of its share")
+		}
+	})
+
 	t.Run("WithoutAClockEverythingIsPrompt", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
