@@ -29,12 +29,12 @@ import (
 // consoleOwner, each a plain query over the tables, and shown by blocks of
 // templates/console.html: a new section adds one of each.
 type consoleData struct {
-	RiverUI   string
-	Failing   []consoleEndpoint
-	Disabled  []consoleEndpoint
-	Queue     []queueRow
-	Oldest    *oldestJob
-	Owners    []ownerFailures
+	RiverUI  string
+	Failing  []consoleEndpoint
+	Disabled []consoleEndpoint
+	Queue    []queueRow
+	Oldest   *oldestJob
+	Owners   []ownerFailures
 	// Backlogs are the owners with the most deliveries waiting to be
 	// fetched, the largest first (metrics.OwnerBacklogs).
 	Backlogs  []ownerBacklog
