@@ -41,7 +41,7 @@ func TestExpressLane(t *testing.T) {
 	t.Run("AQuietOwnersCallGoesPastHeavyGroups", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.store.grouped.Add(expressWhen)
+		b.store.heavy.Add(1)
 		lane, grouped := b.store.lane(planOf(t, b.store, testEvent("evt_quiet")))
 		require.Same(t, b.store.express, lane)
 		require.False(t, grouped)
@@ -51,22 +51,35 @@ func TestExpressLane(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, OutcomeStored, results[0].Outcome)
 		require.Equal(t, 1, countFanoutJobs(t, b.db, "evt_quiet"))
-		require.EqualValues(t, expressWhen, b.store.grouped.Load(), "not counted as the group lane's")
+		require.EqualValues(t, 1, b.store.heavy.Load(), "not counted as the group lane's")
 	})
 
-	t.Run("TheGroupLaneWhenItIsLight", func(t *testing.T) {
+	t.Run("TheGroupLaneWithoutAHeavyCall", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.store.grouped.Add(expressWhen - 1)
 		lane, grouped := b.store.lane(planOf(t, b.store, testEvent("evt_1")))
 		require.Same(t, b.store.group, lane)
 		require.True(t, grouped)
 	})
 
+	t.Run("AHeavyCallIsCountedWhileItLasts", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var events []*webhook.Event
+		for i := range heavyCall {
+			e := testEvent(fmt.Sprintf("evt_heavy_%d", i))
+			e.OwnerID = "owner_2"
+			events = append(events, e)
+		}
+		_, err := b.store.Ingest(context.Background(), SourceTest, events)
+		require.NoError(t, err)
+		require.Zero(t, b.store.heavy.Load(), "counted only while it lasts")
+	})
+
 	t.Run("TheGroupLaneForAnOwnerWithABacklog", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.store.grouped.Add(expressWhen)
+		b.store.heavy.Add(1)
 		now := time.Now()
 		for i := range 1000 {
 			b.clock.Priority(fair.Delivery{Owner: "owner_1", Endpoint: fmt.Sprint(i % 10)}, now)
@@ -84,7 +97,7 @@ func TestExpressLane(t *testing.T) {
 	t.Run("TheGroupLaneForALargerCall", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.store.grouped.Add(expressWhen)
+		b.store.heavy.Add(1)
 		var events []*webhook.Event
 		for i := range expressMaxEvents + 1 {
 			events = append(events, testEvent(fmt.Sprintf("evt_%d", i)))
@@ -97,7 +110,7 @@ func TestExpressLane(t *testing.T) {
 		t.Parallel()
 		db := dbtest.New(t)
 		store, _ := newTestStore(t, db)
-		store.grouped.Add(expressWhen)
+		store.heavy.Add(1)
 		lane, _ := store.lane(planOf(t, store, testEvent("evt_1")))
 		require.Same(t, store.group, lane)
 	})

@@ -204,11 +204,11 @@ type Store struct {
 	fanout  *fanout.Inline
 	group   *batch.Batcher[*ingestPlan, error]
 	// express is the lane of small calls from owners without a backlog
-	// while group carries heavy work (expressWhen): their transactions go
+	// while group carries heavy calls (heavyCall): their transactions go
 	// beside a burst's, not behind them.
 	express *batch.Batcher[*ingestPlan, error]
-	// grouped counts the events in group's calls, queued or running.
-	grouped atomic.Int64
+	// heavy counts group's heavy calls, queued or running.
+	heavy atomic.Int64
 	// refuseUnknown: events of types in no catalog are invalid.
 	refuseUnknown bool
 	unknown       *unknownTypes
@@ -283,21 +283,23 @@ func NewStore(cfg StoreConfig, pool *pgxpool.Pool, river *river.Client[pgx.Tx], 
 
 // The express lane: a call of at most expressMaxEvents events, all of
 // owners without a backlog (fanout.Inline.Prompt), takes it while the group
-// lane has at least expressWhen events queued or running. A burst's
-// PublishBatch calls make group transactions of thousands of deliveries
-// that take seconds under load, and a quiet owner's Publish waited for a
-// turn behind them (p99 2 s with its deliveries already fair). Below that
-// the group lane is quick, and small calls keep forming groups there, as
-// before (a closed loop of single Publish calls never reaches it).
+// lane has a heavy call (at least heavyCall events) queued or running. A
+// burst's PublishBatch calls make group transactions of thousands of
+// deliveries that take seconds under load, and a quiet owner's Publish
+// waited for a turn behind them (p99 2 s with its deliveries already fair).
+// Without a heavy call the group lane is quick, and small calls keep
+// forming groups there, as before: the closed and open loops of single
+// Publish calls (S5, S7) never reach the express lane, however many are
+// queued.
 const (
 	expressMaxEvents = 8
-	expressWhen      = 256
+	heavyCall        = 64
 )
 
 // lane returns the batcher p goes through, and whether it is the group
-// lane (whose events are counted in grouped while the call lasts).
+// lane.
 func (s *Store) lane(p *ingestPlan) (*batch.Batcher[*ingestPlan, error], bool) {
-	if len(p.toStore) <= expressMaxEvents && s.grouped.Load() >= expressWhen && s.fanout != nil {
+	if len(p.toStore) <= expressMaxEvents && s.heavy.Load() > 0 && s.fanout != nil {
 		events := make([]*webhook.Event, len(p.toStore))
 		for i, j := range p.toStore {
 			events[i] = p.events[j]
@@ -361,10 +363,9 @@ func (s *Store) ingest(ctx context.Context, source Source, events []*webhook.Eve
 	if len(plan.toStore) > 0 {
 		plan.queued = time.Now()
 		lane, grouped := s.lane(plan)
-		if grouped {
-			n := int64(len(plan.toStore))
-			s.grouped.Add(n)
-			defer s.grouped.Add(-n)
+		if grouped && len(plan.toStore) >= heavyCall {
+			s.heavy.Add(1)
+			defer s.heavy.Add(-1)
 		}
 		planErr, err := lane.Do(ctx, plan)
 		if err := cmp.Or(err, planErr); err != nil {
