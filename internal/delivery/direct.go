@@ -189,9 +189,8 @@ func (d *Direct) Accepts(queue, endpointID string, e *webhook.Event, toEndpoint,
 	}
 	d.countMu.Unlock()
 	if e != nil {
-		share := ownerShare(owners)
-		if float64(owned+toOwner+1) > share*float64(d.cfg.Limit) ||
-			float64(int64(owned+toOwner+1)*size) > share*float64(d.cfg.LimitBytes) {
+		share, n := ownerShare(owners), owned+toOwner+1
+		if n > ownerFloor && (float64(n) > share*float64(d.cfg.Limit) || float64(int64(n)*size) > share*float64(d.cfg.LimitBytes)) {
 			return false
 		}
 	}
@@ -202,6 +201,12 @@ func (d *Direct) Accepts(queue, endpointID string, e *webhook.Event, toEndpoint,
 // kept for the next owner, so that one owner's burst cannot fill the
 // hand-off and send everyone else's deliveries through River's fetch.
 const ownerReserve = 1.0 / 8
+
+// ownerFloor is how many deliveries any owner may hold under way whatever
+// its share (the hand-off's own limits still bound them all): with a
+// thousand owners busy at once an equal share would be less than one
+// delivery's bytes each, and nobody would be handed anything.
+const ownerFloor = 16
 
 // ownerShare is the fraction of the hand-off's limits (count and bytes) one
 // owner may hold when owners have deliveries under way (it included): an

@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -374,21 +375,37 @@ func TestDirect(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		q := job.DeliverPartitionQueue(0)
-		d := b.worker.NewDirect(DirectConfig{Limit: 16})
+		d := b.worker.NewDirect(DirectConfig{Limit: 160})
 		burst := &webhook.Event{ID: "evt_a", OwnerID: "owner-a", Type: "code.issued", Subject: "code://x", Data: json.RawMessage(`{}`)}
 		quiet := &webhook.Event{ID: "evt_b", OwnerID: "owner-b", Type: "code.issued", Subject: "code://x", Data: json.RawMessage(`{}`)}
 		ep := uuid.NewString()
-		// Alone, an owner may take all but the reserve: 14 of 16.
-		require.True(t, d.Accepts(q, ep, burst, 0, 13, 13))
-		require.False(t, d.Accepts(q, ep, burst, 0, 14, 14), "the reserve is kept for the next owner")
+		// Alone, an owner may take all but the reserve: 140 of 160.
+		require.True(t, d.Accepts(q, ep, burst, 0, 139, 139))
+		require.False(t, d.Accepts(q, ep, burst, 0, 140, 140), "the reserve is kept for the next owner")
 		d.countMu.Lock()
-		d.perOwner["owner-a"] = 14
+		d.perOwner["owner-a"] = 140
 		d.countMu.Unlock()
-		d.running.Add(14)
+		d.running.Add(140)
 		require.False(t, d.Accepts(q, ep, burst, 0, 0, 0), "at its share")
 		require.True(t, d.Accepts(q, uuid.NewString(), quiet, 0, 0, 0), "another owner still starts at once")
-		require.True(t, d.Accepts(q, uuid.NewString(), quiet, 0, 1, 1))
-		require.False(t, d.Accepts(q, uuid.NewString(), quiet, 0, 2, 2), "the limit still bounds all of them")
+		require.True(t, d.Accepts(q, uuid.NewString(), quiet, 0, 19, 19))
+		require.False(t, d.Accepts(q, uuid.NewString(), quiet, 0, 20, 20), "the limit still bounds all of them")
+	})
+
+	t.Run("EveryOwnerMayHoldAFewWhateverItsShare", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		q := job.DeliverPartitionQueue(0)
+		d := b.worker.NewDirect(DirectConfig{Limit: 10000})
+		d.countMu.Lock()
+		for i := range 1000 {
+			d.perOwner[fmt.Sprintf("owner-%d", i)] = 1
+		}
+		d.countMu.Unlock()
+		e := &webhook.Event{ID: "evt_a", OwnerID: "owner-new", Type: "code.issued", Subject: "code://x", Data: json.RawMessage(`{}`)}
+		// A share of 7/8 over 1,001 owners is under one delivery's bytes.
+		require.True(t, d.Accepts(q, uuid.NewString(), e, 0, ownerFloor-1, ownerFloor-1))
+		require.False(t, d.Accepts(q, uuid.NewString(), e, 0, ownerFloor, ownerFloor), "beyond the floor the share applies")
 	})
 
 	t.Run("AcceptsUpToItsLimitInBytes", func(t *testing.T) {
