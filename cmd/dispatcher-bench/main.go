@@ -67,7 +67,7 @@ import (
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // allScenarios in run order.
-var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8", "S9", "S10", "S11", "S13", "open", "soak"}
+var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8", "S9", "S10", "S11", "S12", "S13", "open", "soak"}
 
 // defaultScenarios run when -scenario is not given: all but the soak, which
 // takes as long as -soak-duration says.

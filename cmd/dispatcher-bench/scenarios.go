@@ -100,6 +100,8 @@ type result struct {
 	Notes          []string      `json:"notes,omitempty"`
 	Error          string        `json:"error,omitempty"`
 	Targets        []targetCheck `json:"targets,omitempty"`
+	// Noisy: S12's figures (the quiet owner beside the burst).
+	Noisy *s12Figures `json:"noisy,omitempty"`
 	// Soak: the samples over time and whether each series levelled off.
 	Soak *soakFigures `json:"soak,omitempty"`
 }
@@ -188,6 +190,8 @@ func (b *bench) runScenario(ctx context.Context, name string) []result {
 			}))
 		}
 		return out
+	case "S12":
+		return []result{run(b.noisyNeighbour)}
 	case "soak":
 		// Bounded by its own length: the load, then the drain and settle.
 		return []result{runFor(b.cfg.SoakDuration+15*time.Minute, b.soak)}

@@ -40,6 +40,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/fair"
 	"github.com/standmeet/webhook-dispatcher/internal/fanout"
 	"github.com/standmeet/webhook-dispatcher/internal/filter"
 	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
@@ -223,7 +224,10 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	warnBrokenFilters(ctx, pool, cfg.Catalog, logger)
 
 	workers := river.NewWorkers()
-	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), member.Active, m, logger).WithFilters(filterCache, attempts).WithCatalog(running))
+	// One clock for both fanout paths: an owner's lead counts what it
+	// enqueues either way.
+	fairness := fair.New(fair.Config{})
+	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), member.Active, m, logger).WithFilters(filterCache, attempts).WithCatalog(running).WithFairness(fairness))
 	river.AddWorker(workers, deliverWorker)
 	river.AddWorker(workers, retention.NewWorker(pool, logger))
 
@@ -265,7 +269,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	// most of them waiting for their endpoint's turn).
 	direct := deliverWorker.NewDirect(delivery.DirectConfig{Works: member.Works, Member: member.ID(), Limit: cfg.HandoffLimit, LimitBytes: int64(cfg.HandoffMemoryMB) << 20, Middleware: traces.RiverMiddleware()})
 	store := ingest.NewStore(ingest.StoreConfig{
-		Fanout:        fanout.NewInline(decider.Func(), member.Active, m).WithHandoff(direct).WithFilters(filterCache, attempts).WithCatalog(running),
+		Fanout:        fanout.NewInline(decider.Func(), member.Active, m).WithHandoff(direct).WithFilters(filterCache, attempts).WithCatalog(running).WithFairness(fairness),
 		UnknownTypes:  cfg.UnknownTypes,
 		Catalog:       running,
 		GroupInFlight: cfg.IngestTxs,

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -203,6 +204,12 @@ type Store struct {
 	river   *river.Client[pgx.Tx]
 	fanout  *fanout.Inline
 	group   *batch.Batcher[*ingestPlan, error]
+	// express is the lane of small calls from owners without a backlog
+	// while group carries heavy calls (heavyCall): their transactions go
+	// beside a burst's, not behind them.
+	express *batch.Batcher[*ingestPlan, error]
+	// heavy counts group's heavy calls, queued or running.
+	heavy atomic.Int64
 	// refuseUnknown: events of types in no catalog are invalid.
 	refuseUnknown bool
 	catalog       *event.Running
@@ -278,7 +285,41 @@ func NewStore(cfg StoreConfig, pool *pgxpool.Pool, river *river.Client[pgx.Tx], 
 	s.unknown = newUnknownTypes(m, logger, func() time.Time { return s.now() })
 	s.group = batch.NewWeighted(batch.Config{MaxSize: cfg.GroupEvents, MaxInFlight: cfg.GroupInFlight, LingerBelowGap: cfg.GroupLinger},
 		func(p *ingestPlan) int { return len(p.toStore) }, s.commitGroup)
+	// One transaction at a time, and no wait for company: the express
+	// lane's calls are few and small, and what they must not do is wait.
+	s.express = batch.NewWeighted(batch.Config{MaxSize: expressMaxEvents * 16, MaxInFlight: 1},
+		func(p *ingestPlan) int { return len(p.toStore) }, s.commitGroup)
 	return s
+}
+
+// The express lane: a call of at most expressMaxEvents events, all of
+// owners without a backlog (fanout.Inline.Prompt), takes it while the group
+// lane has a heavy call (at least heavyCall events) queued or running. A
+// burst's PublishBatch calls make group transactions of thousands of
+// deliveries that take seconds under load, and a quiet owner's Publish
+// waited for a turn behind them (p99 2 s with its deliveries already fair).
+// Without a heavy call the group lane is quick, and small calls keep
+// forming groups there, as before: the closed and open loops of single
+// Publish calls (S5, S7) never reach the express lane, however many are
+// queued.
+const (
+	expressMaxEvents = 8
+	heavyCall        = 64
+)
+
+// lane returns the batcher p goes through, and whether it is the group
+// lane.
+func (s *Store) lane(p *ingestPlan) (*batch.Batcher[*ingestPlan, error], bool) {
+	if len(p.toStore) <= expressMaxEvents && s.heavy.Load() > 0 && s.fanout != nil {
+		events := make([]*webhook.Event, len(p.toStore))
+		for i, j := range p.toStore {
+			events[i] = p.events[j]
+		}
+		if s.fanout.Prompt(events) {
+			return s.express, false
+		}
+	}
+	return s.group, true
 }
 
 // Ingest stores events and enqueues their fanout, and returns once they are
@@ -332,7 +373,12 @@ func (s *Store) ingest(ctx context.Context, source Source, events []*webhook.Eve
 	plan.setTraces(trace.SpanContextFromContext(ctx), traces)
 	if len(plan.toStore) > 0 {
 		plan.queued = time.Now()
-		planErr, err := s.group.Do(ctx, plan)
+		lane, grouped := s.lane(plan)
+		if grouped && len(plan.toStore) >= heavyCall {
+			s.heavy.Add(1)
+			defer s.heavy.Add(-1)
+		}
+		planErr, err := lane.Do(ctx, plan)
 		if err := cmp.Or(err, planErr); err != nil {
 			return nil, fmt.Errorf("ingest: %w", err)
 		}

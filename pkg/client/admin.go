@@ -107,6 +107,24 @@ func (a *Admin) UpdateEndpoint(ctx context.Context, req *webhooksv1.UpdateEndpoi
 	return resp.GetEndpoint(), err
 }
 
+// OwnerSettings returns the owner's settings: its weight in the fairness
+// across owners (1 until set).
+func (a *Admin) OwnerSettings(ctx context.Context, ownerID string) (*webhooksv1.OwnerSettings, error) {
+	resp, err := adminCall(ctx, a, "get owner settings", func(ctx context.Context) (*webhooksv1.GetOwnerSettingsResponse, error) {
+		return a.rpc.GetOwnerSettings(ctx, &webhooksv1.GetOwnerSettingsRequest{OwnerId: ownerID})
+	})
+	return resp.GetSettings(), err
+}
+
+// SetOwnerWeight sets the owner's weight, 0.01 to 100 (e.g. for a paying
+// tier), and returns its settings as they are now. Repeating it is harmless.
+func (a *Admin) SetOwnerWeight(ctx context.Context, ownerID string, weight float64) (*webhooksv1.OwnerSettings, error) {
+	resp, err := adminCall(ctx, a, "update owner settings", func(ctx context.Context) (*webhooksv1.UpdateOwnerSettingsResponse, error) {
+		return a.rpc.UpdateOwnerSettings(ctx, &webhooksv1.UpdateOwnerSettingsRequest{OwnerId: ownerID, Weight: weight})
+	})
+	return resp.GetSettings(), err
+}
+
 // DeleteEndpoint deletes one of the owner's endpoints. A retry that finds it
 // already gone is ErrNotFound.
 func (a *Admin) DeleteEndpoint(ctx context.Context, ownerID, endpointID string) error {

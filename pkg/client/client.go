@@ -226,7 +226,7 @@ func (c *Client) Publish(ctx context.Context, e *webhook.Event) (*webhooksv1.Pub
 	if err != nil {
 		return nil, err
 	}
-	req := &webhooksv1.PublishRequest{Event: pe}
+	req := &webhooksv1.PublishRequest{Event: pe, Weight: e.Weight}
 	return call(ctx, c.token, c.retry, "publish "+e.ID, func(ctx context.Context) (*webhooksv1.PublishResponse, error) {
 		return c.rpc.Publish(ctx, req)
 	})
@@ -236,12 +236,19 @@ func (c *Client) Publish(ctx context.Context, e *webhook.Event) (*webhooksv1.Pub
 // result per event in order; it retries as Publish does. When any event is
 // invalid nothing is stored and the error is InvalidArgument whose
 // google.rpc.BadRequest detail names each bad field ("events[3].subject").
+// The events' Weight is the batch's: they must all have the same.
 func (c *Client) PublishBatch(ctx context.Context, events []*webhook.Event) ([]*webhooksv1.PublishResponse, error) {
 	if err := c.check(events, func(i int) string { return "events[" + strconv.Itoa(i) + "]" }); err != nil {
 		return nil, err
 	}
 	req := &webhooksv1.PublishBatchRequest{Events: make([]*webhooksv1.Event, len(events))}
 	for i, e := range events {
+		if e != nil && events[0] != nil && e.Weight != events[0].Weight {
+			return nil, fmt.Errorf("events[%d]: weight %g, not the batch's %g: a batch has one weight", i, e.Weight, events[0].Weight)
+		}
+		if e != nil {
+			req.Weight = e.Weight
+		}
 		pe, err := toProto(e)
 		if err != nil {
 			return nil, fmt.Errorf("events[%d]: %w", i, err)

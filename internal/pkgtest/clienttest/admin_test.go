@@ -104,6 +104,22 @@ func TestAdmin(t *testing.T) {
 		require.Contains(t, err.Error(), "ttl")
 	})
 
+	t.Run("OwnerWeight", func(t *testing.T) {
+		t.Parallel()
+		b := setupAdmin(t)
+		got, err := b.admin.OwnerSettings(ctx, "owner_1")
+		require.NoError(t, err)
+		require.InDelta(t, 1.0, got.GetWeight(), 0)
+		set, err := b.admin.SetOwnerWeight(ctx, "owner_1", 4)
+		require.NoError(t, err)
+		require.InDelta(t, 4.0, set.GetWeight(), 0)
+		got, err = b.admin.OwnerSettings(ctx, "owner_1")
+		require.NoError(t, err)
+		require.InDelta(t, 4.0, got.GetWeight(), 0)
+		_, err = b.admin.SetOwnerWeight(ctx, "owner_1", 0)
+		require.ErrorIs(t, err, client.ErrInvalidArgument)
+	})
+
 	t.Run("CreateRetriedAfterLostAnswerMakesOne", func(t *testing.T) {
 		t.Parallel()
 		b := setupAdmin(t)
