@@ -352,7 +352,8 @@ func TestAPIConnectionLimit(t *testing.T) {
 // TestOperatorSessions: River UI's login and session through two replicas of
 // the real binary on one database: anti-framing headers on every page, a
 // Secure cookie behind a TLS-terminating proxy, logout ending the session on
-// both replicas, and failed tokens throttled per address on every face.
+// both replicas, and failed tokens throttled per address (the API and the
+// login each a bucket of its own), right tokens never.
 func TestOperatorSessions(t *testing.T) {
 	t.Parallel()
 	db := dbtest.NewEmpty(t)
