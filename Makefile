@@ -112,6 +112,10 @@ $(TS_CLIENT)/node_modules/.installed: $(TS_CLIENT)/package.json $(TS_CLIENT)/pac
 .PHONY: deps/ts
 deps/ts: $(TS_CLIENT)/node_modules/.installed ## Install the TypeScript client's packages and the OpenAPI tooling (npm ci in clients/typescript).
 
+.PHONY: ts/pack
+ts/pack: deps/ts ## Build the TypeScript client's npm tarball into dist/ (standmeet-dispatcher-client-X.Y.Z.tgz; VERSION=v0.1.0 sets its version).
+	scripts/ts-pack.sh '$(DIST)' '$(filter v%,$(VERSION))'
+
 .PHONY: check/openapi
 check/openapi: deps/ts ## docs/openapi/openapi.json lints with 0 errors (redocly), openapi-typescript generates the client's types from it unchanged, and the client compiles.
 	npm --prefix $(TS_CLIENT) run --silent lint:openapi

@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,17 +23,55 @@ import (
 )
 
 // TestUnknownTypes: through the real binary, a type in no catalog is not
-// silently taken for an internal one. By default it is accepted and dropped
-// with its own outcome and a did-you-mean, the CLI exits non-zero without
-// saying "published", the server counts it by type and logs it (and warns at
-// start-up that such events are dropped); with -unknown-types=refuse it is
-// InvalidArgument naming event.type, with the did-you-mean.
+// silently taken for an internal one. By default it is refused on every
+// face: InvalidArgument naming event.type with a did-you-mean over gRPC, 400
+// with the same over HTTP, a non-zero exit from the CLI; the server counts it
+// by type. With -unknown-types=accept it is accepted and dropped with its own
+// outcome and a did-you-mean, the CLI exits non-zero without saying
+// "published", the server logs it and warns at start-up that such events are
+// dropped.
 func TestUnknownTypes(t *testing.T) {
 	t.Parallel()
 
-	t.Run("AcceptedDroppedAndReported", func(t *testing.T) {
+	t.Run("RefusedByDefault", func(t *testing.T) {
 		t.Parallel()
 		d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
+
+		ctx, cancel := context.WithTimeout(publisherCtx(t), 10*time.Second)
+		defer cancel()
+		_, err := d.events().Publish(ctx, &webhooksv1.PublishRequest{Event: newEvent("owner-u", "corpus.note.chnaged", "wiki://x", `{}`)})
+		st := status.Convert(err)
+		require.Equal(t, codes.InvalidArgument, st.Code(), "%v", err)
+		require.Contains(t, st.Message(), `event.type: is in no event catalog; did you mean "corpus.note.changed"?`)
+		require.NotContains(t, d.logs.String(), "events of types in no event catalog are accepted", "no start-up warning when refusing")
+
+		code, _, body := httpCall(t, d, http.MethodPost, "/v1/events:publish", publisherToken, "application/json",
+			jsonBody(t, map[string]any{"event": map[string]any{"owner_id": "owner-u", "type": "corpus.note.chnaged", "subject": "wiki://x", "data": map[string]any{}}}))
+		require.Equal(t, http.StatusBadRequest, code, "%v", body)
+		require.Equal(t, []string{"event.type"}, fieldViolations(body), "%v", body)
+		require.Contains(t, fmt.Sprint(body), `did you mean "corpus.note.changed"?`)
+
+		out, err := cli(t, d, publisherToken, "events", "publish", "--owner", "owner-u",
+			"--type", "corpus.note.chnaged", "--subject", "wiki://x", "--data", `{"op":"updated"}`)
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, out)
+		require.NotZero(t, exit.ExitCode(), out)
+		require.NotContains(t, out, "published", out)
+		require.Contains(t, out, `event.type: is in no event catalog; did you mean "corpus.note.changed"?`, out)
+
+		require.InDelta(t, 3, metric(t, d, `dispatcher_ingest_unknown_types_total{type="corpus.note.chnaged"}`), 0)
+		require.Zero(t, metric(t, d, `dispatcher_ingest_events_total{path="grpc",result="dropped_unknown"}`))
+
+		// A catalog type still publishes, and the CLI exits 0.
+		out, err = cli(t, d, publisherToken, "events", "publish", "--owner", "owner-u",
+			"--type", "corpus.note.changed", "--subject", "wiki://x", "--data", `{"op":"updated"}`)
+		require.NoError(t, err, out)
+		require.Contains(t, out, "(stored")
+	})
+
+	t.Run("AcceptedWhenAsked", func(t *testing.T) {
+		t.Parallel()
+		d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate", "--unknown-types", "accept"}})
 
 		out, err := cli(t, d, publisherToken, "events", "publish", "--owner", "owner-u",
 			"--type", "corpus.note.chnaged", "--subject", "wiki://x", "--data", `{"op":"updated"}`)
@@ -61,26 +102,6 @@ func TestUnknownTypes(t *testing.T) {
 			"--type", "corpus.note.changed", "--subject", "raw://x", "--data", `{"op":"updated"}`)
 		require.NoError(t, err, out)
 		require.Regexp(t, `^dropped event \S+ \(raw:// subjects never leave\)\n$`, out)
-
-		// A catalog type still publishes, and the CLI exits 0.
-		out, err = cli(t, d, publisherToken, "events", "publish", "--owner", "owner-u",
-			"--type", "corpus.note.changed", "--subject", "wiki://x", "--data", `{"op":"updated"}`)
-		require.NoError(t, err, out)
-		require.Contains(t, out, "(stored")
-	})
-
-	t.Run("RefusedWhenStrict", func(t *testing.T) {
-		t.Parallel()
-		d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate", "--unknown-types", "refuse"}})
-
-		ctx, cancel := context.WithTimeout(publisherCtx(t), 10*time.Second)
-		defer cancel()
-		_, err := d.events().Publish(ctx, &webhooksv1.PublishRequest{Event: newEvent("owner-u", "corpus.note.chnaged", "wiki://x", `{}`)})
-		st := status.Convert(err)
-		require.Equal(t, codes.InvalidArgument, st.Code(), "%v", err)
-		require.Contains(t, st.Message(), `event.type: is in no event catalog; did you mean "corpus.note.changed"?`)
-		require.NotContains(t, d.logs.String(), "events of types in no event catalog are accepted", "no start-up warning when refusing")
-		require.InDelta(t, 1, metric(t, d, `dispatcher_ingest_unknown_types_total{type="corpus.note.chnaged"}`), 0)
 	})
 }
 
@@ -133,8 +154,8 @@ func TestCustomCatalog(t *testing.T) {
 
 		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_INTERNAL,
 			publish(t, d, newEvent("owner-c", "audit.logged", "audit://1", `{"anything":1}`)).GetOutcome())
-		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN,
-			publish(t, d, newEvent("owner-c", "corpus.note.changed", "wiki://x", `{"op":"updated","published":true}`)).GetOutcome())
+		_, err = d.events().Publish(ctx, &webhooksv1.PublishRequest{Event: newEvent("owner-c", "corpus.note.changed", "wiki://x", `{"op":"updated","published":true}`)})
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "a default type this catalog lacks is unknown, so refused: %v", err)
 		paid := newEvent("owner-c", "invoice.paid", "invoice://1", `{"invoice_id":"inv_1"}`)
 		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED, publish(t, d, paid).GetOutcome())
 		waitFor(t, 30*time.Second, "the delivery", func() bool { return len(rc.requests()) == 1 })
@@ -148,6 +169,31 @@ func TestCustomCatalog(t *testing.T) {
 		require.NoError(t, err)
 		waitFor(t, 30*time.Second, "the test delivery", func() bool { return len(rc.requests()) == 2 })
 		require.NotContains(t, d.logs.String(), `"type":"audit.logged"`, "a type declared internal stays silent")
+	})
+
+	t.Run("ServesTheOpenAPIDocumentOfItsCatalog", func(t *testing.T) {
+		t.Parallel()
+		dir := customCatalog(t)
+		d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate", "--catalog", dir}})
+
+		code, served := d.getAPI(t, "/openapi.json")
+		require.Equal(t, http.StatusOK, code)
+		var doc struct {
+			Components struct {
+				Schemas map[string]json.RawMessage `json:"schemas"`
+			} `json:"components"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(served), &doc))
+		require.Contains(t, doc.Components.Schemas, "InvoicePaidEvent", "the custom type is in the served document")
+		require.Contains(t, doc.Components.Schemas, "InvoicePaidData")
+		require.NotContains(t, doc.Components.Schemas, "CorpusNoteChangedEvent", "the default catalog's types are not")
+		require.Contains(t, string(doc.Components.Schemas["EventInput"]), `"invoice.paid"`)
+
+		// The same document offline, from the same catalog.
+		cmd := exec.Command(binary, "openapi", "--catalog", dir)
+		offline, err := cmd.Output()
+		require.NoError(t, err)
+		require.Equal(t, served, string(offline), "dispatcher openapi --catalog prints what the dispatcher serves")
 	})
 
 	t.Run("BadCatalogStopsStartUp", func(t *testing.T) {

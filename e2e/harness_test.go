@@ -273,6 +273,17 @@ func (d *dispatcher) get(t *testing.T, path string, header ...string) (int, stri
 	return resp.StatusCode, string(b)
 }
 
+// getAPI fetches a path on the API port (the HTTP/JSON API's).
+func (d *dispatcher) getAPI(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + d.grpcAddr + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
 // received is one request a receiver got.
 type received struct {
 	header http.Header

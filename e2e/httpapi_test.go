@@ -283,10 +283,20 @@ func TestHTTPAPIRESTSession(t *testing.T) {
 	require.NoError(t, err)
 	require.WithinRange(t, expires, before.Add(time.Hour-time.Minute), time.Now().Add(time.Hour+time.Minute))
 
+	// The owner's weight, over HTTP as over gRPC.
+	code, _, settings := req(http.MethodPatch, "/v1/owner-settings", adminToken, map[string]any{"owner_id": owner, "weight": 4})
+	require.Equal(t, http.StatusOK, code, "%v", settings)
+	require.InDelta(t, 4, settings["settings"].(map[string]any)["weight"], 0)
+	code, _, settings = req(http.MethodGet, "/v1/owner-settings?owner_id="+owner, adminToken, nil)
+	require.Equal(t, http.StatusOK, code, "%v", settings)
+	require.InDelta(t, 4, settings["settings"].(map[string]any)["weight"], 0)
+	code, _, settings = req(http.MethodPatch, "/v1/owner-settings", adminToken, map[string]any{"owner_id": owner, "weight": 1000})
+	require.Equal(t, http.StatusBadRequest, code, "%v", settings)
+
 	// Publish with neither an id nor a time: both come back.
 	code, _, published := req(http.MethodPost, "/v1/events:publish", publisherToken, map[string]any{"event": map[string]any{
 		"owner_id": owner, "type": "corpus.note.changed", "subject": "wiki://rest", "data": map[string]any{"op": "updated", "published": true},
-	}})
+	}, "weight": 0.5})
 	require.Equal(t, http.StatusOK, code, "%v", published)
 	eventID := published["event_id"].(string)
 	require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-7`, eventID, "a UUIDv7")

@@ -52,8 +52,11 @@ func labelled() map[string][]label {
 }
 
 // unbounded are the labelled series whose values are data, not code: the
-// catalog's digest, the unknown type names an owner sends.
-var unbounded = []string{"dispatcher_catalog_types", "dispatcher_ingest_unknown_types_total"}
+// catalog's digest, the unknown type names an owner sends, the owners with
+// the largest backlogs (at most metrics.TopOwners of them beside "other",
+// which an idle dispatcher reports at 0: checked in TestIdleMetrics).
+var unbounded = []string{"dispatcher_catalog_types", "dispatcher_ingest_unknown_types_total",
+	"dispatcher_owner_backlog_deliveries", "dispatcher_owner_oldest_waiting_age_seconds"}
 
 // seriesLines returns name's series over every combination of the labels'
 // values, as the exposition format writes them, valued 0.
@@ -111,6 +114,9 @@ func TestIdleMetrics(t *testing.T) {
 		`dispatcher_queue_oldest_available_age_seconds{kind="webhook.deliver"} 0`,
 		`dispatcher_queue_oldest_available_age_seconds{kind="webhook.fanout"} 0`,
 		`dispatcher_queue_jobs{kind="webhook.deliver",state="retryable"} 0`,
+		// Fairness: the owners with the largest backlogs, none yet.
+		`dispatcher_owner_backlog_deliveries{owner="other"} 0`,
+		`dispatcher_owner_oldest_waiting_age_seconds{owner="other"} 0`,
 		// The failing-deliveries ratio, over every outcome it selects.
 		`dispatcher_deliveries_total{outcome="completed",status_class="2xx"} 0`,
 		`dispatcher_deliveries_total{outcome="retryable",status_class="5xx"} 0`,

@@ -45,7 +45,8 @@ func TestTypeScriptClient(t *testing.T) {
 	}
 	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"}})
 
-	// A liveness bound: the test waits out two failed attempts 5 s apart.
+	// A liveness bound: the test waits out a failed attempt and the recovery
+	// probe 15 s after it.
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, npm, "test")

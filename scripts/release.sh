@@ -6,6 +6,7 @@
 #   webhook-dispatcher-<X.Y.Z>-oci.tar               the multi-arch image index as an OCI archive
 #   oci/                                             the same as an OCI layout (make push sends it)
 #   image-index.digest                               the index's digest
+#   standmeet-dispatcher-client-<X.Y.Z>.tgz          the TypeScript client (npm install it; needs make deps/ts)
 #   RELEASE-NOTES.md                                 CHANGELOG.md's section for the version
 #   SHA256SUMS                                       checksums of all the files above
 #
@@ -78,11 +79,20 @@ done
 # --- image ----------------------------------------------------------------------
 "$go" -C tools/image run . release "${binaries[@]}" -version "$version" -revision "$revision" -out "$out"
 
+# --- the TypeScript client's npm tarball -----------------------------------------
+npm_tarball=()
+if [ -d clients/typescript/node_modules ]; then
+  scripts/ts-pack.sh "$out" "$version"
+  npm_tarball=("standmeet-dispatcher-client-$semver.tgz")
+else
+  echo "release: clients/typescript/node_modules is missing (make deps/ts): no npm tarball" >&2
+fi
+
 # --- checksums ------------------------------------------------------------------
 (
   cd "$out"
   sha256sum "dispatcher-$version-linux-amd64" "dispatcher-$version-linux-arm64" \
-    "webhook-dispatcher-$semver-oci.tar" RELEASE-NOTES.md > SHA256SUMS
+    "webhook-dispatcher-$semver-oci.tar" "${npm_tarball[@]}" RELEASE-NOTES.md > SHA256SUMS
 )
 echo "release: $out/"
 ls -l "$out" | sed 1d | awk '{printf "  %10s  %s\n", $5, $NF}'

@@ -16,16 +16,26 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
 // The open-loop scenario ("open"): Publish at fixed offered rates, one event
 // per call and one delivery per event (fixedRate, as S5), and in the same
-// run, right after each rate, the floor: the same generator at the same
-// rate with the same number of callers, each call one durable single-row
-// INSERT in a transaction of its own (INSERT and COMMIT), over a pool of
-// the size the dispatcher's own has. A Publish call is at least that: one
-// row made durable before it answers; what it costs beyond it is the
-// dispatcher's. Its targets are stated against the floor. The rates are
+// run, right after each rate, the floor, in two parts, each the same
+// generator at the same rate with the same number of callers:
+//   - the transport: a no-op gRPC call to the same dispatcher over the same
+//     connection, authenticated as Publish is, which its server refuses at
+//     its first check without touching the database (GetEndpoint of a
+//     malformed id: the tap handler's token check, the interceptors, the
+//     decode and an InvalidArgument back);
+//   - the durable write: one single-row INSERT in a transaction of its own
+//     (INSERT and COMMIT), over a pool of the size the dispatcher's own has.
+// A Publish call is at least both: a call over the wire and one row made
+// durable before it answers; what it costs beyond their sum is the
+// dispatcher's. Its targets are stated against the sum. The rates are
 // -open-rates (200, 500 and 1,000/s by default).
 
 // openSenders is the callers per offered rate: 2 s of calls in flight at
@@ -36,14 +46,98 @@ func openSenders(rate int) int { return max(64, 2*rate) }
 const floorRow = `{"op":"updated","note_id":"0123456789abcdef0123456789abcdef","published":true,"was_published":true,` +
 	`"subject":"wiki://software/project/standmeet/architecture","pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`
 
-// floorFigures is what the floor run measured.
+// floorFigures is what the floor run measured: CallMs the durable INSERT,
+// RPCMs the no-op gRPC call, SumMs their sum percentile by percentile (the
+// transport-inclusive floor).
 type floorFigures struct {
-	Rate    int      `json:"rate"`
-	Calls   int      `json:"calls"`
-	Conns   int      `json:"conns"`
-	CallMs  *latency `json:"call_ms"`
-	BusyPct float64  `json:"machine_busy_pct"`
-	Late    int      `json:"late_starts"`
+	Rate       int      `json:"rate"`
+	Calls      int      `json:"calls"`
+	Conns      int      `json:"conns"`
+	CallMs     *latency `json:"call_ms"`
+	BusyPct    float64  `json:"machine_busy_pct"`
+	Late       int      `json:"late_starts"`
+	RPCMs      *latency `json:"rpc_ms,omitempty"`
+	RPCBusyPct float64  `json:"rpc_machine_busy_pct,omitempty"`
+	RPCLate    int      `json:"rpc_late_starts,omitempty"`
+	SumMs      *latency `json:"sum_ms,omitempty"`
+}
+
+// sum is the transport-inclusive floor: the INSERT's and the no-op call's
+// percentiles added (nil until both are measured).
+func (f *floorFigures) sum() *latency {
+	if f.CallMs == nil || f.RPCMs == nil {
+		return nil
+	}
+	a, b := f.CallMs, f.RPCMs
+	return &latency{P50: round(a.P50+b.P50, 2), P90: round(a.P90+b.P90, 2), P95: round(a.P95+b.P95, 2),
+		P99: round(a.P99+b.P99, 2), Max: round(a.Max+b.Max, 2)}
+}
+
+// paced calls fn(i) for i in [0, calls) at rate a second from senders
+// callers (open loop: a call is handed to a caller at its time whether or
+// not the earlier ones have answered) and returns each call's duration and
+// how many were handed over more than 50 ms late.
+func paced(ctx context.Context, rate, calls, senders int, fn func(ctx context.Context, i int) error) ([]time.Duration, int, error) {
+	took := make([]time.Duration, calls)
+	jobs := make(chan int, calls)
+	var (
+		wg       sync.WaitGroup
+		firstErr atomic.Value
+		late     int
+	)
+	for range senders {
+		wg.Go(func() {
+			for i := range jobs {
+				t := time.Now()
+				if err := fn(ctx, i); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+				}
+				took[i] = time.Since(t)
+			}
+		})
+	}
+	t0 := time.Now()
+	interval := time.Second / time.Duration(rate)
+	for i := 0; i < calls && ctx.Err() == nil; i++ {
+		at := t0.Add(time.Duration(i) * interval)
+		if wait := time.Until(at); wait > 0 {
+			time.Sleep(wait)
+		} else if wait < -50*time.Millisecond {
+			late++
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return nil, late, err
+	}
+	return took, late, ctx.Err()
+}
+
+// rpcFloor runs the no-op gRPC call (see the top of this file) at rate for
+// dur from senders callers, against p, into f.
+func (b *bench) rpcFloor(ctx context.Context, s *session, p *proc, f *floorFigures, rate, senders int, dur time.Duration) error {
+	calls := int(dur.Seconds() * float64(rate))
+	admin := s.creds.adminCtx(ctx)
+	req := &webhooksv1.GetEndpointRequest{OwnerId: "bench-floor", EndpointId: "not-an-id"}
+	busy := machineBusy()
+	took, late, err := paced(admin, rate, calls, senders, func(ctx context.Context, _ int) error {
+		_, err := p.endpoints().GetEndpoint(ctx, req)
+		if status.Code(err) == codes.InvalidArgument {
+			return nil // the answer it is meant to get
+		}
+		if err == nil {
+			return errors.New("GetEndpoint of a malformed id succeeded")
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("no-op gRPC call: %w", err)
+	}
+	f.RPCMs, f.RPCBusyPct, f.RPCLate = percentiles(took), busy(), late
+	f.SumMs = f.sum()
+	return nil
 }
 
 // floor runs the bare INSERT + COMMIT at rate for dur from senders callers
@@ -78,43 +172,13 @@ func (b *bench) floor(ctx context.Context, schema string, rate, senders, conns i
 	}
 	calls := int(dur.Seconds() * float64(rate))
 	sql := `INSERT INTO ` + q + ` (owner_id, type, data) VALUES ($1, $2, $3)`
-	took := make([]time.Duration, calls)
-	jobs := make(chan int, calls)
-	var (
-		wg       sync.WaitGroup
-		firstErr atomic.Value
-		late     int
-	)
-	for range senders {
-		wg.Go(func() {
-			for i := range jobs {
-				t := time.Now()
-				if _, err := pool.Exec(ctx, sql, "bench-o"+strconv.Itoa(i%100), "code.issued", floorRow); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-				}
-				took[i] = time.Since(t)
-			}
-		})
-	}
 	busy := machineBusy()
-	t0 := time.Now()
-	interval := time.Second / time.Duration(rate)
-	for i := 0; i < calls && ctx.Err() == nil; i++ {
-		at := t0.Add(time.Duration(i) * interval)
-		if wait := time.Until(at); wait > 0 {
-			time.Sleep(wait)
-		} else if wait < -50*time.Millisecond {
-			late++
-		}
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
+	took, late, err := paced(ctx, rate, calls, senders, func(ctx context.Context, i int) error {
+		_, err := pool.Exec(ctx, sql, "bench-o"+strconv.Itoa(i%100), "code.issued", floorRow)
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("floor insert: %w", err)
-	}
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
 	}
 	return &floorFigures{Rate: rate, Calls: calls, Conns: conns, CallMs: percentiles(took), BusyPct: busy(), Late: late}, nil
 }
@@ -181,7 +245,9 @@ func cpuTimes() (busy, total uint64, err error) {
 
 // openTargets: at 500/s CPU per delivery (dispatcher and its Postgres
 // backends) ≤ 1.2 ms, commits per delivery ≤ 0.6 and Publish p50 ≤ 8 ms;
-// at 1,000/s Publish p50 ≤ 1.5 × the floor's and p99 ≤ 3 × the floor's.
+// at 1,000/s Publish p50 ≤ 2 × the transport-inclusive floor's and p99 ≤
+// 3 × (the no-op gRPC call's and the durable INSERT's percentiles added;
+// the INSERT's alone where the call was not measured).
 func openTargets(res *result) []targetCheck {
 	var out []targetCheck
 	switch res.Scenario {
@@ -193,8 +259,12 @@ func openTargets(res *result) []targetCheck {
 		}
 	case "O1000":
 		if res.PublishMs != nil && res.Floor != nil && res.Floor.CallMs != nil {
-			out = append(out, atMost("Publish p50 ms (1.5 × the floor's "+trimFloat(res.Floor.CallMs.P50)+")", 1.5*res.Floor.CallMs.P50, res.PublishMs.P50),
-				atMost("Publish p99 ms (3 × the floor's "+trimFloat(res.Floor.CallMs.P99)+")", 3*res.Floor.CallMs.P99, res.PublishMs.P99))
+			floor, what := res.Floor.CallMs, "the INSERT floor's"
+			if sum := res.Floor.SumMs; sum != nil {
+				floor, what = sum, "the transport-inclusive floor's"
+			}
+			out = append(out, atMost("Publish p50 ms (2 × "+what+" "+trimFloat(floor.P50)+")", 2*floor.P50, res.PublishMs.P50),
+				atMost("Publish p99 ms (3 × "+what+" "+trimFloat(floor.P99)+")", 3*floor.P99, res.PublishMs.P99))
 		}
 	}
 	return out

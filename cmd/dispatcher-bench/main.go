@@ -25,8 +25,11 @@
 // (20 of 100 endpoints never answer while the others get 500 events/s; run
 // without them too, S11h0, for the healthy p99 to compare with), open (the
 // open loop: Publish at 200, 500 and 1,000 events/s offered, each rate followed
-// by its floor, the same generator doing one durable single-row INSERT and
-// COMMIT per call over a pool of the dispatcher's size). The soak
+// by its transport-inclusive floor: the same generator making a no-op gRPC
+// call to the dispatcher, then one durable single-row INSERT and COMMIT per
+// call over a pool of the dispatcher's size; Publish is held against the
+// two added), S13 the fanout shape (200 events × 100 endpoints of one
+// owner, every event to every endpoint). The soak
 // (run only when named: -scenario soak) is a steady load for -soak-duration,
 // sampling the dispatcher's RSS, heap, goroutines and connections and the
 // size of every table the load writes, and judging whether each levels off;
@@ -64,7 +67,7 @@ import (
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // allScenarios in run order.
-var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8", "S9", "S10", "S11", "open", "soak"}
+var allScenarios = []string{"S1", "S2", "S3", "S4", "S4d", "S5", "S5b", "S6", "S7", "S8", "S9", "S10", "S11", "S12", "S13", "open", "soak"}
 
 // defaultScenarios run when -scenario is not given: all but the soak, which
 // takes as long as -soak-duration says.

@@ -93,6 +93,8 @@ func targets(res *result) []targetCheck {
 		out = append(out, atLeast("deliveries per baseline commit", 0.15, res.PerBaselineCommit))
 	case res.Scenario == "S8":
 		out = append(out, rateTargets(res)...)
+	case res.Scenario == "S12" && res.Noisy != nil:
+		out = append(out, noisyTargets(res)...)
 	case strings.HasPrefix(res.Scenario, "S10"):
 		out = append(out, slowTargets(res)...)
 	case strings.HasPrefix(res.Scenario, "O"):

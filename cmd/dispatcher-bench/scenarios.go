@@ -100,6 +100,8 @@ type result struct {
 	Notes          []string      `json:"notes,omitempty"`
 	Error          string        `json:"error,omitempty"`
 	Targets        []targetCheck `json:"targets,omitempty"`
+	// Noisy: S12's figures (the quiet owner beside the burst).
+	Noisy *s12Figures `json:"noisy,omitempty"`
 	// Soak: the samples over time and whether each series levelled off.
 	Soak *soakFigures `json:"soak,omitempty"`
 }
@@ -152,6 +154,8 @@ func (b *bench) runScenario(ctx context.Context, name string) []result {
 		return []result{run(b.hotEndpoint)}
 	case "S3":
 		return []result{run(b.fanout)}
+	case "S13":
+		return []result{run(b.fanoutShape)}
 	case "S4":
 		return []result{run(b.relay)}
 	case "S4d":
@@ -186,6 +190,8 @@ func (b *bench) runScenario(ctx context.Context, name string) []result {
 			}))
 		}
 		return out
+	case "S12":
+		return []result{run(b.noisyNeighbour)}
 	case "soak":
 		// Bounded by its own length: the load, then the drain and settle.
 		return []result{runFor(b.cfg.SoakDuration+15*time.Minute, b.soak)}
@@ -812,10 +818,17 @@ func (b *bench) fixedRate(ctx context.Context, label string, rate, senders, hung
 			return failed(res, fmt.Errorf("floor: %w", err))
 		}
 		res.Floor = f
+		if err := b.rpcFloor(ctx, s, p, f, rate, senders, dur); err != nil {
+			return failed(res, fmt.Errorf("floor: %w", err))
+		}
 		res.notef("Publish ms p50 %.2f / p90 %.2f / p99 %.2f; machine busy %.0f %% of a core",
 			res.PublishMs.P50, res.PublishMs.P90, res.PublishMs.P99, res.MachineBusyPct)
-		res.notef("floor (INSERT + COMMIT of one row per call, %d/s, %d callers, %d connections): ms p50 %.2f / p90 %.2f / p99 %.2f; machine busy %.0f %%; Publish ÷ floor: p50 %.2f×, p99 %.2f×",
-			rate, senders, conns, f.CallMs.P50, f.CallMs.P90, f.CallMs.P99, f.BusyPct,
+		res.notef("floor, durable write (INSERT + COMMIT of one row per call, %d/s, %d callers, %d connections): ms p50 %.2f / p90 %.2f / p99 %.2f; machine busy %.0f %%",
+			rate, senders, conns, f.CallMs.P50, f.CallMs.P90, f.CallMs.P99, f.BusyPct)
+		res.notef("floor, transport (a no-op gRPC call to the dispatcher, %d/s, %d callers): ms p50 %.2f / p90 %.2f / p99 %.2f; machine busy %.0f %%",
+			rate, senders, f.RPCMs.P50, f.RPCMs.P90, f.RPCMs.P99, f.RPCBusyPct)
+		res.notef("transport-inclusive floor (the two added): ms p50 %.2f / p99 %.2f; Publish ÷ it: p50 %.2f×, p99 %.2f× (÷ the INSERT alone: p50 %.2f×, p99 %.2f×)",
+			f.SumMs.P50, f.SumMs.P99, res.PublishMs.P50/max(f.SumMs.P50, 0.001), res.PublishMs.P99/max(f.SumMs.P99, 0.001),
 			res.PublishMs.P50/max(f.CallMs.P50, 0.001), res.PublishMs.P99/max(f.CallMs.P99, 0.001))
 		res.notef("CPU per delivery: dispatcher %.3f ms + Postgres %.3f ms = %.3f ms; commits per delivery %.2f",
 			res.CPUMillisPerUnit, res.PGCPUMillisPerUnit, res.CPUMillisPerUnit+res.PGCPUMillisPerUnit, res.CommitsPerUnit)
@@ -932,4 +945,65 @@ func (b *bench) recovered(res *result, r any) {
 	if r != nil {
 		res.Error = fmt.Sprintf("panic: %v", r)
 	}
+}
+
+// S13's shape: s13Events events, each to every one of s13Endpoints
+// endpoints of one owner, published in batches of s13Batch from
+// s13Callers callers.
+const (
+	s13Events    = 200
+	s13Endpoints = 100
+	s13Batch     = 10
+	s13Callers   = 2
+)
+
+// fanoutShape is S13, the fanout shape: 200 events × 100 endpoints (20,000
+// deliveries, every event to every endpoint), publish → last receipt. It
+// is where a change to the hand-off (how many of an event's deliveries
+// the process takes on at once, how many go through River) shows as rate.
+func (b *bench) fanoutShape(ctx context.Context) (res result) {
+	events := b.scaled(s13Events, 10)
+	res = result{Scenario: "S13", Unit: "delivery", Endpoints: s13Endpoints, Events: events, Expected: int64(events * s13Endpoints),
+		Title: fmt.Sprintf("fanout shape: %d events × %d endpoints, batches of %d from %d callers (publish → last receipt)",
+			events, s13Endpoints, s13Batch, s13Callers)}
+	defer func() { r := recover(); b.recovered(&res, r) }()
+
+	s, err := b.newSession("S13")
+	if err != nil {
+		return failed(res, err)
+	}
+	defer s.close()
+	defer s.conclude(&res)
+	if s.recv, err = b.newReceivers(s13Endpoints, s13Endpoints, b.cfg.Latency, events*s13Endpoints); err != nil {
+		return failed(res, err)
+	}
+	if err := s.start(ctx, 1); err != nil {
+		return failed(res, err)
+	}
+	res.Env = s.env
+	specs := make([]endpointSpec, s13Endpoints)
+	for i := range specs {
+		specs[i] = endpointSpec{owner: "bench-s13", types: []string{"code.*"}}
+	}
+	if err := s.createEndpoints(ctx, specs); err != nil {
+		return failed(res, err)
+	}
+	prefix := "s13" + randomSuffix()
+	evs := make([]*webhooksv1.Event, events)
+	for i := range evs {
+		evs[i] = newEvent(prefix, "bench-s13", "code.issued", i)
+	}
+	m, err := s.begin(ctx)
+	if err != nil {
+		return failed(res, err)
+	}
+	d := &deliveryRun{s: s, m: m, res: &res, events: evs, occurred: make([]time.Time, events), t0: time.Now()}
+	if err := s.publishBatches(ctx, evs, s13Batch, s13Callers, d.occurred); err != nil {
+		return failed(res, err)
+	}
+	res.PublishSeconds = round(time.Since(d.t0).Seconds(), 3)
+	if err := d.complete(ctx); err != nil {
+		return failed(res, err)
+	}
+	return res
 }

@@ -104,7 +104,8 @@ type serveConfig struct {
 	OutboxTable  string
 	// Catalog is the event catalog: loaded from -catalog, else the default.
 	Catalog *catalog.Catalog
-	// UnknownTypes: accept (and drop) or refuse events of types in no catalog.
+	// UnknownTypes: refuse (the default) or accept (and drop) events of types
+	// in no catalog.
 	UnknownTypes     ingest.UnknownTypes
 	EgressAllowCIDRs []netip.Prefix
 	// EgressProxy tunnels every delivery through an HTTP CONNECT proxy.
@@ -222,7 +223,7 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.StringVar(&c.OutboxTable, "outbox-table", env.str("DISPATCHER_OUTBOX_TABLE", ingest.DefaultOutboxTable), "the outbox table in the main app's database, optionally schema-qualified; the same name pkg/outbox.Table gives the writer (env DISPATCHER_OUTBOX_TABLE)")
 	fs.BoolVar(&c.OutboxDelete, "outbox-delete", env.boolean("DISPATCHER_OUTBOX_DELETE", false), "delete relayed outbox rows instead of marking them (env DISPATCHER_OUTBOX_DELETE)")
 	catalogPath := fs.String("catalog", env.get("DISPATCHER_CATALOG"), "the event catalog: a directory of <type>.json files or one JSON file {\"types\": [...]}; empty: the embedded default (the 39 types of docs/events.md); every replica needs the same one (env DISPATCHER_CATALOG)")
-	unknownTypes := fs.String("unknown-types", env.str("DISPATCHER_UNKNOWN_TYPES", "accept"), "what to do with an event whose type is in no event catalog: accept (it is dropped, never delivered, counted and logged; Publish answers PUBLISH_OUTCOME_DROPPED_UNKNOWN) or refuse (InvalidArgument naming event.type; an outbox row is set aside) (env DISPATCHER_UNKNOWN_TYPES)")
+	unknownTypes := fs.String("unknown-types", env.str("DISPATCHER_UNKNOWN_TYPES", "refuse"), "what to do with an event whose type is in no event catalog: refuse (InvalidArgument naming event.type with a did-you-mean, HTTP 400; an outbox row is set aside with that reason) or accept (it is dropped, never delivered, counted and logged; Publish answers PUBLISH_OUTCOME_DROPPED_UNKNOWN) (env DISPATCHER_UNKNOWN_TYPES)")
 	allow := fs.String("egress-allow-cidrs", env.get("DISPATCHER_EGRESS_ALLOW_CIDRS"), "comma-separated CIDRs receivers may use despite the SSRF deny list, e.g. 127.0.0.0/8 for local development; empty in production (env DISPATCHER_EGRESS_ALLOW_CIDRS)")
 	proxy := fs.String("egress-proxy", env.get("DISPATCHER_EGRESS_PROXY"), "http://host:port of an HTTP CONNECT proxy every delivery goes through (receivers that admit only known source addresses); the SSRF guard still checks each receiver's address (env DISPATCHER_EGRESS_PROXY)")
 	proxyCreds := fs.String("egress-proxy-credentials-file", env.get("DISPATCHER_EGRESS_PROXY_CREDENTIALS_FILE"), "file holding the proxy's user:password on one line, sent as Proxy-Authorization (env DISPATCHER_EGRESS_PROXY_CREDENTIALS_FILE)")
@@ -239,7 +240,7 @@ func parseServeConfig(args []string, env *environ, output io.Writer) (*serveConf
 	fs.IntVar(&c.IngestTxs, "ingest-transactions", env.integer("DISPATCHER_INGEST_TRANSACTIONS", ingest.DefaultGroupInFlight),
 		"ingest transactions at once; events published meanwhile share the next one (env DISPATCHER_INGEST_TRANSACTIONS)")
 	fs.DurationVar(&c.IngestLinger, "ingest-linger", env.duration("DISPATCHER_INGEST_LINGER", ingest.DefaultGroupLinger),
-		"the longest an ingest transaction that would carry one Publish call waits for company, only while calls come close enough together for company to be likely within it (group commit at a few hundred calls a second); 0 never waits (env DISPATCHER_INGEST_LINGER)")
+		"the longest an ingest transaction that would carry one Publish call waits for company, only while calls come close enough together for company to be likely within it (fewer commits at a few hundred calls a second, for up to that much more Publish latency); 0, the default, never waits: calls go together only when they queue behind running transactions (env DISPATCHER_INGEST_LINGER)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", env.duration("DISPATCHER_SHUTDOWN_TIMEOUT", 20*time.Second), "how long in-flight deliveries may finish after SIGTERM before they are cancelled and re-queued (env DISPATCHER_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&c.RescueStuckAfter, "rescue-stuck-after", env.duration("DISPATCHER_RESCUE_STUCK_AFTER", time.Minute), "how long a job may stay running before River rescues it as the job of a dead worker (SIGKILL, OOM); must exceed the deliver job timeout (20s) (env DISPATCHER_RESCUE_STUCK_AFTER)")
 	fs.DurationVar(&c.Retention, "retention", env.duration("DISPATCHER_RETENTION", retention.DefaultRetention), "how long events, the attempt history and finished River jobs are kept (at least 5m; env DISPATCHER_RETENTION)")

@@ -48,7 +48,7 @@ func TestParseServeConfig(t *testing.T) {
 		require.Equal(t, "webhook_outbox", c.OutboxTable)
 		require.Equal(t, 5*24*time.Hour, c.DisableAfter)
 		require.Empty(t, c.OperationalOwner, "no operational events unless configured")
-		require.Equal(t, ingest.UnknownTypesAccept, c.UnknownTypes, "types in no catalog are Internal, as ever")
+		require.Equal(t, ingest.UnknownTypesRefuse, c.UnknownTypes, "a type in no catalog is refused, not silently dropped")
 	})
 
 	t.Run("ConnectionAndRequestLimits", func(t *testing.T) {
@@ -125,13 +125,13 @@ func TestParseServeConfig(t *testing.T) {
 	t.Run("UnknownTypes", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.env["DISPATCHER_UNKNOWN_TYPES"] = "refuse"
+		b.env["DISPATCHER_UNKNOWN_TYPES"] = "accept"
 		c, err := parse(b)
 		require.NoError(t, err)
-		require.Equal(t, ingest.UnknownTypesRefuse, c.UnknownTypes)
-		c, err = parse(b, "--unknown-types", "accept")
+		require.Equal(t, ingest.UnknownTypesAccept, c.UnknownTypes)
+		c, err = parse(b, "--unknown-types", "refuse")
 		require.NoError(t, err)
-		require.Equal(t, ingest.UnknownTypesAccept, c.UnknownTypes, "the flag wins")
+		require.Equal(t, ingest.UnknownTypesRefuse, c.UnknownTypes, "the flag wins")
 		_, err = parse(setup(t), "--unknown-types", "drop")
 		require.ErrorContains(t, err, `invalid -unknown-types "drop": want accept or refuse`)
 	})
@@ -264,12 +264,12 @@ func TestParseServeConfig(t *testing.T) {
 		t.Parallel()
 		c, err := parse(setup(t))
 		require.NoError(t, err)
-		require.Equal(t, 5*time.Millisecond, c.IngestLinger)
+		require.Zero(t, c.IngestLinger, "no wait by default: no latency traded below saturation")
 		b := setup(t)
-		b.env["DISPATCHER_INGEST_LINGER"] = "0s"
+		b.env["DISPATCHER_INGEST_LINGER"] = "5ms"
 		c, err = parse(b)
 		require.NoError(t, err)
-		require.Zero(t, c.IngestLinger, "0 never waits")
+		require.Equal(t, 5*time.Millisecond, c.IngestLinger)
 		for _, bad := range []string{"-1ms", "101ms"} {
 			_, err = parse(setup(t), "--ingest-linger", bad)
 			require.ErrorContains(t, err, "invalid -ingest-linger "+bad+" (DISPATCHER_INGEST_LINGER)")

@@ -91,6 +91,7 @@ func init() {
 		{name: "event-types", summary: "list the event types that may leave", run: runEventTypesCLI},
 		{name: "portal-link", summary: "print a one-time link into the owners' portal for one owner (admin token)", run: runPortalLinkCLI},
 		{name: "catalog", summary: "check an event catalog, or export the default one", run: runCatalogCLI, subs: catalogUsageLines},
+		{name: "openapi", summary: "print the HTTP API's OpenAPI document as a dispatcher running a catalog serves it (--catalog PATH)", run: runOpenAPI},
 		{name: "reseal-secrets", summary: "re-seal every endpoint secret under the primary master key", run: runResealCLI},
 		{name: "gen-master-key", summary: "print a new master key entry for DISPATCHER_MASTER_KEYS",
 			run: withoutFlags("gen-master-key", runGenMasterKey)},

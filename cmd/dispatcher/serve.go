@@ -30,7 +30,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
-	"github.com/standmeet/webhook-dispatcher/docs"
 	"github.com/standmeet/webhook-dispatcher/internal/access"
 	"github.com/standmeet/webhook-dispatcher/internal/attempt"
 	"github.com/standmeet/webhook-dispatcher/internal/auth"
@@ -41,6 +40,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/fair"
 	"github.com/standmeet/webhook-dispatcher/internal/fanout"
 	"github.com/standmeet/webhook-dispatcher/internal/filter"
 	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
@@ -76,17 +76,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // serve is the composition root: config → pools → River → workers → servers.
 // It returns when ctx is cancelled (SIGTERM) and everything has stopped.
 func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io.Writer) error {
-	// The catalog first: everything below decides with it.
-	event.SetCatalog(cfg.Catalog)
+	// The catalog first: everything below decides with it, handed this one
+	// Running (a swap replaces it for all of them at once).
+	running := event.NewRunning(cfg.Catalog)
+	openAPI, err := newServedOpenAPI(running, func(err error) { logger.ErrorContext(ctx, err.Error()) })
+	if err != nil {
+		return err
+	}
 	logger.InfoContext(ctx, "event catalog", slog.String("source", cfg.Catalog.Source()),
 		slog.Int("types", len(cfg.Catalog.Types())), slog.String("digest", cfg.Catalog.Digest()))
 	if cfg.UnknownTypes == ingest.UnknownTypesAccept {
-		// The default, as the product's rules say (a type nobody classified
-		// is Internal), but a misspelt type then goes nowhere with no error:
-		// worth a line at start-up.
+		// Chosen, not the default: a misspelt type then goes nowhere with no
+		// error, which is worth a line at start-up.
 		logger.WarnContext(ctx, "events of types in no event catalog are accepted and dropped, never delivered "+
 			"(a misspelt type goes nowhere: Publish answers PUBLISH_OUTCOME_DROPPED_UNKNOWN with a did-you-mean, and the type is counted and logged); "+
-			"-unknown-types=refuse (DISPATCHER_UNKNOWN_TYPES=refuse) refuses them instead",
+			"-unknown-types=refuse (DISPATCHER_UNKNOWN_TYPES=refuse, the default) refuses them instead",
 			slog.String("unknown_types", cfg.UnknownTypes.String()))
 	}
 	keyring, err := seal.ParseKeyring(cfg.MasterKeys)
@@ -164,7 +168,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		// silent otherwise, with nothing in the logs to say why.
 		logger.WarnContext(ctx, "no access service configured (DISPATCHER_ACCESS_ADDR): endpoints bound to an embed receive no corpus.note.changed events")
 	}
-	decider := scope.NewDecider(admitter, m, logger)
+	decider := scope.NewDecider(admitter, m, logger).WithCatalog(running)
 
 	// One idle connection per deliver worker and host: every worker may be
 	// delivering to endpoints on the same receiver host at once, and a
@@ -181,6 +185,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	// The attempt history, written in batches beside the deliveries.
 	attempts := attempt.NewRecorder(attempt.RecorderConfig{BodyBytes: cfg.AttemptBodyBytes, Metrics: m}, pool, logger.With(slog.String("component", "attempts")))
 	deliverWorker := delivery.NewWorker(delivery.Config{
+		Catalog: running,
 		Channel: delivery.LeaseChannel(cfg.DB.Schema), RescueAfter: cfg.RescueStuckAfter, Attempts: attempts, DisableAfter: cfg.DisableAfter,
 		OperationalOwner: cfg.OperationalOwner, OperationalChannel: delivery.OperationalChannel(cfg.DB.Schema), Member: memberID,
 	},
@@ -219,7 +224,10 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	warnBrokenFilters(ctx, pool, cfg.Catalog, logger)
 
 	workers := river.NewWorkers()
-	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), member.Active, m, logger).WithFilters(filterCache, attempts))
+	// One clock for both fanout paths: an owner's lead counts what it
+	// enqueues either way.
+	fairness := fair.New(fair.Config{})
+	river.AddWorker(workers, fanout.NewWorker(pool, decider.Func(), member.Active, m, logger).WithFilters(filterCache, attempts).WithCatalog(running).WithFairness(fairness))
 	river.AddWorker(workers, deliverWorker)
 	river.AddWorker(workers, retention.NewWorker(pool, logger))
 
@@ -261,8 +269,9 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	// most of them waiting for their endpoint's turn).
 	direct := deliverWorker.NewDirect(delivery.DirectConfig{Works: member.Works, Member: member.ID(), Limit: cfg.HandoffLimit, LimitBytes: int64(cfg.HandoffMemoryMB) << 20, Middleware: traces.RiverMiddleware()})
 	store := ingest.NewStore(ingest.StoreConfig{
-		Fanout:        fanout.NewInline(decider.Func(), member.Active, m).WithHandoff(direct).WithFilters(filterCache, attempts),
+		Fanout:        fanout.NewInline(decider.Func(), member.Active, m).WithHandoff(direct).WithFilters(filterCache, attempts).WithCatalog(running).WithFairness(fairness),
 		UnknownTypes:  cfg.UnknownTypes,
+		Catalog:       running,
 		GroupInFlight: cfg.IngestTxs,
 		GroupLinger:   cfg.IngestLinger,
 	}, pool, riverClient, m, logger)
@@ -289,7 +298,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 		RequireHTTPS:         cfg.RequireHTTPS,
 		MaxEndpointsPerOwner: cfg.MaxEndpoints,
 		AllowCIDRs:           cfg.EgressAllowCIDRs,
-		Catalog:              cfg.Catalog,
+		Catalog:              running,
 	}, pool, riverClient, keyring, testPublisher{store}, logger)
 
 	// gRPC API.
@@ -336,9 +345,9 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	// The owners' portal: pages over the same endpoint service, on the API
 	// port; CreatePortalSession makes its links.
 	var portalPages *portal.Portal
-	var endpointOpts []grpcapi.EndpointServerOption
+	endpointOpts := []grpcapi.EndpointServerOption{grpcapi.WithCatalog(running)}
 	if cfg.Portal {
-		portalPages, err = newPortal(cfg, grpcLis.Addr(), grpcTLS != nil, pool, endpoints, keyring, logger)
+		portalPages, err = newPortal(cfg, running, grpcLis.Addr(), grpcTLS != nil, pool, endpoints, keyring, logger)
 		if err != nil {
 			_ = grpcLis.Close()
 			return err
@@ -363,7 +372,7 @@ func serve(ctx context.Context, cfg *serveConfig, logger *slog.Logger, stdout io
 	}
 	defer apiConn.Close()
 	apiHandler, err := httpapi.New(ctx, apiConn, httpapi.Config{Auth: authn, Throttle: throttle, Proxies: cfg.TrustedProxies, Budget: readBudget, Limits: limits,
-		Refused: refused("api"), OpenAPI: docs.OpenAPI})
+		Refused: refused("api"), OpenAPI: openAPI.Document})
 	if err != nil {
 		_ = grpcLis.Close()
 		return err
@@ -634,7 +643,7 @@ const consolePath = "/riverui/console/"
 // newPortal builds the owners' portal. Without a configured public URL its
 // links name the API's own address, which serves a browser on this machine
 // or network; behind a proxy, set -portal-url.
-func newPortal(cfg *serveConfig, apiAddr net.Addr, tls bool, pool *pgxpool.Pool, svc *endpoint.Service, keyring *seal.Keyring, logger *slog.Logger) (*portal.Portal, error) {
+func newPortal(cfg *serveConfig, running *event.Running, apiAddr net.Addr, tls bool, pool *pgxpool.Pool, svc *endpoint.Service, keyring *seal.Keyring, logger *slog.Logger) (*portal.Portal, error) {
 	raw := cfg.PortalURL
 	if raw == "" {
 		scheme := "http"
@@ -647,7 +656,7 @@ func newPortal(cfg *serveConfig, apiAddr net.Addr, tls bool, pool *pgxpool.Pool,
 	if err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("invalid -portal-url %q: must be an absolute http(s) URL, like https://hooks.example.com/portal/", raw)
 	}
-	pc := portal.Config{PublicURL: u, SecureCookie: cfg.CookieSecure, Keyring: keyring, ReturnURL: cfg.PortalReturnURL,
+	pc := portal.Config{Catalog: running, PublicURL: u, SecureCookie: cfg.CookieSecure, Keyring: keyring, ReturnURL: cfg.PortalReturnURL,
 		Branding: portal.Branding{ProductName: cfg.PortalProductName, AccentColor: cfg.PortalAccentColor}}
 	if cfg.PortalLogo != "" {
 		b, err := os.ReadFile(cfg.PortalLogo)

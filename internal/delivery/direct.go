@@ -59,9 +59,11 @@ type Direct struct {
 	// bytes is the estimated memory of the deliveries under way
 	// (deliveryBytes of each).
 	bytes atomic.Int64
-	// perEndpoint counts the deliveries under way by endpoint id.
+	// perEndpoint counts the deliveries under way by endpoint id,
+	// perOwner by owner id (the owner's share, Accepts).
 	countMu     sync.Mutex
 	perEndpoint map[string]int
+	perOwner    map[string]int
 	wg          sync.WaitGroup
 
 	mu     sync.Mutex
@@ -118,7 +120,7 @@ func (w *Worker) NewDirect(cfg DirectConfig) *Direct {
 		cfg.Hold = w.cfg.RescueAfter
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &Direct{w: w, pool: w.pool, cfg: cfg, ctx: ctx, cancel: cancel, perEndpoint: make(map[string]int), runners: runners{next: make(chan func())}}
+	d := &Direct{w: w, pool: w.pool, cfg: cfg, ctx: ctx, cancel: cancel, perEndpoint: make(map[string]int), perOwner: make(map[string]int), runners: runners{next: make(chan func())}}
 	d.finish = func(ctx context.Context, outs []directOutcome) error { return finishDirect(ctx, d.pool, outs) }
 	// Outcomes wait a little for company: one statement per many, as River's
 	// batch completer does for the jobs it runs. Nothing waits for them but
@@ -157,12 +159,13 @@ func DeliveryBytes(e *webhook.Event) int64 {
 }
 
 // Accepts implements fanout.Handoff: a delivery may be handed off while
-// Direct runs (not stopping), has room by count and by bytes, this process
-// works its queue, and its endpoint's lane can start it soon (startSoon).
-// toEndpoint and total count the deliveries the caller's plan hands off
-// before this one, to endpointID and in all; the plan's are counted as
-// this one's size each.
-func (d *Direct) Accepts(queue, endpointID string, e *webhook.Event, toEndpoint, total int) bool {
+// Direct runs (not stopping), has room by count and by bytes, its owner is
+// within its share of that room (ownerShare), this process works its
+// queue, and its endpoint's lane can start it soon (startSoon). toEndpoint,
+// toOwner and total count the deliveries the caller's plan hands off before
+// this one, to endpointID, to its owner and in all; the plan's are counted
+// as this one's size each.
+func (d *Direct) Accepts(queue, endpointID string, e *webhook.Event, toEndpoint, toOwner, total int) bool {
 	d.mu.Lock()
 	closed := d.closed
 	d.mu.Unlock()
@@ -177,8 +180,39 @@ func (d *Direct) Accepts(queue, endpointID string, e *webhook.Event, toEndpoint,
 	}
 	d.countMu.Lock()
 	n := d.perEndpoint[endpointID]
+	var owned, owners int
+	if e != nil {
+		owned, owners = d.perOwner[e.OwnerID], len(d.perOwner)
+		if owned == 0 {
+			owners++ // this one
+		}
+	}
 	d.countMu.Unlock()
+	if e != nil {
+		share, n := ownerShare(owners), owned+toOwner+1
+		if n > ownerFloor && (float64(n) > share*float64(d.cfg.Limit) || float64(int64(n)*size) > share*float64(d.cfg.LimitBytes)) {
+			return false
+		}
+	}
 	return n+toEndpoint < d.w.lanes.startable(ep, d.w.cfg.LocalWait/2)
+}
+
+// ownerReserve is the part of the hand-off no single owner may take: room
+// kept for the next owner, so that one owner's burst cannot fill the
+// hand-off and send everyone else's deliveries through River's fetch.
+const ownerReserve = 1.0 / 8
+
+// ownerFloor is how many deliveries any owner may hold under way whatever
+// its share (the hand-off's own limits still bound them all): with a
+// thousand owners busy at once an equal share would be less than one
+// delivery's bytes each, and nobody would be handed anything.
+const ownerFloor = 16
+
+// ownerShare is the fraction of the hand-off's limits (count and bytes) one
+// owner may hold when owners have deliveries under way (it included): an
+// equal part of what the reserve leaves.
+func ownerShare(owners int) float64 {
+	return (1 - ownerReserve) / float64(max(owners, 1))
 }
 
 // Start implements fanout.Handoff: it runs each job, now, with args[i] its
@@ -258,6 +292,7 @@ func (d *Direct) start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events 
 	decoded := decodeArgs(jobs, args)
 	d.running.Add(int64(len(jobs)))
 	costs := make([]int64, len(jobs))
+	owners := make([]string, len(jobs))
 	d.countMu.Lock()
 	for i := range jobs {
 		var e *webhook.Event
@@ -268,6 +303,10 @@ func (d *Direct) start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events 
 		d.bytes.Add(costs[i])
 		if decoded[i] != nil {
 			d.perEndpoint[decoded[i].EndpointID]++
+		}
+		if e != nil {
+			owners[i] = e.OwnerID
+			d.perOwner[e.OwnerID]++
 		}
 	}
 	d.countMu.Unlock()
@@ -280,11 +319,11 @@ func (d *Direct) start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events 
 			// Each run holds its own delivery's, not the slices: a target
 			// (the endpoint's row, the event) is garbage once its run is
 			// done, not when the whole plan's are.
-			args, pre, cost := decoded[i], targets[i], costs[i]
+			args, pre, cost, owner := decoded[i], targets[i], costs[i], owners[i]
 			d.wg.Add(1)
 			d.runners.Go(func() {
 				defer d.wg.Done()
-				defer d.done(args, cost)
+				defer d.done(args, owner, cost)
 				d.run(row, args, pre)
 			})
 		}
@@ -313,14 +352,19 @@ func (d *Direct) GiveBack(jobs []*rivertype.JobRow) {
 }
 
 // done counts a run as no longer under way.
-func (d *Direct) done(args *job.DeliverArgs, cost int64) {
+func (d *Direct) done(args *job.DeliverArgs, owner string, cost int64) {
 	d.running.Add(-1)
 	d.bytes.Add(-cost)
+	d.countMu.Lock()
+	defer d.countMu.Unlock()
+	if n := d.perOwner[owner]; n > 1 {
+		d.perOwner[owner] = n - 1
+	} else {
+		delete(d.perOwner, owner)
+	}
 	if args == nil {
 		return
 	}
-	d.countMu.Lock()
-	defer d.countMu.Unlock()
 	if n := d.perEndpoint[args.EndpointID]; n > 1 {
 		d.perEndpoint[args.EndpointID] = n - 1
 	} else {

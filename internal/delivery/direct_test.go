@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -253,7 +254,7 @@ func TestDirect(t *testing.T) {
 		require.Equal(t, "available", j.state, "back for any process at once")
 		require.Zero(t, j.attempt, "an interrupted attempt is not spent")
 		require.LessOrEqual(t, j.scheduledIn, time.Duration(0))
-		require.False(t, d.Accepts(job.DeliverPartitionQueue(0), epID.String(), nil, 0, 0), "stopped: takes nothing more")
+		require.False(t, d.Accepts(job.DeliverPartitionQueue(0), epID.String(), nil, 0, 0, 0), "stopped: takes nothing more")
 	})
 
 	t.Run("HandedOffAfterStopGoesBackToRiver", func(t *testing.T) {
@@ -362,12 +363,49 @@ func TestDirect(t *testing.T) {
 		mine := job.DeliverPartitionQueue(3)
 		d := b.worker.NewDirect(DirectConfig{Works: func(q string) bool { return q == mine }, Limit: 1})
 		ep := uuid.NewString()
-		require.True(t, d.Accepts(mine, ep, nil, 0, 0))
-		require.False(t, d.Accepts(job.DeliverPartitionQueue(4), ep, nil, 0, 0), "another process works that queue")
+		require.True(t, d.Accepts(mine, ep, nil, 0, 0, 0))
+		require.False(t, d.Accepts(job.DeliverPartitionQueue(4), ep, nil, 0, 0, 0), "another process works that queue")
 		d.running.Add(1)
-		require.False(t, d.Accepts(mine, ep, nil, 0, 0), "at the limit: left to River")
+		require.False(t, d.Accepts(mine, ep, nil, 0, 0, 0), "at the limit: left to River")
 		d.running.Add(-1)
-		require.False(t, d.Accepts(mine, ep, nil, 0, 1), "the plan's own earlier hand-off counts")
+		require.False(t, d.Accepts(mine, ep, nil, 0, 0, 1), "the plan's own earlier hand-off counts")
+	})
+
+	t.Run("NoOwnerTakesTheWholeHandoff", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		q := job.DeliverPartitionQueue(0)
+		d := b.worker.NewDirect(DirectConfig{Limit: 160})
+		burst := &webhook.Event{ID: "evt_a", OwnerID: "owner-a", Type: "code.issued", Subject: "code://x", Data: json.RawMessage(`{}`)}
+		quiet := &webhook.Event{ID: "evt_b", OwnerID: "owner-b", Type: "code.issued", Subject: "code://x", Data: json.RawMessage(`{}`)}
+		ep := uuid.NewString()
+		// Alone, an owner may take all but the reserve: 140 of 160.
+		require.True(t, d.Accepts(q, ep, burst, 0, 139, 139))
+		require.False(t, d.Accepts(q, ep, burst, 0, 140, 140), "the reserve is kept for the next owner")
+		d.countMu.Lock()
+		d.perOwner["owner-a"] = 140
+		d.countMu.Unlock()
+		d.running.Add(140)
+		require.False(t, d.Accepts(q, ep, burst, 0, 0, 0), "at its share")
+		require.True(t, d.Accepts(q, uuid.NewString(), quiet, 0, 0, 0), "another owner still starts at once")
+		require.True(t, d.Accepts(q, uuid.NewString(), quiet, 0, 19, 19))
+		require.False(t, d.Accepts(q, uuid.NewString(), quiet, 0, 20, 20), "the limit still bounds all of them")
+	})
+
+	t.Run("EveryOwnerMayHoldAFewWhateverItsShare", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		q := job.DeliverPartitionQueue(0)
+		d := b.worker.NewDirect(DirectConfig{Limit: 10000})
+		d.countMu.Lock()
+		for i := range 1000 {
+			d.perOwner[fmt.Sprintf("owner-%d", i)] = 1
+		}
+		d.countMu.Unlock()
+		e := &webhook.Event{ID: "evt_a", OwnerID: "owner-new", Type: "code.issued", Subject: "code://x", Data: json.RawMessage(`{}`)}
+		// A share of 7/8 over 1,001 owners is under one delivery's bytes.
+		require.True(t, d.Accepts(q, uuid.NewString(), e, 0, ownerFloor-1, ownerFloor-1))
+		require.False(t, d.Accepts(q, uuid.NewString(), e, 0, ownerFloor, ownerFloor), "beyond the floor the share applies")
 	})
 
 	t.Run("AcceptsUpToItsLimitInBytes", func(t *testing.T) {
@@ -380,13 +418,13 @@ func TestDirect(t *testing.T) {
 		require.Greater(t, DeliveryBytes(big), DeliveryBytes(small)+64<<10, "an event's data counts")
 		d := b.worker.NewDirect(DirectConfig{LimitBytes: 3 * DeliveryBytes(small)})
 		ep := uuid.NewString()
-		require.True(t, d.Accepts(q, ep, small, 0, 0))
-		require.False(t, d.Accepts(q, ep, big, 0, 0), "more than the bytes allowed: left to River")
+		require.True(t, d.Accepts(q, ep, small, 0, 0, 0))
+		require.False(t, d.Accepts(q, ep, big, 0, 0, 0), "more than the bytes allowed: left to River")
 		d.bytes.Add(2 * DeliveryBytes(small))
-		require.True(t, d.Accepts(q, ep, small, 0, 0), "the last one that fits")
-		require.False(t, d.Accepts(q, ep, small, 0, 1), "the plan's own earlier hand-offs count")
+		require.True(t, d.Accepts(q, ep, small, 0, 0, 0), "the last one that fits")
+		require.False(t, d.Accepts(q, ep, small, 0, 0, 1), "the plan's own earlier hand-offs count")
 		d.bytes.Add(DeliveryBytes(small))
-		require.False(t, d.Accepts(q, ep, small, 0, 0), "full by bytes, though far below the count")
+		require.False(t, d.Accepts(q, ep, small, 0, 0, 0), "full by bytes, though far below the count")
 	})
 
 	t.Run("UnderWayBytesAndCountsFollowTheRuns", func(t *testing.T) {
@@ -408,12 +446,14 @@ func TestDirect(t *testing.T) {
 		require.Equal(t, DeliveryBytes(ev), d.bytes.Load(), "counted from the start")
 		d.countMu.Lock()
 		require.Equal(t, 1, d.perEndpoint[epID.String()])
+		require.Equal(t, map[string]int{"owner-1": 1}, d.perOwner, "counted towards its owner's share")
 		d.countMu.Unlock()
 		close(release)
 		require.Equal(t, "completed", b.waitDirect(t, row.ID).state)
 		require.Eventually(t, func() bool { return d.bytes.Load() == 0 && d.running.Load() == 0 }, 30*time.Second, 5*time.Millisecond)
 		d.countMu.Lock()
 		require.Empty(t, d.perEndpoint, "nothing under way")
+		require.Empty(t, d.perOwner, "an owner with nothing under way is forgotten")
 		d.countMu.Unlock()
 		d.Stop(context.Background())
 	})
@@ -433,8 +473,8 @@ func TestDirect(t *testing.T) {
 		b.worker.lanes.byEndpoint[unanswered] = &lane{slots: 16, remote: make(chan struct{}, 1)}
 		b.worker.lanes.mu.Unlock()
 		require.Equal(t, fresh, b.worker.lanes.startable(unanswered, window), "16 slots, but no request time known yet")
-		require.True(t, d.Accepts(q, ep.String(), nil, fresh-1, 0))
-		require.False(t, d.Accepts(q, ep.String(), nil, fresh, 0), "the plan's own deliveries count")
+		require.True(t, d.Accepts(q, ep.String(), nil, fresh-1, 0, 0))
+		require.False(t, d.Accepts(q, ep.String(), nil, fresh, 0, 0), "the plan's own deliveries count")
 
 		// A receiver that takes 100 ms, 16 slots: 16 per 100 ms.
 		b.worker.lanes.mu.Lock()
@@ -445,9 +485,9 @@ func TestDirect(t *testing.T) {
 		d.countMu.Lock()
 		d.perEndpoint[ep.String()] = soon - 10
 		d.countMu.Unlock()
-		require.True(t, d.Accepts(q, ep.String(), nil, 9, 0))
-		require.False(t, d.Accepts(q, ep.String(), nil, 10, 0), "under way and planned together")
-		require.True(t, d.Accepts(q, uuid.NewString(), nil, 0, 0), "another endpoint is not held back")
+		require.True(t, d.Accepts(q, ep.String(), nil, 9, 0, 0))
+		require.False(t, d.Accepts(q, ep.String(), nil, 10, 0, 0), "under way and planned together")
+		require.True(t, d.Accepts(q, uuid.NewString(), nil, 0, 0, 0), "another endpoint is not held back")
 
 		// A hung receiver's lane (15 s per request): its slots, no more.
 		b.worker.lanes.mu.Lock()

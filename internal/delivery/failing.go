@@ -6,7 +6,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 )
@@ -107,7 +106,7 @@ func (f *failingHold) check(ctx context.Context, d *delivery) (gateResult, error
 		return gateSend, nil
 	case job.HoldsProbeSlot(d.j.Metadata, t.probeAt):
 		return gateSend, nil
-	case t.eventFound && event.ScopeOf(t.eventType) == catalog.ScopeTestOnly:
+	case t.eventFound && f.cfg.Catalog.Catalog().ScopeOf(t.eventType) == catalog.ScopeTestOnly:
 		return gateSend, nil
 	case f.now().Sub(d.j.CreatedAt) > RetryWindow():
 		// send cancels it, before anything is sent.

@@ -23,7 +23,6 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/attempt"
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
-	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
@@ -135,7 +134,7 @@ func (w *Worker) send(ctx, jobCtx context.Context, d *delivery) bool {
 		ID: j.Args.EventID, OwnerID: t.eventOwnerID, Type: t.eventType, Subject: t.eventSubject,
 		OccurredAt: t.eventOccurredAt, Data: t.eventData,
 	}
-	if ev.OwnerID != t.ownerID || !event.Leaves(ev) {
+	if ev.OwnerID != t.ownerID || !w.cfg.Catalog.Catalog().Leaves(ev) {
 		d.res = result{err: w.cancel(j, d.ep.String(), errors.New("event may not leave for this endpoint"))}
 		return false
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/attempt"
 	"github.com/standmeet/webhook-dispatcher/internal/batch"
+	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/pglisten"
@@ -24,6 +25,9 @@ import (
 
 // Config tunes the deliver worker. Zero values take the defaults.
 type Config struct {
+	// Catalog is the running catalog: what may leave, and which types are
+	// test events (which no failing hold keeps). nil: the default catalog.
+	Catalog *event.Running
 	// AttemptTimeout bounds one attempt after the lease is held: reading,
 	// signing, the POST (whose own timeout is the HTTP client's, 10 s) and
 	// settling. Default 15 s.

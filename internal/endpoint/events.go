@@ -99,7 +99,7 @@ func (s *Service) ListEvents(ctx context.Context, r ListEventsRequest) (Page[*we
 		before: r.OccurredBefore.check(&v, FieldOccurredBefore),
 	}
 	timeRange(&v, f.after, f.before, FieldOccurredBefore, FieldOccurredAfter)
-	if pattern := typeGlob(&v, FieldEventType, r.EventType); pattern != "" {
+	if pattern := s.typeGlob(&v, FieldEventType, r.EventType); pattern != "" {
 		if webhook.IsTypeName(r.EventType) {
 			f.exactType = r.EventType
 		} else if pattern != "%" {

@@ -48,7 +48,7 @@ func (val *validator) parseFilter(v *violations, text []byte) *filter.Filter {
 
 // checkFilter holds f against the schemas of the types globs subscribe to.
 func (val *validator) checkFilter(v *violations, f *filter.Filter, globs []string) {
-	err := f.Check(filter.FieldsFor(val.catalog, globs))
+	err := f.Check(filter.FieldsFor(val.catalog.Catalog(), globs))
 	if es, ok := errors.AsType[filter.Errors](err); ok {
 		for _, e := range es {
 			v.add(e.Field, e.Reason)
@@ -73,6 +73,43 @@ func (val *validator) filterAgainst(v *violations, text string, globs []string, 
 	for _, m := range mine {
 		v.add(m.Field, prefix+m.Description)
 	}
+}
+
+// CheckFilterRequest is a filter to check with the event types it would
+// go with, as a form checks it while it is typed.
+type CheckFilterRequest struct {
+	OwnerID string
+	// Filter is the filter's JSON text; empty is no filter.
+	Filter []byte
+	// EventTypes are the globs of the endpoint-to-be; empty: every type
+	// (a form whose types are not chosen yet).
+	EventTypes []string
+}
+
+// CheckFilter checks a filter exactly as Create and Update check it (the
+// same parse, limits and schema check), without writing anything, and
+// returns it in canonical form ("{}" for none). A form calls it to say
+// what is wrong while the filter is typed: what it says then is what a
+// save would say.
+func (s *Service) CheckFilter(r CheckFilterRequest) ([]byte, error) {
+	var v violations
+	s.val.ownerID(&v, r.OwnerID)
+	f := s.val.parseFilter(&v, r.Filter)
+	globs := r.EventTypes
+	before := len(v)
+	if len(globs) > 0 {
+		s.val.eventTypes(&v, globs)
+	} else {
+		globs = []string{"*"}
+	}
+	// Against the schemas only when the types are valid, as Create does.
+	if !f.Empty() && len(v) == before {
+		s.val.checkFilter(&v, f, globs)
+	}
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	return f.JSON(), nil
 }
 
 // TestFilterRequest is what TestFilter evaluates: a filter (or an
@@ -173,7 +210,7 @@ func (s *Service) TestFilter(ctx context.Context, r TestFilterRequest) (*FilterT
 
 	d := filter.NewDoc(ev.Subject, ev.Data)
 	out := &FilterTest{Matched: f.Matches(d), Explanation: f.Explain(d), Filter: f.JSON(), Event: ev}
-	for _, t := range filter.Subscribed(s.val.catalog, globs) {
+	for _, t := range filter.Subscribed(s.val.catalog.Catalog(), globs) {
 		if t.Name == ev.Type {
 			out.Applies = true
 		}
@@ -193,23 +230,24 @@ func (val *validator) sample(v *violations, owner string, in *webhook.Event) *we
 	if len(e.Data) == 0 {
 		e.Data = []byte("{}")
 	}
-	if in.Type != "" && !val.catalog.Known(in.Type) {
-		v.add(FieldSample+"."+webhook.FieldType, val.catalog.UnknownType(in.Type))
+	cat := val.catalog.Catalog()
+	if in.Type != "" && !cat.Known(in.Type) {
+		v.add(FieldSample+"."+webhook.FieldType, cat.UnknownType(in.Type))
 		return nil
 	}
-	if in.Type != "" && !val.catalog.Exposed(in.Type) {
+	if in.Type != "" && !cat.Exposed(in.Type) {
 		v.add(FieldSample+"."+webhook.FieldType, "is an internal event type, which never leaves: no filter applies to it")
 		return nil
 	}
 	var err error
-	if val.catalog.ExposureOf(in.Type) == catalog.ExposureOperational {
+	if cat.ExposureOf(in.Type) == catalog.ExposureOperational {
 		// Only the dispatcher publishes these, but they reach endpoints
 		// through their filters like the rest: a sample of one is fine.
 		if err = e.Validate(e.OccurredAt); err == nil {
-			err = val.catalog.ValidateData(e.Type, e.Data)
+			err = cat.ValidateData(e.Type, e.Data)
 		}
 	} else {
-		err = val.catalog.Validate(e, e.OccurredAt)
+		err = cat.Validate(e, e.OccurredAt)
 	}
 	if fe, ok := errors.AsType[*webhook.FieldError](err); ok {
 		v.add(FieldSample+"."+fe.Field, fe.Reason)

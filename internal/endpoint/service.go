@@ -20,7 +20,6 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
-	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -62,7 +61,7 @@ type ServiceConfig struct {
 	RequireHTTPS bool
 	// Catalog is the event catalog filters are checked against (the one
 	// the fanout delivers with); nil means catalog.Default().
-	Catalog *catalog.Catalog
+	Catalog *event.Running
 }
 
 // Service is the endpoint operations with their rules: every request is
@@ -94,9 +93,6 @@ func NewService(cfg ServiceConfig, pool *pgxpool.Pool, riverClient *river.Client
 	}
 	if cfg.MaxEndpointsPerOwner == 0 {
 		cfg.MaxEndpointsPerOwner = DefaultMaxEndpointsPerOwner
-	}
-	if cfg.Catalog == nil {
-		cfg.Catalog = catalog.Default()
 	}
 	return &Service{
 		cfg:       cfg,

@@ -81,7 +81,7 @@ func (s *Service) ListDeliveries(ctx context.Context, r ListDeliveriesRequest) (
 		CreatedBefore: r.CreatedBefore.check(&v, FieldCreatedBefore),
 	}
 	timeRange(&v, f.CreatedAfter, f.CreatedBefore, FieldCreatedBefore, FieldCreatedAfter)
-	f.EventTypeLike = typeGlob(&v, FieldEventType, r.EventType)
+	f.EventTypeLike = s.typeGlob(&v, FieldEventType, r.EventType)
 	if err := v.err(); err != nil {
 		return Page[*Delivery]{}, err
 	}
@@ -115,11 +115,11 @@ func timeRange(v *violations, after, before *time.Time, beforeField, afterField 
 
 // typeGlob validates an event type filter, a glob as endpoints subscribe
 // with, and returns its LIKE pattern ("" for none).
-func typeGlob(v *violations, field, glob string) string {
+func (s *Service) typeGlob(v *violations, field, glob string) string {
 	if glob == "" {
 		return ""
 	}
-	if err := event.ValidateGlob(glob); err != nil {
+	if err := event.ValidateGlobIn(s.val.catalog.Catalog(), glob); err != nil {
 		if ge, ok := errors.AsType[*event.GlobError](err); ok {
 			v.add(field, ge.Reason)
 		} else {
@@ -152,6 +152,10 @@ type RedeliverRequest struct {
 	Since      Timestamp
 	Limit      int32
 	PageToken  string
+	// Weight is the re-queued deliveries' weight (0: none given): below 1
+	// they go in the lowest tier of River's fetch order (internal/fair),
+	// behind every live delivery.
+	Weight float64
 }
 
 // Redelivered is what Redeliver did.
@@ -182,6 +186,7 @@ func (s *Service) Redeliver(ctx context.Context, r RedeliverRequest) (Redelivere
 	case r.Limit > 0:
 		limit = int(r.Limit)
 	}
+	checkWeight(&v, r.Weight, true)
 	var after int64
 	if r.PageToken != "" {
 		tokSince, last, ok := decodeRedeliverToken(r.PageToken)
@@ -200,7 +205,7 @@ func (s *Service) Redeliver(ctx context.Context, r RedeliverRequest) (Redelivere
 	if s.river == nil {
 		return Redelivered{}, fmt.Errorf("redeliver: %w", ErrUnavailable)
 	}
-	res, err := s.store.Redeliver(ctx, s.river, r.OwnerID, id, RedeliverParams{Since: since, AfterJobID: after, Limit: limit})
+	res, err := s.store.Redeliver(ctx, s.river, r.OwnerID, id, RedeliverParams{Since: since, AfterJobID: after, Limit: limit, Lowest: r.Weight > 0 && r.Weight < 1})
 	if err != nil {
 		return Redelivered{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/standmeet/webhook-dispatcher/internal/fair"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 )
 
@@ -117,6 +118,9 @@ type RedeliverParams struct {
 	AfterJobID int64
 	// Limit is how many deliveries to examine at most.
 	Limit int
+	// Lowest puts the re-queued deliveries in the lowest tier of River's
+	// fetch order (fair.Lowest).
+	Lowest bool
 }
 
 // RedeliverResult is what one Redeliver call did.
@@ -194,6 +198,7 @@ SELECT j.id
 		if len(ids) > p.Limit {
 			ids, res.More = ids[:p.Limit], true
 		}
+		retried := make([]int64, 0, len(ids))
 		for _, jobID := range ids {
 			ok, err := retryInSavepoint(ctx, client, tx, jobID)
 			if err != nil {
@@ -201,6 +206,14 @@ SELECT j.id
 			}
 			if ok {
 				res.Count++
+				retried = append(retried, jobID)
+			}
+		}
+		if p.Lowest && len(retried) > 0 {
+			// River's fetch takes priority 1 first: a backfill at the
+			// lowest goes behind every live delivery.
+			if _, err := tx.Exec(ctx, `UPDATE river_job SET priority = $2 WHERE id = ANY($1)`, retried, fair.Lowest); err != nil {
+				return fmt.Errorf("lower the re-queued deliveries: %w", err)
 			}
 		}
 		if len(ids) > 0 {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
-	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -86,8 +85,9 @@ func (v *violations) err() error {
 type validator struct {
 	policy       egress.Policy
 	requireHTTPS bool
-	// catalog is what filters are checked against.
-	catalog *catalog.Catalog
+	// catalog is what globs and filters are checked against: the running
+	// one, loaded per check.
+	catalog *event.Running
 }
 
 // ownerID applies the event package's rule: one definition of a valid owner.
@@ -239,7 +239,7 @@ func (val *validator) eventTypes(v *violations, globs []string) {
 	seen := make(map[string]int, len(globs))
 	for i, g := range globs {
 		field := fmt.Sprintf("%s[%d]", FieldEventTypes, i)
-		if err := event.ValidateGlob(g); err != nil {
+		if err := event.ValidateGlobIn(val.catalog.Catalog(), g); err != nil {
 			if ge, ok := errors.AsType[*event.GlobError](err); ok {
 				v.add(field, ge.Reason)
 			} else {

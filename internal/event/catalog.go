@@ -2,6 +2,7 @@ package event
 
 import (
 	"encoding/json"
+	"sync"
 	"sync/atomic"
 
 	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
@@ -44,20 +45,59 @@ type TypeInfo struct {
 	Schema, Example json.RawMessage
 }
 
-// active is the process's catalog: the embedded default until the
-// composition root sets the configured one (SetCatalog), before it serves.
-var active atomic.Pointer[catalog.Catalog]
+// Running is the catalog a dispatcher runs. The composition root makes one
+// from -catalog and hands the same Running to ingest, fanout, scope,
+// delivery, the API and the portal, which load it where they decide; Swap
+// replaces it for all of them at once, and tells whoever asked (OnSwap), such
+// as the API's OpenAPI document, generated from it.
+//
+// A nil *Running is the default catalog (catalog.Default()), so a component
+// built without one (in a test) decides as a dispatcher without -catalog.
+type Running struct {
+	current atomic.Pointer[catalog.Catalog]
 
-func init() { active.Store(catalog.Default()) }
+	mu     sync.Mutex
+	onSwap []func(*catalog.Catalog)
+}
 
-// SetCatalog makes c the process's catalog, which every function of this
-// package consults. The composition root calls it once, at start-up, before
-// any event is ingested, fanned out or delivered: a catalog that changed
-// under a running pipeline could decide one event two ways.
-func SetCatalog(c *catalog.Catalog) { active.Store(c) }
+// NewRunning returns a Running of c.
+func NewRunning(c *catalog.Catalog) *Running {
+	r := &Running{}
+	r.current.Store(c)
+	return r
+}
 
-// Catalog returns the process's catalog.
-func Catalog() *catalog.Catalog { return active.Load() }
+// Catalog returns the running catalog. Decide one event with one loaded
+// catalog: a Swap meanwhile must not decide it two ways.
+func (r *Running) Catalog() *catalog.Catalog {
+	if r == nil {
+		return catalog.Default()
+	}
+	return r.current.Load()
+}
+
+// Swap makes c the running catalog, then calls every OnSwap function with it
+// (in the order they were added, one Swap at a time).
+func (r *Running) Swap(c *catalog.Catalog) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.current.Store(c)
+	for _, f := range r.onSwap {
+		f(c)
+	}
+}
+
+// OnSwap calls f with each catalog Swap makes the running one.
+func (r *Running) OnSwap(f func(*catalog.Catalog)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onSwap = append(r.onSwap, f)
+}
+
+// Catalog returns the default catalog, which the package-level functions
+// below consult: the embedded one, for tools and tests. The dispatcher decides
+// with its Running catalog instead.
+func Catalog() *catalog.Catalog { return catalog.Default() }
 
 // ExposureOf returns the Exposure of typ. Any type not in the catalog is
 // ExposureInternal.
@@ -82,9 +122,13 @@ func WebhookTypes() []TypeInfo { return typesOf(ExposureWebhook) }
 // caller may modify.
 func OperationalTypes() []TypeInfo { return typesOf(ExposureOperational) }
 
-func typesOf(x Exposure) []TypeInfo {
+func typesOf(x Exposure) []TypeInfo { return TypesIn(Catalog(), x) }
+
+// TypesIn returns c's types of Exposure x, sorted by name. The slice is a
+// fresh copy the caller may modify.
+func TypesIn(c *catalog.Catalog, x Exposure) []TypeInfo {
 	var out []TypeInfo
-	for _, t := range Catalog().TypesOf(x) {
+	for _, t := range c.TypesOf(x) {
 		out = append(out, TypeInfo{Name: t.Name, Description: t.Description, Schema: t.Schema, Example: t.Example})
 	}
 	return out

@@ -2,6 +2,8 @@ package event
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -347,5 +350,30 @@ func TestValidateData(t *testing.T) {
 		} {
 			require.NoError(t, ValidateData(typ, json.RawMessage(data)), typ)
 		}
+	})
+}
+
+func TestRunning(t *testing.T) {
+	t.Parallel()
+
+	t.Run("NilIsTheDefaultCatalog", func(t *testing.T) {
+		t.Parallel()
+		var r *Running
+		require.Same(t, catalog.Default(), r.Catalog())
+	})
+
+	t.Run("SwapReachesEveryHolderAndTellsWhoAsked", func(t *testing.T) {
+		t.Parallel()
+		file := filepath.Join(t.TempDir(), "catalog.json")
+		require.NoError(t, os.WriteFile(file, []byte(`{"types": [{"name": "invoice.paid", "description": "Paid.", "exposure": "webhook", "scope": "all", "schema": {"type": "object", "additionalProperties": false}, "example": {}}]}`), 0o600))
+		custom, err := catalog.Load(file)
+		require.NoError(t, err)
+		r := NewRunning(catalog.Default())
+		var told []*catalog.Catalog
+		r.OnSwap(func(c *catalog.Catalog) { told = append(told, c) })
+		require.Same(t, catalog.Default(), r.Catalog())
+		r.Swap(custom)
+		require.Same(t, custom, r.Catalog())
+		require.Equal(t, []*catalog.Catalog{custom}, told)
 	})
 }

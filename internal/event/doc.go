@@ -1,4 +1,4 @@
-// Package event is the dispatcher's view of the event catalog: the process's
+// Package event is the dispatcher's view of the event catalog: the running
 // catalog (pkg/catalog, loaded from -catalog or the embedded default), the
 // raw:// rule, and the glob language endpoints use to subscribe to types.
 //
@@ -9,13 +9,14 @@
 // decides. It imports no other internal package and no domain, so "what may
 // leave" lives in exactly one place.
 //
-// # The process's catalog
+// # The running catalog
 //
-// The composition root sets the catalog once, at start-up, with SetCatalog,
-// before anything is ingested, fanned out or delivered; until then (and in
-// tests) it is catalog.Default(). The package-level functions (ExposureOf,
-// Leaves, ValidateData, …) all consult it, so every stage of the pipeline
-// decides with the same catalog.
+// The composition root loads the catalog (-catalog, else the embedded
+// default) into a Running and hands it to every stage of the pipeline, so all
+// of them decide with the same catalog and a swap reaches all of them at
+// once; there is no process-wide catalog. The package-level functions
+// (ExposureOf, Leaves, ValidateData, …) are the default catalog's, for tools
+// and tests.
 //
 // # Exposure
 //

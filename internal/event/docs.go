@@ -7,9 +7,8 @@ import (
 	"strings"
 )
 
-// Markdown renders the process's catalog (the default one, under `make
-// generate`), with each type's data schema and example, as
-// the text of docs/events.md. `make generate` writes it; a test fails when
+// Markdown renders the default catalog, with each type's data schema and
+// example, as the text of docs/events.md. `make generate` writes it; a test fails when
 // the committed file differs, so the page cannot drift from the schemas.
 func Markdown() ([]byte, error) {
 	var b bytes.Buffer

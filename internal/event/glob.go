@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -70,7 +71,10 @@ func classify(g string) (globKind, string) {
 // could never match a catalog type, because those are typos that would
 // otherwise make an endpoint silently receive nothing. The returned error is
 // a *GlobError.
-func ValidateGlob(g string) error {
+func ValidateGlob(g string) error { return ValidateGlobIn(Catalog(), g) }
+
+// ValidateGlobIn is ValidateGlob against the catalog c.
+func ValidateGlobIn(c *catalog.Catalog, g string) error {
 	if g == "" {
 		return globErr(g, "must not be empty")
 	}
@@ -82,14 +86,14 @@ func ValidateGlob(g string) error {
 	case globAll:
 		return nil
 	case globPrefix:
-		for _, t := range Catalog().Types() {
+		for _, t := range c.Types() {
 			if t.Exposure != ExposureInternal && strings.HasPrefix(t.Name, prefix) {
 				return nil
 			}
 		}
 		return globErr(g, "matches no webhook event type")
 	case globExact:
-		if x := ExposureOf(g); x != ExposureWebhook && x != ExposureOperational {
+		if x := c.ExposureOf(g); x != ExposureWebhook && x != ExposureOperational {
 			return globErr(g, "is not a webhook event type")
 		}
 		return nil

@@ -34,6 +34,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/decision"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/fair"
 	"github.com/standmeet/webhook-dispatcher/internal/filter"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
@@ -77,6 +78,9 @@ type Worker struct {
 	metrics    *metrics.Metrics
 	pool       *pgxpool.Pool
 	filters    filters
+	// catalog is the running catalog; nil: the default catalog.
+	catalog *event.Running
+	fair    *fair.Clock
 }
 
 // NewWorker returns the fanout worker. pool's search_path must be the
@@ -89,12 +93,26 @@ func NewWorker(pool *pgxpool.Pool, decide scope.Func, partitions Partitions, m *
 	return &Worker{decide: decide, partitions: partitions, logger: logger, metrics: m, pool: pool, filters: filters{cache: filter.NewCache(0)}}
 }
 
+// WithFairness gives each delivery w enqueues its River priority from clock
+// (internal/fair), shared with the inline fanout; without it every delivery
+// goes at the prompt priority.
+func (w *Worker) WithFairness(clock *fair.Clock) *Worker {
+	w.fair = clock
+	return w
+}
+
 // WithFilters makes w read endpoint filters through cache (shared with the
 // inline fanout, so each filter is parsed once per process) and report the
 // events they keep from their endpoints to counter (nil: not counted per
 // endpoint).
 func (w *Worker) WithFilters(cache *filter.Cache, counter FilteredCounter) *Worker {
 	w.filters = filters{cache: cache, counter: counter}
+	return w
+}
+
+// WithCatalog makes w decide with the running catalog r, and returns w.
+func (w *Worker) WithCatalog(r *event.Running) *Worker {
+	w.catalog = r
 	return w
 }
 
@@ -135,8 +153,9 @@ type candidate struct {
 	pauseRecorded bool
 	// ordered: the endpoint takes its deliveries in ingest order.
 	ordered bool
-	// filter: see endpointRow.
+	// filter, weight: see endpointRow.
 	filter []byte
+	weight float64
 }
 
 // Work fans one event out. It returns an error, and River retries the whole
@@ -159,7 +178,8 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 	if err != nil {
 		return err
 	}
-	if !event.Leaves(e) {
+	cat := w.catalog.Catalog()
+	if !cat.Leaves(e) {
 		// Ingest already drops these; an event that got in anyway stays in.
 		w.logger.InfoContext(ctx, "fanout: event may not leave the instance; nothing to do",
 			slog.String("event_id", e.ID), slog.String("type", e.Type))
@@ -171,19 +191,19 @@ func (w *Worker) Work(ctx context.Context, j *river.Job[job.FanoutArgs]) error {
 		return fmt.Errorf("fanout: event %s: %w", e.ID, err)
 	}
 	var rec decision.Builder
-	candidates := matching(e, byOwner[e.OwnerID], &rec)
+	candidates := matching(cat, e, byOwner[e.OwnerID], &rec)
 	admitted, err := decideAll(ctx, w.decide, e, candidates, &rec)
 	if err != nil {
 		return err
 	}
-	admitted, filtered := w.filters.apply(e, admitted, &rec)
+	admitted, filtered := w.filters.apply(cat, e, admitted, &rec)
 
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
 		return fmt.Errorf("fanout: %w", err)
 	}
 	// Metadata nil: the jobs take this run's trace (tracing.JobContext).
-	params, _, _ := deliverJobs(e, seq, admitted, w.partitions.active(), time.Now(), nil, nil, nil, &rec)
+	params, _, _ := deliverJobs(cat, e, seq, admitted, w.partitions.active(), time.Now(), nil, nil, nil, w.fair, &rec)
 	var enqueued, duplicates int
 	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		results, err := insert(ctx, tx, client, params)
@@ -258,6 +278,9 @@ type Inline struct {
 	metrics    *metrics.Metrics
 	handoff    Handoff
 	filters    filters
+	// catalog is the running catalog; nil: the default catalog.
+	catalog *event.Running
+	fair    *fair.Clock
 }
 
 // NewInline returns the inline fanout using decide (scope.Decider.Func) and
@@ -271,6 +294,35 @@ func NewInline(decide scope.Func, partitions Partitions, m *metrics.Metrics) *In
 func (f *Inline) WithFilters(cache *filter.Cache, counter FilteredCounter) *Inline {
 	f.filters = filters{cache: cache, counter: counter}
 	return f
+}
+
+// WithCatalog makes f decide with the running catalog r, and returns f.
+func (f *Inline) WithCatalog(r *event.Running) *Inline {
+	f.catalog = r
+	return f
+}
+
+// WithFairness is Worker.WithFairness for the inline fanout.
+func (f *Inline) WithFairness(clock *fair.Clock) *Inline {
+	f.fair = clock
+	return f
+}
+
+// Prompt reports whether every one of events' owners is without a backlog
+// by the fairness clock (WithFairness), so that their deliveries would go
+// in the prompt tier: ingest's express lane takes such small calls past a
+// burst's transactions. False without a clock.
+func (f *Inline) Prompt(events []*webhook.Event) bool {
+	if f.fair == nil {
+		return false
+	}
+	now := time.Now()
+	for _, e := range events {
+		if !f.fair.Prompt(e.OwnerID, now) {
+			return false
+		}
+	}
+	return true
 }
 
 // Handoff takes deliveries that this process starts by itself the moment the
@@ -287,16 +339,20 @@ type Handoff interface {
 	// others give them back without waiting for the Hold.
 	Member() string
 	// Accepts reports whether a delivery of e to endpointID, in queue, may
-	// be handed off now. toEndpoint and total count the deliveries that the
-	// same plan (one ingest transaction's events) hands off before this
-	// one, to the same endpoint and in all: they are not under way yet, so
-	// the taker cannot count them itself.
-	Accepts(queue, endpointID string, e *webhook.Event, toEndpoint, total int) bool
+	// be handed off now. toEndpoint, toOwner and total count the deliveries
+	// that the same plan (one ingest transaction's events) hands off before
+	// this one, to the same endpoint, to the same owner's endpoints and in
+	// all: they are not under way yet, so the taker cannot count them
+	// itself.
+	Accepts(queue, endpointID string, e *webhook.Event, toEndpoint, toOwner, total int) bool
 	// Start starts the handed-off deliveries (job rows as inserted; args[i]
 	// and events[i] are the arguments and the event of jobs[i]), once their
 	// transaction has committed.
 	Start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events []*webhook.Event)
 }
+
+// ownerKey prefixes an owner's id among the plan's counts by endpoint id.
+const ownerKey = "owner:"
 
 // TxPreparer is a Handoff that reads what its deliveries need (their
 // endpoints' rows) in the ingest transaction itself, in the round trip that
@@ -545,6 +601,7 @@ func (f *Inline) plan(ctx context.Context, byOwner map[string][]endpointRow, eve
 	p := &Plan{plans: make([]eventPlan, len(events))}
 	local := scope.WithoutAccess(ctx)
 	now, active := time.Now(), f.partitions.active()
+	cat := f.catalog.Catalog()
 	var planned map[string]int
 	if f.handoff != nil {
 		planned = make(map[string]int)
@@ -555,9 +612,9 @@ func (f *Inline) plan(ctx context.Context, byOwner map[string][]endpointRow, eve
 			md = tracing.JobMetadata(traces[i])
 		}
 		var rec decision.Builder
-		admitted, err := decideAll(local, f.decide, e, matching(e, byOwner[e.OwnerID], &rec), &rec)
+		admitted, err := decideAll(local, f.decide, e, matching(cat, e, byOwner[e.OwnerID], &rec), &rec)
 		if err == nil {
-			admitted, p.plans[i].filtered = f.filters.apply(e, admitted, &rec)
+			admitted, p.plans[i].filtered = f.filters.apply(cat, e, admitted, &rec)
 		}
 		if errors.Is(err, scope.ErrNeedsAccess) {
 			p.plans[i].deferred = true
@@ -570,7 +627,7 @@ func (f *Inline) plan(ctx context.Context, byOwner map[string][]endpointRow, eve
 		if err != nil {
 			return nil, err
 		}
-		p.plans[i].jobs, p.plans[i].ordered, p.plans[i].handed = deliverJobs(e, 0, admitted, active, now, md, f.handoff, planned, &rec)
+		p.plans[i].jobs, p.plans[i].ordered, p.plans[i].handed = deliverJobs(cat, e, 0, admitted, active, now, md, f.handoff, planned, f.fair, &rec)
 		p.plans[i].record = rec.Encode()
 	}
 	return p, nil
@@ -771,12 +828,15 @@ func readEndpoints(ctx context.Context, q querier, owners []string) (map[string]
 	return scanEndpoints(rows, len(owners))
 }
 
-// readEndpointsSQL reads the endpoints of the owners $1 (readEndpoints).
-const readEndpointsSQL = `SELECT id::text, owner_id, event_types, embed_id, failing_since,
-		        CASE WHEN paused_until > now() THEN paused_until END, paused_until IS NOT NULL, ordered, enabled, filter
-		   FROM webhook_endpoints
-		  WHERE owner_id = ANY($1)
-		  ORDER BY owner_id, id`
+// readEndpointsSQL reads the endpoints of the owners $1 (readEndpoints),
+// each with its owner's weight (owner_settings; 1 without a row).
+const readEndpointsSQL = `SELECT w.id::text, w.owner_id, w.event_types, w.embed_id, w.failing_since,
+		        CASE WHEN w.paused_until > now() THEN w.paused_until END, w.paused_until IS NOT NULL, w.ordered, w.enabled, w.filter,
+		        coalesce(o.weight, 1)
+		   FROM webhook_endpoints w
+		   LEFT JOIN owner_settings o ON o.owner_id = w.owner_id
+		  WHERE w.owner_id = ANY($1)
+		  ORDER BY w.owner_id, w.id`
 
 // scanEndpoints reads the rows of readEndpointsSQL, for owners owners, and
 // closes them.
@@ -785,7 +845,7 @@ func scanEndpoints(rows pgx.Rows, owners int) (map[string][]endpointRow, error) 
 	out := make(map[string][]endpointRow, owners)
 	for rows.Next() {
 		var r endpointRow
-		if err := rows.Scan(&r.id, &r.ownerID, &r.globs, &r.embedID, &r.failingSince, &r.pausedUntil, &r.pauseRecorded, &r.ordered, &r.enabled, &r.filter); err != nil {
+		if err := rows.Scan(&r.id, &r.ownerID, &r.globs, &r.embedID, &r.failingSince, &r.pausedUntil, &r.pauseRecorded, &r.ordered, &r.enabled, &r.filter, &r.weight); err != nil {
 			return nil, fmt.Errorf("read endpoints: %w", err)
 		}
 		out[r.ownerID] = append(out[r.ownerID], r)
@@ -810,14 +870,16 @@ type endpointRow struct {
 	// filter is the endpoint's filter as stored (nil: none), parsed
 	// through the fanout's cache.
 	filter []byte
+	// weight is the owner's (owner_settings), for the fairness clock.
+	weight float64
 }
 
 // matching keeps the enabled endpoints subscribed to e's type (all of them
 // for webhook.test), in the order given, and records why it drops the
 // others in rec.
-func matching(e *webhook.Event, endpoints []endpointRow, rec *decision.Builder) []candidate {
+func matching(cat *catalog.Catalog, e *webhook.Event, endpoints []endpointRow, rec *decision.Builder) []candidate {
 	var out []candidate
-	testOnly := event.ScopeOf(e.Type) == catalog.ScopeTestOnly
+	testOnly := cat.ScopeOf(e.Type) == catalog.ScopeTestOnly
 	for _, r := range endpoints {
 		switch {
 		case !r.enabled:
@@ -831,7 +893,7 @@ func matching(e *webhook.Event, endpoints []endpointRow, rec *decision.Builder) 
 			continue
 		}
 		c := candidate{ep: scope.Endpoint{ID: r.id, OwnerID: e.OwnerID}, failingSince: r.failingSince,
-			pausedUntil: r.pausedUntil, pauseRecorded: r.pauseRecorded, ordered: r.ordered, filter: r.filter}
+			pausedUntil: r.pausedUntil, pauseRecorded: r.pauseRecorded, ordered: r.ordered, filter: r.filter, weight: r.weight}
 		if r.embedID != nil {
 			c.ep.EmbedID = *r.embedID
 		}
@@ -880,8 +942,8 @@ func decideAll(ctx context.Context, decide scope.Func, e *webhook.Event, candida
 // decoded once, for all the filters, and only if one needs it; each filter
 // is parsed once per process (the cache), not per event. admitted is
 // filtered in place: it is the fanout's own (decideAll's).
-func (fs filters) apply(e *webhook.Event, admitted []candidate, rec *decision.Builder) (kept []candidate, filtered []string) {
-	if event.ScopeOf(e.Type) == catalog.ScopeTestOnly {
+func (fs filters) apply(cat *catalog.Catalog, e *webhook.Event, admitted []candidate, rec *decision.Builder) (kept []candidate, filtered []string) {
+	if cat.ScopeOf(e.Type) == catalog.ScopeTestOnly {
 		return admitted, nil
 	}
 	var doc *filter.Doc
@@ -950,8 +1012,10 @@ func refusal(dec scope.Decision) decision.Reason {
 // when). A delivery that goes now to an unordered endpoint is handed off if
 // handoff (nil: none) accepts it; handed lists the indexes of those, and
 // planned counts them per endpoint across the calls of one plan (and in all,
-// under "").
-func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions int, now time.Time, md []byte, handoff Handoff, planned map[string]int, rec *decision.Builder) (params []river.InsertManyParams, ordered, handed []int) {
+// under "", and per owner under "owner:" and the owner's id). Each job
+// gets its River priority from clock (nil: all prompt), so that an owner's
+// backlog is fetched after the deliveries of owners without one.
+func deliverJobs(cat *catalog.Catalog, e *webhook.Event, seq int64, admitted []candidate, partitions int, now time.Time, md []byte, handoff Handoff, planned map[string]int, clock *fair.Clock, rec *decision.Builder) (params []river.InsertManyParams, ordered, handed []int) {
 	seen := make(map[string]struct{}, len(admitted))
 	params = make([]river.InsertManyParams, 0, len(admitted))
 	for _, c := range admitted {
@@ -961,7 +1025,8 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 		seen[c.ep.ID] = struct{}{}
 		// Only the queue (and the schedule) are set, so attempts and
 		// uniqueness still come from DeliverArgs.InsertOpts.
-		opts := &river.InsertOpts{Queue: job.DeliverQueue(c.ep.ID, partitions), Metadata: md}
+		opts := &river.InsertOpts{Queue: job.DeliverQueue(c.ep.ID, partitions), Metadata: md,
+			Priority: clock.Priority(fair.Delivery{Owner: e.OwnerID, Endpoint: c.ep.ID, Weight: weightOf(c.weight, e.Weight), Ordered: c.ordered}, now)}
 		how := decision.Queued
 		switch {
 		case c.pausedUntil != nil:
@@ -970,7 +1035,7 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 			opts.ScheduledAt = c.pausedUntil.Add(job.PauseProbeGap)
 			opts.Metadata = withNote(md, job.DeliverSnooze{Reason: job.SnoozePaused, Until: opts.ScheduledAt.UTC()})
 			how = decision.Paused
-		case c.failingSince != nil && !c.pauseRecorded && event.ScopeOf(e.Type) != catalog.ScopeTestOnly:
+		case c.failingSince != nil && !c.pauseRecorded && cat.ScopeOf(e.Type) != catalog.ScopeTestOnly:
 			// A test event is what an admin sends after fixing the receiver:
 			// it goes now, failing endpoint or not. So does a delivery to
 			// an endpoint whose receiver's latest answer was a pause that
@@ -979,7 +1044,7 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 			// failure, and the cool-down applies again).
 			opts.ScheduledAt = now.Add(job.FailingCooldown)
 			how = decision.CoolingDown
-		case !c.ordered && handoff != nil && handoff.Accepts(opts.Queue, c.ep.ID, e, planned[c.ep.ID], planned[""]):
+		case !c.ordered && handoff != nil && handoff.Accepts(opts.Queue, c.ep.ID, e, planned[c.ep.ID], planned[ownerKey+e.OwnerID], planned[""]):
 			// Ordered endpoints are left to River: their head is decided
 			// among the jobs River can see as due.
 			opts.ScheduledAt = now.Add(handoff.Hold())
@@ -987,6 +1052,7 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 			how = decision.HandedOff
 			handed = append(handed, len(params))
 			planned[c.ep.ID]++
+			planned[ownerKey+e.OwnerID]++
 			planned[""]++ // all endpoints
 		}
 		rec.Add(how, c.ep.ID)
@@ -998,6 +1064,18 @@ func deliverJobs(e *webhook.Event, seq int64, admitted []candidate, partitions i
 		params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
 	}
 	return params, ordered, handed
+}
+
+// weightOf is a delivery's weight: its owner's (owner_settings) times the
+// call's (Publish's weight; 0 when the call gave none, which counts as 1).
+func weightOf(owner, call float64) float64 {
+	if owner <= 0 {
+		owner = 1
+	}
+	if call > 0 {
+		return owner * call
+	}
+	return owner
 }
 
 // withNote adds to md (a job's metadata, or nil) the note that says, in

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/database"
 	"github.com/standmeet/webhook-dispatcher/internal/dbtest"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/fair"
 	"github.com/standmeet/webhook-dispatcher/internal/job"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
@@ -173,18 +175,19 @@ type delivery struct {
 	State       string
 	MaxAttempts int
 	ScheduledAt time.Time
+	Priority    int
 }
 
 // deliveries returns every webhook.deliver job, oldest first.
 func deliveries(t *testing.T, pool *pgxpool.Pool) []delivery {
 	t.Helper()
 	rows, err := pool.Query(context.Background(),
-		`SELECT args->>'endpoint_id', args->>'event_id', queue, state::text, max_attempts, scheduled_at
+		`SELECT args->>'endpoint_id', args->>'event_id', queue, state::text, max_attempts, scheduled_at, priority
 		   FROM river_job WHERE kind = $1 ORDER BY id`, job.KindDeliver)
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (delivery, error) {
 		var d delivery
-		err := row.Scan(&d.EndpointID, &d.EventID, &d.Queue, &d.State, &d.MaxAttempts, &d.ScheduledAt)
+		err := row.Scan(&d.EndpointID, &d.EventID, &d.Queue, &d.State, &d.MaxAttempts, &d.ScheduledAt, &d.Priority)
 		return d, err
 	})
 	require.NoError(t, err)
@@ -835,7 +838,7 @@ func (h *handoff) Hold() time.Duration { return time.Hour }
 
 func (h *handoff) Member() string { return "test-member" }
 
-func (h *handoff) Accepts(queue, endpointID string, _ *webhook.Event, toEndpoint, total int) bool {
+func (h *handoff) Accepts(queue, endpointID string, _ *webhook.Event, toEndpoint, _, total int) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.asked = append(h.asked, queue)
@@ -1002,6 +1005,69 @@ func TestInlineAfterAPause(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestFairPriorities(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ABurstOwnersBacklogIsFetchedAfterAQuietOwner", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		clock := fair.New(fair.Config{Rate: 10})
+		b.inline.WithFairness(clock)
+		b.worker.WithFairness(clock)
+		burstEps := b.insertEndpoints(t, 10, []string{"*"}, endpointOpts{})
+		quietEp := b.insertEndpoint(t, []string{"*"}, endpointOpts{owner: otherOwnerID})
+		var burst []string
+		for i := range 5 {
+			burst = append(burst, b.insertEvent(t, ownerID, "code.issued", fmt.Sprintf("code://%d", i), "{}"))
+		}
+		b.inlineTx(t, burst...)
+		quiet := b.insertEvent(t, otherOwnerID, "code.issued", "code://q", "{}")
+		b.inlineTx(t, quiet)
+		// The fanout job's path takes its priority from the same clock.
+		late := b.insertEvent(t, ownerID, "code.issued", "code://late", "{}")
+		b.work(t, late)
+
+		byTier := map[int]int{}
+		for _, d := range deliveries(t, b.db.Pool) {
+			switch {
+			case d.EndpointID == quietEp:
+				require.Equal(t, fair.Prompt, d.Priority, "the quiet owner has no backlog: prompt")
+			case slices.Contains(burstEps, d.EndpointID):
+				byTier[d.Priority]++
+			}
+		}
+		// 10 a second: the first 10 prompt, the next 90 in tier 2 (60 here).
+		require.Equal(t, map[int]int{fair.Prompt: 10, 2: 50}, byTier)
+	})
+
+	t.Run("AnOwnersWeightMovesItsTiers", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.inline.WithFairness(fair.New(fair.Config{Rate: 10}))
+		_, err := b.db.Pool.Exec(t.Context(), `INSERT INTO owner_settings (owner_id, weight) VALUES ($1, 10)`, ownerID)
+		require.NoError(t, err)
+		b.insertEndpoints(t, 10, []string{"*"}, endpointOpts{})
+		var burst []string
+		for i := range 5 {
+			burst = append(burst, b.insertEvent(t, ownerID, "code.issued", fmt.Sprintf("code://%d", i), "{}"))
+		}
+		b.inlineTx(t, burst...)
+		for _, d := range deliveries(t, b.db.Pool) {
+			require.Equal(t, fair.Prompt, d.Priority, "weight 10: 50 deliveries are half a second of its share")
+		}
+	})
+
+	t.Run("WithoutAClockEverythingIsPrompt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.insertEndpoints(t, 3, []string{"*"}, endpointOpts{})
+		b.inlineTx(t, b.insertEvent(t, ownerID, "code.issued", "code://1", "{}"))
+		for _, d := range deliveries(t, b.db.Pool) {
+			require.Equal(t, fair.Prompt, d.Priority)
+		}
+	})
 }
 
 func TestInlineHandoff(t *testing.T) {

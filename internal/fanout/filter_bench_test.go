@@ -22,6 +22,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/testfactory"
+	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -264,12 +265,12 @@ func BenchmarkApplyFilters(b *testing.B) {
 			}
 			fs := filters{cache: filter.NewCache(0)}
 			var rec decision.Builder
-			fs.apply(&webhook.Event{Type: e.Type, Subject: e.Subject, Data: e.Data}, admitted, &rec) // parsed once, as in a running process
+			fs.apply(catalog.Default(), &webhook.Event{Type: e.Type, Subject: e.Subject, Data: e.Data}, admitted, &rec) // parsed once, as in a running process
 			b.ReportAllocs()
 			for b.Loop() {
 				var rec decision.Builder
 				// A fresh event each time: its data is decoded again.
-				fs.apply(&webhook.Event{Type: e.Type, Subject: e.Subject, Data: e.Data}, admitted, &rec)
+				fs.apply(catalog.Default(), &webhook.Event{Type: e.Type, Subject: e.Subject, Data: e.Data}, admitted, &rec)
 			}
 		})
 	}

@@ -54,6 +54,7 @@ func (s *endpointServer) Redeliver(ctx context.Context, req *webhooksv1.Redelive
 		Since:      timestampFromProto(req.GetSince()),
 		Limit:      req.GetLimit(),
 		PageToken:  req.GetPageToken(),
+		Weight:     req.GetWeight(),
 	})
 	if err != nil {
 		return nil, s.fail(ctx, "redeliver", req.GetOwnerId(), err)

@@ -223,6 +223,25 @@ func TestRedeliverRecovery(t *testing.T) {
 	now := time.Now()
 	outage := now.Add(-24 * time.Hour)
 
+	t.Run("ABackfillAtALowWeightGoesBehindLiveTraffic", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		low := failed(t, b, "discarded", outage.Add(time.Hour))
+		resp := redeliver(t, b, &webhooksv1.RedeliverRequest{Weight: 0.1})
+		require.Equal(t, int32(1), resp.GetCount())
+		var priority int
+		require.NoError(t, b.env.db.Pool.QueryRow(t.Context(), `SELECT priority FROM river_job WHERE id = $1`, low).Scan(&priority))
+		require.Equal(t, 4, priority, "River's lowest: fetched after every live delivery")
+
+		same := failed(t, b, "discarded", outage.Add(2*time.Hour))
+		require.Equal(t, int32(1), redeliver(t, b, &webhooksv1.RedeliverRequest{Weight: 1}).GetCount())
+		require.NoError(t, b.env.db.Pool.QueryRow(t.Context(), `SELECT priority FROM river_job WHERE id = $1`, same).Scan(&priority))
+		require.Equal(t, 1, priority, "weight 1: where it was")
+
+		_, err := b.env.client.Redeliver(t.Context(), &webhooksv1.RedeliverRequest{OwnerId: ownerA, EndpointId: b.id, Weight: 101})
+		requireField(t, err, "weight")
+	})
+
 	t.Run("SinceRequeuesOnlyTheOutage", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
+	"github.com/standmeet/webhook-dispatcher/internal/event"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
 
@@ -30,6 +32,10 @@ type endpointServer struct {
 	logger *slog.Logger
 	svc    *endpoint.Service
 	portal PortalSessions
+	// catalog is the running catalog ListEventTypes lists (nil: the
+	// default one), and eventTypes its answer, built once per catalog.
+	catalog    *event.Running
+	eventTypes atomic.Pointer[eventTypesAnswer]
 }
 
 // NewEndpointServer returns webhooks.v1.EndpointService over svc.

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
@@ -50,7 +51,7 @@ func NewEventServer(store *ingest.Store, logger *slog.Logger) webhooksv1.EventSe
 
 // Publish stores one event and enqueues its fanout, returning once committed.
 func (s *eventServer) Publish(ctx context.Context, req *webhooksv1.PublishRequest) (*webhooksv1.PublishResponse, error) {
-	results, err := s.publish(ctx, []*webhooksv1.Event{req.GetEvent()}, func(int) string { return "event" })
+	results, err := s.publish(ctx, []*webhooksv1.Event{req.GetEvent()}, req.GetWeight(), func(int) string { return "event" })
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +72,7 @@ func (s *eventServer) PublishBatch(ctx context.Context, req *webhooksv1.PublishB
 	if len(in) == 0 {
 		return &webhooksv1.PublishBatchResponse{}, nil
 	}
-	results, err := s.publish(ctx, in, batchField)
+	results, err := s.publish(ctx, in, req.GetWeight(), batchField)
 	if err != nil {
 		return nil, err
 	}
@@ -87,8 +88,14 @@ func batchField(i int) string { return "events[" + strconv.Itoa(i) + "]" }
 // publish converts the events and ingests them; field names the event at an
 // index the way the request does. The rules are the store's: this only
 // reports what cannot even be converted (a missing event, a timestamp out of
-// range), together with what the store finds wrong in the others.
-func (s *eventServer) publish(ctx context.Context, in []*webhooksv1.Event, field func(int) string) ([]ingest.Result, error) {
+// range), together with what the store finds wrong in the others. weight is
+// the call's (0: none), given to every event.
+func (s *eventServer) publish(ctx context.Context, in []*webhooksv1.Event, weight float64, field func(int) string) ([]ingest.Result, error) {
+	if err := endpoint.CheckCallWeight(weight); err != nil {
+		return nil, invalidArgument([]*errdetails.BadRequest_FieldViolation{{
+			Field: endpoint.FieldWeight, Description: "must be from 0.01 to 100, or 0 for none",
+		}})
+	}
 	events := make([]*webhook.Event, len(in))
 	var (
 		violations []*errdetails.BadRequest_FieldViolation
@@ -115,6 +122,7 @@ func (s *eventServer) publish(ctx context.Context, in []*webhooksv1.Event, field
 			violations = append(violations, violation)
 			continue
 		}
+		e.Weight = weight
 		events[i] = e
 		converted = append(converted, e)
 		index = append(index, i)

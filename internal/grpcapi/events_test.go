@@ -133,6 +133,19 @@ func TestEventServer_Publish(t *testing.T) {
 		require.Equal(t, 1, ingestCount(bundle.metrics, ingest.OutcomeStored.String()))
 	})
 
+	t.Run("AWeightOutOfRangeIsInvalid", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+
+		_, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: testProtoEvent("evt_w"), Weight: 1000})
+		requireInvalidField(t, err, "weight")
+		resp, err := bundle.server.Publish(ctx, &webhooksv1.PublishRequest{Event: testProtoEvent("evt_w"), Weight: 0.1})
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_STORED, resp.GetOutcome())
+		_, err = bundle.server.PublishBatch(ctx, &webhooksv1.PublishBatchRequest{Events: []*webhooksv1.Event{testProtoEvent("evt_w2")}, Weight: -1})
+		requireInvalidField(t, err, "weight")
+	})
+
 	t.Run("MissingIDAndTimeFilledIn", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t)

@@ -3,7 +3,6 @@ package grpcapi
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -16,26 +15,32 @@ import (
 
 // ListEventTypes implements webhooksv1.EndpointServiceServer.
 func (s *endpointServer) ListEventTypes(ctx context.Context, _ *webhooksv1.ListEventTypesRequest) (*webhooksv1.ListEventTypesResponse, error) {
-	resp, err := eventTypes()
+	resp, err := s.listEventTypes()
 	if err != nil {
 		return nil, unexpected(ctx, s.logger, "ListEventTypes", "", codes.Internal, err)
 	}
 	return resp, nil
 }
 
-// eventTypes is ListEventTypes' answer for the process's catalog, built
+// WithCatalog makes ListEventTypes list the running catalog r; without it,
+// the default catalog.
+func WithCatalog(r *event.Running) EndpointServerOption {
+	return func(s *endpointServer) { s.catalog = r }
+}
+
+// listEventTypes is ListEventTypes' answer for the running catalog, built
 // once per catalog: gRPC only reads the message it is given, so every call
 // may share it.
-func eventTypes() (*webhooksv1.ListEventTypesResponse, error) {
-	c := event.Catalog()
-	if cached := eventTypesCache.Load(); cached != nil && cached.catalog == c {
+func (s *endpointServer) listEventTypes() (*webhooksv1.ListEventTypesResponse, error) {
+	c := s.catalog.Catalog()
+	if cached := s.eventTypes.Load(); cached != nil && cached.catalog == c {
 		return cached.resp, nil
 	}
-	resp, err := buildEventTypes()
+	resp, err := buildEventTypes(c)
 	if err != nil {
 		return nil, err
 	}
-	eventTypesCache.Store(&eventTypesAnswer{catalog: c, resp: resp})
+	s.eventTypes.Store(&eventTypesAnswer{catalog: c, resp: resp})
 	return resp, nil
 }
 
@@ -44,11 +49,9 @@ type eventTypesAnswer struct {
 	resp    *webhooksv1.ListEventTypesResponse
 }
 
-var eventTypesCache atomic.Pointer[eventTypesAnswer]
-
-func buildEventTypes() (*webhooksv1.ListEventTypesResponse, error) {
+func buildEventTypes(c *catalog.Catalog) (*webhooksv1.ListEventTypesResponse, error) {
 	resp := &webhooksv1.ListEventTypesResponse{}
-	for _, t := range event.WebhookTypes() {
+	for _, t := range c.TypesOf(catalog.ExposureWebhook) {
 		schema, example := &structpb.Struct{}, &structpb.Struct{}
 		if err := protojson.Unmarshal(t.Schema, schema); err != nil {
 			return nil, fmt.Errorf("schema of %s: %w", t.Name, err)

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/portal"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
 )
@@ -56,4 +57,30 @@ func (s *endpointServer) CreatePortalSession(ctx context.Context, req *webhooksv
 		return nil, s.fail(ctx, "create_portal_session", req.GetOwnerId(), err)
 	}
 	return &webhooksv1.CreatePortalSessionResponse{Url: link.URL, ExpiresAt: timestamppb.New(link.ExpiresAt)}, nil
+}
+
+// GetOwnerSettings implements webhooksv1.EndpointServiceServer.
+func (s *endpointServer) GetOwnerSettings(ctx context.Context, req *webhooksv1.GetOwnerSettingsRequest) (*webhooksv1.GetOwnerSettingsResponse, error) {
+	o, err := s.svc.OwnerSettings(ctx, req.GetOwnerId())
+	if err != nil {
+		return nil, s.fail(ctx, "get_owner_settings", req.GetOwnerId(), err)
+	}
+	return &webhooksv1.GetOwnerSettingsResponse{Settings: ownerSettingsProto(o)}, nil
+}
+
+// UpdateOwnerSettings implements webhooksv1.EndpointServiceServer.
+func (s *endpointServer) UpdateOwnerSettings(ctx context.Context, req *webhooksv1.UpdateOwnerSettingsRequest) (*webhooksv1.UpdateOwnerSettingsResponse, error) {
+	o, err := s.svc.UpdateOwnerSettings(ctx, req.GetOwnerId(), req.GetWeight())
+	if err != nil {
+		return nil, s.fail(ctx, "update_owner_settings", req.GetOwnerId(), err)
+	}
+	return &webhooksv1.UpdateOwnerSettingsResponse{Settings: ownerSettingsProto(o)}, nil
+}
+
+func ownerSettingsProto(o endpoint.OwnerSettings) *webhooksv1.OwnerSettings {
+	out := &webhooksv1.OwnerSettings{OwnerId: o.OwnerID, Weight: o.Weight}
+	if o.UpdatedAt != nil {
+		out.UpdateTime = timestamppb.New(*o.UpdatedAt)
+	}
+	return out
 }

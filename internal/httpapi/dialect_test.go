@@ -110,7 +110,7 @@ func setup(t *testing.T) *testBundle {
 	t.Cleanup(func() { _ = conn.Close() })
 	a, err := auth.New(auth.Tokens{Publisher: []string{guardPublisherToken}, Admin: []string{guardAdminToken}}, nil)
 	require.NoError(t, err)
-	h, err := New(t.Context(), conn, Config{Auth: a, OpenAPI: []byte(`{"openapi":"3.1.0"}`)})
+	h, err := New(t.Context(), conn, Config{Auth: a, OpenAPI: func() []byte { return []byte(`{"openapi":"3.1.0"}`) }})
 	require.NoError(t, err)
 	return &testBundle{rec: rec, handler: h}
 }

@@ -36,8 +36,8 @@ const docsCSP = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe
 // mountDocs serves the OpenAPI document at /openapi.json and its reference
 // page at /docs. Neither needs a token: the document describes the API, it
 // holds nothing of any owner.
-func mountDocs(mux *http.ServeMux, doc []byte) error {
-	if !json.Valid(doc) {
+func mountDocs(mux *http.ServeMux, doc func() []byte) error {
+	if !json.Valid(doc()) {
 		return fmt.Errorf("http api: the OpenAPI document is not JSON")
 	}
 	redoc, err := assets.ReadFile("assets/redoc/redoc.standalone.js")
@@ -54,7 +54,9 @@ func mountDocs(mux *http.ServeMux, doc []byte) error {
 			_, _ = w.Write(body)
 		}
 	}
-	mux.HandleFunc("GET /openapi.json", static("application/json", doc, false))
+	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		static("application/json", doc(), false)(w, r)
+	})
 	mux.HandleFunc("GET /docs", static("text/html; charset=utf-8", []byte(docsPage), true))
 	mux.HandleFunc("GET /docs/redoc.standalone.js", static("text/javascript; charset=utf-8", redoc, false))
 	for _, name := range []string{"LICENSE", "redoc.standalone.js.LICENSE.txt"} {

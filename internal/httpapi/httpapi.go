@@ -86,9 +86,10 @@ type Config struct {
 	// Refused is told each request refused to bound what clients hold, by
 	// reason (internal/connlimit's); nil: nobody is.
 	Refused func(reason string)
-	// OpenAPI is the OpenAPI document served at /openapi.json (the
-	// committed docs/openapi/openapi.json); nil serves none, nor /docs.
-	OpenAPI []byte
+	// OpenAPI returns the OpenAPI document served at /openapi.json: the
+	// one of the running catalog (internal/openapidoc), asked per request
+	// so that a catalog swap shows at once. nil serves none, nor /docs.
+	OpenAPI func() []byte
 }
 
 // New returns the HTTP/JSON API calling the gRPC server at conn (an

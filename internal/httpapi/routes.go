@@ -44,6 +44,8 @@ var Rules = []Rule{
 	{"GET", "/v1/endpoint-stats", "webhooks.v1.EndpointService.GetEndpointStats", ""},
 	{"POST", "/v1/filters:test", "webhooks.v1.EndpointService.TestFilter", "*"},
 	{"POST", "/v1/portal-sessions", "webhooks.v1.EndpointService.CreatePortalSession", "*"},
+	{"GET", "/v1/owner-settings", "webhooks.v1.EndpointService.GetOwnerSettings", ""},
+	{"PATCH", "/v1/owner-settings", "webhooks.v1.EndpointService.UpdateOwnerSettings", "*"},
 }
 
 // IdempotencyFields: the request field an Idempotency-Key header fills, per

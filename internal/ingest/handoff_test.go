@@ -51,9 +51,9 @@ func (h *committedHandoff) GiveBack(jobs []*rivertype.JobRow) {
 	}
 }
 
-func (h *committedHandoff) Hold() time.Duration                                   { return time.Hour }
-func (h *committedHandoff) Member() string                                        { return "test-member" }
-func (h *committedHandoff) Accepts(string, string, *webhook.Event, int, int) bool { return true }
+func (h *committedHandoff) Hold() time.Duration                                        { return time.Hour }
+func (h *committedHandoff) Member() string                                             { return "test-member" }
+func (h *committedHandoff) Accepts(string, string, *webhook.Event, int, int, int) bool { return true }
 func (h *committedHandoff) Start(jobs []*rivertype.JobRow, args []job.DeliverArgs, events []*webhook.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
 )
 
@@ -83,8 +82,9 @@ func newUnknownTypes(m *metrics.Metrics, logger *slog.Logger, now func() time.Ti
 	return &unknownTypes{logger: logger, metrics: m, now: now, labelled: map[string]bool{}, logged: map[string]struct{}{}}
 }
 
-// seen records one event of typ from source, refused or dropped.
-func (u *unknownTypes) seen(ctx context.Context, source Source, typ, ownerID string, refused bool) {
+// seen records one event of typ from source, refused or dropped; near is
+// the catalog type nearest typ (catalog.Closest), "" for none.
+func (u *unknownTypes) seen(ctx context.Context, source Source, typ, ownerID, near string, refused bool) {
 	u.mu.Lock()
 	label := typ
 	if !u.labelled[typ] {
@@ -131,7 +131,7 @@ func (u *unknownTypes) seen(ctx context.Context, source Source, typ, ownerID str
 		slog.String("owner_id", ownerID),
 	}
 	msg := "ingest: event type is in no catalog (a misspelling?); "
-	if near, ok := event.Catalog().Closest(typ); ok {
+	if near != "" {
 		attrs = append(attrs, slog.String("did_you_mean", near))
 		msg = "ingest: event type is in no catalog; did you mean " + strconv.Quote(near) + "? "
 	}

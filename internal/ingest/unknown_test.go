@@ -46,9 +46,9 @@ func TestUnknownTypes(t *testing.T) {
 		bundle := setup(t)
 
 		for range 5 {
-			bundle.unknown.seen(ctx, SourceGRPC, "corpus.note.chnaged", "owner_1", false)
+			bundle.unknown.seen(ctx, SourceGRPC, "corpus.note.chnaged", "owner_1", "corpus.note.changed", false)
 		}
-		bundle.unknown.seen(ctx, SourceOutbox, "booking.creatd", "owner_2", false)
+		bundle.unknown.seen(ctx, SourceOutbox, "booking.creatd", "owner_2", "booking.created", false)
 		recs := bundle.logs.Records(t)
 		require.Len(t, recs, 2)
 		require.Equal(t, "corpus.note.chnaged", recs[0]["type"])
@@ -63,7 +63,7 @@ func TestUnknownTypes(t *testing.T) {
 		// A minute later the type is logged again, saying how many events
 		// went unlogged meanwhile.
 		bundle.now = bundle.now.Add(unknownLogInterval)
-		bundle.unknown.seen(ctx, SourceGRPC, "corpus.note.chnaged", "owner_1", false)
+		bundle.unknown.seen(ctx, SourceGRPC, "corpus.note.chnaged", "owner_1", "corpus.note.changed", false)
 		recs = bundle.logs.Records(t)
 		require.Len(t, recs, 3)
 		require.InDelta(t, 4, recs[2]["not_logged_last_interval"], 0)
@@ -77,7 +77,7 @@ func TestUnknownTypes(t *testing.T) {
 		bundle := setup(t)
 
 		for i := range 3 * unknownLogBurst {
-			bundle.unknown.seen(ctx, SourceGRPC, "made.up"+strconv.Itoa(i), "owner_1", false)
+			bundle.unknown.seen(ctx, SourceGRPC, "made.up"+strconv.Itoa(i), "owner_1", "", false)
 		}
 		require.Len(t, bundle.logs.Records(t), unknownLogBurst)
 	})
@@ -87,10 +87,10 @@ func TestUnknownTypes(t *testing.T) {
 		bundle := setup(t)
 
 		for i := range MaxUnknownTypeLabels + 10 {
-			bundle.unknown.seen(ctx, SourceGRPC, "made.up"+strconv.Itoa(i), "owner_1", false)
+			bundle.unknown.seen(ctx, SourceGRPC, "made.up"+strconv.Itoa(i), "owner_1", "", false)
 		}
 		// A type that already has its own series keeps it.
-		bundle.unknown.seen(ctx, SourceGRPC, "made.up0", "owner_1", false)
+		bundle.unknown.seen(ctx, SourceGRPC, "made.up0", "owner_1", "", false)
 
 		require.Equal(t, 2, unknownTypeCount(bundle.metrics, "made.up0"))
 		require.Equal(t, 10, unknownTypeCount(bundle.metrics, unknownTypeOther))

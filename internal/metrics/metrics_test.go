@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -92,6 +93,51 @@ dispatcher_state_scrape_success 1
 	require.GreaterOrEqual(t, oldest[`kind="webhook.deliver"`], 89.0)
 	require.InDelta(t, 0.0, oldest[`kind="webhook.fanout"`], 0, "0 when none, as its help says")
 	require.InDelta(t, 0.0, oldest[`kind="webhook.prune_events"`], 0)
+}
+
+func TestOwnerBacklogs(t *testing.T) {
+	t.Parallel()
+
+	t.Run("TheLargestOwnersByNameTheRestAsOther", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		db := dbtest.New(t)
+		// Owner o<i> has i+1 deliveries waiting, the oldest i minutes old.
+		for i := range 12 {
+			ep := testfactory.Endpoint(ctx, t, db.Pool, &testfactory.EndpointOpts{OwnerID: fmt.Sprintf("o%02d", i)})
+			for j := range i + 1 {
+				testfactory.Job(ctx, t, db.Pool, &testfactory.JobOpts{
+					Args:        job.DeliverArgs{EndpointID: ep.String(), EventID: fmt.Sprintf("evt_%d_%d", i, j)},
+					ScheduledAt: new(time.Now().Add(-time.Duration(i) * time.Minute)),
+				})
+			}
+		}
+		// Not waiting: scheduled later, or done.
+		ep := testfactory.Endpoint(ctx, t, db.Pool, &testfactory.EndpointOpts{OwnerID: "later"})
+		testfactory.Job(ctx, t, db.Pool, &testfactory.JobOpts{Args: job.DeliverArgs{EndpointID: ep.String(), EventID: "evt_l"}, State: rivertype.JobStateScheduled, ScheduledAt: new(time.Now().Add(time.Hour))})
+		testfactory.Job(ctx, t, db.Pool, &testfactory.JobOpts{Args: job.DeliverArgs{EndpointID: ep.String(), EventID: "evt_c"}, State: rivertype.JobStateCompleted})
+
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(metrics.NewStateCollector(db.Pool, slog.New(slog.DiscardHandler), job.Kinds()))
+		backlog := gauges(t, reg, "dispatcher_owner_backlog_deliveries")
+		require.Len(t, backlog, metrics.TopOwners+1, "bounded: the top owners and other")
+		require.InDelta(t, 12.0, backlog[`owner="o11"`], 0)
+		require.InDelta(t, 3.0, backlog[`owner="o02"`], 0)
+		require.InDelta(t, 1.0+2.0, backlog[`owner="other"`], 0, "the two smallest, summed")
+		require.NotContains(t, backlog, `owner="later"`)
+		oldest := gauges(t, reg, "dispatcher_owner_oldest_waiting_age_seconds")
+		require.GreaterOrEqual(t, oldest[`owner="o11"`], 11*60.0)
+		require.Less(t, oldest[`owner="other"`], 2*60.0, "the oldest of the rest: o01's, a minute")
+	})
+
+	t.Run("OtherAtZeroWhenNothingWaits", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.New(t)
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(metrics.NewStateCollector(db.Pool, slog.New(slog.DiscardHandler), job.Kinds()))
+		require.Equal(t, map[string]float64{`owner="other"`: 0}, gauges(t, reg, "dispatcher_owner_backlog_deliveries"))
+		require.Equal(t, map[string]float64{`owner="other"`: 0}, gauges(t, reg, "dispatcher_owner_oldest_waiting_age_seconds"))
+	})
 }
 
 func TestZeroSeries(t *testing.T) {

@@ -49,6 +49,7 @@ SELECT s, k, '{}', CASE WHEN s IN ('cancelled', 'discarded') THEN now() END
 		for _, q := range []struct{ name, sql string }{
 			{"CountJobs", countJobsSQL},
 			{"OldestAvailable", oldestAvailableSQL},
+			{"OwnerBacklog", ownerBacklogSQL},
 		} {
 			// Neither has parameters, so Postgres plans it once per
 			// connection, generically, whatever plan_cache_mode says.

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -27,7 +28,33 @@ type StateCollector struct {
 	paused    *prometheus.Desc
 	leader    *prometheus.Desc
 	up        *prometheus.Desc
+	// The owners with the largest backlogs (fairness across owners).
+	ownerBacklog *prometheus.Desc
+	ownerOldest  *prometheus.Desc
 }
+
+// TopOwners is how many owners the per-owner backlog series name; the
+// others are summed under OtherOwners, so the label's values stay bounded.
+const TopOwners = 10
+
+// OtherOwners is the owner label's value for every owner beyond TopOwners.
+const OtherOwners = "other"
+
+// ownerBacklogSQL counts each owner's deliveries waiting to be fetched
+// (available and due) and finds its oldest, in the same index range as
+// oldestAvailableSQL; grouped by endpoint first, so the join to the
+// endpoints is one row per endpoint, not per delivery.
+const ownerBacklogSQL = `
+WITH by_endpoint AS (
+  SELECT args->>'endpoint_id' AS endpoint_id, count(*) AS n, min(scheduled_at) AS oldest
+    FROM river_job
+   WHERE state = 'available' AND scheduled_at <= now() AND kind = 'webhook.deliver'
+   GROUP BY 1
+)
+SELECT e.owner_id, sum(b.n)::bigint, extract(epoch FROM now() - min(b.oldest))::float8
+  FROM by_endpoint b JOIN webhook_endpoints e ON e.id::text = b.endpoint_id
+ GROUP BY 1
+ ORDER BY 2 DESC, 1`
 
 // EndpointStates returns the "state" label's values of dispatcher_endpoints,
 // every one reported at each scrape.
@@ -80,6 +107,10 @@ func NewStateCollector(pool *pgxpool.Pool, logger *slog.Logger, kinds []string) 
 			"Endpoints paused now because their receiver asked (paused_until in the future).", nil, nil),
 		leader: prometheus.NewDesc("dispatcher_river_leader_elected",
 			"1 when a River leader (which runs maintenance and periodic jobs) holds an unexpired lease.", nil, nil),
+		ownerBacklog: prometheus.NewDesc("dispatcher_owner_backlog_deliveries",
+			"Deliveries waiting to be fetched (available and due), for the 10 owners with the most and \"other\" for the rest summed (cluster-wide).", []string{"owner"}, nil),
+		ownerOldest: prometheus.NewDesc("dispatcher_owner_oldest_waiting_age_seconds",
+			"Age of the oldest delivery waiting to be fetched, for the owners of dispatcher_owner_backlog_deliveries (\"other\": the oldest of the rest; 0 when none).", []string{"owner"}, nil),
 		up: prometheus.NewDesc("dispatcher_state_scrape_success",
 			"1 when the state queries succeeded during this scrape.", nil, nil),
 	}
@@ -92,6 +123,8 @@ func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.endpoints
 	ch <- c.paused
 	ch <- c.leader
+	ch <- c.ownerBacklog
+	ch <- c.ownerOldest
 	ch <- c.up
 }
 
@@ -173,10 +206,65 @@ SELECT count(*) FILTER (WHERE enabled AND failing_since IS NULL),
 	}
 	ch <- prometheus.MustNewConstMetric(c.paused, prometheus.GaugeValue, float64(paused))
 
+	backlogs, err := OwnerBacklogs(ctx, c.pool)
+	if err != nil {
+		return err
+	}
+	for _, b := range TopBacklogs(backlogs, TopOwners) {
+		ch <- prometheus.MustNewConstMetric(c.ownerBacklog, prometheus.GaugeValue, float64(b.Deliveries), b.Owner)
+		ch <- prometheus.MustNewConstMetric(c.ownerOldest, prometheus.GaugeValue, b.OldestSeconds, b.Owner)
+	}
+
 	var leaders int64
 	if err := c.pool.QueryRow(ctx, `SELECT count(*) FROM river_leader WHERE expires_at > now()`).Scan(&leaders); err != nil {
 		return err
 	}
 	ch <- prometheus.MustNewConstMetric(c.leader, prometheus.GaugeValue, float64(min(leaders, 1)))
 	return nil
+}
+
+// OwnerBacklog is one owner's deliveries waiting to be fetched.
+type OwnerBacklog struct {
+	Owner         string
+	Deliveries    int64
+	OldestSeconds float64
+}
+
+// OwnerBacklogs reads every owner's backlog, the largest first.
+func OwnerBacklogs(ctx context.Context, pool *pgxpool.Pool) ([]OwnerBacklog, error) {
+	rows, err := pool.Query(ctx, ownerBacklogSQL)
+	if err != nil {
+		return nil, fmt.Errorf("owner backlogs: %w", err)
+	}
+	defer rows.Close()
+	var out []OwnerBacklog
+	for rows.Next() {
+		var b OwnerBacklog
+		if err := rows.Scan(&b.Owner, &b.Deliveries, &b.OldestSeconds); err != nil {
+			return nil, fmt.Errorf("owner backlogs: %w", err)
+		}
+		b.OldestSeconds = max(b.OldestSeconds, 0)
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("owner backlogs: %w", err)
+	}
+	return out, nil
+}
+
+// TopBacklogs keeps the first n of backlogs (the largest first) and sums the
+// rest under OtherOwners, always present (0 when none), so that the owner
+// label has at most n+1 values.
+func TopBacklogs(backlogs []OwnerBacklog, n int) []OwnerBacklog {
+	other := OwnerBacklog{Owner: OtherOwners}
+	var out []OwnerBacklog
+	for i, b := range backlogs {
+		if i < n && b.Owner != OtherOwners {
+			out = append(out, b)
+			continue
+		}
+		other.Deliveries += b.Deliveries
+		other.OldestSeconds = max(other.OldestSeconds, b.OldestSeconds)
+	}
+	return append(out, other)
 }

@@ -10,7 +10,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"maps"
@@ -24,6 +23,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/pluginpb"
 
+	"github.com/standmeet/webhook-dispatcher/internal/openapidoc"
 	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 )
 
@@ -41,12 +41,12 @@ func main() {
 		if err != nil {
 			return fmt.Errorf("openapigen: %w", err)
 		}
-		b, err := json.MarshalIndent(doc, "", "  ")
+		b, err := openapidoc.Marshal(doc)
 		if err != nil {
 			return fmt.Errorf("openapigen: %w", err)
 		}
 		f := gen.NewGeneratedFile(*out, "")
-		_, err = f.Write(append(b, '\n'))
+		_, err = f.Write(b)
 		return err
 	})
 }
@@ -75,18 +75,6 @@ func (r rule) methodPath() (string, string) {
 	default:
 		return "delete", r.Delete
 	}
-}
-
-// Document is the OpenAPI document; its fields in the order a reader
-// expects them (maps below are written sorted).
-type Document struct {
-	OpenAPI    string         `json:"openapi"`
-	Info       map[string]any `json:"info"`
-	Servers    []any          `json:"servers"`
-	Security   []any          `json:"security"`
-	Tags       []any          `json:"tags"`
-	Paths      map[string]any `json:"paths"`
-	Components map[string]any `json:"components"`
 }
 
 // required lists the fields of request messages the server refuses to go
@@ -129,7 +117,7 @@ type builder struct {
 	catalog  *catalog.Catalog
 }
 
-func build(gen *protogen.Plugin, rulesYAML []byte, cat *catalog.Catalog) (*Document, error) {
+func build(gen *protogen.Plugin, rulesYAML []byte, cat *catalog.Catalog) (*openapidoc.Document, error) {
 	var cfg struct {
 		HTTP struct {
 			Rules []rule `yaml:"rules"`
@@ -213,7 +201,7 @@ func build(gen *protogen.Plugin, rulesYAML []byte, cat *catalog.Catalog) (*Docum
 		tags = append(tags, map[string]any{"name": s.GoName, "description": comment(s.Comments.Leading)})
 	}
 	b.problemSchemas()
-	return &Document{
+	return &openapidoc.Document{
 		OpenAPI: "3.1.0",
 		Info: map[string]any{
 			"title":       "dispatcher HTTP/JSON API",
@@ -249,7 +237,7 @@ const infoDescription = `The HTTP/JSON face of the dispatcher's gRPC API (webhoo
 - **Statuses**: creating an endpoint answers 201 with Location, deleting one 204.
 - **Errors** are RFC 9457 problem details (application/problem+json): ` + "`code`" + ` is the gRPC status code's name, ` + "`detail`" + ` the message, ` + "`field_violations`" + ` every bad field.
 - **Idempotency-Key** on POST /v1/endpoints is the request's request_id (a retry returns the first call's endpoint), on POST /v1/events:publish the event id (publishing is idempotent by it).
-- **Event data** is typed per event type of the default catalog (` + "`type`" + ` discriminates); a dispatcher running a catalog of its own lists its types at GET /v1/event-types.`
+- **Event data** is typed per event type of the catalog the dispatcher runs (` + "`type`" + ` discriminates): a dispatcher serves this document at /openapi.json generated from its own catalog, and ` + "`dispatcher openapi --catalog DIR`" + ` prints it offline; GET /v1/event-types lists the types.`
 
 // operation is the Operation Object of one RPC.
 func (b *builder) operation(m *protogen.Method, r rule, path string) (map[string]any, error) {
@@ -483,7 +471,10 @@ func (b *builder) messageSchema(m *protogen.Message, input bool, skip []string) 
 		s["description"] = d
 	}
 	if m.Desc.FullName() == "webhooks.v1.Event" {
-		b.typedEvent(s, input)
+		// The catalog checked its schemas: an error is a bug here.
+		if err := openapidoc.TypeEvent(b.schemas, s, b.catalog, input); err != nil {
+			panic(err)
+		}
 	}
 	return s
 }
@@ -574,62 +565,6 @@ func (b *builder) paramSchema(f *protogen.Field) map[string]any {
 		s["type"] = "string" // int64 in a path or query is text
 	}
 	return s
-}
-
-// typedEvent makes an event's data typed by its type: one variant per type
-// of the default catalog that has a schema (every type an answer can hold;
-// the publishable ones for an input), discriminated by type.
-func (b *builder) typedEvent(s map[string]any, input bool) {
-	var variants []any
-	mapping := map[string]any{}
-	for _, t := range b.catalog.Types() {
-		if t.Schema == nil || (input && t.Exposure == catalog.ExposureOperational) {
-			continue
-		}
-		base := pascal(t.Name)
-		dataName, variantName := base+"Data", base+"Event"
-		if _, done := b.schemas[dataName]; !done {
-			var data map[string]any
-			if err := json.Unmarshal(t.Schema, &data); err != nil {
-				panic(fmt.Sprintf("catalog type %s: schema: %v", t.Name, err)) // the catalog checked it
-			}
-			delete(data, "$schema")
-			delete(data, "$id")
-			if _, ok := data["description"]; !ok && t.Description != "" {
-				data["description"] = t.Description
-			}
-			if t.Example != nil {
-				var ex any
-				if err := json.Unmarshal(t.Example, &ex); err == nil {
-					data["examples"] = []any{ex}
-				}
-			}
-			b.schemas[dataName] = data
-			b.schemas[variantName] = map[string]any{
-				"type":        "object",
-				"description": "A " + t.Name + " event: " + t.Description,
-				"properties": map[string]any{
-					"type": map[string]any{"const": t.Name},
-					"data": map[string]any{"$ref": "#/components/schemas/" + dataName},
-				},
-				"required": []any{"type"},
-			}
-		}
-		ref := "#/components/schemas/" + variantName
-		variants = append(variants, map[string]any{"$ref": ref})
-		mapping[t.Name] = ref
-	}
-	s["oneOf"] = variants
-	s["discriminator"] = map[string]any{"propertyName": "type", "mapping": mapping}
-}
-
-// pascal: "corpus.note.changed" → "CorpusNoteChanged".
-func pascal(name string) string {
-	var b strings.Builder
-	for _, part := range strings.FieldsFunc(name, func(r rune) bool { return r == '.' || r == '_' || r == '-' }) {
-		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
-	}
-	return b.String()
 }
 
 // summary: "CreateEndpoint" → "Create endpoint".

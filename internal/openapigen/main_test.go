@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/pluginpb"
 
+	"github.com/standmeet/webhook-dispatcher/internal/openapidoc"
 	"github.com/standmeet/webhook-dispatcher/pkg/catalog"
 
 	_ "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -175,5 +176,5 @@ func TestComment(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "One line and the next.\n\nA paragraph.\n\n    \"data\": {}", comment(" One line\n and the next.\n\n A paragraph.\n\n   \"data\": {}\n"))
 	require.Equal(t, "Create endpoint", summary("CreateEndpoint"))
-	require.Equal(t, "AccessRequestCreated", pascal("access_request.created"))
+	require.Equal(t, "AccessRequestCreated", openapidoc.Pascal("access_request.created"))
 }

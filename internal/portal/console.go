@@ -29,12 +29,15 @@ import (
 // consoleOwner, each a plain query over the tables, and shown by blocks of
 // templates/console.html: a new section adds one of each.
 type consoleData struct {
-	RiverUI   string
-	Failing   []consoleEndpoint
-	Disabled  []consoleEndpoint
-	Queue     []queueRow
-	Oldest    *oldestJob
-	Owners    []ownerFailures
+	RiverUI  string
+	Failing  []consoleEndpoint
+	Disabled []consoleEndpoint
+	Queue    []queueRow
+	Oldest   *oldestJob
+	Owners   []ownerFailures
+	// Backlogs are the owners with the most deliveries waiting to be
+	// fetched, the largest first (metrics.OwnerBacklogs).
+	Backlogs  []ownerBacklog
 	Generated time.Time
 	// Query is the search as typed, Results what it found (nil: no
 	// search).
@@ -67,6 +70,14 @@ type oldestJob struct {
 	State     string
 	CreatedAt time.Time
 	Waiting   string
+}
+
+// ownerBacklog is an owner's deliveries waiting to be fetched and how long
+// the oldest has waited.
+type ownerBacklog struct {
+	Owner      string
+	Deliveries int64
+	Oldest     string
 }
 
 type ownerFailures struct {
@@ -326,6 +337,14 @@ func (p *Portal) consoleData(ctx context.Context, d *consoleData) error {
 	if err == nil {
 		o.Waiting = d.Generated.Sub(o.CreatedAt).Round(time.Second).String()
 		d.Oldest = &o
+	}
+	backlogs, err := metrics.OwnerBacklogs(ctx, pool)
+	if err != nil {
+		return err
+	}
+	for _, b := range backlogs[:min(len(backlogs), metrics.TopOwners)] {
+		d.Backlogs = append(d.Backlogs, ownerBacklog{Owner: b.Owner, Deliveries: b.Deliveries,
+			Oldest: (time.Duration(b.OldestSeconds * float64(time.Second))).Round(time.Second).String()})
 	}
 	rows, err = pool.Query(ctx, `SELECT e.owner_id, sum(s.attempts - s.successes)::bigint, sum(s.attempts)::bigint, count(DISTINCT e.id)
   FROM endpoint_stats s JOIN webhook_endpoints e ON e.id = s.endpoint_id

@@ -123,8 +123,9 @@ type decisionRow struct {
 }
 
 // endpointRef names an endpoint on a page: its name, else its URL, else
-// (deleted since) its id.
-type endpointRef struct{ ID, Label string }
+// (deleted since) its id; Note says more of its decision (a filter's:
+// which condition refused the event, with what value).
+type endpointRef struct{ ID, Label, Note string }
 
 func (*eventData) pageTitle() string { return "Event" }
 
@@ -142,6 +143,7 @@ var reasonText = map[decision.Reason]string{
 	decision.HandedOff:       "Delivery started at once",
 	decision.CoolingDown:     "Delivery queued behind the endpoint's cool-down (it is failing)",
 	decision.Paused:          "Delivery queued for the end of the receiver's pause",
+	decision.Filtered:        "Kept back by the endpoint's filter",
 }
 
 func (p *Portal) showEvent(w http.ResponseWriter, r *http.Request, sess *session) {
@@ -174,8 +176,12 @@ func (p *Portal) showEvent(w http.ResponseWriter, r *http.Request, sess *session
 				text = o.Reason.String()
 			}
 			row := decisionRow{Reason: text, Delivered: o.Reason.Delivered(), Count: o.Count}
-			for _, id := range o.EndpointIDs {
-				row.Endpoints = append(row.Endpoints, endpointRef{ID: id, Label: data.label(id)})
+			for i, id := range o.EndpointIDs {
+				ref := endpointRef{ID: id, Label: data.label(id)}
+				if i < len(o.Notes) {
+					ref.Note = o.Notes[i]
+				}
+				row.Endpoints = append(row.Endpoints, ref)
 			}
 			data.Decisions = append(data.Decisions, row)
 		}

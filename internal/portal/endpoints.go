@@ -245,7 +245,7 @@ func (p *Portal) newEndpoint(w http.ResponseWriter, r *http.Request, sess *sessi
 		p.redirect(w, r, "endpoints/new?request="+newRequestID())
 		return
 	}
-	p.render(w, r, http.StatusOK, "form", sess, &formData{Groups: groups(nil), Scheme: endpoint.SchemeV1, MaxInFlight: "1", RequestID: rid})
+	p.render(w, r, http.StatusOK, "form", sess, &formData{Groups: groups(p.webhookTypes(), nil), Scheme: endpoint.SchemeV1, MaxInFlight: "1", RequestID: rid})
 }
 
 // secretData is the page that shows a secret once.
@@ -270,7 +270,7 @@ func (p *Portal) formError(w http.ResponseWriter, r *http.Request, sess *session
 
 func (p *Portal) createEndpoint(w http.ResponseWriter, r *http.Request, sess *session) {
 	f := &formData{Errors: map[string]string{}}
-	readForm(r, f)
+	readForm(p.webhookTypes(), r, f)
 	rid, ok := requestIDOf(f.RequestID)
 	if !ok {
 		// A form from before request ids, or tampered with: a new id, and
@@ -288,7 +288,7 @@ func (p *Portal) createEndpoint(w http.ResponseWriter, r *http.Request, sess *se
 	c, err := p.svc.Create(r.Context(), endpoint.CreateParams{
 		OwnerID: sess.ownerID, URL: f.URL, Description: f.Description, EventTypes: f.EventTypes,
 		Headers: v.headers, SigningScheme: f.Scheme, MaxPerSecond: v.maxPerSec, MaxInFlight: v.maxInFlight,
-		Ordered: f.Ordered, Name: f.Name, Labels: v.labels, RequestID: rid.String(),
+		Ordered: f.Ordered, Name: f.Name, Labels: v.labels, RequestID: rid.String(), Filter: filterText(f.Filter),
 	})
 	if errors.Is(err, endpoint.ErrRequestIDReused) {
 		// The form was sent before, and created an endpoint; now it asks
@@ -349,7 +349,7 @@ func (p *Portal) editEndpoint(w http.ResponseWriter, r *http.Request, sess *sess
 		p.failID(w, r, sess, err)
 		return
 	}
-	p.render(w, r, http.StatusOK, "form", sess, fromEndpoint(e))
+	p.render(w, r, http.StatusOK, "form", sess, fromEndpoint(p.webhookTypes(), e))
 }
 
 // failID is fail where a malformed id in the URL is a page not found, like
@@ -369,7 +369,7 @@ func (p *Portal) updateEndpoint(w http.ResponseWriter, r *http.Request, sess *se
 		return
 	}
 	f := &formData{Edit: true, ID: e.ID.String(), HeaderNames: e.HeaderNames, Errors: map[string]string{}}
-	readForm(r, f)
+	readForm(p.webhookTypes(), r, f)
 	f.Scheme = e.SigningScheme
 	v := f.parse()
 	if len(f.Errors) > 0 {
@@ -512,6 +512,9 @@ type endpointData struct {
 	States     []string
 	Error      string
 }
+
+// FilterText is the endpoint's filter, indented; "" for none.
+func (d *endpointData) FilterText() string { return indentFilter(d.E.Filter) }
 
 func (d *endpointData) pageTitle() string {
 	if d.E.Name != "" {
@@ -673,9 +676,15 @@ type catalogType struct {
 
 func (*catalogData) pageTitle() string { return "Event catalog" }
 
+// webhookTypes are the running catalog's webhook types, the ones an endpoint
+// subscribes to.
+func (p *Portal) webhookTypes() []event.TypeInfo {
+	return event.TypesIn(p.cfg.Catalog.Catalog(), event.ExposureWebhook)
+}
+
 func (p *Portal) catalog(w http.ResponseWriter, r *http.Request, sess *session) {
 	data := &catalogData{}
-	for _, t := range event.WebhookTypes() {
+	for _, t := range p.webhookTypes() {
 		data.Types = append(data.Types, catalogType{TypeInfo: t, SchemaText: indent(t.Schema), ExampleText: indent(t.Example)})
 	}
 	p.render(w, r, http.StatusOK, "catalog", sess, data)

@@ -1,6 +1,8 @@
 package portal
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"maps"
 	"net/http"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
+	"github.com/standmeet/webhook-dispatcher/internal/filter"
 )
 
 // The endpoint form: one type for create and edit, read from the endpoint
@@ -47,6 +50,14 @@ type formData struct {
 	ClearHeaders bool
 	// Labels is "key=value" lines.
 	Labels string
+	// Filter is the filter's JSON as typed (edit: the endpoint's, indented);
+	// TestEvent and TestSample are what the Test filter button tests it
+	// against (a stored event's id, or a sample event's JSON), and Test
+	// what it found.
+	Filter     string
+	TestEvent  string
+	TestSample string
+	Test       *filterResult
 	// Errors are the fields' messages by the API's field name; Problems
 	// the same, in the form's order, for the summary on top.
 	Errors   map[string]string
@@ -82,10 +93,10 @@ type groupType struct {
 func (g typeGroup) Open() bool { return g.All || g.Chosen > 0 }
 
 // groups lays out the catalog by prefix, with chosen's checked.
-func groups(chosen []string) []typeGroup {
+func groups(types []event.TypeInfo, chosen []string) []typeGroup {
 	var out []typeGroup
 	index := map[string]int{}
-	for _, t := range event.WebhookTypes() {
+	for _, t := range types {
 		prefix, _, _ := strings.Cut(t.Name, ".")
 		i, ok := index[prefix]
 		if !ok {
@@ -122,21 +133,21 @@ func otherPatterns(chosen []string, gs []typeGroup) []string {
 }
 
 // fromEndpoint fills the form with an endpoint as it is.
-func fromEndpoint(e *endpoint.Endpoint) *formData {
+func fromEndpoint(types []event.TypeInfo, e *endpoint.Endpoint) *formData {
 	f := &formData{
 		Edit: true, ID: e.ID.String(), Name: e.Name, URL: e.URL, Description: e.Description,
 		EventTypes: slices.Clone(e.EventTypes), MaxInFlight: strconv.Itoa(int(e.MaxInFlight)),
 		MaxPerSec: strconv.Itoa(int(e.MaxPerSecond)), Ordered: e.Ordered, Scheme: e.SigningScheme,
-		HeaderNames: e.HeaderNames, Labels: formatLabels(e.Labels),
+		HeaderNames: e.HeaderNames, Labels: formatLabels(e.Labels), Filter: indentFilter(e.Filter),
 	}
-	f.Groups = groups(f.EventTypes)
+	f.Groups = groups(types, f.EventTypes)
 	f.Other = strings.Join(otherPatterns(f.EventTypes, f.Groups), ", ")
 	return f
 }
 
 // readForm reads a submitted form. The checkboxes and the Other box
 // together are the event types, without repeats, in the order sent.
-func readForm(r *http.Request, f *formData) {
+func readForm(types []event.TypeInfo, r *http.Request, f *formData) {
 	form := r.PostForm
 	f.Name = strings.TrimSpace(form.Get("name"))
 	f.URL = strings.TrimSpace(form.Get("url"))
@@ -154,7 +165,7 @@ func readForm(r *http.Request, f *formData) {
 	for _, t := range strings.FieldsFunc(f.Other, func(c rune) bool { return c == ',' || c == ' ' || c == '\n' || c == '\r' || c == '\t' }) {
 		add(t)
 	}
-	f.Groups = groups(f.EventTypes)
+	f.Groups = groups(types, f.EventTypes)
 	f.MaxInFlight = strings.TrimSpace(form.Get("max_in_flight"))
 	f.MaxPerSec = strings.TrimSpace(form.Get("max_per_second"))
 	f.Ordered = form.Get("ordered") == "on"
@@ -162,6 +173,9 @@ func readForm(r *http.Request, f *formData) {
 	f.Headers = form.Get("headers")
 	f.ClearHeaders = form.Get("clear_headers") == "on"
 	f.Labels = form.Get("labels")
+	f.Filter = form.Get("filter")
+	f.TestEvent = strings.TrimSpace(form.Get("test_event_id"))
+	f.TestSample = form.Get("test_sample")
 	f.RequestID = form.Get("request_id")
 }
 
@@ -235,6 +249,11 @@ func (f *formData) changes(e *endpoint.Endpoint, v formValues) endpoint.UpdateRe
 	}
 	if !maps.Equal(v.labels, e.Labels) && (len(v.labels) > 0 || len(e.Labels) > 0) {
 		u.Paths, u.Labels = append(u.Paths, endpoint.PathLabels), v.labels
+	}
+	if !sameFilter(f.Filter, e.Filter) {
+		// The service checks it (and names the spot of a mistake); an
+		// empty box removes the filter.
+		u.Paths, u.Filter = append(u.Paths, endpoint.PathFilter), filterText(f.Filter)
 	}
 	return u
 }
@@ -335,6 +354,12 @@ func (f *formData) fieldErrors(err error) bool {
 		return false
 	}
 	for _, v := range ve.Violations {
+		if spot, ok := strings.CutPrefix(v.Field, endpoint.FieldFilter+"."); ok {
+			// A filter's mistake is named at its spot inside the filter:
+			// "data.status.$in[1]".
+			appendError(f.Errors, endpoint.FieldFilter, spot+": "+v.Description)
+			continue
+		}
 		field, rest, indexed := strings.Cut(v.Field, "[")
 		field, _, _ = strings.Cut(field, ".")
 		msg := v.Description
@@ -366,6 +391,7 @@ var formOrder = []struct{ field, id, label string }{
 	{endpoint.FieldMaxInFlight, "max_in_flight", "Deliveries in flight"},
 	{endpoint.FieldMaxPerSecond, "max_per_second", "Rate limit"},
 	{endpoint.FieldOrdered, "ordered", "Ordered"},
+	{endpoint.FieldFilter, "filter", "Filter"},
 	{endpoint.FieldHeaders, "headers", "Custom headers"},
 	{endpoint.FieldLabels, "labels", "Labels"},
 	{endpoint.FieldSignatureScheme, "scheme-v1", "Signature scheme"},
@@ -387,4 +413,44 @@ func (f *formData) summarize() {
 			f.Problems = append(f.Problems, problem{Text: k + ": " + f.Errors[k]})
 		}
 	}
+}
+
+// filterText is a filter box's text as the service takes it: nil for an
+// empty box (no filter).
+func filterText(box string) []byte {
+	if strings.TrimSpace(box) == "" {
+		return nil
+	}
+	return []byte(box)
+}
+
+// indentFilter shows a stored filter (canonical JSON) in the box, one
+// clause a line; "" for none.
+func indentFilter(stored []byte) string {
+	if len(stored) == 0 || string(stored) == "{}" {
+		return ""
+	}
+	var b bytes.Buffer
+	if err := json.Indent(&b, stored, "", "  "); err != nil {
+		return string(stored)
+	}
+	return b.String()
+}
+
+// sameFilter: the box says what the endpoint has, whatever its spacing and
+// key order, so that a form saved unchanged changes nothing. A box that
+// does not parse is a change (which the service refuses, naming the spot).
+func sameFilter(box string, stored []byte) bool {
+	text := filterText(box)
+	if text == nil {
+		return len(stored) == 0
+	}
+	f, err := filter.Parse(text)
+	if err != nil {
+		return false
+	}
+	if f.Empty() {
+		return len(stored) == 0
+	}
+	return bytes.Equal(f.JSON(), stored)
 }

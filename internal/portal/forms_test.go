@@ -1,6 +1,7 @@
 package portal
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -241,6 +242,110 @@ func TestForms(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, rotated, again)
 		require.Contains(t, b.get(t, c, reveal).Body.String(), "already shown")
+	})
+
+	t.Run("FilterRoundTripsAndNamesItsMistake", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		c := b.open(t, "o", AccessManage)
+		created, err := b.svc.Create(t.Context(), endpoint.CreateParams{
+			OwnerID: "o", URL: "https://example.com/h", EventTypes: []string{"corpus.*"},
+			Filter: []byte(`{"subject": {"$startsWith": "wiki://software/"}, "data.op": {"$in": ["published"]}}`),
+		})
+		require.NoError(t, err)
+		before := created.Endpoint
+		id := before.ID.String()
+		form := formOf(t, b.get(t, c, "/portal/endpoints/"+id+"/edit").Body.String(), "/base/portal/endpoints/"+id)
+		require.Contains(t, form.Get("filter"), `"$startsWith": "wiki://software/"`, "the stored filter, in the box")
+		// Saved as shown, and with the keys in another order and other
+		// spacing: unchanged.
+		require.Equal(t, "/portal/endpoints/"+id+"?done=unchanged", local(t, b.post(t, c, "/portal/endpoints/"+id, form)))
+		form.Set("filter", `{"data.op":{"$in":["published"]},  "subject":{"$startsWith":"wiki://software/"}}`)
+		require.Equal(t, "/portal/endpoints/"+id+"?done=unchanged", local(t, b.post(t, c, "/portal/endpoints/"+id, form)))
+		after, err := b.svc.Get(t.Context(), "o", id)
+		require.NoError(t, err)
+		require.Equal(t, before, after)
+
+		// A misspelt field: refused at its spot, with the field meant, and
+		// the box as typed.
+		typo := "{\"data.opp\": {\"$in\": [\"published\"]}}\n"
+		form.Set("filter", typo)
+		rec := b.post(t, c, "/portal/endpoints/"+id, form)
+		require.Equal(t, http.StatusBadRequest, rec.Code)
+		body := rec.Body.String()
+		require.Contains(t, body, `Filter: data.opp: `)
+		require.Contains(t, body, `did you mean &#34;data.op&#34;?`)
+		require.Equal(t, typo, formOf(t, body, "/base/portal/endpoints/"+id).Get("filter"))
+
+		// A new filter is saved; an empty box removes it.
+		form.Set("filter", `{"data.op": {"$eq": "deleted"}}`)
+		require.Equal(t, "/portal/endpoints/"+id+"?done=saved", local(t, b.post(t, c, "/portal/endpoints/"+id, form)))
+		after, err = b.svc.Get(t.Context(), "o", id)
+		require.NoError(t, err)
+		require.JSONEq(t, `{"data.op": {"$eq": "deleted"}}`, string(after.Filter))
+		form.Set("filter", "")
+		require.Equal(t, "/portal/endpoints/"+id+"?done=saved", local(t, b.post(t, c, "/portal/endpoints/"+id, form)))
+		after, err = b.svc.Get(t.Context(), "o", id)
+		require.NoError(t, err)
+		require.Nil(t, after.Filter)
+	})
+
+	t.Run("FilterCheckedAndTestedWithoutWriting", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		c := b.open(t, "o", AccessManage)
+		rid := uuid.NewString()
+		form := formOf(t, b.get(t, c, "/portal/endpoints/new?request="+rid).Body.String(), "/base/portal/endpoints")
+		form.Set("event_types_other", "corpus.*")
+		ask := func(t *testing.T, path string, form url.Values, out any) {
+			t.Helper()
+			req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(form.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("Sec-Fetch-Site", "same-origin")
+			req.Header.Set("Accept", "application/json")
+			req.AddCookie(c)
+			rec := httptest.NewRecorder()
+			b.h.ServeHTTP(rec, req)
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), out))
+		}
+
+		form.Set("filter", `{"data.opp": {"$in": ["published"]}}`)
+		var check filterCheck
+		ask(t, "/portal/filter/check", form, &check)
+		require.False(t, check.OK)
+		require.Len(t, check.Problems, 1)
+		require.Equal(t, "filter.data.opp", check.Problems[0].Field)
+		require.Contains(t, check.Problems[0].Text, `did you mean "data.op"?`)
+		form.Set("filter", `{"data.op": {"$in": ["published"]}}`)
+		check = filterCheck{}
+		ask(t, "/portal/filter/check", form, &check)
+		require.True(t, check.OK, "%+v", check)
+		require.JSONEq(t, `{"data.op": {"$in": ["published"]}}`, check.Filter)
+
+		form.Set("test_sample", `{"type": "corpus.note.changed", "subject": "wiki://a", "data": {"op": "updated", "published": true, "was_published": true}}`)
+		var res filterResult
+		ask(t, "/portal/filter/test", form, &res)
+		require.False(t, res.Matched)
+		require.False(t, res.Good)
+		require.Contains(t, res.Line, `data.op was "updated"`)
+		form.Set("test_sample", `{"type": "corpus.note.changed", "subject": "wiki://a", "data": {"op": "published", "published": true, "was_published": true}}`)
+		res = filterResult{}
+		ask(t, "/portal/filter/test", form, &res)
+		require.True(t, res.Matched && res.Applies && res.Good, "%+v", res)
+
+		// Without the script: the form again, as sent, with the answer.
+		rec := b.post(t, c, "/portal/filter/test", form)
+		require.Equal(t, http.StatusOK, rec.Code)
+		require.Contains(t, rec.Body.String(), "Match: this event would be delivered.")
+		again := formOf(t, rec.Body.String(), "/base/portal/endpoints")
+		require.Equal(t, rid, again.Get("request_id"))
+		require.Equal(t, form.Get("filter"), again.Get("filter"))
+		require.Equal(t, form.Get("test_sample"), again.Get("test_sample"))
+
+		list, err := b.svc.List(t.Context(), "o", 0, "", nil)
+		require.NoError(t, err)
+		require.Empty(t, list.Items, "nothing written")
 	})
 
 	t.Run("ReadOnlySessionGetsNoForms", func(t *testing.T) {

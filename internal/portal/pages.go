@@ -434,6 +434,8 @@ func (p *Portal) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /events", p.withSession(p.listEvents))
 	mux.HandleFunc("GET /events/{id}", p.withSession(p.showEvent))
 	mux.HandleFunc("GET /catalog", p.withSession(p.catalog))
+	mux.HandleFunc("POST /filter/check", p.withSession(p.checkFilter))
+	mux.HandleFunc("POST /filter/test", p.withSession(p.testFilter))
 }
 
 // signOut ends the session and answers a page with the way back (no

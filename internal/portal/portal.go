@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/standmeet/webhook-dispatcher/internal/endpoint"
+	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
 )
 
@@ -39,6 +40,9 @@ const CookieName = "dispatcher_portal"
 
 // Config configures the portal.
 type Config struct {
+	// Catalog is the running catalog whose webhook types the pages list;
+	// nil: the default catalog.
+	Catalog *event.Running
 	// PublicURL is the portal's address as browsers reach it, ending in "/":
 	// links are built on it, and its path is the path every page is linked
 	// under (a reverse proxy may map it to MountPath). Required.
@@ -166,7 +170,7 @@ func securityHeaders(w http.ResponseWriter, origins []string) {
 	} else {
 		h.Set("X-Frame-Options", "DENY")
 	}
-	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "+
 		"form-action 'self'; base-uri 'none'; frame-ancestors "+ancestors)
 	h.Set("X-Content-Type-Options", "nosniff")
 	// The link's token is in its URL: no page of the portal names itself

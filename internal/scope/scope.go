@@ -144,6 +144,8 @@ type Decider struct {
 	admitter EmbedAdmitter
 	logger   *slog.Logger
 	metrics  *metrics.Metrics
+	// catalog names each type's scope rule; nil: the default catalog.
+	catalog *event.Running
 }
 
 // NewDecider returns a Decider asking admitter about embed-bound endpoints.
@@ -155,6 +157,13 @@ func NewDecider(admitter EmbedAdmitter, m *metrics.Metrics, logger *slog.Logger)
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Decider{admitter: admitter, logger: logger, metrics: m}
+}
+
+// WithCatalog makes d decide with the running catalog r (the default catalog
+// without it), and returns d.
+func (d *Decider) WithCatalog(r *event.Running) *Decider {
+	d.catalog = r
+	return d
 }
 
 // Func returns d.Decide as a Func.
@@ -195,17 +204,18 @@ func (d *Decider) Decide(ctx context.Context, e *webhook.Event, ep Endpoint) (De
 }
 
 func (d *Decider) decide(ctx context.Context, e *webhook.Event, ep Endpoint) (Decision, error) {
+	cat := d.catalog.Catalog()
 	switch {
 	case event.IsRawSubject(e.Subject):
 		return Decision{Rule: RuleRaw, Reason: ReasonRawSubject}, nil
-	case !event.Exposed(e.Type):
+	case !cat.Exposed(e.Type):
 		return Decision{Rule: RuleInternal, Reason: ReasonInternalType}, nil
 	case ep.OwnerID != e.OwnerID:
 		return Decision{Rule: RuleOwner, Reason: ReasonOtherOwner}, nil
 	}
 	// The catalog names each type's rule; a rule this switch does not know
 	// admits nothing.
-	switch event.ScopeOf(e.Type) {
+	switch cat.ScopeOf(e.Type) {
 	case catalog.ScopeTestOnly:
 		// UUIDs compare case-insensitively; the endpoint id is one.
 		if target, ok := stringField(e.Data, "endpoint_id"); ok && target != "" && strings.EqualFold(target, ep.ID) {

@@ -300,7 +300,10 @@ func TestTrace(t *testing.T) {
 		traceID := b.publish(t, "evt_trace_attempts")
 		waitSpans(t, traceID, "http.client", 1)
 		// The first attempt failed; retry it now rather than in 5 s (unless
-		// River already has).
+		// River already has). Now, not at its step: by then the endpoint
+		// would be failing, and its delivery held for the recovery probe.
+		// However the failure was recorded (retryable, or a short snooze
+		// that leaves it available at a later time), it is waiting.
 		require.Eventually(t, func() bool {
 			var (
 				jobID int64
@@ -308,11 +311,12 @@ func TestTrace(t *testing.T) {
 			)
 			err := b.db.Pool.QueryRow(ctx, `SELECT id, state FROM river_job WHERE kind = $1`, job.KindDeliver).Scan(&jobID, &state)
 			require.NoError(t, err)
-			if state == "retryable" {
+			waiting := state == "retryable" || state == "available" || state == "scheduled"
+			if waiting {
 				_, err := b.river.JobRetry(ctx, jobID)
 				require.NoError(t, err)
 			}
-			return state == "retryable" || state == "completed"
+			return waiting || state == "completed"
 		}, 10*time.Second, 20*time.Millisecond)
 		got := waitSpans(t, traceID, "river.work/webhook.deliver", 2)
 

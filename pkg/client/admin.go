@@ -107,6 +107,24 @@ func (a *Admin) UpdateEndpoint(ctx context.Context, req *webhooksv1.UpdateEndpoi
 	return resp.GetEndpoint(), err
 }
 
+// OwnerSettings returns the owner's settings: its weight in the fairness
+// across owners (1 until set).
+func (a *Admin) OwnerSettings(ctx context.Context, ownerID string) (*webhooksv1.OwnerSettings, error) {
+	resp, err := adminCall(ctx, a, "get owner settings", func(ctx context.Context) (*webhooksv1.GetOwnerSettingsResponse, error) {
+		return a.rpc.GetOwnerSettings(ctx, &webhooksv1.GetOwnerSettingsRequest{OwnerId: ownerID})
+	})
+	return resp.GetSettings(), err
+}
+
+// SetOwnerWeight sets the owner's weight, 0.01 to 100 (e.g. for a paying
+// tier), and returns its settings as they are now. Repeating it is harmless.
+func (a *Admin) SetOwnerWeight(ctx context.Context, ownerID string, weight float64) (*webhooksv1.OwnerSettings, error) {
+	resp, err := adminCall(ctx, a, "update owner settings", func(ctx context.Context) (*webhooksv1.UpdateOwnerSettingsResponse, error) {
+		return a.rpc.UpdateOwnerSettings(ctx, &webhooksv1.UpdateOwnerSettingsRequest{OwnerId: ownerID, Weight: weight})
+	})
+	return resp.GetSettings(), err
+}
+
 // DeleteEndpoint deletes one of the owner's endpoints. A retry that finds it
 // already gone is ErrNotFound.
 func (a *Admin) DeleteEndpoint(ctx context.Context, ownerID, endpointID string) error {
@@ -131,6 +149,20 @@ func (a *Admin) SendTest(ctx context.Context, ownerID, endpointID string) (strin
 		return a.rpc.SendTest(ctx, &webhooksv1.SendTestRequest{OwnerId: ownerID, EndpointId: endpointID})
 	})
 	return resp.GetEventId(), err
+}
+
+// PortalLink returns a one-time link into the portal for req.OwnerId, the
+// web pages where that owner sees (access READ) or also changes (MANAGE) its
+// own endpoints and deliveries: the answer's Url, to show the owner's user in
+// a new tab or a frame of one of req.AllowedOrigins, and its ExpiresAt (the
+// link's and the session's end, req.Ttl from now: 1 h when unset, at most
+// 24 h). The link is a credential: hand it to its one user, never log it. A
+// dispatcher without a portal answers codes.Unimplemented (status.Code of
+// the error); bad input is ErrInvalidArgument naming the field.
+func (a *Admin) PortalLink(ctx context.Context, req *webhooksv1.CreatePortalSessionRequest) (*webhooksv1.CreatePortalSessionResponse, error) {
+	return adminCall(ctx, a, "portal link", func(ctx context.Context) (*webhooksv1.CreatePortalSessionResponse, error) {
+		return a.rpc.CreatePortalSession(ctx, req)
+	})
 }
 
 // GetEvent returns one of the owner's events with its deliveries to every

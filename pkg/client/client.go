@@ -212,10 +212,12 @@ func (c *Client) Close() error {
 // the field ("event.subject", "event.data.op"); the error keeps the gRPC
 // status (status.FromError). The event is checked against the catalog
 // (WithCatalog) before it is sent, with the dispatcher's own rules, so most
-// mistakes cost no call. A type in no catalog is refused when WithCatalog
-// gave the dispatcher's catalog; otherwise the dispatcher accepts it and
-// answers PUBLISH_OUTCOME_DROPPED_UNKNOWN (with did_you_mean): the event
-// goes nowhere.
+// mistakes cost no call. A type in no catalog is refused here when
+// WithCatalog gave the dispatcher's catalog, and by the dispatcher otherwise
+// (InvalidArgument naming event.type, with a did-you-mean), unless the
+// dispatcher runs with -unknown-types=accept: then it answers
+// PUBLISH_OUTCOME_DROPPED_UNKNOWN (with did_you_mean) and the event goes
+// nowhere.
 func (c *Client) Publish(ctx context.Context, e *webhook.Event) (*webhooksv1.PublishResponse, error) {
 	if err := c.check([]*webhook.Event{e}, func(int) string { return "event" }); err != nil {
 		return nil, err
@@ -224,7 +226,7 @@ func (c *Client) Publish(ctx context.Context, e *webhook.Event) (*webhooksv1.Pub
 	if err != nil {
 		return nil, err
 	}
-	req := &webhooksv1.PublishRequest{Event: pe}
+	req := &webhooksv1.PublishRequest{Event: pe, Weight: e.Weight}
 	return call(ctx, c.token, c.retry, "publish "+e.ID, func(ctx context.Context) (*webhooksv1.PublishResponse, error) {
 		return c.rpc.Publish(ctx, req)
 	})
@@ -234,12 +236,19 @@ func (c *Client) Publish(ctx context.Context, e *webhook.Event) (*webhooksv1.Pub
 // result per event in order; it retries as Publish does. When any event is
 // invalid nothing is stored and the error is InvalidArgument whose
 // google.rpc.BadRequest detail names each bad field ("events[3].subject").
+// The events' Weight is the batch's: they must all have the same.
 func (c *Client) PublishBatch(ctx context.Context, events []*webhook.Event) ([]*webhooksv1.PublishResponse, error) {
 	if err := c.check(events, func(i int) string { return "events[" + strconv.Itoa(i) + "]" }); err != nil {
 		return nil, err
 	}
 	req := &webhooksv1.PublishBatchRequest{Events: make([]*webhooksv1.Event, len(events))}
 	for i, e := range events {
+		if e != nil && events[0] != nil && e.Weight != events[0].Weight {
+			return nil, fmt.Errorf("events[%d]: weight %g, not the batch's %g: a batch has one weight", i, e.Weight, events[0].Weight)
+		}
+		if e != nil {
+			req.Weight = e.Weight
+		}
 		pe, err := toProto(e)
 		if err != nil {
 			return nil, fmt.Errorf("events[%d]: %w", i, err)

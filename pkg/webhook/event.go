@@ -35,6 +35,14 @@ type Event struct {
 	// may receive it. It travels beside the event, never in it, so it is not part of
 	// the payload and is always empty in an Event that Decode returns.
 	OwnerID string `json:"-"`
+
+	// Weight is the publishing call's weight in the fairness across owners
+	// (0: none given, counted as 1); a backfill published at 0.1 goes behind
+	// the owner's live traffic. Like OwnerID it travels beside the event and
+	// is never part of the payload. The dispatcher does not store it: an
+	// event fanned out by a job of its own (one that asks the access
+	// service) goes at its owner's weight.
+	Weight float64 `json:"-"`
 }
 
 // Decode parses a thin event.

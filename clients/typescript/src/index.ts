@@ -53,7 +53,19 @@ export type Filter = {
   [field: `data.${string}`]: FilterValue | FilterOperators;
 };
 
-export type DispatcherClient = Client<paths>;
+/**
+ * A client typed by P, the paths of an OpenAPI document: by default this
+ * package's, generated from the default event catalog. A dispatcher running
+ * a catalog of its own serves its document at /openapi.json; generate its
+ * types in your project and pass them, and each of your event types is
+ * checked by its schema:
+ *
+ *   npx openapi-typescript http://127.0.0.1:7070/openapi.json -o src/dispatcher-api.ts
+ *
+ *   import type { paths } from "./dispatcher-api.js";
+ *   const publisher = createDispatcherClient<paths>({ baseUrl, token });
+ */
+export type DispatcherClient<P extends {} = paths> = Client<P>;
 
 export interface DispatcherClientOptions extends Omit<ClientOptions, "baseUrl"> {
   /** The dispatcher's API address, e.g. "https://dispatcher.internal:7070". */
@@ -62,10 +74,13 @@ export interface DispatcherClientOptions extends Omit<ClientOptions, "baseUrl"> 
   token: string;
 }
 
-/** A client for one token. Every call answers { data } or { error: Problem }. */
-export function createDispatcherClient(options: DispatcherClientOptions): DispatcherClient {
+/**
+ * A client for one token. Every call answers { data } or { error: Problem }.
+ * P: the paths of the document the dispatcher serves (see DispatcherClient).
+ */
+export function createDispatcherClient<P extends {} = paths>(options: DispatcherClientOptions): DispatcherClient<P> {
   const { token, headers, ...rest } = options;
-  return createClient<paths>({
+  return createClient<P>({
     ...rest,
     headers: { ...(headers as Record<string, string> | undefined), Authorization: `Bearer ${token}` },
   });

@@ -327,6 +327,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/owner-settings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get owner settings
+         * @description GetOwnerSettings returns the owner's settings: its weight in the fairness across owners (1 when never set).
+         */
+        get: operations["getOwnerSettings"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Update owner settings
+         * @description UpdateOwnerSettings sets the owner's weight, 0.01 to 100 (1 by default), e.g. for a paying tier: an owner of weight 4 may run four times as far ahead of its share before its deliveries go behind other owners'. It applies to deliveries enqueued from then on. A weight out of range is INVALID_ARGUMENT naming weight.
+         */
+        patch: operations["updateOwnerSettings"];
+        trace?: never;
+    };
     "/v1/portal-sessions": {
         parameters: {
             query?: never;
@@ -1283,7 +1307,7 @@ export interface components {
             owner_id: string;
             /** @description What the event is about, a URI such as "wiki://software/project/x". Subjects starting with "raw://" never leave. */
             subject: string;
-            /** @description The event type, e.g. "corpus.note.changed" (ListEventTypes lists the catalog). A type in no catalog is Internal and never delivered: Publish answers PUBLISH_OUTCOME_DROPPED_UNKNOWN, or INVALID_ARGUMENT naming event.type when the dispatcher runs with -unknown-types=refuse. */
+            /** @description The event type, e.g. "corpus.note.changed" (ListEventTypes lists the catalog). A type in no catalog is never delivered: Publish answers INVALID_ARGUMENT naming event.type with a did-you-mean, or, when the dispatcher runs with -unknown-types=accept, PUBLISH_OUTCOME_DROPPED_UNKNOWN. */
             type: string;
         } & (components["schemas"]["AccessRequestApprovedEvent"] | components["schemas"]["AccessRequestCreatedEvent"] | components["schemas"]["AccessRequestStatusChangedEvent"] | components["schemas"]["ApiKeyIssuedEvent"] | components["schemas"]["ApiKeyRevokedEvent"] | components["schemas"]["ApplicationCommittedEvent"] | components["schemas"]["BlockFailedEvent"] | components["schemas"]["BlockInstalledEvent"] | components["schemas"]["BookingCancelledEvent"] | components["schemas"]["BookingCreatedEvent"] | components["schemas"]["BookingRescheduledEvent"] | components["schemas"]["CodeIssuedEvent"] | components["schemas"]["CodeRedeemedEvent"] | components["schemas"]["CodeRevokedEvent"] | components["schemas"]["ConversationMessageEvent"] | components["schemas"]["ConversationPrunedEvent"] | components["schemas"]["ConversationStartedEvent"] | components["schemas"]["CorpusNoteChangedEvent"] | components["schemas"]["EndpointDisabledEvent"] | components["schemas"]["EndpointFailingEvent"] | components["schemas"]["EndpointRecoveredEvent"] | components["schemas"]["GasExhaustedEvent"] | components["schemas"]["GasRefilledEvent"] | components["schemas"]["GhostAcceptedEvent"] | components["schemas"]["InstanceUpgradeRequestedEvent"] | components["schemas"]["IpBanAddedEvent"] | components["schemas"]["JobsFetchedEvent"] | components["schemas"]["MicrositeBuildSettledEvent"] | components["schemas"]["MicrositeStoreDocInsertedEvent"] | components["schemas"]["OwnerEmailChangedEvent"] | components["schemas"]["OwnerLoginEvent"] | components["schemas"]["OwnerRecoveryRequestedEvent"] | components["schemas"]["PagePromotedLiveEvent"] | components["schemas"]["PageRolledBackEvent"] | components["schemas"]["PageUnpublishedEvent"] | components["schemas"]["SupplierActivatedEvent"] | components["schemas"]["SupplierConnectedEvent"] | components["schemas"]["SupplierDisconnectedEvent"] | components["schemas"]["VaultImportedEvent"] | components["schemas"]["WebhookTestEvent"] | components["schemas"]["WritingPublishedEvent"] | components["schemas"]["WritingUnpublishedEvent"]);
         /** @description Event is a thin event: what happened, to what, and when; never a document body. */
@@ -1309,7 +1333,7 @@ export interface components {
             owner_id: string;
             /** @description What the event is about, a URI such as "wiki://software/project/x". Subjects starting with "raw://" never leave. */
             subject: string;
-            /** @description The event type, e.g. "corpus.note.changed" (ListEventTypes lists the catalog). A type in no catalog is Internal and never delivered: Publish answers PUBLISH_OUTCOME_DROPPED_UNKNOWN, or INVALID_ARGUMENT naming event.type when the dispatcher runs with -unknown-types=refuse. */
+            /** @description The event type, e.g. "corpus.note.changed" (ListEventTypes lists the catalog). A type in no catalog is never delivered: Publish answers INVALID_ARGUMENT naming event.type with a did-you-mean, or, when the dispatcher runs with -unknown-types=accept, PUBLISH_OUTCOME_DROPPED_UNKNOWN. */
             type: string;
         } & (components["schemas"]["AccessRequestApprovedEvent"] | components["schemas"]["AccessRequestCreatedEvent"] | components["schemas"]["AccessRequestStatusChangedEvent"] | components["schemas"]["ApiKeyIssuedEvent"] | components["schemas"]["ApiKeyRevokedEvent"] | components["schemas"]["ApplicationCommittedEvent"] | components["schemas"]["BlockFailedEvent"] | components["schemas"]["BlockInstalledEvent"] | components["schemas"]["BookingCancelledEvent"] | components["schemas"]["BookingCreatedEvent"] | components["schemas"]["BookingRescheduledEvent"] | components["schemas"]["CodeIssuedEvent"] | components["schemas"]["CodeRedeemedEvent"] | components["schemas"]["CodeRevokedEvent"] | components["schemas"]["ConversationMessageEvent"] | components["schemas"]["ConversationPrunedEvent"] | components["schemas"]["ConversationStartedEvent"] | components["schemas"]["CorpusNoteChangedEvent"] | components["schemas"]["GasExhaustedEvent"] | components["schemas"]["GasRefilledEvent"] | components["schemas"]["GhostAcceptedEvent"] | components["schemas"]["InstanceUpgradeRequestedEvent"] | components["schemas"]["IpBanAddedEvent"] | components["schemas"]["JobsFetchedEvent"] | components["schemas"]["MicrositeBuildSettledEvent"] | components["schemas"]["MicrositeStoreDocInsertedEvent"] | components["schemas"]["OwnerEmailChangedEvent"] | components["schemas"]["OwnerLoginEvent"] | components["schemas"]["OwnerRecoveryRequestedEvent"] | components["schemas"]["PagePromotedLiveEvent"] | components["schemas"]["PageRolledBackEvent"] | components["schemas"]["PageUnpublishedEvent"] | components["schemas"]["SupplierActivatedEvent"] | components["schemas"]["SupplierConnectedEvent"] | components["schemas"]["SupplierDisconnectedEvent"] | components["schemas"]["VaultImportedEvent"] | components["schemas"]["WebhookTestEvent"] | components["schemas"]["WritingPublishedEvent"] | components["schemas"]["WritingUnpublishedEvent"]);
         EventType: {
@@ -1438,6 +1462,9 @@ export interface components {
             event: components["schemas"]["Event"] | null;
             /** @description Where the event went and why not: the fanout's decision for every endpoint the owner had when the event was fanned out. */
             fanout: components["schemas"]["FanoutDecision"] | null;
+        };
+        GetOwnerSettingsResponse: {
+            settings: components["schemas"]["OwnerSettings"] | null;
         };
         /**
          * ghost.accepted data
@@ -1674,6 +1701,16 @@ export interface components {
              */
             type: "owner.recovery_requested";
         };
+        OwnerSettings: {
+            owner_id: string;
+            /**
+             * Format: date-time
+             * @description When the settings were last changed; unset when never.
+             */
+            update_time: string | null;
+            /** @description The owner's weight in the fairness across owners. */
+            weight: number;
+        };
         /**
          * page.promoted_live data
          * @description A microsite page was promoted to live.
@@ -1788,6 +1825,8 @@ export interface components {
         };
         PublishBatchRequest: {
             events: components["schemas"]["EventInput"][];
+            /** @description Every event's weight, as PublishRequest.weight. */
+            weight?: number;
         };
         PublishBatchResponse: {
             /** @description One result per request event, in request order. */
@@ -1800,12 +1839,14 @@ export interface components {
          *     - `PUBLISH_OUTCOME_DUPLICATE`: The same event was already stored; nothing new happened.
          *     - `PUBLISH_OUTCOME_DROPPED_INTERNAL`: The catalog declares the type Internal: accepted, counted, never delivered.
          *     - `PUBLISH_OUTCOME_DROPPED_RAW`: The subject is raw://: accepted, counted, never delivered.
-         *     - `PUBLISH_OUTCOME_DROPPED_UNKNOWN`: The type is in no catalog (a misspelling?): accepted, counted by type, logged, never delivered. Not stored, so GetEvent does not find it.
+         *     - `PUBLISH_OUTCOME_DROPPED_UNKNOWN`: The type is in no catalog (a misspelling?) and the dispatcher runs with -unknown-types=accept (by default such an event is INVALID_ARGUMENT): accepted, counted by type, logged, never delivered. Not stored, so GetEvent does not find it.
          * @enum {string}
          */
         PublishOutcome: "PUBLISH_OUTCOME_UNSPECIFIED" | "PUBLISH_OUTCOME_STORED" | "PUBLISH_OUTCOME_DUPLICATE" | "PUBLISH_OUTCOME_DROPPED_INTERNAL" | "PUBLISH_OUTCOME_DROPPED_RAW" | "PUBLISH_OUTCOME_DROPPED_UNKNOWN";
         PublishRequest: {
             event: components["schemas"]["EventInput"];
+            /** @description The call's weight in the fairness across owners, times the owner's (UpdateOwnerSettings): 0 (unset) counts as 1; else 0.01 to 100. A backfill published at 0.1 goes behind the owner's live traffic and every other owner's. Not stored with the event. */
+            weight?: number;
         };
         PublishResponse: {
             /** @description For PUBLISH_OUTCOME_DROPPED_UNKNOWN: the catalog type whose name is nearest the event's (a few edits away), most often the one meant. Empty when none is near. */
@@ -1836,6 +1877,8 @@ export interface components {
              * @description Only deliveries that ended (FAILED or CANCELLED) at or after this time. Unset: whenever they ended. With since set, a delivery a Redeliver with the same or an earlier since already re-queued is not queued again, even if it has failed again since; pass a later since for that.
              */
             since?: string;
+            /** @description The re-queued deliveries' weight in the fairness across owners: 0 (unset) leaves each where it was; below 1 puts them in the lowest tier, behind every live delivery, so recovering a week of failures does not delay today's events; 1 to 100 leaves them where they were. At most 100. */
+            weight?: number;
         };
         RedeliverResponse: {
             /**
@@ -2018,6 +2061,15 @@ export interface components {
         };
         UpdateEndpointResponse: {
             endpoint: components["schemas"]["Endpoint"] | null;
+        };
+        UpdateOwnerSettingsRequest: {
+            /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
+            owner_id: string;
+            /** @description 0.01 to 100. */
+            weight?: number;
+        };
+        UpdateOwnerSettingsResponse: {
+            settings: components["schemas"]["OwnerSettings"] | null;
         };
         /**
          * vault.imported data
@@ -2859,6 +2911,67 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TestFilterResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["ContentTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getOwnerSettings: {
+        parameters: {
+            query: {
+                /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
+                owner_id: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GetOwnerSettingsResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    updateOwnerSettings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateOwnerSettingsRequest"];
+            };
+        };
+        responses: {
+            /** @description OK. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UpdateOwnerSettingsResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -135,21 +135,24 @@ test("create, publish, deliveries, attempts, retry; deliveries verify with stand
   assert.throws(() => new Webhook("whsec_" + Buffer.alloc(32, 1).toString("base64")).verify(first.body, first.headers),
     "another secret does not verify");
 
-  // Two failures (5 s apart) leave it waiting minutes for its next step;
-  // a recovery probe in between is one more attempt at the 5 s step.
-  const waiting = await waitFor("the delivery to wait minutes after the second failure", async () => {
+  // One failure makes the endpoint failing: its delivery is held, and only
+  // a recovery probe (15 s after the failure) reaches the receiver. A failed
+  // probe spends none of the delivery's attempts and leaves it waiting
+  // minutes for its next scheduled step.
+  const waiting = await waitFor("the delivery to wait minutes after a failed probe", async () => {
     const { deliveries } = must(
       await admin.GET("/v1/endpoints/{endpoint_id}/deliveries", {
         params: { path: { endpoint_id: endpoint.id }, query: { owner_id: owner } },
       }),
     );
     const d: Delivery | undefined = deliveries[0];
-    if (d?.state === "DELIVERY_STATE_SCHEDULED" && d.attempt >= 2 && d.scheduled_at && Date.parse(d.scheduled_at) - Date.now() > 60_000) {
+    if (d?.state === "DELIVERY_STATE_SCHEDULED" && d.probes >= 1 && d.scheduled_at && Date.parse(d.scheduled_at) - Date.now() > 60_000) {
       return d;
     }
     return undefined;
   });
   assert.equal(waiting.wait_reason, "DELIVERY_WAIT_REASON_RETRY");
+  assert.equal(waiting.attempt, 1, "probes spend no attempt");
   assert.equal(waiting.event_id, published.event_id);
 
   const attempts = await waitFor("the recorded attempts", async () => {
@@ -183,7 +186,7 @@ test("create, publish, deliveries, attempts, retry; deliveries verify with stand
   const last = receiver.received[receiver.received.length - 1]!;
   assert.equal(last.headers["webhook-id"], published.event_id, "every retry carries the same webhook-id");
   assert.deepEqual(wh.verify(last.body, last.headers), payload);
-  assert.equal(receiver.received.length, delivered.attempt, "one request per attempt");
+  assert.equal(receiver.received.length, delivered.attempt + delivered.probes, "one request per attempt or probe");
 
   // A second retry is refused: a problem, typed.
   const again = await admin.POST("/v1/deliveries/{delivery_id}:retry", {

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -33,7 +36,7 @@ func setupAdmin(t *testing.T) *adminBundle {
 	t.Helper()
 	db := dbtest.New(t)
 	f := &fault{}
-	srv, lis, err := newServer(db.Pool, db.Schema, serverOpts{interceptors: []grpc.UnaryServerInterceptor{f.intercept}})
+	srv, lis, err := newServer(db.Pool, db.Schema, serverOpts{interceptors: []grpc.UnaryServerInterceptor{f.intercept}, portalURL: "https://dispatcher.example.com/portal/"})
 	require.NoError(t, err)
 	t.Cleanup(srv.Stop)
 	a, err := client.DialAdmin(lis.Addr().String(), client.WithInsecure(), client.WithToken(adminToken), client.WithRetry(fastRetry))
@@ -84,6 +87,37 @@ func TestAdmin(t *testing.T) {
 		require.NoError(t, b.admin.DeleteEndpoint(ctx, "owner_1", id))
 		_, err = b.admin.GetEndpoint(ctx, "owner_1", id)
 		require.ErrorIs(t, err, client.ErrNotFound)
+	})
+
+	t.Run("PortalLink", func(t *testing.T) {
+		t.Parallel()
+		b := setupAdmin(t)
+		link, err := b.admin.PortalLink(ctx, &webhooksv1.CreatePortalSessionRequest{
+			OwnerId: "owner_1", Access: webhooksv1.PortalAccess_PORTAL_ACCESS_READ, Ttl: durationpb.New(30 * time.Minute),
+		})
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(link.GetUrl(), "https://dispatcher.example.com/portal/"), link.GetUrl())
+		require.WithinDuration(t, time.Now().Add(30*time.Minute), link.GetExpiresAt().AsTime(), time.Minute)
+
+		_, err = b.admin.PortalLink(ctx, &webhooksv1.CreatePortalSessionRequest{OwnerId: "owner_1", Ttl: durationpb.New(48 * time.Hour)})
+		require.ErrorIs(t, err, client.ErrInvalidArgument)
+		require.Contains(t, err.Error(), "ttl")
+	})
+
+	t.Run("OwnerWeight", func(t *testing.T) {
+		t.Parallel()
+		b := setupAdmin(t)
+		got, err := b.admin.OwnerSettings(ctx, "owner_1")
+		require.NoError(t, err)
+		require.InDelta(t, 1.0, got.GetWeight(), 0)
+		set, err := b.admin.SetOwnerWeight(ctx, "owner_1", 4)
+		require.NoError(t, err)
+		require.InDelta(t, 4.0, set.GetWeight(), 0)
+		got, err = b.admin.OwnerSettings(ctx, "owner_1")
+		require.NoError(t, err)
+		require.InDelta(t, 4.0, got.GetWeight(), 0)
+		_, err = b.admin.SetOwnerWeight(ctx, "owner_1", 0)
+		require.ErrorIs(t, err, client.ErrInvalidArgument)
 	})
 
 	t.Run("CreateRetriedAfterLostAnswerMakesOne", func(t *testing.T) {

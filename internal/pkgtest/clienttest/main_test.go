@@ -13,6 +13,7 @@ import (
 	"encoding/base64"
 	"log/slog"
 	"net"
+	"net/url"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,6 +30,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/grpcapi"
 	"github.com/standmeet/webhook-dispatcher/internal/ingest"
 	"github.com/standmeet/webhook-dispatcher/internal/metrics"
+	"github.com/standmeet/webhook-dispatcher/internal/portal"
 	"github.com/standmeet/webhook-dispatcher/internal/scope"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
 	webhooksv1 "github.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1"
@@ -51,6 +53,9 @@ type serverOpts struct {
 	// decide is the fanout's scope decision; default: the dispatcher's,
 	// without an access service.
 	decide scope.Func
+	// portalURL, when set, serves CreatePortalSession with a portal of
+	// that public URL.
+	portalURL string
 }
 
 // newServer serves the dispatcher's EventService (grpcapi over a real ingest
@@ -87,7 +92,19 @@ func newServer(pool *pgxpool.Pool, schema string, o serverOpts) (*grpc.Server, n
 	}
 	srv := grpc.NewServer(append(serverOpts, grpcapi.ServerOptions(authn)...)...)
 	webhooksv1.RegisterEventServiceServer(srv, grpcapi.NewEventServer(store, logger))
-	webhooksv1.RegisterEndpointServiceServer(srv, grpcapi.NewEndpointServer(endpoints, logger))
+	var endpointOpts []grpcapi.EndpointServerOption
+	if o.portalURL != "" {
+		u, err := url.Parse(o.portalURL)
+		if err != nil {
+			return nil, nil, err
+		}
+		p, err := portal.New(portal.Config{PublicURL: u, Keyring: keyring}, pool, endpoints, logger)
+		if err != nil {
+			return nil, nil, err
+		}
+		endpointOpts = append(endpointOpts, grpcapi.WithPortal(p))
+	}
+	webhooksv1.RegisterEndpointServiceServer(srv, grpcapi.NewEndpointServer(endpoints, logger, endpointOpts...))
 	go func() { _ = srv.Serve(lis) }()
 	return srv, lis, nil
 }

@@ -465,6 +465,253 @@ func (PortalAccess) EnumDescriptor() ([]byte, []int) {
 	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{5}
 }
 
+type OwnerSettings struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	OwnerId string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	// The owner's weight in the fairness across owners.
+	Weight float64 `protobuf:"fixed64,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	// When the settings were last changed; unset when never.
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OwnerSettings) Reset() {
+	*x = OwnerSettings{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OwnerSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OwnerSettings) ProtoMessage() {}
+
+func (x *OwnerSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OwnerSettings.ProtoReflect.Descriptor instead.
+func (*OwnerSettings) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *OwnerSettings) GetOwnerId() string {
+	if x != nil {
+		return x.OwnerId
+	}
+	return ""
+}
+
+func (x *OwnerSettings) GetWeight() float64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *OwnerSettings) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+type GetOwnerSettingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OwnerId       string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOwnerSettingsRequest) Reset() {
+	*x = GetOwnerSettingsRequest{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOwnerSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOwnerSettingsRequest) ProtoMessage() {}
+
+func (x *GetOwnerSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOwnerSettingsRequest.ProtoReflect.Descriptor instead.
+func (*GetOwnerSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetOwnerSettingsRequest) GetOwnerId() string {
+	if x != nil {
+		return x.OwnerId
+	}
+	return ""
+}
+
+type GetOwnerSettingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Settings      *OwnerSettings         `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOwnerSettingsResponse) Reset() {
+	*x = GetOwnerSettingsResponse{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOwnerSettingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOwnerSettingsResponse) ProtoMessage() {}
+
+func (x *GetOwnerSettingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOwnerSettingsResponse.ProtoReflect.Descriptor instead.
+func (*GetOwnerSettingsResponse) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GetOwnerSettingsResponse) GetSettings() *OwnerSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+type UpdateOwnerSettingsRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	OwnerId string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	// 0.01 to 100.
+	Weight        float64 `protobuf:"fixed64,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateOwnerSettingsRequest) Reset() {
+	*x = UpdateOwnerSettingsRequest{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateOwnerSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateOwnerSettingsRequest) ProtoMessage() {}
+
+func (x *UpdateOwnerSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateOwnerSettingsRequest.ProtoReflect.Descriptor instead.
+func (*UpdateOwnerSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *UpdateOwnerSettingsRequest) GetOwnerId() string {
+	if x != nil {
+		return x.OwnerId
+	}
+	return ""
+}
+
+func (x *UpdateOwnerSettingsRequest) GetWeight() float64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+type UpdateOwnerSettingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Settings      *OwnerSettings         `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateOwnerSettingsResponse) Reset() {
+	*x = UpdateOwnerSettingsResponse{}
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateOwnerSettingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateOwnerSettingsResponse) ProtoMessage() {}
+
+func (x *UpdateOwnerSettingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateOwnerSettingsResponse.ProtoReflect.Descriptor instead.
+func (*UpdateOwnerSettingsResponse) Descriptor() ([]byte, []int) {
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *UpdateOwnerSettingsResponse) GetSettings() *OwnerSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
 type Endpoint struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -540,7 +787,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[0]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +799,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[0]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +812,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{0}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Endpoint) GetId() string {
@@ -758,7 +1005,7 @@ type ListEndpointsRequest struct {
 
 func (x *ListEndpointsRequest) Reset() {
 	*x = ListEndpointsRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[1]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +1017,7 @@ func (x *ListEndpointsRequest) String() string {
 func (*ListEndpointsRequest) ProtoMessage() {}
 
 func (x *ListEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[1]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +1030,7 @@ func (x *ListEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{1}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListEndpointsRequest) GetOwnerId() string {
@@ -824,7 +1071,7 @@ type ListEndpointsResponse struct {
 
 func (x *ListEndpointsResponse) Reset() {
 	*x = ListEndpointsResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[2]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +1083,7 @@ func (x *ListEndpointsResponse) String() string {
 func (*ListEndpointsResponse) ProtoMessage() {}
 
 func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[2]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +1096,7 @@ func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{2}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListEndpointsResponse) GetEndpoints() []*Endpoint {
@@ -876,7 +1123,7 @@ type GetEndpointRequest struct {
 
 func (x *GetEndpointRequest) Reset() {
 	*x = GetEndpointRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[3]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +1135,7 @@ func (x *GetEndpointRequest) String() string {
 func (*GetEndpointRequest) ProtoMessage() {}
 
 func (x *GetEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[3]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +1148,7 @@ func (x *GetEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEndpointRequest.ProtoReflect.Descriptor instead.
 func (*GetEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{3}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetEndpointRequest) GetOwnerId() string {
@@ -927,7 +1174,7 @@ type GetEndpointResponse struct {
 
 func (x *GetEndpointResponse) Reset() {
 	*x = GetEndpointResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[4]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -939,7 +1186,7 @@ func (x *GetEndpointResponse) String() string {
 func (*GetEndpointResponse) ProtoMessage() {}
 
 func (x *GetEndpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[4]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -952,7 +1199,7 @@ func (x *GetEndpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEndpointResponse.ProtoReflect.Descriptor instead.
 func (*GetEndpointResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{4}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetEndpointResponse) GetEndpoint() *Endpoint {
@@ -1012,7 +1259,7 @@ type CreateEndpointRequest struct {
 
 func (x *CreateEndpointRequest) Reset() {
 	*x = CreateEndpointRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[5]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1271,7 @@ func (x *CreateEndpointRequest) String() string {
 func (*CreateEndpointRequest) ProtoMessage() {}
 
 func (x *CreateEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[5]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1284,7 @@ func (x *CreateEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEndpointRequest.ProtoReflect.Descriptor instead.
 func (*CreateEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{5}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateEndpointRequest) GetOwnerId() string {
@@ -1158,7 +1405,7 @@ type CreateEndpointResponse struct {
 
 func (x *CreateEndpointResponse) Reset() {
 	*x = CreateEndpointResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[6]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1417,7 @@ func (x *CreateEndpointResponse) String() string {
 func (*CreateEndpointResponse) ProtoMessage() {}
 
 func (x *CreateEndpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[6]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1430,7 @@ func (x *CreateEndpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEndpointResponse.ProtoReflect.Descriptor instead.
 func (*CreateEndpointResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{6}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateEndpointResponse) GetEndpoint() *Endpoint {
@@ -1241,7 +1488,7 @@ type UpdateEndpointRequest struct {
 
 func (x *UpdateEndpointRequest) Reset() {
 	*x = UpdateEndpointRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[7]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1500,7 @@ func (x *UpdateEndpointRequest) String() string {
 func (*UpdateEndpointRequest) ProtoMessage() {}
 
 func (x *UpdateEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[7]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1513,7 @@ func (x *UpdateEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEndpointRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{7}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateEndpointRequest) GetOwnerId() string {
@@ -1383,7 +1630,7 @@ type UpdateEndpointResponse struct {
 
 func (x *UpdateEndpointResponse) Reset() {
 	*x = UpdateEndpointResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[8]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1642,7 @@ func (x *UpdateEndpointResponse) String() string {
 func (*UpdateEndpointResponse) ProtoMessage() {}
 
 func (x *UpdateEndpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[8]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1655,7 @@ func (x *UpdateEndpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEndpointResponse.ProtoReflect.Descriptor instead.
 func (*UpdateEndpointResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{8}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateEndpointResponse) GetEndpoint() *Endpoint {
@@ -1428,7 +1675,7 @@ type DeleteEndpointRequest struct {
 
 func (x *DeleteEndpointRequest) Reset() {
 	*x = DeleteEndpointRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[9]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1687,7 @@ func (x *DeleteEndpointRequest) String() string {
 func (*DeleteEndpointRequest) ProtoMessage() {}
 
 func (x *DeleteEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[9]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1700,7 @@ func (x *DeleteEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEndpointRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{9}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteEndpointRequest) GetOwnerId() string {
@@ -1478,7 +1725,7 @@ type DeleteEndpointResponse struct {
 
 func (x *DeleteEndpointResponse) Reset() {
 	*x = DeleteEndpointResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[10]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1737,7 @@ func (x *DeleteEndpointResponse) String() string {
 func (*DeleteEndpointResponse) ProtoMessage() {}
 
 func (x *DeleteEndpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[10]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1750,7 @@ func (x *DeleteEndpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEndpointResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEndpointResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{10}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{15}
 }
 
 // RotateSecret gives a v1 endpoint a new secret and a v1a endpoint a new key
@@ -1520,7 +1767,7 @@ type RotateSecretRequest struct {
 
 func (x *RotateSecretRequest) Reset() {
 	*x = RotateSecretRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[11]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1779,7 @@ func (x *RotateSecretRequest) String() string {
 func (*RotateSecretRequest) ProtoMessage() {}
 
 func (x *RotateSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[11]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1792,7 @@ func (x *RotateSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateSecretRequest.ProtoReflect.Descriptor instead.
 func (*RotateSecretRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{11}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RotateSecretRequest) GetOwnerId() string {
@@ -1582,7 +1829,7 @@ type RotateSecretResponse struct {
 
 func (x *RotateSecretResponse) Reset() {
 	*x = RotateSecretResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[12]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1841,7 @@ func (x *RotateSecretResponse) String() string {
 func (*RotateSecretResponse) ProtoMessage() {}
 
 func (x *RotateSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[12]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1854,7 @@ func (x *RotateSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateSecretResponse.ProtoReflect.Descriptor instead.
 func (*RotateSecretResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{12}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RotateSecretResponse) GetSecret() string {
@@ -1641,7 +1888,7 @@ type SendTestRequest struct {
 
 func (x *SendTestRequest) Reset() {
 	*x = SendTestRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[13]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +1900,7 @@ func (x *SendTestRequest) String() string {
 func (*SendTestRequest) ProtoMessage() {}
 
 func (x *SendTestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[13]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +1913,7 @@ func (x *SendTestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendTestRequest.ProtoReflect.Descriptor instead.
 func (*SendTestRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{13}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SendTestRequest) GetOwnerId() string {
@@ -1692,7 +1939,7 @@ type SendTestResponse struct {
 
 func (x *SendTestResponse) Reset() {
 	*x = SendTestResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[14]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +1951,7 @@ func (x *SendTestResponse) String() string {
 func (*SendTestResponse) ProtoMessage() {}
 
 func (x *SendTestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[14]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +1964,7 @@ func (x *SendTestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendTestResponse.ProtoReflect.Descriptor instead.
 func (*SendTestResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{14}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SendTestResponse) GetEventId() string {
@@ -1749,7 +1996,7 @@ type ListDeliveriesRequest struct {
 
 func (x *ListDeliveriesRequest) Reset() {
 	*x = ListDeliveriesRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[15]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +2008,7 @@ func (x *ListDeliveriesRequest) String() string {
 func (*ListDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[15]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +2021,7 @@ func (x *ListDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{15}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListDeliveriesRequest) GetOwnerId() string {
@@ -1875,7 +2122,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[16]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2134,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[16]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2147,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{16}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Delivery) GetId() int64 {
@@ -2032,7 +2279,7 @@ type ListDeliveriesResponse struct {
 
 func (x *ListDeliveriesResponse) Reset() {
 	*x = ListDeliveriesResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[17]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2291,7 @@ func (x *ListDeliveriesResponse) String() string {
 func (*ListDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[17]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2304,7 @@ func (x *ListDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{17}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListDeliveriesResponse) GetDeliveries() []*Delivery {
@@ -2085,7 +2332,7 @@ type RetryDeliveryRequest struct {
 
 func (x *RetryDeliveryRequest) Reset() {
 	*x = RetryDeliveryRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[18]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2097,7 +2344,7 @@ func (x *RetryDeliveryRequest) String() string {
 func (*RetryDeliveryRequest) ProtoMessage() {}
 
 func (x *RetryDeliveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[18]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2110,7 +2357,7 @@ func (x *RetryDeliveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryDeliveryRequest.ProtoReflect.Descriptor instead.
 func (*RetryDeliveryRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{18}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RetryDeliveryRequest) GetOwnerId() string {
@@ -2137,7 +2384,7 @@ type RetryDeliveryResponse struct {
 
 func (x *RetryDeliveryResponse) Reset() {
 	*x = RetryDeliveryResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[19]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2396,7 @@ func (x *RetryDeliveryResponse) String() string {
 func (*RetryDeliveryResponse) ProtoMessage() {}
 
 func (x *RetryDeliveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[19]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2409,7 @@ func (x *RetryDeliveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryDeliveryResponse.ProtoReflect.Descriptor instead.
 func (*RetryDeliveryResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{19}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RetryDeliveryResponse) GetDelivery() *Delivery {
@@ -2183,7 +2430,7 @@ type GetDeliveryRequest struct {
 
 func (x *GetDeliveryRequest) Reset() {
 	*x = GetDeliveryRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[20]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2195,7 +2442,7 @@ func (x *GetDeliveryRequest) String() string {
 func (*GetDeliveryRequest) ProtoMessage() {}
 
 func (x *GetDeliveryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[20]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2208,7 +2455,7 @@ func (x *GetDeliveryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDeliveryRequest.ProtoReflect.Descriptor instead.
 func (*GetDeliveryRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{20}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetDeliveryRequest) GetOwnerId() string {
@@ -2234,7 +2481,7 @@ type GetDeliveryResponse struct {
 
 func (x *GetDeliveryResponse) Reset() {
 	*x = GetDeliveryResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[21]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2493,7 @@ func (x *GetDeliveryResponse) String() string {
 func (*GetDeliveryResponse) ProtoMessage() {}
 
 func (x *GetDeliveryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[21]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2506,7 @@ func (x *GetDeliveryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDeliveryResponse.ProtoReflect.Descriptor instead.
 func (*GetDeliveryResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{21}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetDeliveryResponse) GetDelivery() *Delivery {
@@ -2283,14 +2530,19 @@ type RedeliverRequest struct {
 	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	// From a previous call's next_page_token, with the same since: continues
 	// after the deliveries that call examined.
-	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// The re-queued deliveries' weight in the fairness across owners: 0
+	// (unset) leaves each where it was; below 1 puts them in the lowest tier,
+	// behind every live delivery, so recovering a week of failures does not
+	// delay today's events; 1 to 100 leaves them where they were. At most 100.
+	Weight        float64 `protobuf:"fixed64,6,opt,name=weight,proto3" json:"weight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RedeliverRequest) Reset() {
 	*x = RedeliverRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[22]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +2554,7 @@ func (x *RedeliverRequest) String() string {
 func (*RedeliverRequest) ProtoMessage() {}
 
 func (x *RedeliverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[22]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +2567,7 @@ func (x *RedeliverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedeliverRequest.ProtoReflect.Descriptor instead.
 func (*RedeliverRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{22}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RedeliverRequest) GetOwnerId() string {
@@ -2353,6 +2605,13 @@ func (x *RedeliverRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *RedeliverRequest) GetWeight() float64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
 type RedeliverResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How many deliveries were re-queued.
@@ -2365,7 +2624,7 @@ type RedeliverResponse struct {
 
 func (x *RedeliverResponse) Reset() {
 	*x = RedeliverResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[23]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2377,7 +2636,7 @@ func (x *RedeliverResponse) String() string {
 func (*RedeliverResponse) ProtoMessage() {}
 
 func (x *RedeliverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[23]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2390,7 +2649,7 @@ func (x *RedeliverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedeliverResponse.ProtoReflect.Descriptor instead.
 func (*RedeliverResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{23}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RedeliverResponse) GetCount() int32 {
@@ -2415,7 +2674,7 @@ type ListEventTypesRequest struct {
 
 func (x *ListEventTypesRequest) Reset() {
 	*x = ListEventTypesRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[24]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2686,7 @@ func (x *ListEventTypesRequest) String() string {
 func (*ListEventTypesRequest) ProtoMessage() {}
 
 func (x *ListEventTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[24]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2699,7 @@ func (x *ListEventTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListEventTypesRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{24}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{29}
 }
 
 type EventType struct {
@@ -2458,7 +2717,7 @@ type EventType struct {
 
 func (x *EventType) Reset() {
 	*x = EventType{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[25]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2729,7 @@ func (x *EventType) String() string {
 func (*EventType) ProtoMessage() {}
 
 func (x *EventType) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[25]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2742,7 @@ func (x *EventType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventType.ProtoReflect.Descriptor instead.
 func (*EventType) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{25}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EventType) GetName() string {
@@ -2523,7 +2782,7 @@ type ListEventTypesResponse struct {
 
 func (x *ListEventTypesResponse) Reset() {
 	*x = ListEventTypesResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[26]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2535,7 +2794,7 @@ func (x *ListEventTypesResponse) String() string {
 func (*ListEventTypesResponse) ProtoMessage() {}
 
 func (x *ListEventTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[26]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2548,7 +2807,7 @@ func (x *ListEventTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListEventTypesResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{26}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListEventTypesResponse) GetEventTypes() []*EventType {
@@ -2572,7 +2831,7 @@ type ListAttemptsRequest struct {
 
 func (x *ListAttemptsRequest) Reset() {
 	*x = ListAttemptsRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[27]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2584,7 +2843,7 @@ func (x *ListAttemptsRequest) String() string {
 func (*ListAttemptsRequest) ProtoMessage() {}
 
 func (x *ListAttemptsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[27]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2597,7 +2856,7 @@ func (x *ListAttemptsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAttemptsRequest.ProtoReflect.Descriptor instead.
 func (*ListAttemptsRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{27}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListAttemptsRequest) GetOwnerId() string {
@@ -2664,7 +2923,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[28]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2935,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[28]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2948,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{28}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Attempt) GetId() int64 {
@@ -2793,7 +3052,7 @@ type ListAttemptsResponse struct {
 
 func (x *ListAttemptsResponse) Reset() {
 	*x = ListAttemptsResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[29]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2805,7 +3064,7 @@ func (x *ListAttemptsResponse) String() string {
 func (*ListAttemptsResponse) ProtoMessage() {}
 
 func (x *ListAttemptsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[29]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2818,7 +3077,7 @@ func (x *ListAttemptsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAttemptsResponse.ProtoReflect.Descriptor instead.
 func (*ListAttemptsResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{29}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListAttemptsResponse) GetAttempts() []*Attempt {
@@ -2846,7 +3105,7 @@ type GetEndpointStatsRequest struct {
 
 func (x *GetEndpointStatsRequest) Reset() {
 	*x = GetEndpointStatsRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[30]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2858,7 +3117,7 @@ func (x *GetEndpointStatsRequest) String() string {
 func (*GetEndpointStatsRequest) ProtoMessage() {}
 
 func (x *GetEndpointStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[30]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2871,7 +3130,7 @@ func (x *GetEndpointStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEndpointStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetEndpointStatsRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{30}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetEndpointStatsRequest) GetOwnerId() string {
@@ -2898,7 +3157,7 @@ type GetEndpointStatsResponse struct {
 
 func (x *GetEndpointStatsResponse) Reset() {
 	*x = GetEndpointStatsResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[31]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2910,7 +3169,7 @@ func (x *GetEndpointStatsResponse) String() string {
 func (*GetEndpointStatsResponse) ProtoMessage() {}
 
 func (x *GetEndpointStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[31]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2923,7 +3182,7 @@ func (x *GetEndpointStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEndpointStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetEndpointStatsResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{31}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetEndpointStatsResponse) GetStats() []*EndpointStats {
@@ -2948,7 +3207,7 @@ type EndpointStats struct {
 
 func (x *EndpointStats) Reset() {
 	*x = EndpointStats{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[32]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2960,7 +3219,7 @@ func (x *EndpointStats) String() string {
 func (*EndpointStats) ProtoMessage() {}
 
 func (x *EndpointStats) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[32]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2973,7 +3232,7 @@ func (x *EndpointStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointStats.ProtoReflect.Descriptor instead.
 func (*EndpointStats) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{32}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *EndpointStats) GetEndpointId() string {
@@ -3033,7 +3292,7 @@ type AttemptStats struct {
 
 func (x *AttemptStats) Reset() {
 	*x = AttemptStats{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[33]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3304,7 @@ func (x *AttemptStats) String() string {
 func (*AttemptStats) ProtoMessage() {}
 
 func (x *AttemptStats) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[33]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3317,7 @@ func (x *AttemptStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptStats.ProtoReflect.Descriptor instead.
 func (*AttemptStats) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{33}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AttemptStats) GetAttempts() int64 {
@@ -3174,7 +3433,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[34]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3186,7 +3445,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[34]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3199,7 +3458,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{34}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListEventsRequest) GetOwnerId() string {
@@ -3261,7 +3520,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[35]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3273,7 +3532,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[35]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3286,7 +3545,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{35}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -3314,7 +3573,7 @@ type GetEventRequest struct {
 
 func (x *GetEventRequest) Reset() {
 	*x = GetEventRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[36]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3326,7 +3585,7 @@ func (x *GetEventRequest) String() string {
 func (*GetEventRequest) ProtoMessage() {}
 
 func (x *GetEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[36]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3339,7 +3598,7 @@ func (x *GetEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEventRequest.ProtoReflect.Descriptor instead.
 func (*GetEventRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{36}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetEventRequest) GetOwnerId() string {
@@ -3371,7 +3630,7 @@ type GetEventResponse struct {
 
 func (x *GetEventResponse) Reset() {
 	*x = GetEventResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[37]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3383,7 +3642,7 @@ func (x *GetEventResponse) String() string {
 func (*GetEventResponse) ProtoMessage() {}
 
 func (x *GetEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[37]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3396,7 +3655,7 @@ func (x *GetEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEventResponse.ProtoReflect.Descriptor instead.
 func (*GetEventResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{37}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetEventResponse) GetEvent() *Event {
@@ -3442,7 +3701,7 @@ type FanoutDecision struct {
 
 func (x *FanoutDecision) Reset() {
 	*x = FanoutDecision{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[38]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3454,7 +3713,7 @@ func (x *FanoutDecision) String() string {
 func (*FanoutDecision) ProtoMessage() {}
 
 func (x *FanoutDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[38]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3467,7 +3726,7 @@ func (x *FanoutDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FanoutDecision.ProtoReflect.Descriptor instead.
 func (*FanoutDecision) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{38}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FanoutDecision) GetRecorded() bool {
@@ -3516,7 +3775,7 @@ type FanoutOutcome struct {
 
 func (x *FanoutOutcome) Reset() {
 	*x = FanoutOutcome{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[39]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3528,7 +3787,7 @@ func (x *FanoutOutcome) String() string {
 func (*FanoutOutcome) ProtoMessage() {}
 
 func (x *FanoutOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[39]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3541,7 +3800,7 @@ func (x *FanoutOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FanoutOutcome.ProtoReflect.Descriptor instead.
 func (*FanoutOutcome) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{39}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FanoutOutcome) GetReason() FanoutReason {
@@ -3611,7 +3870,7 @@ type TestFilterRequest struct {
 
 func (x *TestFilterRequest) Reset() {
 	*x = TestFilterRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[40]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3623,7 +3882,7 @@ func (x *TestFilterRequest) String() string {
 func (*TestFilterRequest) ProtoMessage() {}
 
 func (x *TestFilterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[40]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3636,7 +3895,7 @@ func (x *TestFilterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestFilterRequest.ProtoReflect.Descriptor instead.
 func (*TestFilterRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{40}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TestFilterRequest) GetOwnerId() string {
@@ -3734,7 +3993,7 @@ type TestFilterResponse struct {
 
 func (x *TestFilterResponse) Reset() {
 	*x = TestFilterResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[41]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3746,7 +4005,7 @@ func (x *TestFilterResponse) String() string {
 func (*TestFilterResponse) ProtoMessage() {}
 
 func (x *TestFilterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[41]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3759,7 +4018,7 @@ func (x *TestFilterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestFilterResponse.ProtoReflect.Descriptor instead.
 func (*TestFilterResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{41}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TestFilterResponse) GetMatched() bool {
@@ -3831,7 +4090,7 @@ type CreatePortalSessionRequest struct {
 
 func (x *CreatePortalSessionRequest) Reset() {
 	*x = CreatePortalSessionRequest{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[42]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3843,7 +4102,7 @@ func (x *CreatePortalSessionRequest) String() string {
 func (*CreatePortalSessionRequest) ProtoMessage() {}
 
 func (x *CreatePortalSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[42]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3856,7 +4115,7 @@ func (x *CreatePortalSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePortalSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreatePortalSessionRequest) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{42}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CreatePortalSessionRequest) GetOwnerId() string {
@@ -3930,7 +4189,7 @@ type PortalBranding struct {
 
 func (x *PortalBranding) Reset() {
 	*x = PortalBranding{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[43]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3942,7 +4201,7 @@ func (x *PortalBranding) String() string {
 func (*PortalBranding) ProtoMessage() {}
 
 func (x *PortalBranding) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[43]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3955,7 +4214,7 @@ func (x *PortalBranding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortalBranding.ProtoReflect.Descriptor instead.
 func (*PortalBranding) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{43}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PortalBranding) GetProductName() string {
@@ -3985,7 +4244,7 @@ type CreatePortalSessionResponse struct {
 
 func (x *CreatePortalSessionResponse) Reset() {
 	*x = CreatePortalSessionResponse{}
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[44]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3997,7 +4256,7 @@ func (x *CreatePortalSessionResponse) String() string {
 func (*CreatePortalSessionResponse) ProtoMessage() {}
 
 func (x *CreatePortalSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_webhooks_v1_endpoints_proto_msgTypes[44]
+	mi := &file_webhooks_v1_endpoints_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4010,7 +4269,7 @@ func (x *CreatePortalSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePortalSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreatePortalSessionResponse) Descriptor() ([]byte, []int) {
-	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{44}
+	return file_webhooks_v1_endpoints_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CreatePortalSessionResponse) GetUrl() string {
@@ -4031,7 +4290,21 @@ var File_webhooks_v1_endpoints_proto protoreflect.FileDescriptor
 
 const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\n" +
-	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18webhooks/v1/events.proto\"\xf4\b\n" +
+	"\x1bwebhooks/v1/endpoints.proto\x12\vwebhooks.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18webhooks/v1/events.proto\"\x7f\n" +
+	"\rOwnerSettings\x12\x19\n" +
+	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x01R\x06weight\x12;\n" +
+	"\vupdate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\"4\n" +
+	"\x17GetOwnerSettingsRequest\x12\x19\n" +
+	"\bowner_id\x18\x01 \x01(\tR\aownerId\"R\n" +
+	"\x18GetOwnerSettingsResponse\x126\n" +
+	"\bsettings\x18\x01 \x01(\v2\x1a.webhooks.v1.OwnerSettingsR\bsettings\"O\n" +
+	"\x1aUpdateOwnerSettingsRequest\x12\x19\n" +
+	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x01R\x06weight\"U\n" +
+	"\x1bUpdateOwnerSettingsResponse\x126\n" +
+	"\bsettings\x18\x01 \x01(\v2\x1a.webhooks.v1.OwnerSettingsR\bsettings\"\xf4\b\n" +
 	"\bEndpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bowner_id\x18\x02 \x01(\tR\aownerId\x12\x10\n" +
@@ -4211,7 +4484,7 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\vdelivery_id\x18\x02 \x01(\x03R\n" +
 	"deliveryId\"H\n" +
 	"\x13GetDeliveryResponse\x121\n" +
-	"\bdelivery\x18\x01 \x01(\v2\x15.webhooks.v1.DeliveryR\bdelivery\"\xb5\x01\n" +
+	"\bdelivery\x18\x01 \x01(\v2\x15.webhooks.v1.DeliveryR\bdelivery\"\xcd\x01\n" +
 	"\x10RedeliverRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
@@ -4219,7 +4492,8 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x05 \x01(\tR\tpageToken\"Q\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\x12\x16\n" +
+	"\x06weight\x18\x06 \x01(\x01R\x06weight\"Q\n" +
 	"\x11RedeliverResponse\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x05R\x05count\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x17\n" +
@@ -4410,7 +4684,7 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\fPortalAccess\x12\x1d\n" +
 	"\x19PORTAL_ACCESS_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12PORTAL_ACCESS_READ\x10\x01\x12\x18\n" +
-	"\x14PORTAL_ACCESS_MANAGE\x10\x022\x9d\f\n" +
+	"\x14PORTAL_ACCESS_MANAGE\x10\x022\xe8\r\n" +
 	"\x0fEndpointService\x12V\n" +
 	"\rListEndpoints\x12!.webhooks.v1.ListEndpointsRequest\x1a\".webhooks.v1.ListEndpointsResponse\x12P\n" +
 	"\vGetEndpoint\x12\x1f.webhooks.v1.GetEndpointRequest\x1a .webhooks.v1.GetEndpointResponse\x12Y\n" +
@@ -4431,7 +4705,9 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\x10GetEndpointStats\x12$.webhooks.v1.GetEndpointStatsRequest\x1a%.webhooks.v1.GetEndpointStatsResponse\x12M\n" +
 	"\n" +
 	"TestFilter\x12\x1e.webhooks.v1.TestFilterRequest\x1a\x1f.webhooks.v1.TestFilterResponse\x12h\n" +
-	"\x13CreatePortalSession\x12'.webhooks.v1.CreatePortalSessionRequest\x1a(.webhooks.v1.CreatePortalSessionResponseBHZFgithub.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1;webhooksv1b\x06proto3"
+	"\x13CreatePortalSession\x12'.webhooks.v1.CreatePortalSessionRequest\x1a(.webhooks.v1.CreatePortalSessionResponse\x12_\n" +
+	"\x10GetOwnerSettings\x12$.webhooks.v1.GetOwnerSettingsRequest\x1a%.webhooks.v1.GetOwnerSettingsResponse\x12h\n" +
+	"\x13UpdateOwnerSettings\x12'.webhooks.v1.UpdateOwnerSettingsRequest\x1a(.webhooks.v1.UpdateOwnerSettingsResponseBHZFgithub.com/standmeet/webhook-dispatcher/pkg/api/webhooks/v1;webhooksv1b\x06proto3"
 
 var (
 	file_webhooks_v1_endpoints_proto_rawDescOnce sync.Once
@@ -4446,7 +4722,7 @@ func file_webhooks_v1_endpoints_proto_rawDescGZIP() []byte {
 }
 
 var file_webhooks_v1_endpoints_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_webhooks_v1_endpoints_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(SignatureScheme)(0),                // 0: webhooks.v1.SignatureScheme
 	(DeliveryState)(0),                  // 1: webhooks.v1.DeliveryState
@@ -4454,175 +4730,187 @@ var file_webhooks_v1_endpoints_proto_goTypes = []any{
 	(AttemptOutcome)(0),                 // 3: webhooks.v1.AttemptOutcome
 	(FanoutReason)(0),                   // 4: webhooks.v1.FanoutReason
 	(PortalAccess)(0),                   // 5: webhooks.v1.PortalAccess
-	(*Endpoint)(nil),                    // 6: webhooks.v1.Endpoint
-	(*ListEndpointsRequest)(nil),        // 7: webhooks.v1.ListEndpointsRequest
-	(*ListEndpointsResponse)(nil),       // 8: webhooks.v1.ListEndpointsResponse
-	(*GetEndpointRequest)(nil),          // 9: webhooks.v1.GetEndpointRequest
-	(*GetEndpointResponse)(nil),         // 10: webhooks.v1.GetEndpointResponse
-	(*CreateEndpointRequest)(nil),       // 11: webhooks.v1.CreateEndpointRequest
-	(*CreateEndpointResponse)(nil),      // 12: webhooks.v1.CreateEndpointResponse
-	(*UpdateEndpointRequest)(nil),       // 13: webhooks.v1.UpdateEndpointRequest
-	(*UpdateEndpointResponse)(nil),      // 14: webhooks.v1.UpdateEndpointResponse
-	(*DeleteEndpointRequest)(nil),       // 15: webhooks.v1.DeleteEndpointRequest
-	(*DeleteEndpointResponse)(nil),      // 16: webhooks.v1.DeleteEndpointResponse
-	(*RotateSecretRequest)(nil),         // 17: webhooks.v1.RotateSecretRequest
-	(*RotateSecretResponse)(nil),        // 18: webhooks.v1.RotateSecretResponse
-	(*SendTestRequest)(nil),             // 19: webhooks.v1.SendTestRequest
-	(*SendTestResponse)(nil),            // 20: webhooks.v1.SendTestResponse
-	(*ListDeliveriesRequest)(nil),       // 21: webhooks.v1.ListDeliveriesRequest
-	(*Delivery)(nil),                    // 22: webhooks.v1.Delivery
-	(*ListDeliveriesResponse)(nil),      // 23: webhooks.v1.ListDeliveriesResponse
-	(*RetryDeliveryRequest)(nil),        // 24: webhooks.v1.RetryDeliveryRequest
-	(*RetryDeliveryResponse)(nil),       // 25: webhooks.v1.RetryDeliveryResponse
-	(*GetDeliveryRequest)(nil),          // 26: webhooks.v1.GetDeliveryRequest
-	(*GetDeliveryResponse)(nil),         // 27: webhooks.v1.GetDeliveryResponse
-	(*RedeliverRequest)(nil),            // 28: webhooks.v1.RedeliverRequest
-	(*RedeliverResponse)(nil),           // 29: webhooks.v1.RedeliverResponse
-	(*ListEventTypesRequest)(nil),       // 30: webhooks.v1.ListEventTypesRequest
-	(*EventType)(nil),                   // 31: webhooks.v1.EventType
-	(*ListEventTypesResponse)(nil),      // 32: webhooks.v1.ListEventTypesResponse
-	(*ListAttemptsRequest)(nil),         // 33: webhooks.v1.ListAttemptsRequest
-	(*Attempt)(nil),                     // 34: webhooks.v1.Attempt
-	(*ListAttemptsResponse)(nil),        // 35: webhooks.v1.ListAttemptsResponse
-	(*GetEndpointStatsRequest)(nil),     // 36: webhooks.v1.GetEndpointStatsRequest
-	(*GetEndpointStatsResponse)(nil),    // 37: webhooks.v1.GetEndpointStatsResponse
-	(*EndpointStats)(nil),               // 38: webhooks.v1.EndpointStats
-	(*AttemptStats)(nil),                // 39: webhooks.v1.AttemptStats
-	(*ListEventsRequest)(nil),           // 40: webhooks.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),          // 41: webhooks.v1.ListEventsResponse
-	(*GetEventRequest)(nil),             // 42: webhooks.v1.GetEventRequest
-	(*GetEventResponse)(nil),            // 43: webhooks.v1.GetEventResponse
-	(*FanoutDecision)(nil),              // 44: webhooks.v1.FanoutDecision
-	(*FanoutOutcome)(nil),               // 45: webhooks.v1.FanoutOutcome
-	(*TestFilterRequest)(nil),           // 46: webhooks.v1.TestFilterRequest
-	(*TestFilterResponse)(nil),          // 47: webhooks.v1.TestFilterResponse
-	(*CreatePortalSessionRequest)(nil),  // 48: webhooks.v1.CreatePortalSessionRequest
-	(*PortalBranding)(nil),              // 49: webhooks.v1.PortalBranding
-	(*CreatePortalSessionResponse)(nil), // 50: webhooks.v1.CreatePortalSessionResponse
-	nil,                                 // 51: webhooks.v1.Endpoint.LabelsEntry
-	nil,                                 // 52: webhooks.v1.ListEndpointsRequest.LabelsEntry
-	nil,                                 // 53: webhooks.v1.CreateEndpointRequest.HeadersEntry
-	nil,                                 // 54: webhooks.v1.CreateEndpointRequest.LabelsEntry
-	nil,                                 // 55: webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	nil,                                 // 56: webhooks.v1.UpdateEndpointRequest.LabelsEntry
-	nil,                                 // 57: webhooks.v1.FanoutOutcome.DetailsEntry
-	(*timestamppb.Timestamp)(nil),       // 58: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 59: google.protobuf.Struct
-	(*fieldmaskpb.FieldMask)(nil),       // 60: google.protobuf.FieldMask
-	(*durationpb.Duration)(nil),         // 61: google.protobuf.Duration
-	(*Event)(nil),                       // 62: webhooks.v1.Event
+	(*OwnerSettings)(nil),               // 6: webhooks.v1.OwnerSettings
+	(*GetOwnerSettingsRequest)(nil),     // 7: webhooks.v1.GetOwnerSettingsRequest
+	(*GetOwnerSettingsResponse)(nil),    // 8: webhooks.v1.GetOwnerSettingsResponse
+	(*UpdateOwnerSettingsRequest)(nil),  // 9: webhooks.v1.UpdateOwnerSettingsRequest
+	(*UpdateOwnerSettingsResponse)(nil), // 10: webhooks.v1.UpdateOwnerSettingsResponse
+	(*Endpoint)(nil),                    // 11: webhooks.v1.Endpoint
+	(*ListEndpointsRequest)(nil),        // 12: webhooks.v1.ListEndpointsRequest
+	(*ListEndpointsResponse)(nil),       // 13: webhooks.v1.ListEndpointsResponse
+	(*GetEndpointRequest)(nil),          // 14: webhooks.v1.GetEndpointRequest
+	(*GetEndpointResponse)(nil),         // 15: webhooks.v1.GetEndpointResponse
+	(*CreateEndpointRequest)(nil),       // 16: webhooks.v1.CreateEndpointRequest
+	(*CreateEndpointResponse)(nil),      // 17: webhooks.v1.CreateEndpointResponse
+	(*UpdateEndpointRequest)(nil),       // 18: webhooks.v1.UpdateEndpointRequest
+	(*UpdateEndpointResponse)(nil),      // 19: webhooks.v1.UpdateEndpointResponse
+	(*DeleteEndpointRequest)(nil),       // 20: webhooks.v1.DeleteEndpointRequest
+	(*DeleteEndpointResponse)(nil),      // 21: webhooks.v1.DeleteEndpointResponse
+	(*RotateSecretRequest)(nil),         // 22: webhooks.v1.RotateSecretRequest
+	(*RotateSecretResponse)(nil),        // 23: webhooks.v1.RotateSecretResponse
+	(*SendTestRequest)(nil),             // 24: webhooks.v1.SendTestRequest
+	(*SendTestResponse)(nil),            // 25: webhooks.v1.SendTestResponse
+	(*ListDeliveriesRequest)(nil),       // 26: webhooks.v1.ListDeliveriesRequest
+	(*Delivery)(nil),                    // 27: webhooks.v1.Delivery
+	(*ListDeliveriesResponse)(nil),      // 28: webhooks.v1.ListDeliveriesResponse
+	(*RetryDeliveryRequest)(nil),        // 29: webhooks.v1.RetryDeliveryRequest
+	(*RetryDeliveryResponse)(nil),       // 30: webhooks.v1.RetryDeliveryResponse
+	(*GetDeliveryRequest)(nil),          // 31: webhooks.v1.GetDeliveryRequest
+	(*GetDeliveryResponse)(nil),         // 32: webhooks.v1.GetDeliveryResponse
+	(*RedeliverRequest)(nil),            // 33: webhooks.v1.RedeliverRequest
+	(*RedeliverResponse)(nil),           // 34: webhooks.v1.RedeliverResponse
+	(*ListEventTypesRequest)(nil),       // 35: webhooks.v1.ListEventTypesRequest
+	(*EventType)(nil),                   // 36: webhooks.v1.EventType
+	(*ListEventTypesResponse)(nil),      // 37: webhooks.v1.ListEventTypesResponse
+	(*ListAttemptsRequest)(nil),         // 38: webhooks.v1.ListAttemptsRequest
+	(*Attempt)(nil),                     // 39: webhooks.v1.Attempt
+	(*ListAttemptsResponse)(nil),        // 40: webhooks.v1.ListAttemptsResponse
+	(*GetEndpointStatsRequest)(nil),     // 41: webhooks.v1.GetEndpointStatsRequest
+	(*GetEndpointStatsResponse)(nil),    // 42: webhooks.v1.GetEndpointStatsResponse
+	(*EndpointStats)(nil),               // 43: webhooks.v1.EndpointStats
+	(*AttemptStats)(nil),                // 44: webhooks.v1.AttemptStats
+	(*ListEventsRequest)(nil),           // 45: webhooks.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 46: webhooks.v1.ListEventsResponse
+	(*GetEventRequest)(nil),             // 47: webhooks.v1.GetEventRequest
+	(*GetEventResponse)(nil),            // 48: webhooks.v1.GetEventResponse
+	(*FanoutDecision)(nil),              // 49: webhooks.v1.FanoutDecision
+	(*FanoutOutcome)(nil),               // 50: webhooks.v1.FanoutOutcome
+	(*TestFilterRequest)(nil),           // 51: webhooks.v1.TestFilterRequest
+	(*TestFilterResponse)(nil),          // 52: webhooks.v1.TestFilterResponse
+	(*CreatePortalSessionRequest)(nil),  // 53: webhooks.v1.CreatePortalSessionRequest
+	(*PortalBranding)(nil),              // 54: webhooks.v1.PortalBranding
+	(*CreatePortalSessionResponse)(nil), // 55: webhooks.v1.CreatePortalSessionResponse
+	nil,                                 // 56: webhooks.v1.Endpoint.LabelsEntry
+	nil,                                 // 57: webhooks.v1.ListEndpointsRequest.LabelsEntry
+	nil,                                 // 58: webhooks.v1.CreateEndpointRequest.HeadersEntry
+	nil,                                 // 59: webhooks.v1.CreateEndpointRequest.LabelsEntry
+	nil,                                 // 60: webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	nil,                                 // 61: webhooks.v1.UpdateEndpointRequest.LabelsEntry
+	nil,                                 // 62: webhooks.v1.FanoutOutcome.DetailsEntry
+	(*timestamppb.Timestamp)(nil),       // 63: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 64: google.protobuf.Struct
+	(*fieldmaskpb.FieldMask)(nil),       // 65: google.protobuf.FieldMask
+	(*durationpb.Duration)(nil),         // 66: google.protobuf.Duration
+	(*Event)(nil),                       // 67: webhooks.v1.Event
 }
 var file_webhooks_v1_endpoints_proto_depIdxs = []int32{
-	58, // 0: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
-	58, // 1: webhooks.v1.Endpoint.next_probe_at:type_name -> google.protobuf.Timestamp
-	58, // 2: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
-	58, // 3: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
-	58, // 4: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 5: webhooks.v1.Endpoint.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	58, // 6: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
-	51, // 7: webhooks.v1.Endpoint.labels:type_name -> webhooks.v1.Endpoint.LabelsEntry
-	59, // 8: webhooks.v1.Endpoint.filter:type_name -> google.protobuf.Struct
-	52, // 9: webhooks.v1.ListEndpointsRequest.labels:type_name -> webhooks.v1.ListEndpointsRequest.LabelsEntry
-	6,  // 10: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
-	6,  // 11: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	53, // 12: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
-	0,  // 13: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
-	54, // 14: webhooks.v1.CreateEndpointRequest.labels:type_name -> webhooks.v1.CreateEndpointRequest.LabelsEntry
-	59, // 15: webhooks.v1.CreateEndpointRequest.filter:type_name -> google.protobuf.Struct
-	6,  // 16: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	60, // 17: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
-	55, // 18: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
-	56, // 19: webhooks.v1.UpdateEndpointRequest.labels:type_name -> webhooks.v1.UpdateEndpointRequest.LabelsEntry
-	59, // 20: webhooks.v1.UpdateEndpointRequest.filter:type_name -> google.protobuf.Struct
-	6,  // 21: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
-	61, // 22: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
-	58, // 23: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 24: webhooks.v1.ListDeliveriesRequest.states:type_name -> webhooks.v1.DeliveryState
-	58, // 25: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
-	58, // 26: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
-	1,  // 27: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
-	58, // 28: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	58, // 29: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
-	58, // 30: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
-	58, // 31: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
-	2,  // 32: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	22, // 33: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
-	22, // 34: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	22, // 35: webhooks.v1.GetDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
-	58, // 36: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
-	59, // 37: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
-	59, // 38: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
-	31, // 39: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
-	58, // 40: webhooks.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
-	61, // 41: webhooks.v1.Attempt.duration:type_name -> google.protobuf.Duration
-	3,  // 42: webhooks.v1.Attempt.outcome:type_name -> webhooks.v1.AttemptOutcome
-	2,  // 43: webhooks.v1.Attempt.snooze_reason:type_name -> webhooks.v1.DeliveryWaitReason
-	58, // 44: webhooks.v1.Attempt.snoozed_until:type_name -> google.protobuf.Timestamp
-	34, // 45: webhooks.v1.ListAttemptsResponse.attempts:type_name -> webhooks.v1.Attempt
-	38, // 46: webhooks.v1.GetEndpointStatsResponse.stats:type_name -> webhooks.v1.EndpointStats
-	39, // 47: webhooks.v1.EndpointStats.last_hour:type_name -> webhooks.v1.AttemptStats
-	39, // 48: webhooks.v1.EndpointStats.last_day:type_name -> webhooks.v1.AttemptStats
-	39, // 49: webhooks.v1.EndpointStats.last_week:type_name -> webhooks.v1.AttemptStats
-	61, // 50: webhooks.v1.AttemptStats.latency_p50:type_name -> google.protobuf.Duration
-	61, // 51: webhooks.v1.AttemptStats.latency_p95:type_name -> google.protobuf.Duration
-	58, // 52: webhooks.v1.ListEventsRequest.occurred_after:type_name -> google.protobuf.Timestamp
-	58, // 53: webhooks.v1.ListEventsRequest.occurred_before:type_name -> google.protobuf.Timestamp
-	62, // 54: webhooks.v1.ListEventsResponse.events:type_name -> webhooks.v1.Event
-	62, // 55: webhooks.v1.GetEventResponse.event:type_name -> webhooks.v1.Event
-	22, // 56: webhooks.v1.GetEventResponse.deliveries:type_name -> webhooks.v1.Delivery
-	44, // 57: webhooks.v1.GetEventResponse.fanout:type_name -> webhooks.v1.FanoutDecision
-	45, // 58: webhooks.v1.FanoutDecision.outcomes:type_name -> webhooks.v1.FanoutOutcome
-	4,  // 59: webhooks.v1.FanoutOutcome.reason:type_name -> webhooks.v1.FanoutReason
-	57, // 60: webhooks.v1.FanoutOutcome.details:type_name -> webhooks.v1.FanoutOutcome.DetailsEntry
-	59, // 61: webhooks.v1.TestFilterRequest.filter:type_name -> google.protobuf.Struct
-	62, // 62: webhooks.v1.TestFilterRequest.sample:type_name -> webhooks.v1.Event
-	59, // 63: webhooks.v1.TestFilterResponse.filter:type_name -> google.protobuf.Struct
-	62, // 64: webhooks.v1.TestFilterResponse.event:type_name -> webhooks.v1.Event
-	61, // 65: webhooks.v1.CreatePortalSessionRequest.ttl:type_name -> google.protobuf.Duration
-	5,  // 66: webhooks.v1.CreatePortalSessionRequest.access:type_name -> webhooks.v1.PortalAccess
-	49, // 67: webhooks.v1.CreatePortalSessionRequest.branding:type_name -> webhooks.v1.PortalBranding
-	58, // 68: webhooks.v1.CreatePortalSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	7,  // 69: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
-	9,  // 70: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
-	11, // 71: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
-	13, // 72: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
-	15, // 73: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
-	17, // 74: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
-	19, // 75: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
-	21, // 76: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
-	24, // 77: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
-	26, // 78: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
-	28, // 79: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
-	40, // 80: webhooks.v1.EndpointService.ListEvents:input_type -> webhooks.v1.ListEventsRequest
-	42, // 81: webhooks.v1.EndpointService.GetEvent:input_type -> webhooks.v1.GetEventRequest
-	30, // 82: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
-	33, // 83: webhooks.v1.EndpointService.ListAttempts:input_type -> webhooks.v1.ListAttemptsRequest
-	36, // 84: webhooks.v1.EndpointService.GetEndpointStats:input_type -> webhooks.v1.GetEndpointStatsRequest
-	46, // 85: webhooks.v1.EndpointService.TestFilter:input_type -> webhooks.v1.TestFilterRequest
-	48, // 86: webhooks.v1.EndpointService.CreatePortalSession:input_type -> webhooks.v1.CreatePortalSessionRequest
-	8,  // 87: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
-	10, // 88: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
-	12, // 89: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
-	14, // 90: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
-	16, // 91: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
-	18, // 92: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
-	20, // 93: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
-	23, // 94: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
-	25, // 95: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
-	27, // 96: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
-	29, // 97: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
-	41, // 98: webhooks.v1.EndpointService.ListEvents:output_type -> webhooks.v1.ListEventsResponse
-	43, // 99: webhooks.v1.EndpointService.GetEvent:output_type -> webhooks.v1.GetEventResponse
-	32, // 100: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
-	35, // 101: webhooks.v1.EndpointService.ListAttempts:output_type -> webhooks.v1.ListAttemptsResponse
-	37, // 102: webhooks.v1.EndpointService.GetEndpointStats:output_type -> webhooks.v1.GetEndpointStatsResponse
-	47, // 103: webhooks.v1.EndpointService.TestFilter:output_type -> webhooks.v1.TestFilterResponse
-	50, // 104: webhooks.v1.EndpointService.CreatePortalSession:output_type -> webhooks.v1.CreatePortalSessionResponse
-	87, // [87:105] is the sub-list for method output_type
-	69, // [69:87] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	63, // 0: webhooks.v1.OwnerSettings.update_time:type_name -> google.protobuf.Timestamp
+	6,  // 1: webhooks.v1.GetOwnerSettingsResponse.settings:type_name -> webhooks.v1.OwnerSettings
+	6,  // 2: webhooks.v1.UpdateOwnerSettingsResponse.settings:type_name -> webhooks.v1.OwnerSettings
+	63, // 3: webhooks.v1.Endpoint.failing_since:type_name -> google.protobuf.Timestamp
+	63, // 4: webhooks.v1.Endpoint.next_probe_at:type_name -> google.protobuf.Timestamp
+	63, // 5: webhooks.v1.Endpoint.created_at:type_name -> google.protobuf.Timestamp
+	63, // 6: webhooks.v1.Endpoint.updated_at:type_name -> google.protobuf.Timestamp
+	63, // 7: webhooks.v1.Endpoint.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 8: webhooks.v1.Endpoint.signature_scheme:type_name -> webhooks.v1.SignatureScheme
+	63, // 9: webhooks.v1.Endpoint.paused_until:type_name -> google.protobuf.Timestamp
+	56, // 10: webhooks.v1.Endpoint.labels:type_name -> webhooks.v1.Endpoint.LabelsEntry
+	64, // 11: webhooks.v1.Endpoint.filter:type_name -> google.protobuf.Struct
+	57, // 12: webhooks.v1.ListEndpointsRequest.labels:type_name -> webhooks.v1.ListEndpointsRequest.LabelsEntry
+	11, // 13: webhooks.v1.ListEndpointsResponse.endpoints:type_name -> webhooks.v1.Endpoint
+	11, // 14: webhooks.v1.GetEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	58, // 15: webhooks.v1.CreateEndpointRequest.headers:type_name -> webhooks.v1.CreateEndpointRequest.HeadersEntry
+	0,  // 16: webhooks.v1.CreateEndpointRequest.signature_scheme:type_name -> webhooks.v1.SignatureScheme
+	59, // 17: webhooks.v1.CreateEndpointRequest.labels:type_name -> webhooks.v1.CreateEndpointRequest.LabelsEntry
+	64, // 18: webhooks.v1.CreateEndpointRequest.filter:type_name -> google.protobuf.Struct
+	11, // 19: webhooks.v1.CreateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	65, // 20: webhooks.v1.UpdateEndpointRequest.update_mask:type_name -> google.protobuf.FieldMask
+	60, // 21: webhooks.v1.UpdateEndpointRequest.headers:type_name -> webhooks.v1.UpdateEndpointRequest.HeadersEntry
+	61, // 22: webhooks.v1.UpdateEndpointRequest.labels:type_name -> webhooks.v1.UpdateEndpointRequest.LabelsEntry
+	64, // 23: webhooks.v1.UpdateEndpointRequest.filter:type_name -> google.protobuf.Struct
+	11, // 24: webhooks.v1.UpdateEndpointResponse.endpoint:type_name -> webhooks.v1.Endpoint
+	66, // 25: webhooks.v1.RotateSecretRequest.grace_period:type_name -> google.protobuf.Duration
+	63, // 26: webhooks.v1.RotateSecretResponse.previous_secret_expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 27: webhooks.v1.ListDeliveriesRequest.states:type_name -> webhooks.v1.DeliveryState
+	63, // 28: webhooks.v1.ListDeliveriesRequest.created_after:type_name -> google.protobuf.Timestamp
+	63, // 29: webhooks.v1.ListDeliveriesRequest.created_before:type_name -> google.protobuf.Timestamp
+	1,  // 30: webhooks.v1.Delivery.state:type_name -> webhooks.v1.DeliveryState
+	63, // 31: webhooks.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	63, // 32: webhooks.v1.Delivery.attempted_at:type_name -> google.protobuf.Timestamp
+	63, // 33: webhooks.v1.Delivery.scheduled_at:type_name -> google.protobuf.Timestamp
+	63, // 34: webhooks.v1.Delivery.finalized_at:type_name -> google.protobuf.Timestamp
+	2,  // 35: webhooks.v1.Delivery.wait_reason:type_name -> webhooks.v1.DeliveryWaitReason
+	27, // 36: webhooks.v1.ListDeliveriesResponse.deliveries:type_name -> webhooks.v1.Delivery
+	27, // 37: webhooks.v1.RetryDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	27, // 38: webhooks.v1.GetDeliveryResponse.delivery:type_name -> webhooks.v1.Delivery
+	63, // 39: webhooks.v1.RedeliverRequest.since:type_name -> google.protobuf.Timestamp
+	64, // 40: webhooks.v1.EventType.data_schema:type_name -> google.protobuf.Struct
+	64, // 41: webhooks.v1.EventType.data_example:type_name -> google.protobuf.Struct
+	36, // 42: webhooks.v1.ListEventTypesResponse.event_types:type_name -> webhooks.v1.EventType
+	63, // 43: webhooks.v1.Attempt.started_at:type_name -> google.protobuf.Timestamp
+	66, // 44: webhooks.v1.Attempt.duration:type_name -> google.protobuf.Duration
+	3,  // 45: webhooks.v1.Attempt.outcome:type_name -> webhooks.v1.AttemptOutcome
+	2,  // 46: webhooks.v1.Attempt.snooze_reason:type_name -> webhooks.v1.DeliveryWaitReason
+	63, // 47: webhooks.v1.Attempt.snoozed_until:type_name -> google.protobuf.Timestamp
+	39, // 48: webhooks.v1.ListAttemptsResponse.attempts:type_name -> webhooks.v1.Attempt
+	43, // 49: webhooks.v1.GetEndpointStatsResponse.stats:type_name -> webhooks.v1.EndpointStats
+	44, // 50: webhooks.v1.EndpointStats.last_hour:type_name -> webhooks.v1.AttemptStats
+	44, // 51: webhooks.v1.EndpointStats.last_day:type_name -> webhooks.v1.AttemptStats
+	44, // 52: webhooks.v1.EndpointStats.last_week:type_name -> webhooks.v1.AttemptStats
+	66, // 53: webhooks.v1.AttemptStats.latency_p50:type_name -> google.protobuf.Duration
+	66, // 54: webhooks.v1.AttemptStats.latency_p95:type_name -> google.protobuf.Duration
+	63, // 55: webhooks.v1.ListEventsRequest.occurred_after:type_name -> google.protobuf.Timestamp
+	63, // 56: webhooks.v1.ListEventsRequest.occurred_before:type_name -> google.protobuf.Timestamp
+	67, // 57: webhooks.v1.ListEventsResponse.events:type_name -> webhooks.v1.Event
+	67, // 58: webhooks.v1.GetEventResponse.event:type_name -> webhooks.v1.Event
+	27, // 59: webhooks.v1.GetEventResponse.deliveries:type_name -> webhooks.v1.Delivery
+	49, // 60: webhooks.v1.GetEventResponse.fanout:type_name -> webhooks.v1.FanoutDecision
+	50, // 61: webhooks.v1.FanoutDecision.outcomes:type_name -> webhooks.v1.FanoutOutcome
+	4,  // 62: webhooks.v1.FanoutOutcome.reason:type_name -> webhooks.v1.FanoutReason
+	62, // 63: webhooks.v1.FanoutOutcome.details:type_name -> webhooks.v1.FanoutOutcome.DetailsEntry
+	64, // 64: webhooks.v1.TestFilterRequest.filter:type_name -> google.protobuf.Struct
+	67, // 65: webhooks.v1.TestFilterRequest.sample:type_name -> webhooks.v1.Event
+	64, // 66: webhooks.v1.TestFilterResponse.filter:type_name -> google.protobuf.Struct
+	67, // 67: webhooks.v1.TestFilterResponse.event:type_name -> webhooks.v1.Event
+	66, // 68: webhooks.v1.CreatePortalSessionRequest.ttl:type_name -> google.protobuf.Duration
+	5,  // 69: webhooks.v1.CreatePortalSessionRequest.access:type_name -> webhooks.v1.PortalAccess
+	54, // 70: webhooks.v1.CreatePortalSessionRequest.branding:type_name -> webhooks.v1.PortalBranding
+	63, // 71: webhooks.v1.CreatePortalSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	12, // 72: webhooks.v1.EndpointService.ListEndpoints:input_type -> webhooks.v1.ListEndpointsRequest
+	14, // 73: webhooks.v1.EndpointService.GetEndpoint:input_type -> webhooks.v1.GetEndpointRequest
+	16, // 74: webhooks.v1.EndpointService.CreateEndpoint:input_type -> webhooks.v1.CreateEndpointRequest
+	18, // 75: webhooks.v1.EndpointService.UpdateEndpoint:input_type -> webhooks.v1.UpdateEndpointRequest
+	20, // 76: webhooks.v1.EndpointService.DeleteEndpoint:input_type -> webhooks.v1.DeleteEndpointRequest
+	22, // 77: webhooks.v1.EndpointService.RotateSecret:input_type -> webhooks.v1.RotateSecretRequest
+	24, // 78: webhooks.v1.EndpointService.SendTest:input_type -> webhooks.v1.SendTestRequest
+	26, // 79: webhooks.v1.EndpointService.ListDeliveries:input_type -> webhooks.v1.ListDeliveriesRequest
+	29, // 80: webhooks.v1.EndpointService.RetryDelivery:input_type -> webhooks.v1.RetryDeliveryRequest
+	31, // 81: webhooks.v1.EndpointService.GetDelivery:input_type -> webhooks.v1.GetDeliveryRequest
+	33, // 82: webhooks.v1.EndpointService.Redeliver:input_type -> webhooks.v1.RedeliverRequest
+	45, // 83: webhooks.v1.EndpointService.ListEvents:input_type -> webhooks.v1.ListEventsRequest
+	47, // 84: webhooks.v1.EndpointService.GetEvent:input_type -> webhooks.v1.GetEventRequest
+	35, // 85: webhooks.v1.EndpointService.ListEventTypes:input_type -> webhooks.v1.ListEventTypesRequest
+	38, // 86: webhooks.v1.EndpointService.ListAttempts:input_type -> webhooks.v1.ListAttemptsRequest
+	41, // 87: webhooks.v1.EndpointService.GetEndpointStats:input_type -> webhooks.v1.GetEndpointStatsRequest
+	51, // 88: webhooks.v1.EndpointService.TestFilter:input_type -> webhooks.v1.TestFilterRequest
+	53, // 89: webhooks.v1.EndpointService.CreatePortalSession:input_type -> webhooks.v1.CreatePortalSessionRequest
+	7,  // 90: webhooks.v1.EndpointService.GetOwnerSettings:input_type -> webhooks.v1.GetOwnerSettingsRequest
+	9,  // 91: webhooks.v1.EndpointService.UpdateOwnerSettings:input_type -> webhooks.v1.UpdateOwnerSettingsRequest
+	13, // 92: webhooks.v1.EndpointService.ListEndpoints:output_type -> webhooks.v1.ListEndpointsResponse
+	15, // 93: webhooks.v1.EndpointService.GetEndpoint:output_type -> webhooks.v1.GetEndpointResponse
+	17, // 94: webhooks.v1.EndpointService.CreateEndpoint:output_type -> webhooks.v1.CreateEndpointResponse
+	19, // 95: webhooks.v1.EndpointService.UpdateEndpoint:output_type -> webhooks.v1.UpdateEndpointResponse
+	21, // 96: webhooks.v1.EndpointService.DeleteEndpoint:output_type -> webhooks.v1.DeleteEndpointResponse
+	23, // 97: webhooks.v1.EndpointService.RotateSecret:output_type -> webhooks.v1.RotateSecretResponse
+	25, // 98: webhooks.v1.EndpointService.SendTest:output_type -> webhooks.v1.SendTestResponse
+	28, // 99: webhooks.v1.EndpointService.ListDeliveries:output_type -> webhooks.v1.ListDeliveriesResponse
+	30, // 100: webhooks.v1.EndpointService.RetryDelivery:output_type -> webhooks.v1.RetryDeliveryResponse
+	32, // 101: webhooks.v1.EndpointService.GetDelivery:output_type -> webhooks.v1.GetDeliveryResponse
+	34, // 102: webhooks.v1.EndpointService.Redeliver:output_type -> webhooks.v1.RedeliverResponse
+	46, // 103: webhooks.v1.EndpointService.ListEvents:output_type -> webhooks.v1.ListEventsResponse
+	48, // 104: webhooks.v1.EndpointService.GetEvent:output_type -> webhooks.v1.GetEventResponse
+	37, // 105: webhooks.v1.EndpointService.ListEventTypes:output_type -> webhooks.v1.ListEventTypesResponse
+	40, // 106: webhooks.v1.EndpointService.ListAttempts:output_type -> webhooks.v1.ListAttemptsResponse
+	42, // 107: webhooks.v1.EndpointService.GetEndpointStats:output_type -> webhooks.v1.GetEndpointStatsResponse
+	52, // 108: webhooks.v1.EndpointService.TestFilter:output_type -> webhooks.v1.TestFilterResponse
+	55, // 109: webhooks.v1.EndpointService.CreatePortalSession:output_type -> webhooks.v1.CreatePortalSessionResponse
+	8,  // 110: webhooks.v1.EndpointService.GetOwnerSettings:output_type -> webhooks.v1.GetOwnerSettingsResponse
+	10, // 111: webhooks.v1.EndpointService.UpdateOwnerSettings:output_type -> webhooks.v1.UpdateOwnerSettingsResponse
+	92, // [92:112] is the sub-list for method output_type
+	72, // [72:92] is the sub-list for method input_type
+	72, // [72:72] is the sub-list for extension type_name
+	72, // [72:72] is the sub-list for extension extendee
+	0,  // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_webhooks_v1_endpoints_proto_init() }
@@ -4631,7 +4919,7 @@ func file_webhooks_v1_endpoints_proto_init() {
 		return
 	}
 	file_webhooks_v1_events_proto_init()
-	file_webhooks_v1_endpoints_proto_msgTypes[40].OneofWrappers = []any{
+	file_webhooks_v1_endpoints_proto_msgTypes[45].OneofWrappers = []any{
 		(*TestFilterRequest_EventId)(nil),
 		(*TestFilterRequest_Sample)(nil),
 	}
@@ -4641,7 +4929,7 @@ func file_webhooks_v1_endpoints_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_webhooks_v1_endpoints_proto_rawDesc), len(file_webhooks_v1_endpoints_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   52,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,8 @@ const (
 	EndpointService_GetEndpointStats_FullMethodName    = "/webhooks.v1.EndpointService/GetEndpointStats"
 	EndpointService_TestFilter_FullMethodName          = "/webhooks.v1.EndpointService/TestFilter"
 	EndpointService_CreatePortalSession_FullMethodName = "/webhooks.v1.EndpointService/CreatePortalSession"
+	EndpointService_GetOwnerSettings_FullMethodName    = "/webhooks.v1.EndpointService/GetOwnerSettings"
+	EndpointService_UpdateOwnerSettings_FullMethodName = "/webhooks.v1.EndpointService/UpdateOwnerSettings"
 )
 
 // EndpointServiceClient is the client API for EndpointService service.
@@ -124,6 +126,15 @@ type EndpointServiceClient interface {
 	// spends it and starts a browser session for that owner alone, which ends
 	// when the link's ttl does. Bad input is INVALID_ARGUMENT naming the field.
 	CreatePortalSession(ctx context.Context, in *CreatePortalSessionRequest, opts ...grpc.CallOption) (*CreatePortalSessionResponse, error)
+	// GetOwnerSettings returns the owner's settings: its weight in the
+	// fairness across owners (1 when never set).
+	GetOwnerSettings(ctx context.Context, in *GetOwnerSettingsRequest, opts ...grpc.CallOption) (*GetOwnerSettingsResponse, error)
+	// UpdateOwnerSettings sets the owner's weight, 0.01 to 100 (1 by
+	// default), e.g. for a paying tier: an owner of weight 4 may run four
+	// times as far ahead of its share before its deliveries go behind other
+	// owners'. It applies to deliveries enqueued from then on. A weight out
+	// of range is INVALID_ARGUMENT naming weight.
+	UpdateOwnerSettings(ctx context.Context, in *UpdateOwnerSettingsRequest, opts ...grpc.CallOption) (*UpdateOwnerSettingsResponse, error)
 }
 
 type endpointServiceClient struct {
@@ -314,6 +325,26 @@ func (c *endpointServiceClient) CreatePortalSession(ctx context.Context, in *Cre
 	return out, nil
 }
 
+func (c *endpointServiceClient) GetOwnerSettings(ctx context.Context, in *GetOwnerSettingsRequest, opts ...grpc.CallOption) (*GetOwnerSettingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetOwnerSettingsResponse)
+	err := c.cc.Invoke(ctx, EndpointService_GetOwnerSettings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *endpointServiceClient) UpdateOwnerSettings(ctx context.Context, in *UpdateOwnerSettingsRequest, opts ...grpc.CallOption) (*UpdateOwnerSettingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateOwnerSettingsResponse)
+	err := c.cc.Invoke(ctx, EndpointService_UpdateOwnerSettings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EndpointServiceServer is the server API for EndpointService service.
 // All implementations must embed UnimplementedEndpointServiceServer
 // for forward compatibility.
@@ -399,6 +430,15 @@ type EndpointServiceServer interface {
 	// spends it and starts a browser session for that owner alone, which ends
 	// when the link's ttl does. Bad input is INVALID_ARGUMENT naming the field.
 	CreatePortalSession(context.Context, *CreatePortalSessionRequest) (*CreatePortalSessionResponse, error)
+	// GetOwnerSettings returns the owner's settings: its weight in the
+	// fairness across owners (1 when never set).
+	GetOwnerSettings(context.Context, *GetOwnerSettingsRequest) (*GetOwnerSettingsResponse, error)
+	// UpdateOwnerSettings sets the owner's weight, 0.01 to 100 (1 by
+	// default), e.g. for a paying tier: an owner of weight 4 may run four
+	// times as far ahead of its share before its deliveries go behind other
+	// owners'. It applies to deliveries enqueued from then on. A weight out
+	// of range is INVALID_ARGUMENT naming weight.
+	UpdateOwnerSettings(context.Context, *UpdateOwnerSettingsRequest) (*UpdateOwnerSettingsResponse, error)
 	mustEmbedUnimplementedEndpointServiceServer()
 }
 
@@ -462,6 +502,12 @@ func (UnimplementedEndpointServiceServer) TestFilter(context.Context, *TestFilte
 }
 func (UnimplementedEndpointServiceServer) CreatePortalSession(context.Context, *CreatePortalSessionRequest) (*CreatePortalSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreatePortalSession not implemented")
+}
+func (UnimplementedEndpointServiceServer) GetOwnerSettings(context.Context, *GetOwnerSettingsRequest) (*GetOwnerSettingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOwnerSettings not implemented")
+}
+func (UnimplementedEndpointServiceServer) UpdateOwnerSettings(context.Context, *UpdateOwnerSettingsRequest) (*UpdateOwnerSettingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateOwnerSettings not implemented")
 }
 func (UnimplementedEndpointServiceServer) mustEmbedUnimplementedEndpointServiceServer() {}
 func (UnimplementedEndpointServiceServer) testEmbeddedByValue()                         {}
@@ -808,6 +854,42 @@ func _EndpointService_CreatePortalSession_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EndpointService_GetOwnerSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetOwnerSettingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EndpointServiceServer).GetOwnerSettings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EndpointService_GetOwnerSettings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EndpointServiceServer).GetOwnerSettings(ctx, req.(*GetOwnerSettingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _EndpointService_UpdateOwnerSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateOwnerSettingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EndpointServiceServer).UpdateOwnerSettings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EndpointService_UpdateOwnerSettings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EndpointServiceServer).UpdateOwnerSettings(ctx, req.(*UpdateOwnerSettingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // EndpointService_ServiceDesc is the grpc.ServiceDesc for EndpointService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -886,6 +968,14 @@ var EndpointService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreatePortalSession",
 			Handler:    _EndpointService_CreatePortalSession_Handler,
+		},
+		{
+			MethodName: "GetOwnerSettings",
+			Handler:    _EndpointService_GetOwnerSettings_Handler,
+		},
+		{
+			MethodName: "UpdateOwnerSettings",
+			Handler:    _EndpointService_UpdateOwnerSettings_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -37,8 +37,10 @@ const (
 	PublishOutcome_PUBLISH_OUTCOME_DROPPED_INTERNAL PublishOutcome = 3
 	// The subject is raw://: accepted, counted, never delivered.
 	PublishOutcome_PUBLISH_OUTCOME_DROPPED_RAW PublishOutcome = 4
-	// The type is in no catalog (a misspelling?): accepted, counted by type,
-	// logged, never delivered. Not stored, so GetEvent does not find it.
+	// The type is in no catalog (a misspelling?) and the dispatcher runs with
+	// -unknown-types=accept (by default such an event is INVALID_ARGUMENT):
+	// accepted, counted by type, logged, never delivered. Not stored, so
+	// GetEvent does not find it.
 	PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN PublishOutcome = 5
 )
 
@@ -102,9 +104,9 @@ type Event struct {
 	// never inside the delivered payload.
 	OwnerId string `protobuf:"bytes,2,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
 	// The event type, e.g. "corpus.note.changed" (ListEventTypes lists the
-	// catalog). A type in no catalog is Internal and never delivered: Publish
-	// answers PUBLISH_OUTCOME_DROPPED_UNKNOWN, or INVALID_ARGUMENT naming
-	// event.type when the dispatcher runs with -unknown-types=refuse.
+	// catalog). A type in no catalog is never delivered: Publish answers
+	// INVALID_ARGUMENT naming event.type with a did-you-mean, or, when the
+	// dispatcher runs with -unknown-types=accept, PUBLISH_OUTCOME_DROPPED_UNKNOWN.
 	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	// What the event is about, a URI such as "wiki://software/project/x".
 	// Subjects starting with "raw://" never leave.
@@ -200,8 +202,13 @@ func (x *Event) GetData() *structpb.Struct {
 }
 
 type PublishRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Event         *Event                 `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Event *Event                 `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// The call's weight in the fairness across owners, times the owner's
+	// (UpdateOwnerSettings): 0 (unset) counts as 1; else 0.01 to 100. A
+	// backfill published at 0.1 goes behind the owner's live traffic and
+	// every other owner's. Not stored with the event.
+	Weight        float64 `protobuf:"fixed64,2,opt,name=weight,proto3" json:"weight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -241,6 +248,13 @@ func (x *PublishRequest) GetEvent() *Event {
 		return x.Event
 	}
 	return nil
+}
+
+func (x *PublishRequest) GetWeight() float64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
 }
 
 type PublishResponse struct {
@@ -330,8 +344,10 @@ func (x *PublishResponse) GetOccurredAt() *timestamppb.Timestamp {
 }
 
 type PublishBatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Events        []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Every event's weight, as PublishRequest.weight.
+	Weight        float64 `protobuf:"fixed64,2,opt,name=weight,proto3" json:"weight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -371,6 +387,13 @@ func (x *PublishBatchRequest) GetEvents() []*Event {
 		return x.Events
 	}
 	return nil
+}
+
+func (x *PublishBatchRequest) GetWeight() float64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
 }
 
 type PublishBatchResponse struct {
@@ -430,9 +453,10 @@ const file_webhooks_v1_events_proto_rawDesc = "" +
 	"\asubject\x18\x04 \x01(\tR\asubject\x12;\n" +
 	"\voccurred_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"occurredAt\x12+\n" +
-	"\x04data\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x04data\":\n" +
+	"\x04data\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x04data\"R\n" +
 	"\x0ePublishRequest\x12(\n" +
-	"\x05event\x18\x01 \x01(\v2\x12.webhooks.v1.EventR\x05event\"\xda\x01\n" +
+	"\x05event\x18\x01 \x01(\v2\x12.webhooks.v1.EventR\x05event\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x01R\x06weight\"\xda\x01\n" +
 	"\x0fPublishResponse\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x125\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x1b.webhooks.v1.PublishOutcomeR\aoutcome\x12\x16\n" +
@@ -441,9 +465,10 @@ const file_webhooks_v1_events_proto_rawDesc = "" +
 	"\fdid_you_mean\x18\v \x01(\tR\n" +
 	"didYouMean\x12;\n" +
 	"\voccurred_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"occurredAt\"A\n" +
+	"occurredAt\"Y\n" +
 	"\x13PublishBatchRequest\x12*\n" +
-	"\x06events\x18\x01 \x03(\v2\x12.webhooks.v1.EventR\x06events\"N\n" +
+	"\x06events\x18\x01 \x03(\v2\x12.webhooks.v1.EventR\x06events\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x01R\x06weight\"N\n" +
 	"\x14PublishBatchResponse\x126\n" +
 	"\aresults\x18\x01 \x03(\v2\x1c.webhooks.v1.PublishResponseR\aresults*\xd8\x01\n" +
 	"\x0ePublishOutcome\x12\x1f\n" +
