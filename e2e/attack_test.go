@@ -344,7 +344,7 @@ func TestAttackThrottleLocksNobodyOut(t *testing.T) {
 		env: []string{"DISPATCHER_TRUSTED_PROXIES=127.0.0.5"}})
 	const guess = "e2e-guess-token-0123456789abcdef"
 
-	t.Run("HTTP", func(t *testing.T) {
+	t.Run("HTTP", func(t *testing.T) { //nolint:paralleltest // in order, on one dispatcher
 		for i := range 10 {
 			require.Equal(t, http.StatusUnauthorized, tokenCallHTTP(d, "127.0.0.2", guess, ""), "guess %d", i+1)
 		}
@@ -353,7 +353,7 @@ func TestAttackThrottleLocksNobodyOut(t *testing.T) {
 		require.Equal(t, http.StatusTooManyRequests, tokenCallHTTP(d, "127.0.0.2", guess, ""), "guessing stays throttled")
 	})
 
-	t.Run("GRPC", func(t *testing.T) {
+	t.Run("GRPC", func(t *testing.T) { //nolint:paralleltest // in order, on one dispatcher
 		conn := grpcConnFrom(t, d, "127.0.0.3")
 		client := webhooksv1.NewEndpointServiceClient(conn)
 		list := func(tok string) codes.Code {
@@ -370,7 +370,7 @@ func TestAttackThrottleLocksNobodyOut(t *testing.T) {
 		require.Equal(t, codes.ResourceExhausted, list(guess), "guessing stays throttled")
 	})
 
-	t.Run("BehindATrustedProxy", func(t *testing.T) {
+	t.Run("BehindATrustedProxy", func(t *testing.T) { //nolint:paralleltest // in order, on one dispatcher
 		for i := range 10 {
 			require.Equal(t, http.StatusUnauthorized, tokenCallHTTP(d, "127.0.0.5", guess, "198.51.100.1"), "guess %d", i+1)
 		}

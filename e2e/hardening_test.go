@@ -199,7 +199,9 @@ func TestMalformedInputIsClientError(t *testing.T) {
 			{"InvalidUTF8", "UTF-8", badUTF8},
 			{"Truncated", "truncated or garbled", valid[:len(valid)-7]},
 			{"Garbled", "truncated or garbled", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
-			{"NestedTooDeep", "nests too deeply", deep},
+			// Nesting past protobuf's limit takes more bytes than an
+			// event's data may: refused before it is decoded.
+			{"NestedTooDeep", "bytes encoded", deep},
 		} {
 			var reply webhooksv1.PublishResponse
 			err := d.conn.Invoke(publisherCtx(t), webhooksv1.EventService_Publish_FullMethodName, tc.msg, &reply,
@@ -350,7 +352,8 @@ func TestAPIConnectionLimit(t *testing.T) {
 // TestOperatorSessions: River UI's login and session through two replicas of
 // the real binary on one database: anti-framing headers on every page, a
 // Secure cookie behind a TLS-terminating proxy, logout ending the session on
-// both replicas, and failed tokens throttled per address on every face.
+// both replicas, and failed tokens throttled per address (the API and the
+// login each a bucket of its own), right tokens never.
 func TestOperatorSessions(t *testing.T) {
 	t.Parallel()
 	db := dbtest.NewEmpty(t)
@@ -405,31 +408,44 @@ func TestOperatorSessions(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a copy of the logged-out cookie is refused by every replica")
 	}
 
-	// Three failed tokens from one address (b allows three), on any face:
-	// then even the right tokens are refused for a while.
-	require.Equal(t, http.StatusUnauthorized, login(t, b, "not-the-operator-token-x1").StatusCode)
+	// Three failed tokens from one address (b allows three) on the API,
+	// over either protocol: then wrong tokens are refused for a while,
+	// right ones never.
 	code, header, body := httpCall(t, b, http.MethodGet, "/v1/event-types", "not-the-admin-token-x2", "", nil)
 	require.Equal(t, http.StatusUnauthorized, code)
 	require.Equal(t, "application/problem+json", header.Get("Content-Type"))
 	require.Equal(t, "UNAUTHENTICATED", body["code"])
 	require.Contains(t, header.Get("WWW-Authenticate"), "Bearer")
-	_, err := b.endpoints().ListEventTypes(withToken(t.Context(), "not-the-admin-token-x3"), &webhooksv1.ListEventTypesRequest{})
-	require.Equal(t, codes.Unauthenticated, status.Code(err))
-
-	resp = login(t, b, operatorToken)
-	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
-	require.NotEmpty(t, resp.Header.Get("Retry-After"))
-	require.Empty(t, resp.Cookies())
-	code, header, body = httpCall(t, b, http.MethodGet, "/v1/event-types", adminToken, "", nil)
+	for _, tok := range []string{"not-the-admin-token-x3", "not-the-admin-token-x4"} {
+		_, err := b.endpoints().ListEventTypes(withToken(t.Context(), tok), &webhooksv1.ListEventTypesRequest{})
+		require.Equal(t, codes.Unauthenticated, status.Code(err))
+	}
+	code, header, body = httpCall(t, b, http.MethodGet, "/v1/event-types", "not-the-admin-token-x5", "", nil)
 	require.Equal(t, http.StatusTooManyRequests, code)
 	require.NotEmpty(t, header.Get("Retry-After"))
 	require.Equal(t, "application/problem+json", header.Get("Content-Type"))
 	require.Equal(t, "RESOURCE_EXHAUSTED", body["code"])
-	_, err = b.endpoints().ListEventTypes(adminCtx(t), &webhooksv1.ListEventTypesRequest{})
+	_, err := b.endpoints().ListEventTypes(withToken(t.Context(), "not-the-admin-token-x6"), &webhooksv1.ListEventTypesRequest{})
 	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
-	// Another replica keeps its own count.
-	_, err = a.endpoints().ListEventTypes(adminCtx(t), &webhooksv1.ListEventTypesRequest{})
+	code, _, _ = httpCall(t, b, http.MethodGet, "/v1/event-types", adminToken, "", nil)
+	require.Equal(t, http.StatusOK, code, "a right token passes while its address is throttled")
+	_, err = b.endpoints().ListEventTypes(adminCtx(t), &webhooksv1.ListEventTypesRequest{})
 	require.NoError(t, err)
+
+	// River UI's login keeps a bucket of its own: the API's guesses do not
+	// count there. Three wrong logins throttle wrong logins; the right one
+	// still logs in.
+	for _, tok := range []string{"not-the-operator-token-x1", "not-the-operator-token-x2", "not-the-operator-token-x3"} {
+		require.Equal(t, http.StatusUnauthorized, login(t, b, tok).StatusCode)
+	}
+	resp = login(t, b, "not-the-operator-token-x4")
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+	require.Empty(t, resp.Cookies())
+	require.Equal(t, http.StatusSeeOther, login(t, b, operatorToken).StatusCode)
+	// Another replica keeps its own count.
+	_, err = a.endpoints().ListEventTypes(withToken(t.Context(), "not-the-admin-token-x7"), &webhooksv1.ListEventTypesRequest{})
+	require.Equal(t, codes.Unauthenticated, status.Code(err))
 	// The denials were logged, sampled: far fewer lines than calls would
 	// make once a flood starts (at most 5 per 10 s).
 	require.LessOrEqual(t, strings.Count(b.logs.String(), "call denied"), 5)

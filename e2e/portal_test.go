@@ -563,6 +563,15 @@ func TestPortalRefusals(t *testing.T) {
 		require.Equal(t, http.StatusSeeOther, code)
 	})
 
+	t.Run("WildcardAndPlainHTTPOriginsRefused", func(t *testing.T) {
+		t.Parallel()
+		code, _, body := httpCall(t, d, http.MethodPost, "/v1/portal-sessions", adminToken, "application/json",
+			jsonBody(t, map[string]any{"owner_id": "owner-origins", "access": "PORTAL_ACCESS_READ",
+				"allowed_origins": []string{"https://*", "http://app.example.com", "http://localhost:3000"}}))
+		require.Equal(t, http.StatusBadRequest, code)
+		require.ElementsMatch(t, []string{"allowed_origins[0]", "allowed_origins[1]"}, fieldViolations(body))
+	})
+
 	t.Run("BadSessionRequestsNameTheField", func(t *testing.T) {
 		t.Parallel()
 		code, _, body := httpCall(t, d, http.MethodPost, "/v1/portal-sessions", adminToken, "application/json",

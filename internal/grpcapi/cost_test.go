@@ -64,7 +64,7 @@ func TestDecodedCost(t *testing.T) { //nolint:paralleltest // measures the heap
 		"ShortStrings": batchJSON(size, `"abcdefgh"`),
 		"Members":      keys,
 	} {
-		t.Run(name, func(t *testing.T) {
+		t.Run(name, func(t *testing.T) { //nolint:paralleltest // measures the heap
 			elements := strings.Count(body, ",") + strings.Count(body, "{") + strings.Count(body, "[") + 1
 			var m *webhooksv1.PublishBatchRequest
 			fromJSON := heldBy(t, func() any {
