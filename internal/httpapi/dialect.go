@@ -348,7 +348,7 @@ func (c *requestCheck) object(prefix string, md protoreflect.MessageDescriptor, 
 		field := joinPath(prefix, key)
 		fd := fieldByName(md, key)
 		if fd == nil {
-			c.add(field, "unknown field")
+			c.add(field, unknownField(md, key, prefix == ""))
 			continue
 		}
 		if other := fd.JSONName(); key != other && key == string(fd.Name()) {
@@ -370,6 +370,69 @@ func (c *requestCheck) object(prefix string, md protoreflect.MessageDescriptor, 
 			obj[key] = norm
 		}
 	}
+}
+
+// unknownField describes an unknown field key of md: with a hint when it is
+// a field of one of md's message fields (a flat publish body whose event
+// lacks its "event" wrapper), checked at the top level only, or else the
+// name of md's nearest field (a typo).
+func unknownField(md protoreflect.MessageDescriptor, key string, top bool) string {
+	if top {
+		fields := md.Fields()
+		for i := range fields.Len() {
+			fd := fields.Get(i)
+			if fd.Kind() != protoreflect.MessageKind || fd.IsMap() || isScalarMessage(fd.Message()) || fieldByName(fd.Message(), key) == nil {
+				continue
+			}
+			wrap := `{"` + string(fd.Name()) + `": {…}}`
+			if fd.IsList() {
+				wrap = `{"` + string(fd.Name()) + `": [{…}, …]}`
+			}
+			return "unknown field: " + key + " is a field of " + string(fd.Name()) + "; wrap it in " + wrap
+		}
+	}
+	if near := nearestField(md, key); near != "" {
+		return `unknown field; did you mean "` + near + `"?`
+	}
+	return "unknown field"
+}
+
+// nearestField is md's field name a few edits from key, "" when none is.
+func nearestField(md protoreflect.MessageDescriptor, key string) string {
+	best, bestDist := "", 3 // at most 2 edits, fewer for short names
+	if len(key) <= 4 {
+		bestDist = 2
+	}
+	fields := md.Fields()
+	for i := range fields.Len() {
+		name := string(fields.Get(i).Name())
+		if d := editDistance(strings.ToLower(key), name); d < bestDist {
+			best, bestDist = name, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, over bytes (field
+// names are ASCII).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func joinPath(prefix, name string) string {
