@@ -308,7 +308,7 @@ func (c *Client) check(events []*webhook.Event, field func(int) string) error {
 		if err == nil && c.refuseUnknown {
 			err = c.catalog.RequireKnown(ev.Type)
 		}
-		if fe, ok := errors.AsType[*webhook.FieldError](err); ok {
+		for _, fe := range webhook.Fields(err) {
 			violations = append(violations, &errdetails.BadRequest_FieldViolation{Field: field(i) + "." + fe.Field, Description: fe.Reason})
 		}
 	}
@@ -317,7 +317,7 @@ func (c *Client) check(events []*webhook.Event, field func(int) string) error {
 	}
 	msg := "invalid " + violations[0].GetField() + ": " + violations[0].GetDescription()
 	if n := len(violations) - 1; n > 0 {
-		msg += " (and " + strconv.Itoa(n) + " more invalid events)"
+		msg += " (and " + strconv.Itoa(n) + " more invalid fields)"
 	}
 	st, err := status.New(codes.InvalidArgument, msg).WithDetails(&errdetails.BadRequest{FieldViolations: violations})
 	if err != nil {
