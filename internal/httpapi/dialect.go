@@ -18,6 +18,8 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/standmeet/webhook-dispatcher/internal/suggest"
 )
 
 // The dialect: what this package accepts beyond what grpc-gateway's
@@ -399,40 +401,12 @@ func unknownField(md protoreflect.MessageDescriptor, key string, top bool) strin
 
 // nearestField is md's field name a few edits from key, "" when none is.
 func nearestField(md protoreflect.MessageDescriptor, key string) string {
-	best, bestDist := "", 3 // at most 2 edits, fewer for short names
-	if len(key) <= 4 {
-		bestDist = 2
-	}
 	fields := md.Fields()
+	names := make([]string, fields.Len())
 	for i := range fields.Len() {
-		name := string(fields.Get(i).Name())
-		if d := editDistance(strings.ToLower(key), name); d < bestDist {
-			best, bestDist = name, d
-		}
+		names[i] = string(fields.Get(i).Name())
 	}
-	return best
-}
-
-// editDistance is the Levenshtein distance of a and b, over bytes (field
-// names are ASCII).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return suggest.Nearest(key, names)
 }
 
 func joinPath(prefix, name string) string {
