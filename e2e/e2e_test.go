@@ -240,7 +240,10 @@ func TestEventTypes(t *testing.T) {
 	}
 	require.Len(t, want, 39)
 	unclassified := newEvent("owner-t", "billing.invoice.drafted", "app://billing/1", `{}`)
-	publish(t, d, unclassified)
+	uctx, ucancel := context.WithTimeout(publisherCtx(t), 10*time.Second)
+	defer ucancel()
+	_, err = d.events().Publish(uctx, &webhooksv1.PublishRequest{Event: unclassified})
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "a type in no catalog is refused: %v", err)
 	raw := newEvent("owner-t", "code.issued", "raw://vault/secret", `{}`)
 	publish(t, d, raw)
 

@@ -81,6 +81,7 @@ func TestEventSchemas(t *testing.T) {
 		_, err := db.Pool.Exec(ctx, `
 			INSERT INTO webhook_outbox (event_id, owner_id, type, subject, occurred_at, data) VALUES
 			('evt-bad-outbox', 'owner-s', 'corpus.note.changed', 'wiki://x', now(), '{"published":true}'),
+			('evt-unknown-outbox', 'owner-s', 'corpus.note.chnaged', 'wiki://x', now(), '{}'),
 			('evt-good-outbox', 'owner-s', 'code.revoked', 'code://1', now(), '{"code_id":"c1"}')`)
 		require.NoError(t, err)
 		waitFor(t, 30*time.Second, "the good row delivered", func() bool {
@@ -95,6 +96,11 @@ func TestEventSchemas(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT error FROM webhook_outbox WHERE event_id = 'evt-bad-outbox'`).Scan(&reason))
 		require.NotNil(t, reason, "set aside with its reason")
 		require.Contains(t, *reason, "event.data.op: is required")
+		// A type in no catalog is refused by default: set aside too, with
+		// the did-you-mean, never silently dropped.
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT error FROM webhook_outbox WHERE event_id = 'evt-unknown-outbox'`).Scan(&reason))
+		require.NotNil(t, reason, "set aside with its reason")
+		require.Contains(t, *reason, `event.type: is in no event catalog; did you mean "corpus.note.changed"?`)
 	}
 
 	// The CLI prints every type with its schema and example.

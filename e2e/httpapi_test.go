@@ -159,7 +159,7 @@ func TestHTTPAPI(t *testing.T) {
 		code, _, body = httpCall(t, d, http.MethodPost, "/v1/events:publishBatch", publisherToken, "application/json", big)
 		require.Equal(t, http.StatusRequestEntityTooLarge, code)
 		require.Contains(t, body["detail"], "at most 4 MiB")
-		require.Equal(t, "INVALID_ARGUMENT", body["code"])
+		require.Equal(t, "RESOURCE_EXHAUSTED", body["code"], "the code gRPC answers for the same condition")
 	})
 
 	t.Run("EachRole", func(t *testing.T) {

@@ -92,7 +92,7 @@ fi
 (
   cd "$out"
   sha256sum "dispatcher-$version-linux-amd64" "dispatcher-$version-linux-arm64" \
-    "webhook-dispatcher-$semver-oci.tar" "${npm_tarball[@]}" RELEASE-NOTES.md > SHA256SUMS
+    "webhook-dispatcher-$semver-oci.tar" ${npm_tarball[@]+"${npm_tarball[@]}"} RELEASE-NOTES.md > SHA256SUMS
 )
 echo "release: $out/"
 ls -l "$out" | sed 1d | awk '{printf "  %10s  %s\n", $5, $NF}'

@@ -212,7 +212,10 @@ cat <<MSG
 ----------------------------------------------------------------------
  dispatcher (development)
    database   $shown_db
-   gRPC       $grpc_addr   ops http://$ops_addr (/metrics, /healthz, /riverui/)
+   API        $grpc_addr   gRPC, and HTTP/JSON on the same port
+   API docs   http://$grpc_addr/docs   (the reference; the document is /openapi.json)
+   portal     http://$grpc_addr/portal/   (for endpoint owners: ./bin/dispatcher portal-link --owner O)
+   ops        http://$ops_addr   (/metrics, /healthz, /riverui/)
    admin      DISPATCHER_TOKEN=$DISPATCHER_ADMIN_TOKENS
    publisher  $DISPATCHER_PUBLISHER_TOKENS
    operator   $DISPATCHER_OPERATOR_TOKENS   (River UI login)

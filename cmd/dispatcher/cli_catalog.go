@@ -52,6 +52,10 @@ func runCatalogCLI(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprint(stdout, catalogUsage)
 		return nil
 	}
+	if sub != "check" && sub != "export" {
+		fmt.Fprint(stderr, catalogUsage)
+		return unknownCommand("catalog: ", sub, []string{"check", "export"})
+	}
 	fs := newFlagSet("catalog "+sub, stderr)
 	var filters filterCheck
 	if sub == "check" {
@@ -98,7 +102,7 @@ func runCatalogCLI(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return nil
 	default:
 		fmt.Fprint(stderr, catalogUsage)
-		return fmt.Errorf("catalog: unknown command %q", sub)
+		return unknownCommand("catalog: ", sub, []string{"check", "export"})
 	}
 }
 

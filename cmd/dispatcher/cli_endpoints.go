@@ -100,7 +100,11 @@ func runEndpointsCLI(ctx context.Context, args []string, stdout, stderr io.Write
 	i := slices.IndexFunc(endpointCommands, func(c endpointCommand) bool { return c.name == sub })
 	if i < 0 {
 		fmt.Fprint(stderr, endpointsUsage())
-		return fmt.Errorf("endpoints: unknown command %q", sub)
+		names := make([]string, len(endpointCommands))
+		for i, c := range endpointCommands {
+			names[i] = c.name
+		}
+		return unknownCommand("endpoints: ", sub, names)
 	}
 	cmd := endpointCommands[i]
 

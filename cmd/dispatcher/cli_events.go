@@ -70,7 +70,11 @@ func runEventsCLI(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 	}
 	fmt.Fprint(stderr, eventsUsage())
-	return fmt.Errorf("events: unknown command %q", sub)
+	names := make([]string, len(eventCommands))
+	for i, c := range eventCommands {
+		names[i], _, _ = strings.Cut(c.cmd, " ")
+	}
+	return unknownCommand("events: ", sub, names)
 }
 
 func runPublishCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -206,5 +206,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	fmt.Fprint(stderr, usage())
-	return fmt.Errorf("unknown command %q", name)
+	names := make([]string, len(commands))
+	for i, c := range commands {
+		names[i] = c.name
+	}
+	return unknownCommand("", name, names)
 }

@@ -125,6 +125,24 @@ func TestUsage(t *testing.T) {
 		b := setup(t)
 		require.Equal(t, 1, exit(t, b, "frobnicate"))
 		require.Equal(t, 1, strings.Count(b.stderr.String(), `unknown command "frobnicate"`))
+		require.NotContains(t, b.stderr.String(), "did you mean", "nothing is near")
+	})
+
+	t.Run("UnknownCommandSaysWhatWasMeant", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"endpionts"}, `unknown command "endpionts"; did you mean "endpoints"?`},
+			{[]string{"endpoints", "lsit"}, `endpoints: unknown command "lsit"; did you mean "list"?`},
+			{[]string{"events", "pubish"}, `events: unknown command "pubish"; did you mean "publish"?`},
+			{[]string{"catalog", "chek"}, `catalog: unknown command "chek"; did you mean "check"?`},
+		} {
+			b := setup(t)
+			require.Equal(t, 1, exit(t, b, tc.args...), "%v", tc.args)
+			require.Contains(t, b.stderr.String(), tc.want, "%v", tc.args)
+		}
 	})
 
 	t.Run("Version", func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"github.com/standmeet/webhook-dispatcher/internal/egress"
 	"github.com/standmeet/webhook-dispatcher/internal/event"
 	"github.com/standmeet/webhook-dispatcher/internal/seal"
+	"github.com/standmeet/webhook-dispatcher/internal/suggest"
 	"github.com/standmeet/webhook-dispatcher/pkg/webhook"
 )
 
@@ -370,8 +371,11 @@ func (s *Service) Update(ctx context.Context, r UpdateRequest) (*Endpoint, error
 			}
 			p.Filter = &text
 		default:
-			v.add(FieldUpdateMask+".paths["+strconv.Itoa(i)+"]",
-				"unknown path: must be one of "+updatePaths)
+			reason := "unknown path: must be one of " + updatePaths
+			if near := suggest.Nearest(path, strings.Split(updatePaths, ", ")); near != "" {
+				reason = fmt.Sprintf("unknown path; did you mean %q? (one of %s)", near, updatePaths)
+			}
+			v.add(FieldUpdateMask+".paths["+strconv.Itoa(i)+"]", reason)
 		}
 	}
 	if err := v.err(); err != nil {

@@ -133,8 +133,9 @@ A filter over a limit is refused naming the spot where it was crossed.
 
 ### When a filter says no
 
-The event's fanout decision (§GetEvent§, §dispatcher events get§) lists the endpoint under
-§FANOUT_REASON_FILTERED§ with the condition that failed and the value it met:
+The event's fanout decision (§GetEvent§, §dispatcher events get§, the event's page in the
+portal) lists the endpoint under §FANOUT_REASON_FILTERED§ with the condition that failed and the
+value it met:
 
 §§§
 filter: data.status was "draft", wanted one of ["published"]
@@ -142,8 +143,10 @@ filter: data.status was "draft", wanted one of ["published"]
 
 (for an §$or§, each member's reason; at most {MaxExplanation} bytes, for the first 16 endpoints
 refused, as the decision samples every reason). §TestFilter§ (§POST /v1/filters:test§,
-§dispatcher endpoints test-filter§) evaluates a filter, or an endpoint's, against a stored event
-or a sample and answers the same, delivering nothing. Each endpoint's stats count the events its
+§dispatcher endpoints test-filter§, the portal form's Test filter button) evaluates a filter, or
+an endpoint's, against a stored event or a sample and answers the same, delivering nothing. The
+portal's endpoint form edits the filter as JSON and checks it as it is typed, with the check a
+save makes. Each endpoint's stats count the events its
 filter kept back (§GetEndpointStats§, §filtered§); §dispatcher_fanout_filtered_total§ counts them
 all.
 `

@@ -409,6 +409,16 @@ func TestUpdateEndpoint(t *testing.T) {
 
 	mask := func(paths ...string) *fieldmaskpb.FieldMask { return &fieldmaskpb.FieldMask{Paths: paths} }
 
+	t.Run("MistypedPathNamesTheOneMeant", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
+			OwnerId: ownerA, EndpointId: b.ep.GetId(), UpdateMask: mask("descripton"), Description: "x",
+		})
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+		require.Contains(t, status.Convert(err).Message(), `update_mask.paths[0]: unknown path; did you mean "description"?`)
+	})
+
 	t.Run("ChangesOnlyMaskedFields", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

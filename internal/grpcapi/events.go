@@ -131,7 +131,7 @@ func (s *eventServer) publish(ctx context.Context, in []*webhooksv1.Event, weigh
 		s.store.Rejected(ingest.SourceGRPC, len(violations))
 		if invalid, ok := errors.AsType[*ingest.InvalidEventsError](s.store.Validate(ingest.SourceGRPC, converted)); ok {
 			for _, iv := range invalid.Invalid {
-				violations = append(violations, fieldViolation(field(index[iv.Index]), iv.Err))
+				violations = append(violations, fieldViolations(field(index[iv.Index]), iv.Err)...)
 			}
 			slices.SortStableFunc(violations, func(a, b *errdetails.BadRequest_FieldViolation) int {
 				return cmp.Compare(eventIndex(a.GetField()), eventIndex(b.GetField()))
@@ -158,11 +158,16 @@ func eventIndex(field string) int {
 }
 
 // fieldViolation names the field an event's validation error is about.
-func fieldViolation(prefix string, err error) *errdetails.BadRequest_FieldViolation {
-	if fe, ok := errors.AsType[*webhook.FieldError](err); ok {
-		return &errdetails.BadRequest_FieldViolation{Field: prefix + "." + fe.Field, Description: fe.Reason}
+func fieldViolations(prefix string, err error) []*errdetails.BadRequest_FieldViolation {
+	fields := webhook.Fields(err)
+	if len(fields) == 0 {
+		return []*errdetails.BadRequest_FieldViolation{{Field: prefix, Description: err.Error()}}
 	}
-	return &errdetails.BadRequest_FieldViolation{Field: prefix, Description: err.Error()}
+	out := make([]*errdetails.BadRequest_FieldViolation, len(fields))
+	for i, fe := range fields {
+		out[i] = &errdetails.BadRequest_FieldViolation{Field: prefix + "." + fe.Field, Description: fe.Reason}
+	}
+	return out
 }
 
 // fillIn gives e what the publisher left out: an id (a UUIDv7, so ids the
@@ -260,9 +265,9 @@ func (s *eventServer) ingestError(ctx context.Context, err error, field func(int
 		return withDetails(status.New(codes.AlreadyExists, msg), details...)
 	}
 	if invalid, ok := errors.AsType[*ingest.InvalidEventsError](err); ok {
-		violations := make([]*errdetails.BadRequest_FieldViolation, len(invalid.Invalid))
-		for i, iv := range invalid.Invalid {
-			violations[i] = fieldViolation(field(iv.Index), iv.Err)
+		var violations []*errdetails.BadRequest_FieldViolation
+		for _, iv := range invalid.Invalid {
+			violations = append(violations, fieldViolations(field(iv.Index), iv.Err)...)
 		}
 		return invalidArgument(violations)
 	}

@@ -286,6 +286,23 @@ func TestPublishBadInput(t *testing.T) {
 		requireNothingStored(t, db)
 	})
 
+	t.Run("EveryDataViolationNamed", func(t *testing.T) {
+		t.Parallel()
+		w := newPublishWire(t, db)
+		e := testProtoEvent("evt_data")
+		e.Type, e.Subject = "booking.created", "booking://1"
+		e.Data = jsonStruct(`{"booking_id": 5, "starts_at": "soon", "colour": "red"}`)
+		_, err := w.client.Publish(t.Context(), &webhooksv1.PublishRequest{Event: e})
+		br := requireInvalidField(t, err, "event.data.booking_id")
+		var fields []string
+		for _, v := range br.GetFieldViolations() {
+			fields = append(fields, v.GetField())
+		}
+		require.Equal(t, []string{"event.data.booking_id", "event.data.colour", "event.data.starts_at"}, fields)
+		require.Contains(t, status.Convert(err).Message(), "(and 2 more invalid fields: event.data.colour, event.data.starts_at)")
+		requireNothingStored(t, db)
+	})
+
 	t.Run("BatchReusedIDWithOtherContent", func(t *testing.T) {
 		t.Parallel()
 		w := newPublishWire(t, db)

@@ -18,6 +18,8 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/standmeet/webhook-dispatcher/internal/suggest"
 )
 
 // The dialect: what this package accepts beyond what grpc-gateway's
@@ -348,7 +350,7 @@ func (c *requestCheck) object(prefix string, md protoreflect.MessageDescriptor, 
 		field := joinPath(prefix, key)
 		fd := fieldByName(md, key)
 		if fd == nil {
-			c.add(field, "unknown field")
+			c.add(field, unknownField(md, key, prefix == ""))
 			continue
 		}
 		if other := fd.JSONName(); key != other && key == string(fd.Name()) {
@@ -370,6 +372,41 @@ func (c *requestCheck) object(prefix string, md protoreflect.MessageDescriptor, 
 			obj[key] = norm
 		}
 	}
+}
+
+// unknownField describes an unknown field key of md: with a hint when it is
+// a field of one of md's message fields (a flat publish body whose event
+// lacks its "event" wrapper), checked at the top level only, or else the
+// name of md's nearest field (a typo).
+func unknownField(md protoreflect.MessageDescriptor, key string, top bool) string {
+	if top {
+		fields := md.Fields()
+		for i := range fields.Len() {
+			fd := fields.Get(i)
+			if fd.Kind() != protoreflect.MessageKind || fd.IsMap() || isScalarMessage(fd.Message()) || fieldByName(fd.Message(), key) == nil {
+				continue
+			}
+			wrap := `{"` + string(fd.Name()) + `": {…}}`
+			if fd.IsList() {
+				wrap = `{"` + string(fd.Name()) + `": [{…}, …]}`
+			}
+			return "unknown field: " + key + " is a field of " + string(fd.Name()) + "; wrap it in " + wrap
+		}
+	}
+	if near := nearestField(md, key); near != "" {
+		return `unknown field; did you mean "` + near + `"?`
+	}
+	return "unknown field"
+}
+
+// nearestField is md's field name a few edits from key, "" when none is.
+func nearestField(md protoreflect.MessageDescriptor, key string) string {
+	fields := md.Fields()
+	names := make([]string, fields.Len())
+	for i := range fields.Len() {
+		names[i] = string(fields.Get(i).Name())
+	}
+	return suggest.Nearest(key, names)
 }
 
 func joinPath(prefix, name string) string {

@@ -280,6 +280,29 @@ func TestDialect(t *testing.T) {
 		b.refused(t, b.do(t, http.MethodPost, "/v1/events:publish", `{"event":{"owner_id":"o","type":"t","subject":"s","colour":"red"}}`), "event.colour")
 	})
 
+	t.Run("UnknownFieldsSayWhatWasMeant", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		description := func(a answer, i int) string {
+			return a.body["field_violations"].([]any)[i].(map[string]any)["description"].(string)
+		}
+		// A typo: the nearest field.
+		a := b.do(t, http.MethodPost, "/v1/endpoints", `{"owner_id":"o","url":"https://x","evnt_types":["*"]}`)
+		require.Equal(t, `unknown field; did you mean "event_types"?`, description(a, 0))
+		// A flat publish body: the event belongs in "event".
+		a = b.do(t, http.MethodPost, "/v1/events:publish", `{"owner_id":"o","type":"t","subject":"s","data":{}}`)
+		b.refused(t, a, "data")
+		require.Equal(t, []string{"data", "owner_id", "subject", "type"}, violated(a))
+		require.Equal(t, `unknown field: data is a field of event; wrap it in {"event": {…}}`, description(a, 0))
+		require.Contains(t, a.body["detail"], `wrap it in {"event": {…}}`)
+		// A flat batch: the events belong in "events".
+		a = b.do(t, http.MethodPost, "/v1/events:publishBatch", `{"type":"t"}`)
+		require.Equal(t, `unknown field: type is a field of events; wrap it in {"events": [{…}, …]}`, description(a, 0))
+		// Nothing near: no guess.
+		a = b.do(t, http.MethodPost, "/v1/endpoints", `{"owner_id":"o","url":"https://x","event_types":["*"],"zzzzzzzz":1}`)
+		require.Equal(t, "unknown field", description(a, 0))
+	})
+
 	t.Run("InvalidJSONSaysWhere", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

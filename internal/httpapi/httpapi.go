@@ -8,8 +8,10 @@
 // Before anything of a request's body is read, its guard checks what costs
 // nothing to check: the bearer token is known (401; a wrong one from a
 // client address throttled for failed tokens gets 429, a right one always
-// passes) and holds the role the route needs (403), a body is application/json (415) and within its route's limit (413:
-// PublishBatch takes more than the rest), and the bytes of the requests
+// passes) and holds the role the route needs (403), a body is
+// application/json (415) and within its route's limit (413
+// RESOURCE_EXHAUSTED, as gRPC answers: PublishBatch takes more than the
+// rest), and the bytes of the requests
 // being read fit the process's budget (503 with Retry-After, after a short
 // wait). Only then is the body read; JSON nested deeper than MaxJSONDepth,
 // or not UTF-8, is refused (400). The gRPC server checks the token again.
@@ -293,7 +295,7 @@ func (g *guard) readBody(w http.ResponseWriter, r *http.Request, limit int) (rel
 	}
 	if r.ContentLength > int64(limit) {
 		g.refused(connlimit.ReasonTooLarge)
-		writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Code: codeName(codes.InvalidArgument), Detail: tooLarge(limit)})
+		writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Code: codeName(codes.ResourceExhausted), Detail: tooLarge(limit)})
 		return nil, false
 	}
 	release = func() {}
@@ -316,7 +318,7 @@ func (g *guard) readBody(w http.ResponseWriter, r *http.Request, limit int) (rel
 		release()
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			g.refused(connlimit.ReasonTooLarge)
-			writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Code: codeName(codes.InvalidArgument), Detail: tooLarge(limit)})
+			writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Code: codeName(codes.ResourceExhausted), Detail: tooLarge(limit)})
 			return nil, false
 		}
 		writeProblem(w, Problem{Status: http.StatusBadRequest, Code: codeName(codes.InvalidArgument), Detail: "could not read the request body"})

@@ -339,7 +339,11 @@ func (b *builder) operation(m *protogen.Method, r rule, path string) (map[string
 		errs = append(errs, "413", "415")
 	}
 	for _, code := range errs {
-		responses[code] = map[string]any{"$ref": "#/components/responses/" + problemResponseNames[code]}
+		name := problemResponseNames[code]
+		if code == "413" && full == batchMethod {
+			name = batchTooLarge // its own limit
+		}
+		responses[code] = map[string]any{"$ref": "#/components/responses/" + name}
 	}
 	op["responses"] = responses
 	return op, nil
@@ -613,13 +617,20 @@ var problemResponseNames = map[string]string{
 	"429": "TooManyRequests", "500": "InternalError", "503": "Unavailable",
 }
 
+// batchMethod takes a larger body than the other calls (-api-max-batch-bytes
+// against -api-max-request-bytes): its 413 is batchTooLarge.
+const (
+	batchMethod   = "webhooks.v1.EventService.PublishBatch"
+	batchTooLarge = "BatchContentTooLarge"
+)
+
 var problemResponseText = map[string]string{
 	"400": "The request is invalid (INVALID_ARGUMENT, every bad field in field_violations), or the resource is not in a state that allows it (FAILED_PRECONDITION).",
 	"401": "No valid bearer token (UNAUTHENTICATED); WWW-Authenticate says why.",
 	"403": "The token's role may not make this call (PERMISSION_DENIED).",
 	"404": "No such resource of this owner (NOT_FOUND): another owner's answers exactly like a missing one.",
 	"409": "ALREADY_EXISTS: an id or request_id (Idempotency-Key) used before with other content.",
-	"413": "The request body is larger than 4 MiB.",
+	"413": "The request body is larger than this call's limit, 64 KiB by default (-api-max-request-bytes): RESOURCE_EXHAUSTED, as over gRPC.",
 	"415": "The request body is not application/json.",
 	"429": "A limit was reached (RESOURCE_EXHAUSTED), e.g. the owner's maximum number of endpoints.",
 	"500": "An internal error (INTERNAL); the server logged it.",
@@ -628,14 +639,18 @@ var problemResponseText = map[string]string{
 
 func problemResponses() map[string]any {
 	out := map[string]any{}
-	for code, name := range problemResponseNames {
-		out[name] = map[string]any{
-			"description": problemResponseText[code],
+	problem := func(text string) map[string]any {
+		return map[string]any{
+			"description": text,
 			"content": map[string]any{"application/problem+json": map[string]any{
 				"schema": map[string]any{"$ref": "#/components/schemas/Problem"},
 			}},
 		}
 	}
+	for code, name := range problemResponseNames {
+		out[name] = problem(problemResponseText[code])
+	}
+	out[batchTooLarge] = problem("The request body is larger than PublishBatch's limit, 4 MiB by default (-api-max-batch-bytes): RESOURCE_EXHAUSTED, as over gRPC.")
 	return out
 }
 

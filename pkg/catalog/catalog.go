@@ -147,7 +147,8 @@ func mustParse(fsys fs.FS, dir string, builtin bool) []*Type {
 
 // Default returns the catalog the dispatcher uses when none is configured:
 // the 38 types of the original product (corpus.note.changed, booking.created,
-// …, docs/events.md) and the built-in types.
+// …, docs/events.md) and the built-in types: 39 webhook types with
+// webhook.test, and the 3 operational ones.
 func Default() *Catalog { return defaultCatalog }
 
 // Source says where the catalog was loaded from: a path, or "the embedded

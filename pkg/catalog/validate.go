@@ -52,7 +52,7 @@ func (t *Type) validateData(data json.RawMessage, root string) error {
 	if !errors.As(err, &ve) {
 		return &webhook.FieldError{Field: root, Reason: "does not match the schema of " + t.Name}
 	}
-	return firstViolation(t.Name, root, ve, doc)
+	return violations(t.Name, root, ve, doc)
 }
 
 // violation is one leaf of a validation error tree.
@@ -60,15 +60,21 @@ type violation struct {
 	path, reason string
 }
 
-// firstViolation reduces the library's error tree to one field error. The
-// leaves are sorted so the answer does not depend on the order the
-// validator happened to visit keywords in.
-func firstViolation(typ, root string, ve *jsonschema.ValidationError, doc any) error {
+// maxViolations bounds the field errors of one data object: enough for any
+// real mistake, and a hostile object cannot make the answer large.
+const maxViolations = 20
+
+// violations reduces the library's error tree to its field errors: a
+// *webhook.FieldError when there is one, webhook.FieldErrors when there are
+// more, so that a publisher learns every mistake at once. The leaves are
+// sorted (one per field) so the answer does not depend on the order
+// the validator happened to visit keywords in.
+func violations(typ, root string, ve *jsonschema.ValidationError, doc any) error {
 	var leaves []violation
 	var walk func(e *jsonschema.ValidationError)
 	walk = func(e *jsonschema.ValidationError) {
 		if len(e.Causes) == 0 {
-			leaves = append(leaves, describe(typ, root, e, doc))
+			leaves = append(leaves, describe(typ, root, e, doc)...)
 			return
 		}
 		for _, c := range e.Causes {
@@ -79,50 +85,66 @@ func firstViolation(typ, root string, ve *jsonschema.ValidationError, doc any) e
 	slices.SortFunc(leaves, func(a, b violation) int {
 		return cmp.Or(strings.Compare(a.path, b.path), strings.Compare(a.reason, b.reason))
 	})
-	return &webhook.FieldError{Field: leaves[0].path, Reason: leaves[0].reason}
+	// One violation per field: alternatives (anyOf, a oneOf's branches)
+	// can fail the same field several ways, and the first says enough.
+	leaves = slices.CompactFunc(leaves, func(a, b violation) bool { return a.path == b.path })
+	if len(leaves) == 1 {
+		return &webhook.FieldError{Field: leaves[0].path, Reason: leaves[0].reason}
+	}
+	out := make(webhook.FieldErrors, 0, min(len(leaves), maxViolations))
+	for _, l := range leaves[:min(len(leaves), maxViolations)] {
+		out = append(out, &webhook.FieldError{Field: l.path, Reason: l.reason})
+	}
+	return out
 }
 
 // describe names the value an error is about and says what is wrong in
 // words meant for the publisher. Values are never quoted: they may be large
 // or hostile; the schema's own words (types, enum members) are.
-func describe(typ, root string, e *jsonschema.ValidationError, doc any) violation {
+func describe(typ, root string, e *jsonschema.ValidationError, doc any) []violation {
 	path := jsonPath(root, e.InstanceLocation, doc)
 	switch k := e.ErrorKind.(type) {
 	case *kind.Type:
-		return violation{path, "expected " + strings.Join(k.Want, " or ")}
+		return []violation{{path, "expected " + strings.Join(k.Want, " or ")}}
 	case *kind.Required:
 		// Named at the missing property, which is where the publisher
 		// must add something.
-		missing := slices.Sorted(slices.Values(k.Missing))
-		return violation{path + "." + missing[0], "is required"}
+		var out []violation
+		for _, m := range slices.Sorted(slices.Values(k.Missing)) {
+			out = append(out, violation{path + "." + m, "is required"})
+		}
+		return out
 	case *kind.AdditionalProperties:
-		props := slices.Sorted(slices.Values(k.Properties))
-		return violation{path + "." + props[0], "is not a property of " + typ + " data"}
+		var out []violation
+		for _, p := range slices.Sorted(slices.Values(k.Properties)) {
+			out = append(out, violation{path + "." + p, "is not a property of " + typ + " data"})
+		}
+		return out
 	case *kind.Enum:
 		want := make([]string, len(k.Want))
 		for i, w := range k.Want {
 			want[i] = fmt.Sprint(w)
 		}
-		return violation{path, "must be one of " + strings.Join(want, ", ")}
+		return []violation{{path, "must be one of " + strings.Join(want, ", ")}}
 	case *kind.Const:
-		return violation{path, "must be " + fmt.Sprint(k.Want)}
+		return []violation{{path, "must be " + fmt.Sprint(k.Want)}}
 	case *kind.Format:
 		if k.Want == "date-time" {
-			return violation{path, "must be an RFC 3339 date-time"}
+			return []violation{{path, "must be an RFC 3339 date-time"}}
 		}
-		return violation{path, "must be a valid " + k.Want}
+		return []violation{{path, "must be a valid " + k.Want}}
 	case *kind.MinLength:
-		return violation{path, "must be at least " + strconv.Itoa(k.Want) + " characters"}
+		return []violation{{path, "must be at least " + strconv.Itoa(k.Want) + " characters"}}
 	case *kind.MaxLength:
-		return violation{path, "must be at most " + strconv.Itoa(k.Want) + " characters"}
+		return []violation{{path, "must be at most " + strconv.Itoa(k.Want) + " characters"}}
 	case *kind.Minimum:
-		return violation{path, "must be at least " + k.Want.RatString()}
+		return []violation{{path, "must be at least " + k.Want.RatString()}}
 	case *kind.Maximum:
-		return violation{path, "must be at most " + k.Want.RatString()}
+		return []violation{{path, "must be at most " + k.Want.RatString()}}
 	case *kind.FalseSchema:
-		return violation{path, "is not allowed"}
+		return []violation{{path, "is not allowed"}}
 	default:
-		return violation{path, "does not match the schema of " + typ + " data"}
+		return []violation{{path, "does not match the schema of " + typ + " data"}}
 	}
 }
 

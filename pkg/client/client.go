@@ -118,8 +118,10 @@ func WithCatalog(c *catalog.Catalog) Option {
 
 // AllowUnknownTypes lets events of types in no catalog through the
 // WithCatalog check, for an application that publishes types it has not
-// declared on purpose (the dispatcher drops them as Internal). Declaring
-// them "internal" in the catalog says the same and keeps the check.
+// declared on purpose to a dispatcher running with -unknown-types=accept,
+// which drops them as Internal (by default a dispatcher refuses them, InvalidArgument).
+// Declaring them "internal" in the catalog drops them either way and keeps
+// the check.
 func AllowUnknownTypes() Option { return func(o *options) { o.allowUnknown = true } }
 
 // WithDialOptions adds gRPC dial options, e.g. a stats handler for tracing
@@ -315,7 +317,7 @@ func (c *Client) check(events []*webhook.Event, field func(int) string) error {
 		if err == nil && c.refuseUnknown {
 			err = c.catalog.RequireKnown(ev.Type)
 		}
-		if fe, ok := errors.AsType[*webhook.FieldError](err); ok {
+		for _, fe := range webhook.Fields(err) {
 			violations = append(violations, &errdetails.BadRequest_FieldViolation{Field: field(i) + "." + fe.Field, Description: fe.Reason})
 		}
 	}
@@ -324,7 +326,7 @@ func (c *Client) check(events []*webhook.Event, field func(int) string) error {
 	}
 	msg := "invalid " + violations[0].GetField() + ": " + violations[0].GetDescription()
 	if n := len(violations) - 1; n > 0 {
-		msg += " (and " + strconv.Itoa(n) + " more invalid events)"
+		msg += " (and " + strconv.Itoa(n) + " more invalid fields)"
 	}
 	st, err := status.New(codes.InvalidArgument, msg).WithDetails(&errdetails.BadRequest{FieldViolations: violations})
 	if err != nil {

@@ -136,8 +136,10 @@ func WithCatalog(c *catalog.Catalog) Option {
 
 // AllowUnknownTypes lets events of types in no catalog through the
 // WithCatalog check, for an application that writes types it has not
-// declared on purpose (the dispatcher drops them as Internal). Declaring
-// them "internal" in the catalog says the same and keeps the check.
+// declared on purpose to a dispatcher running with -unknown-types=accept,
+// which drops them as Internal (by default a dispatcher refuses them, setting the outbox row aside).
+// Declaring them "internal" in the catalog drops them either way and keeps
+// the check.
 func AllowUnknownTypes() Option { return func(o *options) { o.allowUnknown = true } }
 
 var tableNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)

@@ -70,6 +70,45 @@ func (e *FieldError) Error() string {
 // Unwrap lets errors.Is(err, ErrInvalidEvent) match any field error.
 func (e *FieldError) Unwrap() error { return ErrInvalidEvent }
 
+// FieldErrors is every bad field of one event, in a stable order (by
+// field): what a data object that breaks its schema in several places
+// answers (catalog.ValidateData), so that a publisher fixes them all at
+// once. errors.As finds the first *FieldError, and errors.Is
+// ErrInvalidEvent matches, as for one FieldError.
+type FieldErrors []*FieldError
+
+func (e FieldErrors) Error() string {
+	if len(e) == 0 {
+		return "invalid event"
+	}
+	msg := e[0].Error()
+	if n := len(e) - 1; n > 0 {
+		msg += fmt.Sprintf(" (and %d more invalid fields)", n)
+	}
+	return msg
+}
+
+// Unwrap returns each field error.
+func (e FieldErrors) Unwrap() []error {
+	out := make([]error, len(e))
+	for i, fe := range e {
+		out[i] = fe
+	}
+	return out
+}
+
+// Fields returns err's bad fields: each of a FieldErrors, the one of a
+// FieldError, nil for any other error.
+func Fields(err error) []*FieldError {
+	if fes, ok := errors.AsType[FieldErrors](err); ok {
+		return fes
+	}
+	if fe, ok := errors.AsType[*FieldError](err); ok {
+		return []*FieldError{fe}
+	}
+	return nil
+}
+
 func fieldErr(field, reason string) *FieldError {
 	return &FieldError{Field: field, Reason: reason}
 }

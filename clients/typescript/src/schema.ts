@@ -2168,6 +2168,15 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
+        /** @description The request body is larger than PublishBatch's limit, 4 MiB by default (-api-max-batch-bytes): RESOURCE_EXHAUSTED, as over gRPC. */
+        BatchContentTooLarge: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description ALREADY_EXISTS: an id or request_id (Idempotency-Key) used before with other content. */
         Conflict: {
             headers: {
@@ -2177,7 +2186,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The request body is larger than 4 MiB. */
+        /** @description The request body is larger than this call's limit, 64 KiB by default (-api-max-request-bytes): RESOURCE_EXHAUSTED, as over gRPC. */
         ContentTooLarge: {
             headers: {
                 [name: string]: unknown;
@@ -2884,7 +2893,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             409: components["responses"]["Conflict"];
-            413: components["responses"]["ContentTooLarge"];
+            413: components["responses"]["BatchContentTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];

@@ -270,15 +270,17 @@ func TestClient_Publish(t *testing.T) {
 		require.Equal(t, int32(1), nb.fault.calls.Load())
 	})
 
-	t.Run("UnknownTypeIsSentAndAnsweredDropped", func(t *testing.T) {
+	t.Run("UnknownTypeIsSentAndRefusedByTheDispatcher", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		ev, err := client.NewEvent("corpus.note.chnaged", "owner_1", "wiki://x").Event()
 		require.NoError(t, err)
-		res, err := b.client.Publish(ctx, ev)
-		require.NoError(t, err)
-		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN, res.GetOutcome())
-		require.Equal(t, "corpus.note.changed", res.GetDidYouMean(), "the default catalog stands in: no refusal, but a did-you-mean")
+		_, err = b.client.Publish(ctx, ev)
+		st := status.Convert(err)
+		require.Equal(t, codes.InvalidArgument, st.Code(), "an error, not a silent drop: %v", err)
+		require.Contains(t, st.Message(), `event.type: is in no event catalog; did you mean "corpus.note.changed"?`)
+		require.Equal(t, int32(1), b.fault.calls.Load(), "sent: the client had no catalog to check against")
+		require.Zero(t, testfactory.CountEvents(ctx, t, b.db.Pool))
 	})
 
 	t.Run("UnknownTypeRefusedWithTheDispatchersCatalog", func(t *testing.T) {
@@ -296,13 +298,13 @@ func TestClient_Publish(t *testing.T) {
 		require.Zero(t, b.fault.calls.Load(), "refused before it is sent")
 		require.Zero(t, testfactory.CountEvents(ctx, t, b.db.Pool))
 
-		// AllowUnknownTypes sends it; the dispatcher drops it, and says
-		// which type was probably meant.
+		// AllowUnknownTypes sends it; this dispatcher refuses it (its
+		// default), and says which type was probably meant.
 		ab := setup(t, client.WithCatalog(catalog.Default()), client.AllowUnknownTypes())
-		res, err := ab.client.Publish(ctx, ev)
-		require.NoError(t, err)
-		require.Equal(t, webhooksv1.PublishOutcome_PUBLISH_OUTCOME_DROPPED_UNKNOWN, res.GetOutcome())
-		require.Equal(t, "corpus.note.changed", res.GetDidYouMean())
+		_, err = ab.client.Publish(ctx, ev)
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+		require.Contains(t, status.Convert(err).Message(), `did you mean "corpus.note.changed"?`)
+		require.Equal(t, int32(1), ab.fault.calls.Load(), "sent")
 	})
 
 	t.Run("WrongTokenIsNotRetried", func(t *testing.T) {

@@ -72,7 +72,8 @@ func newServer(pool *pgxpool.Pool, schema string, o serverOpts) (*grpc.Server, n
 	if decide == nil {
 		decide = scope.NewDecider(nil, m, logger).Func()
 	}
-	store := ingest.NewStore(ingest.StoreConfig{Fanout: fanout.NewInline(decide, nil, m)}, pool, riverClient, m, logger)
+	// Unknown types refused, as the dispatcher does by default.
+	store := ingest.NewStore(ingest.StoreConfig{Fanout: fanout.NewInline(decide, nil, m), UnknownTypes: ingest.UnknownTypesRefuse}, pool, riverClient, m, logger)
 	authn, err := auth.New(auth.Tokens{Publisher: []string{publisherToken}, Admin: []string{adminToken}}, logger)
 	if err != nil {
 		return nil, nil, err
