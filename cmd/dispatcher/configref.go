@@ -75,7 +75,7 @@ func runConfigReference(ctx context.Context, args []string, stdout, stderr io.Wr
 		_, err = stdout.Write(doc)
 		return err
 	}
-	if err := os.WriteFile(*out, doc, 0o644); err != nil {
+	if err := os.WriteFile(*out, doc, 0o644); err != nil { //nolint:gosec // a document of the repository, readable like the others
 		return fmt.Errorf("write %s: %w", *out, err)
 	}
 	return nil
@@ -119,7 +119,7 @@ func configReference(ctx context.Context) ([]byte, error) {
 			rec := &flagRecorder{}
 			// -h stops a command at its flags (dev-access answers it with nil).
 			if err := run(ctx, append(slices.Clone(line), "-h"), io.Discard, rec); err != nil && !errors.Is(err, flag.ErrHelp) {
-				return nil, fmt.Errorf("%s -h: want its usage, got %v", strings.Join(line, " "), err)
+				return nil, fmt.Errorf("%s -h: want its usage, got %w", strings.Join(line, " "), err)
 			}
 			typed, summary := usageOf(strings.Join(line, " "))
 			sec := refSection{name: strings.Join(line, " "), line: typed, summary: summary}
