@@ -142,13 +142,14 @@ test/race: deps/ts ## Run every test with the race detector.
 	TEST_LOCK=$(CURDIR)/bin/.test.lock $(GO) test -race $(TEST_FLAGS) -p $(TEST_P) $(if $(TEST_EXEC),-exec $(TEST_EXEC)) -parallel $(TEST_PARALLEL) ./...
 
 .PHONY: generate
-generate: ## Regenerate pkg/api (gRPC and the HTTP/JSON gateway) and docs/openapi/openapi.json (OpenAPI 3.1) from proto/ with buf, the TypeScript client's types from it, docs/events.md from the event schemas, pkg/client's event builders from the catalog, and docs/design.md's import arrows from go list.
+generate: ## Regenerate pkg/api (gRPC and the HTTP/JSON gateway) and docs/openapi/openapi.json (OpenAPI 3.1) from proto/ with buf, the TypeScript client's types from it, docs/events.md from the event schemas, pkg/client's event builders from the catalog, docs/design.md's import arrows from go list, and docs/configuration.md from the commands' flags.
 	$(BUF) generate
 	@if [ -f $(TS_CLIENT)/node_modules/.installed ]; then npm --prefix $(TS_CLIENT) run --silent generate; \
 	else echo "generate: clients/typescript/src/schema.ts not regenerated: make deps/ts first (make check/openapi checks it)"; fi
 	$(GO) run ./internal/event/eventsdoc -o docs/events.md
 	$(GO) run ./internal/clientgen -o pkg/client/events.go
 	$(GO) run ./internal/importsdoc -o docs/design.md
+	$(GO) run ./cmd/dispatcher config-reference -o docs/configuration.md
 
 .PHONY: lint
 lint: lint/buf lint/go ## buf lint, go vet, gofmt.
@@ -169,9 +170,9 @@ lint/golangci: ## golangci-lint (built from the module proxy).
 	cd $(PKG_MOD) && $(GO) tool -modfile=../tools/lint/go.mod golangci-lint run --allow-serial-runners --config ../.golangci.yaml ./...
 
 .PHONY: check/generated
-GENERATED := pkg/api docs/openapi docs/events.md pkg/client docs/design.md clients/typescript/src/schema.ts
+GENERATED := pkg/api docs/openapi docs/events.md pkg/client docs/design.md docs/configuration.md clients/typescript/src/schema.ts
 
-check/generated: generate ## Fail if regenerating changes any committed file (pkg/api, docs/openapi, docs/events.md, pkg/client, docs/design.md's import arrows, the TypeScript client's types).
+check/generated: generate ## Fail if regenerating changes any committed file (pkg/api, docs/openapi, docs/events.md, pkg/client, docs/design.md's import arrows, docs/configuration.md, the TypeScript client's types).
 	@git diff --exit-code -- $(GENERATED) || (echo "generated code is out of date: run make generate and commit" && exit 1)
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || (git status --porcelain -- $(GENERATED); echo "generated code is out of date" && exit 1)
 

@@ -122,7 +122,7 @@ func (f *filterCheck) bind(fs interface {
 ) {
 	f.env = env
 	fs.StringVar(&f.url, "database-url", env.str("DATABASE_URL", env.get("DISPATCHER_DATABASE_URL")),
-		"the dispatcher's database, whose endpoints' filters are checked against the catalog; unset: not checked (env DATABASE_URL)")
+		"the dispatcher's database, whose endpoints' filters are checked against the catalog; unset: not checked (env DATABASE_URL or DISPATCHER_DATABASE_URL)")
 	fs.StringVar(&f.schema, "schema", env.str("DISPATCHER_SCHEMA", database.DefaultSchema),
 		"Postgres schema holding the dispatcher's tables (env DISPATCHER_SCHEMA)")
 	fs.BoolVar(&f.allow, "allow-filter-breaks", env.boolean("DISPATCHER_ALLOW_FILTER_BREAKS", false),

@@ -66,7 +66,7 @@ type dbConfig struct {
 
 func (c *dbConfig) bind(fs *flag.FlagSet, env *environ) {
 	fs.StringVar(&c.URL, "database-url", env.str("DATABASE_URL", env.str("DISPATCHER_DATABASE_URL", DefaultDatabaseURL)),
-		"Postgres URL of the dispatcher's database (env DATABASE_URL)")
+		"Postgres URL of the dispatcher's database (env DATABASE_URL or DISPATCHER_DATABASE_URL)")
 	fs.StringVar(&c.Schema, "schema", env.str("DISPATCHER_SCHEMA", database.DefaultSchema),
 		"Postgres schema holding the dispatcher's and River's tables (env DISPATCHER_SCHEMA)")
 	fs.IntVar(&c.MaxConns, "db-max-conns", env.integer("DISPATCHER_DB_MAX_CONNS", 40),

@@ -154,6 +154,7 @@ func withoutFlags(name string, run func(stdout io.Writer) error) func(context.Co
 func newFlagSet(name string, output io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(output)
+	recordFlagSet(fs, output)
 	fs.Usage = func() {
 		line, summary := usageOf(name)
 		fmt.Fprintf(fs.Output(), "usage: dispatcher %s [flags]\n\n%s\n\nflags:\n", line, summary)
@@ -199,6 +200,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage())
 		return nil
+	case configReferenceCommand:
+		return runConfigReference(ctx, rest, stdout, stderr)
 	}
 	for _, c := range commands {
 		if c.name == name {

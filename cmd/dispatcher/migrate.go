@@ -19,7 +19,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlagSet("migrate", stderr)
 	db.bind(fs, env)
 	outbox := fs.String("outbox-database-url", env.get("DISPATCHER_OUTBOX_DATABASE_URL"),
-		"also apply the outbox contract (migrations/outbox) to this database; for development and tests, production main apps apply it themselves")
+		"also apply the outbox contract (migrations/outbox) to this database; for development and tests, production main apps apply it themselves (env DISPATCHER_OUTBOX_DATABASE_URL)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
