@@ -909,7 +909,7 @@ func matching(cat *catalog.Catalog, e *webhook.Event, endpoints []endpointRow, r
 // fanout job).
 func decideAll(ctx context.Context, decide scope.Func, e *webhook.Event, candidates []candidate, rec *decision.Builder) ([]candidate, error) {
 	decisions := make([]scope.Decision, len(candidates))
-	g, gctx := errgroup.WithContext(ctx)
+	g, gctx := errgroup.WithContext(scope.ForEvent(ctx, e))
 	g.SetLimit(decideConcurrency)
 	for i, c := range candidates {
 		g.Go(func() error {
