@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -909,16 +910,25 @@ func matching(cat *catalog.Catalog, e *webhook.Event, endpoints []endpointRow, r
 // fanout job).
 func decideAll(ctx context.Context, decide scope.Func, e *webhook.Event, candidates []candidate, rec *decision.Builder) ([]candidate, error) {
 	decisions := make([]scope.Decision, len(candidates))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(decideConcurrency)
-	for i, c := range candidates {
+	g, gctx := errgroup.WithContext(scope.ForEvent(ctx, e))
+	// A few workers take the candidates in turn, not a goroutine each: most
+	// decisions are in memory and cost less than starting a goroutine and
+	// growing its stack. At most decideConcurrency at a time, as before.
+	var next atomic.Int64
+	for range min(decideConcurrency, len(candidates)) {
 		g.Go(func() error {
-			dec, err := decide(gctx, e, c.ep)
-			if err != nil {
-				return fmt.Errorf("fanout: scope of event %s for endpoint %s: %w", e.ID, c.ep.ID, err)
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(candidates) {
+					return nil
+				}
+				c := candidates[i]
+				dec, err := decide(gctx, e, c.ep)
+				if err != nil {
+					return fmt.Errorf("fanout: scope of event %s for endpoint %s: %w", e.ID, c.ep.ID, err)
+				}
+				decisions[i] = dec
 			}
-			decisions[i] = dec
-			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {

@@ -350,4 +350,37 @@ func TestDecider(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, Decision{Admit: true, Rule: RuleUnscoped, Reason: ReasonUnscoped}, dec)
 	})
+
+	t.Run("ForEventDecidesTheSame", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t)
+		other := Endpoint{ID: "8c7f4a4e-0000-4000-8000-000000000002", OwnerID: "owner_1"}
+		for _, e := range []*webhook.Event{
+			newEvent(event.TypeNoteChanged, `{"op":"updated","published":true}`),
+			newEvent(event.TypeNoteChanged, `{"published":false,"was_published":true}`),
+			newEvent(event.TypeNoteChanged, `{"Published":true}`),
+			newEvent(event.TypeNoteChanged, `not json`),
+			newEvent(event.TypeWebhookTest, fmt.Sprintf(`{"endpoint_id":%q}`, bundle.endpoint.ID)),
+			newEvent(event.TypeWebhookTest, `{"endpoint_id":42}`),
+		} {
+			ctx := ForEvent(context.Background(), e)
+			for _, ep := range []Endpoint{bundle.endpoint, other, bundle.endpoint} {
+				want, err := bundle.decider.Decide(context.Background(), e, ep)
+				require.NoError(t, err)
+				got, err := bundle.decider.Decide(ctx, e, ep)
+				require.NoError(t, err)
+				require.Equal(t, want, got, "%s to %s", e.Data, ep.ID)
+			}
+		}
+
+		// Another event under the context is decided by its own data, not
+		// by the data decoded for the context's event.
+		published := newEvent(event.TypeNoteChanged, `{"published":true}`)
+		ctx := ForEvent(context.Background(), published)
+		_, err := bundle.decider.Decide(ctx, published, bundle.endpoint)
+		require.NoError(t, err)
+		dec, err := bundle.decider.Decide(ctx, newEvent(event.TypeNoteChanged, `{"published":false}`), bundle.endpoint)
+		require.NoError(t, err)
+		require.Equal(t, Decision{Rule: RulePublishedSlice, Reason: ReasonUnpublished}, dec)
+	})
 }

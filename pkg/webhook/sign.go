@@ -95,10 +95,21 @@ func (k Keys) SignatureHeader(msgID string, ts time.Time, body []byte) string {
 // SetHeaders sets the three Standard Webhooks headers on h for one delivery
 // attempt, as the package's SetHeaders does, signed with every key of k.
 func (k Keys) SetHeaders(h http.Header, msgID string, ts time.Time, body []byte) {
-	h.Set(HeaderID, msgID)
-	h.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
-	h.Set(HeaderSignature, k.SignatureHeader(msgID, ts, body))
+	// Stored as h.Set stores them, under the names' canonical forms, which
+	// are known here: canonicalizing the same three names again costs an
+	// allocation each on every delivery.
+	h[canonicalHeaderID] = []string{msgID}
+	h[canonicalHeaderTimestamp] = []string{strconv.FormatInt(ts.Unix(), 10)}
+	h[canonicalHeaderSignature] = []string{k.SignatureHeader(msgID, ts, body)}
 }
+
+// The canonical forms (textproto.CanonicalMIMEHeaderKey) of HeaderID,
+// HeaderTimestamp and HeaderSignature: the keys http.Header.Set uses for them.
+const (
+	canonicalHeaderID        = "Webhook-Id"
+	canonicalHeaderTimestamp = "Webhook-Timestamp"
+	canonicalHeaderSignature = "Webhook-Signature"
+)
 
 // signedContent is "<id>.<timestamp>.<body>", the bytes both schemes sign.
 func signedContent(msgID string, unix int64, body []byte) []byte {
@@ -116,11 +127,14 @@ func signedContent(msgID string, unix int64, body []byte) []byte {
 // libraries compare base64 strings), so the encoding must be canonical.
 func mac(key []byte, msgID string, unix int64, body []byte) []byte {
 	h := hmac.New(sha256.New, key)
-	// Writing the parts separately avoids copying the body into a joined buffer.
-	h.Write([]byte(msgID))
-	h.Write([]byte{'.'})
-	h.Write(strconv.AppendInt(nil, unix, 10))
-	h.Write([]byte{'.'})
+	// The id and the timestamp are joined in one small buffer; the body is
+	// written on its own, not copied into it.
+	prefix := make([]byte, 0, len(msgID)+22) // 22: '.', an int64's 20 digits and sign, '.'
+	prefix = append(prefix, msgID...)
+	prefix = append(prefix, '.')
+	prefix = strconv.AppendInt(prefix, unix, 10)
+	prefix = append(prefix, '.')
+	h.Write(prefix)
 	h.Write(body)
 	sum := h.Sum(nil)
 	out := make([]byte, base64.StdEncoding.EncodedLen(len(sum)))
