@@ -6,14 +6,25 @@
 #   webhook-dispatcher-<X.Y.Z>-oci.tar               the multi-arch image index as an OCI archive
 #   oci/                                             the same as an OCI layout (make push sends it)
 #   image-index.digest                               the index's digest
+#   dispatcher-<X.Y.Z>.tgz                           the Helm chart, version and appVersion X.Y.Z
 #   standmeet-dispatcher-client-<X.Y.Z>.tgz          the TypeScript client (npm install it; needs make deps/ts)
+#   dispatcher_client-<X.Y.Z>.tar.gz                 the Python client's source archive (pip install it;
+#                                                    a pre-release in PEP 440 spelling: 0.0.0-ci is 0.0.0+ci)
 #   RELEASE-NOTES.md                                 CHANGELOG.md's section for the version
 #   SHA256SUMS                                       checksums of all the files above
+#
+# Every artifact says the one version: the binaries' --version, the image's
+# annotations, the chart's Chart.yaml, the npm package.json, the Python
+# PKG-INFO, pyproject.toml and dispatcher_client.__version__ (set in the
+# packed copies; the committed chart and clients are not edited).
 #
 # CHANGELOG.md: if it has no section for the version yet, its [Unreleased]
 # entries become "## [X.Y.Z] - <today>" under a new, empty [Unreleased]
 # (commit that, tag vX.Y.Z, and run make release again from the tag so the
-# artifacts name the tagged commit). An empty [Unreleased] is refused.
+# artifacts name the tagged commit). An empty [Unreleased] is refused. Its
+# "### Breaking changes" heading moves with its entries into the versioned
+# section; a section whose entries say "BREAKING" but has no such heading is
+# refused, so a breaking change cannot hide under "Changed".
 #
 # Environment: CHANGELOG (default CHANGELOG.md) and DIST (default dist), for
 # trying it out on copies (CI does); GO (default go).
@@ -39,6 +50,10 @@ if ! grep -Eq "$heading_re" "$changelog"; then
   grep -q '^## \[Unreleased\]' "$changelog" || die "$changelog has neither a [$semver] nor an [Unreleased] section"
   entries=$(awk '/^## \[Unreleased\]/ {p = 1; next} p && /^## \[/ {exit} p && /^- / {n++} END {print n + 0}' "$changelog")
   [ "$entries" -gt 0 ] || die "$changelog: [Unreleased] has no entries to release as $semver"
+  unreleased=$(awk '/^## \[Unreleased\]/ {p = 1; next} p && /^## \[/ {exit} p' "$changelog")
+  if grep -q 'BREAKING' <<<"$unreleased" && ! grep -q '^### Breaking changes$' <<<"$unreleased"; then
+    die "$changelog: [Unreleased] has an entry marked BREAKING but no \"### Breaking changes\" heading: move it there"
+  fi
   awk -v heading="## [$semver] - $(date -u +%Y-%m-%d)" '
     /^## \[Unreleased\]/ && !done { print; print ""; print heading; done = 1; next }
     { print }' "$changelog" > "$changelog.new"
@@ -51,11 +66,12 @@ out=$(cd "$out" && pwd)
 awk -v h="## [$semver]" 'index($0, h) == 1 {p = 1; print; next} p && /^## \[/ {exit} p' "$changelog" > "$out/RELEASE-NOTES.md"
 [ -s "$out/RELEASE-NOTES.md" ] || die "could not extract the [$semver] section of $changelog"
 
-# The chart (and the overlays rendered from it) name the image by the chart's
-# appVersion: a release of another version wants both moved first.
+# The packaged chart (below) gets the version; the committed one, and the
+# Kustomize overlays rendered from it, name the image by the committed
+# appVersion: a release of another version wants both moved in the repository.
 chart_version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' deploy/helm/dispatcher/Chart.yaml 2>/dev/null || true)
 if [ -n "$chart_version" ] && [ "$chart_version" != "$semver" ]; then
-  echo "release: deploy/helm/dispatcher/Chart.yaml has appVersion $chart_version: for publishing $version set its version and appVersion to $semver and run scripts/check-deploy.sh --write (the overlays name the image by it)" >&2
+  echo "release: deploy/helm/dispatcher/Chart.yaml has appVersion $chart_version (the packaged chart says $semver): for publishing $version set its version and appVersion to $semver and run scripts/check-deploy.sh --write (the overlays name the image by it)" >&2
 fi
 
 # --- what the artifacts say they were built from --------------------------------
@@ -88,11 +104,28 @@ else
   echo "release: clients/typescript/node_modules is missing (make deps/ts): no npm tarball" >&2
 fi
 
+# --- the Helm chart ---------------------------------------------------------------
+# As helm package lays it out (dispatcher/ at the top, .helmignore's entries
+# left out), without needing helm: a copy with version and appVersion set.
+chart_stage=$(mktemp -d)
+trap 'rm -rf "$chart_stage"' EXIT
+cp -R deploy/helm/dispatcher "$chart_stage/dispatcher"
+rm -rf "$chart_stage/dispatcher/ci" "$chart_stage/dispatcher/.helmignore"
+find "$chart_stage/dispatcher" -name '*.md.tmpl' -delete
+sed -i -e "s/^version: .*/version: $semver/" -e "s/^appVersion: .*/appVersion: \"$semver\"/" "$chart_stage/dispatcher/Chart.yaml"
+grep -q "^version: $semver\$" "$chart_stage/dispatcher/Chart.yaml" && grep -q "^appVersion: \"$semver\"\$" "$chart_stage/dispatcher/Chart.yaml" \
+  || die "could not set the chart's version and appVersion to $semver"
+chart_tarball="dispatcher-$semver.tgz"
+tar -C "$chart_stage" --sort=name --mtime=@946684800 --owner=0 --group=0 --numeric-owner -cf - dispatcher | gzip -n > "$out/$chart_tarball"
+
+# --- the Python client's source archive ----------------------------------------
+py_sdist=$(python3 scripts/py-sdist.py "$out" "$version") || die "the Python source archive failed"
+
 # --- checksums ------------------------------------------------------------------
 (
   cd "$out"
   sha256sum "dispatcher-$version-linux-amd64" "dispatcher-$version-linux-arm64" \
-    "webhook-dispatcher-$semver-oci.tar" ${npm_tarball[@]+"${npm_tarball[@]}"} RELEASE-NOTES.md > SHA256SUMS
+    "webhook-dispatcher-$semver-oci.tar" "$chart_tarball" ${npm_tarball[@]+"${npm_tarball[@]}"} "$py_sdist" RELEASE-NOTES.md > SHA256SUMS
 )
 echo "release: $out/"
 ls -l "$out" | sed 1d | awk '{printf "  %10s  %s\n", $5, $NF}'
