@@ -72,8 +72,9 @@ check/image: image ## Build the image, then check it runs as non-root and its en
 	$(GO) -C tools/image run . check -image $(CURDIR)/$(IMAGE_TAR) -version '$(VERSION)'
 
 # A release: binaries for linux/amd64 and linux/arm64, the multi-arch image
-# (OCI layout and archive), checksums and the CHANGELOG section, in
-# dist/<VERSION>/ (scripts/release.sh). make push sends the image to a
+# (OCI layout and archive), the Helm chart, the TypeScript client's npm
+# tarball, the Python client's source archive, checksums and the CHANGELOG
+# section, all at the one VERSION, in dist/<VERSION>/ (scripts/release.sh). make push sends the image to a
 # registry with go-containerregistry (no daemon; credentials from the Docker
 # config, as docker login or a credential helper leaves them).
 DIST      ?= dist
@@ -115,6 +116,11 @@ deps/ts: $(TS_CLIENT)/node_modules/.installed ## Install the TypeScript client's
 .PHONY: ts/pack
 ts/pack: deps/ts ## Build the TypeScript client's npm tarball into dist/ (standmeet-dispatcher-client-X.Y.Z.tgz; VERSION=v0.1.0 sets its version).
 	scripts/ts-pack.sh '$(DIST)' '$(filter v%,$(VERSION))'
+
+.PHONY: py/sdist
+py/sdist: ## Build the Python client's source archive into dist/ (dispatcher_client-X.Y.Z.tar.gz, standard library only): make py/sdist VERSION=v0.1.0.
+	@test -n '$(filter v%,$(VERSION))' || { echo "make py/sdist: VERSION=vX.Y.Z is required" >&2; exit 2; }
+	python3 scripts/py-sdist.py '$(DIST)' '$(VERSION)'
 
 .PHONY: check/openapi
 check/openapi: deps/ts ## docs/openapi/openapi.json lints with 0 errors (redocly), openapi-typescript generates the client's types from it unchanged, and the client compiles.
