@@ -338,7 +338,7 @@ func tokenCallHTTP(d *dispatcher, ip, tok, xff string) int {
 // client's guesses nor any right token. (The previous release refused
 // every call from a throttled address, right tokens included, and counted
 // every client behind a proxy as the proxy.)
-func TestAttackThrottleLocksNobodyOut(t *testing.T) {
+func TestAttackThrottleLocksNobodyOut(t *testing.T) { //nolint:tparallel // its subtests run in order, on one dispatcher
 	t.Parallel()
 	d := start(t, options{db: dbtest.NewEmpty(t), args: []string{"--migrate"},
 		env: []string{"DISPATCHER_TRUSTED_PROXIES=127.0.0.5"}})

@@ -104,7 +104,7 @@ func TestPortalFilter(t *testing.T) {
 	require.Contains(t, text, "Nothing was saved")
 	require.Contains(t, text, `Filter: data.opp: `)
 	require.Contains(t, text, `did you mean "data.op"?`)
-	require.Equal(t, typo, valueOf(t, ctx, "filter"), "the box as typed")
+	require.Equal(t, typo, valueOf(t, ctx, "filter"), "the box as typed") //nolint:testifylint // byte for byte, not as JSON
 	checkA11y(t, ctx, "form with a refused filter")
 	require.JSONEq(t, want, stored(t), "nothing written")
 

@@ -27,7 +27,7 @@ func ownerEndpoints(t *testing.T, d *dispatcher, owner string) []*webhooksv1.End
 	return list.GetEndpoints()
 }
 
-func getEndpoint(t *testing.T, d *dispatcher, owner, id string) *webhooksv1.Endpoint { //nolint:unparam // scoped to an owner, like every API call
+func getEndpoint(t *testing.T, d *dispatcher, owner, id string) *webhooksv1.Endpoint {
 	t.Helper()
 	res, err := d.endpoints().GetEndpoint(adminCtx(t), &webhooksv1.GetEndpointRequest{OwnerId: owner, EndpointId: id})
 	require.NoError(t, err)

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"testing"
 	"time"
 
@@ -81,5 +80,5 @@ func TestTypeScriptPackage(t *testing.T) {
 		"DISPATCHER_ADMIN_TOKEN=" + adminToken,
 		"DISPATCHER_PUBLISHER_TOKEN=" + publisherToken,
 	}, node, "dist/main.js")
-	require.Regexp(t, regexp.MustCompile(`(?m)^verified \S+$`), out)
+	require.Regexp(t, `(?m)^verified \S+$`, out)
 }

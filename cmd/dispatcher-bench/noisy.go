@@ -90,7 +90,7 @@ func (b *bench) noisyNeighbour(ctx context.Context) (res result) {
 	}
 	res.Events = burst + int(q.sent.Load())
 	res.Expected = int64(burst*s12Endpoints) + q.sent.Load()
-	if err := s.recv.wait(ctx, res.Expected, stallTimeout); err != nil {
+	if err := s.recv.wait(ctx, res.Expected); err != nil {
 		return failed(res, fmt.Errorf("quiet owner's deliveries: %w", err))
 	}
 	m.loadDone()

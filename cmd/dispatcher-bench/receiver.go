@@ -147,9 +147,10 @@ func (r *receivers) serve(w http.ResponseWriter, req *http.Request) {
 }
 
 // wait blocks until target distinct deliveries arrived, ctx ends, or nothing
-// new arrived for stall (then it reports how many are missing). Completion
+// new arrived for stallTimeout (then it reports how many are missing). Completion
 // times come from the receipts, so the polling step does not matter.
-func (r *receivers) wait(ctx context.Context, target int64, stall time.Duration) error {
+func (r *receivers) wait(ctx context.Context, target int64) error {
+	const stall = stallTimeout
 	last, lastAt := r.unique.Load(), time.Now()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()

@@ -262,7 +262,7 @@ const stallTimeout = time.Minute
 
 func (d *deliveryRun) complete(ctx context.Context) error {
 	res := d.res
-	waitErr := d.s.recv.wait(ctx, res.Expected, stallTimeout)
+	waitErr := d.s.recv.wait(ctx, res.Expected)
 	d.m.loadDone()
 	receipts := d.s.recv.snapshot()
 	res.Deliveries = int64(len(receipts))
@@ -456,7 +456,7 @@ func (b *bench) fanout(ctx context.Context) (res result) {
 		res.notef("warm fanout: %v", err)
 		return res
 	}
-	if err := s.recv.wait(ctx, int64(2*endpoints), time.Minute); err != nil {
+	if err := s.recv.wait(ctx, int64(2*endpoints)); err != nil {
 		res.notef("warm fanout: %v", err)
 		return res
 	}

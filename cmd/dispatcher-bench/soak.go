@@ -330,7 +330,7 @@ func (b *bench) soak(ctx context.Context) (res result) {
 	q, _ := durationQuantiles(rpc, 0)
 	res.PublishMs = &latency{P50: q[0], P99: q[1], Max: q[2]}
 
-	waitErr := s.recv.wait(ctx, res.Expected, stallTimeout)
+	waitErr := s.recv.wait(ctx, res.Expected)
 	m.loadDone()
 	receipts := s.recv.snapshot()
 	res.Deliveries = int64(len(receipts))

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -90,8 +91,8 @@ func (p Proxies) ClientAddr(remote string, get func(name string) []string) strin
 	}
 	hops := forwardedFor(get)
 	client := peerIP.Unmap()
-	for i := len(hops) - 1; i >= 0; i-- {
-		ip, ok := parseHop(hops[i])
+	for _, hop := range slices.Backward(hops) {
+		ip, ok := parseHop(hop)
 		if !ok {
 			break
 		}

@@ -23,7 +23,7 @@ const (
 const CostPerElement = 160
 
 // JSONDecodedCost is what the HTTP face holds for a JSON body of n bytes
-// with elements elements while it serves the call: the body, its protojson
+// holding the given number of JSON elements while it serves the call: the body, its protojson
 // decoding, and its protobuf encoding for the in-process pipe (at most 18
 // bytes an element, a member of an object, and the strings' bytes; 24
 // reserved). The gRPC server's decoding of that encoding is the gate's

@@ -58,13 +58,13 @@ func TestDecodedCost(t *testing.T) { //nolint:paralleltest // measures the heap
 		ev := `{"id":"e1","owner_id":"o","type":"t.x","data":{` + data.String() + `}}`
 		return `{"events":[` + strings.TrimSuffix(strings.Repeat(ev+",", size/(len(ev)+1)), ",") + `]}`
 	}()
-	for name, body := range map[string]string{
+	for name, body := range map[string]string{ //nolint:paralleltest // measures the heap: one at a time
 		"Zeros":        batchJSON(size, "0"),
 		"EmptyObjects": batchJSON(size, "{}"),
 		"ShortStrings": batchJSON(size, `"abcdefgh"`),
 		"Members":      keys,
 	} {
-		t.Run(name, func(t *testing.T) { //nolint:paralleltest // measures the heap
+		t.Run(name, func(t *testing.T) {
 			elements := strings.Count(body, ",") + strings.Count(body, "{") + strings.Count(body, "[") + 1
 			var m *webhooksv1.PublishBatchRequest
 			fromJSON := heldBy(t, func() any {

@@ -413,7 +413,7 @@ func TestUpdateEndpoint(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		_, err := b.env.client.UpdateEndpoint(t.Context(), &webhooksv1.UpdateEndpointRequest{
-			OwnerId: ownerA, EndpointId: b.ep.GetId(), UpdateMask: mask("descripton"), Description: "x",
+			OwnerId: ownerA, EndpointId: b.ep.GetId(), UpdateMask: mask("descripton"), Description: "x", //nolint:misspell // misspelt on purpose
 		})
 		require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 		require.Contains(t, status.Convert(err).Message(), `update_mask.paths[0]: unknown path; did you mean "description"?`)

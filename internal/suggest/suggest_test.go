@@ -13,7 +13,7 @@ func TestNearest(t *testing.T) {
 		t.Parallel()
 		known := []string{"list", "get", "event_types", "description", "endpoints"}
 		for typo, want := range map[string]string{
-			"lsit": "list", "gte": "get", "evnt_types": "event_types", "Descripton": "description", "endpionts": "endpoints",
+			"lsit": "list", "gte": "get", "evnt_types": "event_types", "Descripton": "description", "endpionts": "endpoints", //nolint:misspell // misspelt on purpose
 		} {
 			require.Equal(t, want, Nearest(typo, known), typo)
 		}

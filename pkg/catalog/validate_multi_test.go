@@ -40,7 +40,7 @@ func TestValidateDataReportsEveryViolation(t *testing.T) {
 	t.Run("OneMistakeIsOneFieldError", func(t *testing.T) {
 		t.Parallel()
 		err := catalog.Default().ValidateData("booking.created", json.RawMessage(`{"booking_id": "bk_1", "starts_at": "tomorrow"}`))
-		fe, ok := err.(*webhook.FieldError)
+		fe, ok := err.(*webhook.FieldError) //nolint:errorlint // exactly one FieldError, neither wrapped nor a FieldErrors
 		require.True(t, ok, "%T", err)
 		require.Equal(t, "data.starts_at", fe.Field)
 	})

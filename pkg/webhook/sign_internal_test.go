@@ -11,7 +11,7 @@ import (
 // must be exactly the keys http.Header.Set would use.
 func TestCanonicalHeaderNames(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, textproto.CanonicalMIMEHeaderKey(HeaderID), canonicalHeaderID)
-	require.Equal(t, textproto.CanonicalMIMEHeaderKey(HeaderTimestamp), canonicalHeaderTimestamp)
-	require.Equal(t, textproto.CanonicalMIMEHeaderKey(HeaderSignature), canonicalHeaderSignature)
+	require.Equal(t, canonicalHeaderID, textproto.CanonicalMIMEHeaderKey(HeaderID))
+	require.Equal(t, canonicalHeaderTimestamp, textproto.CanonicalMIMEHeaderKey(HeaderTimestamp))
+	require.Equal(t, canonicalHeaderSignature, textproto.CanonicalMIMEHeaderKey(HeaderSignature))
 }
