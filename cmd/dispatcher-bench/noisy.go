@@ -17,8 +17,8 @@ import (
 // events/s, one Publish each, to its one endpoint. Reported: B's delivery
 // latency (from each event's scheduled send time, so a slow Publish counts)
 // alone and during the burst, the burst's drain time with B and without it
-// (the same burst first, in a session of its own), and lost and duplicated
-// deliveries.
+// (the same burst before and after, each in a session of its own, averaged),
+// and lost and duplicated deliveries.
 const (
 	s12Endpoints = 100 // owner A's; B's is endpoint s12Endpoints
 	s12QuietRate = 10  // B's events per second
@@ -45,9 +45,11 @@ func (b *bench) noisyNeighbour(ctx context.Context) (res result) {
 		Title: fmt.Sprintf("noisy neighbour: owner A publishes %d events to %d endpoints; owner B %d events/s to 1 endpoint", burst, s12Endpoints, s12QuietRate)}
 	defer func() { r := recover(); b.recovered(&res, r) }()
 
-	// The burst alone first, in a session of its own (a fresh schema and
-	// process, so neither burst runs on the other's leftovers).
-	drainAlone, err := b.s12AloneBurst(ctx, burst)
+	// The burst alone before and after, each in a session of its own (a
+	// fresh schema and process, so no burst runs on another's leftovers):
+	// their mean brackets the run with B, so a machine whose load drifts
+	// during the scenario moves both sides alike.
+	drainBefore, err := b.s12AloneBurst(ctx, burst)
 	if err != nil {
 		return failed(res, fmt.Errorf("burst without B: %w", err))
 	}
@@ -94,6 +96,11 @@ func (b *bench) noisyNeighbour(ctx context.Context) (res result) {
 		return failed(res, fmt.Errorf("quiet owner's deliveries: %w", err))
 	}
 	m.loadDone()
+	drainAfter, err := b.s12AloneBurst(ctx, burst)
+	if err != nil {
+		return failed(res, fmt.Errorf("burst without B, after: %w", err))
+	}
+	drainAlone := (drainBefore + drainAfter) / 2
 
 	receipts := s.recv.snapshot()
 	res.Deliveries = int64(len(receipts))
@@ -121,8 +128,8 @@ func (b *bench) noisyNeighbour(ctx context.Context) (res result) {
 	}
 	res.notef("B alone: p50 %.1f / p99 %.1f / max %.1f ms; B during the burst: p50 %.1f / p99 %.1f / max %.1f ms (%d deliveries); B's Publish during the burst p50 %.1f / p99 %.1f / max %.1f ms",
 		alone.P50, alone.P99, alone.Max, during.P50, during.P99, during.Max, q.duringCount, publish.P50, publish.P99, publish.Max)
-	res.notef("burst of %d deliveries drained in %.2f s with B, %.2f s without (%.2f×); lost %d, duplicated %d",
-		burst*s12Endpoints, fig.DrainWithS, fig.DrainAloneS, fig.DrainRatio, fig.Lost, res.Duplicates)
+	res.notef("burst of %d deliveries drained in %.2f s with B, %.2f s without (%.2f s before, %.2f s after; %.2f×); lost %d, duplicated %d",
+		burst*s12Endpoints, fig.DrainWithS, fig.DrainAloneS, drainBefore.Seconds(), drainAfter.Seconds(), fig.DrainRatio, fig.Lost, res.Duplicates)
 	if allowed := max(res.AllowedInFlight, 1); res.MaxConcurrencyPerEndpoint > allowed {
 		res.notef("LEASE VIOLATION: an endpoint had %d concurrent POSTs (max_in_flight %d)", res.MaxConcurrencyPerEndpoint, allowed)
 	}

@@ -285,9 +285,10 @@ func NewStore(cfg StoreConfig, pool *pgxpool.Pool, river *river.Client[pgx.Tx], 
 	s.unknown = newUnknownTypes(m, logger, func() time.Time { return s.now() })
 	s.group = batch.NewWeighted(batch.Config{MaxSize: cfg.GroupEvents, MaxInFlight: cfg.GroupInFlight, LingerBelowGap: cfg.GroupLinger},
 		func(p *ingestPlan) int { return len(p.toStore) }, s.commitGroup)
-	// One transaction at a time, and no wait for company: the express
-	// lane's calls are few and small, and what they must not do is wait.
-	s.express = batch.NewWeighted(batch.Config{MaxSize: expressMaxEvents * 16, MaxInFlight: 1},
+	// No wait for company, and a few transactions at once: the express
+	// lane's calls are few and small, and what they must not do is wait,
+	// also behind one of their own whose commit a busy disk holds up.
+	s.express = batch.NewWeighted(batch.Config{MaxSize: expressMaxEvents * 16, MaxInFlight: expressInFlight},
 		func(p *ingestPlan) int { return len(p.toStore) }, s.commitGroup)
 	return s
 }
@@ -305,6 +306,7 @@ func NewStore(cfg StoreConfig, pool *pgxpool.Pool, river *river.Client[pgx.Tx], 
 const (
 	expressMaxEvents = 8
 	heavyCall        = 64
+	expressInFlight  = 4
 )
 
 // lane returns the batcher p goes through, and whether it is the group
