@@ -58,6 +58,47 @@ func TestGetDelivery(t *testing.T) {
 		require.Equal(t, b.id, listed.GetEndpointId())
 	})
 
+	t.Run("DeliveredTimestampsAreOrdered", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// A hand-off hold or a pacing step leaves River's scheduled_at ahead
+		// of the attempt that then delivered the job.
+		attemptedAt := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+		finalizedAt := attemptedAt.Add(200 * time.Millisecond)
+		heldUntil := attemptedAt.Add(30 * time.Second)
+		opts := attempted("completed", "")
+		opts.AttemptedAt, opts.FinalizedAt, opts.ScheduledAt = &attemptedAt, &finalizedAt, &heldUntil
+		jobID := b.env.insertAttempted(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"), opts)
+
+		got, err := b.env.client.GetDelivery(t.Context(), &webhooksv1.GetDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID})
+		require.NoError(t, err)
+		list, err := b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{OwnerId: ownerA, EndpointId: b.id})
+		require.NoError(t, err)
+		require.Len(t, list.GetDeliveries(), 1)
+		for _, d := range []*webhooksv1.Delivery{got.GetDelivery(), list.GetDeliveries()[0]} {
+			require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERED, d.GetState())
+			require.False(t, d.GetScheduledAt().AsTime().After(d.GetAttemptedAt().AsTime()), "scheduled_at %s after attempted_at %s", d.GetScheduledAt().AsTime(), d.GetAttemptedAt().AsTime())
+			require.False(t, d.GetAttemptedAt().AsTime().After(d.GetFinalizedAt().AsTime()))
+			require.Equal(t, attemptedAt, d.GetScheduledAt().AsTime())
+			require.Equal(t, finalizedAt, d.GetFinalizedAt().AsTime())
+		}
+	})
+
+	t.Run("CancelledBeforeAnAttemptIsNotScheduledAfterItsEnd", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		finalizedAt := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+		retryAt := finalizedAt.Add(time.Hour)
+		jobID := b.env.insertAttempted(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"), &testfactory.JobOpts{
+			State: "cancelled", FinalizedAt: &finalizedAt, ScheduledAt: &retryAt,
+		})
+
+		got, err := b.env.client.GetDelivery(t.Context(), &webhooksv1.GetDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID})
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_CANCELLED, got.GetDelivery().GetState())
+		require.Equal(t, finalizedAt, got.GetDelivery().GetScheduledAt().AsTime())
+	})
+
 	t.Run("ForeignOwnerIsNotFound", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -1018,7 +1018,10 @@ export interface components {
              * @description Attempts of the retry schedule spent so far, one in flight included (snoozes spend none, and recovery probes are counted apart, in probes): "attempt 4 of 18, 2 probes".
              */
             attempt: number;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the latest attempt started; unset before the first.
+             */
             attempted_at: string | null;
             /** Format: date-time */
             created_at: string | null;
@@ -1026,7 +1029,10 @@ export interface components {
             endpoint_id: string;
             event_id: string;
             event_type: string;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When it ended (DELIVERED, FAILED or CANCELLED); unset until then.
+             */
             finalized_at: string | null;
             /**
              * Format: int64
@@ -1049,7 +1055,10 @@ export interface components {
              * @description Recovery probes it carried: while its endpoint was failing, it was sent ahead of its retry step to learn whether the receiver was back. A probe is a request but spends no attempt of the schedule.
              */
             probes: number;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the delivery is (or was) due: the next attempt's time while it waits. Once it has ended (finalized_at set) it is never after attempted_at or finalized_at, so a finished delivery reads created_at <= scheduled_at <= attempted_at <= finalized_at.
+             */
             scheduled_at: string | null;
             state: components["schemas"]["DeliveryState"];
             /** @description The state in one sentence for people, e.g. "The receiver asked to wait (HTTP 429, Retry-After) until 2026-12-01T10:00:00Z." */

@@ -2096,10 +2096,16 @@ type Delivery struct {
 	MaxAttempts int32 `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	// What the last failed attempt met, as a sentence without River's
 	// internals, e.g. "HTTP 500: upstream down". Empty once delivered.
-	LastError   string                 `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
-	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	LastError string                 `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// When the latest attempt started; unset before the first.
 	AttemptedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=attempted_at,json=attemptedAt,proto3" json:"attempted_at,omitempty"`
+	// When the delivery is (or was) due: the next attempt's time while it
+	// waits. Once it has ended (finalized_at set) it is never after
+	// attempted_at or finalized_at, so a finished delivery reads created_at <=
+	// scheduled_at <= attempted_at <= finalized_at.
 	ScheduledAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
+	// When it ended (DELIVERED, FAILED or CANCELLED); unset until then.
 	FinalizedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=finalized_at,json=finalizedAt,proto3" json:"finalized_at,omitempty"`
 	// A link to the job in the operator UI, from the configured template.
 	Link string `protobuf:"bytes,12,opt,name=link,proto3" json:"link,omitempty"`
