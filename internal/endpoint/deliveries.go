@@ -46,17 +46,24 @@ func (s DeliveryState) String() string {
 
 // NotWaitingError: RetryDelivery was asked to run a delivery that is not
 // waiting (DeliveryScheduled).
+// Resend says the call asked to resend a delivered one as well.
 type NotWaitingError struct {
-	State DeliveryState
+	State  DeliveryState
+	Resend bool
 }
 
 func (e *NotWaitingError) Error() string {
 	msg := "delivery is " + e.State.String() + ", not waiting: only a scheduled delivery can be retried now"
+	if e.Resend {
+		msg = "delivery is " + e.State.String() + ": only a scheduled or delivered delivery can be retried or resent"
+	}
 	switch e.State {
 	case DeliveryFailed, DeliveryCancelled:
 		msg += " (Redeliver re-queues failed and cancelled deliveries)"
 	case DeliveryPending, DeliveryDelivering:
 		msg += " (it is already on its way)"
+	case DeliveryDelivered:
+		msg += " (resend=true sends a delivered one again)"
 	}
 	return msg
 }
