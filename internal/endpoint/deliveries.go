@@ -46,13 +46,18 @@ func (s DeliveryState) String() string {
 
 // NotWaitingError: RetryDelivery was asked to run a delivery that is not
 // waiting (DeliveryScheduled).
-// Resend says the call asked to resend a delivered one as well.
+// Resend says the call asked to resend a delivered one as well, and
+// EventGone that it was delivered but its event is no longer stored.
 type NotWaitingError struct {
-	State  DeliveryState
-	Resend bool
+	State     DeliveryState
+	Resend    bool
+	EventGone bool
 }
 
 func (e *NotWaitingError) Error() string {
+	if e.EventGone {
+		return "delivery is " + e.State.String() + " but its event is no longer stored (retention removed it), so it cannot be resent"
+	}
 	msg := "delivery is " + e.State.String() + ", not waiting: only a scheduled delivery can be retried now"
 	if e.Resend {
 		msg = "delivery is " + e.State.String() + ": only a scheduled or delivered delivery can be retried or resent"

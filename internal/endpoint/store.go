@@ -608,6 +608,14 @@ SELECT ` + deliveryColumns + `, w.enabled
 			return err
 		}
 		if before.State == DeliveryDelivered {
+			var stored bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM events WHERE id = $1 AND owner_id = $2)`, jr.EventID, owner).Scan(&stored); err != nil {
+				return err
+			}
+			if !stored {
+				// The worker would find nothing to send.
+				return &NotWaitingError{State: before.State, Resend: true, EventGone: true}
+			}
 			// Stamped like Redeliver's re-queues, for whoever reads the job.
 			if _, err := tx.Exec(ctx, `UPDATE river_job SET metadata = metadata || jsonb_build_object('`+resentAtKey+`', now()) WHERE id = $1`, jobID); err != nil {
 				return err

@@ -611,6 +611,49 @@ func TestRetryDelivery(t *testing.T) {
 		return b.env.insertAttempted(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"), opts)
 	}
 
+	t.Run("ResendQueuesADeliveredOneOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		jobID := b.env.insertAttempted(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"), attempted("completed", ""))
+
+		_, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID})
+		require.Equal(t, codes.FailedPrecondition, status.Code(err), "without resend a delivered one is refused")
+
+		resp, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID, Resend: true})
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_PENDING, resp.GetDelivery().GetState())
+		require.Nil(t, resp.GetDelivery().GetFinalizedAt())
+		require.Equal(t, "available", b.env.jobState(t, jobID))
+
+		// A double click finds it on its way and leaves it be.
+		again, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID, Resend: true})
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_PENDING, again.GetDelivery().GetState())
+		require.Equal(t, resp.GetDelivery().GetScheduledAt().AsTime(), again.GetDelivery().GetScheduledAt().AsTime(), "not queued again")
+	})
+
+	t.Run("ResendLeavesFailedToRedeliver", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		jobID := b.env.insertAttempted(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"), attempted("discarded", "HTTP 500: upstream down"))
+		_, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID, Resend: true})
+		require.Equal(t, codes.FailedPrecondition, status.Code(err))
+		require.Contains(t, status.Convert(err).Message(), "Redeliver")
+	})
+
+	t.Run("ResendOfAPrunedEventIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		eventID := b.env.insertEvent(t, ownerA, "booking.created")
+		jobID := b.env.insertAttempted(t, b.id, eventID, attempted("completed", ""))
+		_, err := b.env.db.Pool.Exec(t.Context(), `DELETE FROM events WHERE id = $1`, eventID)
+		require.NoError(t, err)
+		_, err = b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID, Resend: true})
+		require.Equal(t, codes.FailedPrecondition, status.Code(err))
+		require.Contains(t, status.Convert(err).Message(), "no longer stored")
+		require.Equal(t, "completed", b.env.jobState(t, jobID))
+	})
+
 	t.Run("RunsABackoffNow", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
