@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -210,6 +212,63 @@ func TestRetryNowAndSendTest(t *testing.T) {
 		// Another owner's delivery is not found, like a missing one.
 		_, err = d.endpoints().RetryDelivery(adminCtx(t), &webhooksv1.RetryDeliveryRequest{OwnerId: "owner-other", DeliveryId: del.GetId()})
 		require.Equal(t, codes.NotFound, status.Code(err))
+	})
+
+	// Not parallel: it runs, and removes its endpoint, before the parallel
+	// subtests publish to the same owner's booking.* endpoints.
+	t.Run("ResendSendsADeliveredDeliveryOnceMore", func(t *testing.T) { //nolint:paralleltest // see above
+		// The receiver answers the first request at once and holds the
+		// second (the resend) until released, so that a second click
+		// lands while the resend is in flight.
+		release := make(chan struct{})
+		var n atomic.Int32
+		rc := newReceiver(t)
+		rc.setHandler(func(w http.ResponseWriter, _ *http.Request) {
+			if n.Add(1) == 2 {
+				<-release
+			}
+			w.WriteHeader(http.StatusNoContent)
+		})
+		// Registered after the receiver, so it runs first: a failed check
+		// does not leave the held request blocking the receiver's Close.
+		releaseOnce := sync.OnceFunc(func() { close(release) })
+		t.Cleanup(releaseOnce)
+		id := createEndpoint(t, d, deliveriesOwner, rc.URL, "booking.*").GetEndpoint().GetId()
+		publish(t, d, newEvent(deliveriesOwner, "booking.created", "booking://resend", `{}`))
+		del := waitForDelivery(t, d, id, "delivered", func(x *webhooksv1.Delivery) bool {
+			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERED
+		})
+		require.Len(t, rc.requests(), 1)
+
+		// Without resend a delivered delivery stays refused.
+		_, err := d.endpoints().RetryDelivery(adminCtx(t), &webhooksv1.RetryDeliveryRequest{OwnerId: deliveriesOwner, DeliveryId: del.GetId()})
+		require.Equal(t, codes.FailedPrecondition, status.Code(err))
+		require.Contains(t, status.Convert(err).Message(), "resend=true")
+
+		resp, err := d.endpoints().RetryDelivery(adminCtx(t), &webhooksv1.RetryDeliveryRequest{OwnerId: deliveriesOwner, DeliveryId: del.GetId(), Resend: true})
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_PENDING, resp.GetDelivery().GetState())
+		waitFor(t, 30*time.Second, "the resend at the receiver", func() bool { return len(rc.requests()) == 2 })
+
+		// A second click, over HTTP, while the resend is in flight: answered
+		// with the delivery as it is, not queued again.
+		code, _, out := httpCall(t, d, http.MethodPost, fmt.Sprintf("/v1/deliveries/%d:retry", del.GetId()), adminToken, "application/json",
+			jsonBody(t, map[string]any{"owner_id": deliveriesOwner, "resend": true}))
+		require.Equal(t, http.StatusOK, code, "%v", out)
+		releaseOnce()
+
+		resent := waitForDelivery(t, d, id, "the resend delivered", func(x *webhooksv1.Delivery) bool {
+			return x.GetState() == webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERED
+		})
+		got := rc.requests()
+		require.Len(t, got, 2, "sent once more, not twice")
+		require.NotEmpty(t, got[0].header.Get("webhook-id"))
+		require.Equal(t, got[0].header.Get("webhook-id"), got[1].header.Get("webhook-id"), "the same event, the same webhook-id")
+		require.Equal(t, got[0].body, got[1].body)
+		require.Equal(t, del.GetId(), resent.GetId())
+		require.False(t, resent.GetScheduledAt().AsTime().After(resent.GetFinalizedAt().AsTime()))
+		_, err = d.endpoints().DeleteEndpoint(adminCtx(t), &webhooksv1.DeleteEndpointRequest{OwnerId: deliveriesOwner, EndpointId: id})
+		require.NoError(t, err)
 	})
 
 	t.Run("SendTestGoesNowToAFailingEndpoint", func(t *testing.T) {

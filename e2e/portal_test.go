@@ -281,6 +281,14 @@ func TestPortalFlow(t *testing.T) {
 	require.Contains(t, bodyText(t, ctx), "Retry queued")
 	waitFor(t, 30*time.Second, "the retried delivery", func() bool { return len(rc.requests()) > sent })
 	reloadUntil(t, ctx, "Delivered")
+	// Delivered, it can be resent: once more, with the same webhook-id.
+	reloadUntil(t, ctx, "Resend")
+	sent = len(rc.requests())
+	require.NoError(t, chromedp.Run(ctx, chromedp.Click(`//button[normalize-space()="Resend"]`, chromedp.BySearch), chromedp.WaitVisible(`p.flash`, chromedp.ByQuery)))
+	require.Contains(t, bodyText(t, ctx), "Resend queued")
+	waitFor(t, 30*time.Second, "the resent delivery", func() bool { return len(rc.requests()) > sent })
+	require.Equal(t, rc.requests()[sent-1].header.Get("webhook-id"), rc.requests()[sent].header.Get("webhook-id"))
+	reloadUntil(t, ctx, "Delivered")
 
 	// Rotate the secret: a new one, shown once.
 	require.NoError(t, chromedp.Run(ctx, chromedp.Navigate(endpointURL)))

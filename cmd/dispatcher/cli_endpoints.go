@@ -40,7 +40,7 @@ var endpointCommands = []endpointCommand{
 	{"deliveries", "<id>", "list the endpoint's deliveries, newest first (--state, --event-type, --since, --until)", deliveriesFlags},
 	{"delivery", "<delivery id>", "show one delivery (of any of the owner's endpoints)", deliveryFlags},
 	{"redeliver", "<id>", "re-queue the endpoint's failed and cancelled deliveries (--since: those of an outage)", redeliverFlags},
-	{"retry-delivery", "<delivery id>", "run one scheduled delivery now (its backoff or Retry-After cut short)", retryDeliveryFlags},
+	{"retry-delivery", "<delivery id>", "run one scheduled delivery now (its backoff or Retry-After cut short); --resend sends a delivered one again", retryDeliveryFlags},
 	{"attempts", "<delivery id>", "list a delivery's attempts, newest first (status, duration, error, body)", attemptsFlags},
 	{"stats", "", "attempts, failures by class and latency per endpoint, last hour/day/week", statsFlags},
 	{"test-filter", "", "evaluate a filter (--filter, or --endpoint's) against a stored event (--event) or a sample (--type, --subject, --data), delivering nothing", testFilterFlags},
@@ -402,18 +402,23 @@ func sendTestFlags(*flag.FlagSet) func(context.Context, *endpointsCmd, string) e
 	}
 }
 
-func retryDeliveryFlags(*flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
+func retryDeliveryFlags(fs *flag.FlagSet) func(context.Context, *endpointsCmd, string) error {
+	resend := fs.Bool("resend", false, "also send a delivered delivery again (same webhook-id); a repeat while it is on its way sends nothing more")
 	return func(ctx context.Context, c *endpointsCmd, arg string) error {
 		id, err := strconv.ParseInt(arg, 10, 64)
 		if err != nil || id <= 0 {
 			return fmt.Errorf("endpoints retry-delivery: %q is not a delivery id (the DELIVERY column of 'endpoints deliveries')", arg)
 		}
-		resp, err := c.client.RetryDelivery(ctx, &webhooksv1.RetryDeliveryRequest{OwnerId: c.conn.owner, DeliveryId: id})
+		resp, err := c.client.RetryDelivery(ctx, &webhooksv1.RetryDeliveryRequest{OwnerId: c.conn.owner, DeliveryId: id, Resend: *resend})
 		if err != nil {
 			return err
 		}
 		if c.conn.json {
 			return printJSON(c.stdout, resp)
+		}
+		if st := resp.GetDelivery().GetState(); *resend && st == webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERING {
+			fmt.Fprintf(c.stdout, "delivery %d is %s: already on its way, not sent again\n", id, deliveryState(resp.GetDelivery()))
+			return nil
 		}
 		fmt.Fprintf(c.stdout, "delivery %d is %s: it runs now\n", id, deliveryState(resp.GetDelivery()))
 		return nil

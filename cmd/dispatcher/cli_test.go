@@ -388,6 +388,8 @@ func TestEndpointsCLI(t *testing.T) {
 		_, err = endpoints(t, b, "retry-delivery", "987654")
 		require.ErrorContains(t, err, "NotFound")
 		require.ErrorContains(t, err, "delivery not found")
+		_, err = endpoints(t, b, "retry-delivery", "987654", "--resend")
+		require.ErrorContains(t, err, "delivery not found", "--resend is a flag of retry-delivery")
 
 		_, err = run(t, runEndpointsCLI, "frobnicate")
 		require.ErrorContains(t, err, "unknown command")

@@ -46,17 +46,29 @@ func (s DeliveryState) String() string {
 
 // NotWaitingError: RetryDelivery was asked to run a delivery that is not
 // waiting (DeliveryScheduled).
+// Resend says the call asked to resend a delivered one as well, and
+// EventGone that it was delivered but its event is no longer stored.
 type NotWaitingError struct {
-	State DeliveryState
+	State     DeliveryState
+	Resend    bool
+	EventGone bool
 }
 
 func (e *NotWaitingError) Error() string {
+	if e.EventGone {
+		return "delivery is " + e.State.String() + " but its event is no longer stored (retention removed it), so it cannot be resent"
+	}
 	msg := "delivery is " + e.State.String() + ", not waiting: only a scheduled delivery can be retried now"
+	if e.Resend {
+		msg = "delivery is " + e.State.String() + ": only a scheduled or delivered delivery can be retried or resent"
+	}
 	switch e.State {
 	case DeliveryFailed, DeliveryCancelled:
 		msg += " (Redeliver re-queues failed and cancelled deliveries)"
 	case DeliveryPending, DeliveryDelivering:
 		msg += " (it is already on its way)"
+	case DeliveryDelivered:
+		msg += " (resend=true sends a delivered one again)"
 	}
 	return msg
 }
@@ -251,7 +263,7 @@ func (r jobRow) delivery(now time.Time) *Delivery {
 	d := &Delivery{
 		JobID: r.ID, EndpointID: r.EndpointID, EventID: r.EventID, EventType: r.EventType,
 		Attempt: n.Attempt, MaxAttempts: n.Max, Probes: n.Probes, Probe: n.Probe, LastError: humanError(r.LastError),
-		CreatedAt: r.CreatedAt, AttemptedAt: r.AttemptedAt, ScheduledAt: r.ScheduledAt, FinalizedAt: r.FinalizedAt,
+		CreatedAt: r.CreatedAt, AttemptedAt: r.AttemptedAt, ScheduledAt: r.finishedScheduledAt(), FinalizedAt: r.FinalizedAt,
 		State: productState(r.State, r.ScheduledAt, r.Output, now),
 	}
 	switch d.State {
@@ -291,6 +303,27 @@ func (r jobRow) delivery(now time.Time) *Delivery {
 		d.StateReason = "In River state " + r.State + "."
 	}
 	return d
+}
+
+// finishedScheduledAt is the scheduled_at a Delivery shows: River's, except
+// that a finalized job's is at most its last attempt's start (or, never
+// attempted, its finalized_at). River leaves scheduled_at where the last
+// snooze, pacing or hand-off hold put it, which can be after the attempt
+// that then delivered it; a reader would take "scheduled after delivered"
+// for a contradiction, so a finished delivery reads created <= scheduled
+// <= attempted <= finalized.
+func (r jobRow) finishedScheduledAt() time.Time {
+	at := r.ScheduledAt
+	if r.FinalizedAt == nil {
+		return at
+	}
+	if r.AttemptedAt != nil && at.After(*r.AttemptedAt) {
+		at = *r.AttemptedAt
+	}
+	if at.After(*r.FinalizedAt) {
+		at = *r.FinalizedAt
+	}
+	return at
 }
 
 // wait says why a job scheduled for the future waits.

@@ -513,6 +513,19 @@ func (s *Service) SendTest(ctx context.Context, owner, id string) (string, error
 // (up to 10 h), a Retry-After or a failing endpoint's cool-down is cut
 // short. See Store.RetryDelivery for what is refused.
 func (s *Service) RetryDelivery(ctx context.Context, owner string, deliveryID int64) (*Delivery, error) {
+	return s.retryDelivery(ctx, owner, deliveryID, false)
+}
+
+// ResendDelivery is RetryDelivery that also sends a delivered delivery of
+// owner's again: the same job, so the same event and webhook-id, which a
+// receiver that dedupes recognizes. One already on its way (pending or in
+// flight, e.g. a resend a moment ago) is returned as it is rather than
+// queued a second time.
+func (s *Service) ResendDelivery(ctx context.Context, owner string, deliveryID int64) (*Delivery, error) {
+	return s.retryDelivery(ctx, owner, deliveryID, true)
+}
+
+func (s *Service) retryDelivery(ctx context.Context, owner string, deliveryID int64, resend bool) (*Delivery, error) {
 	var v violations
 	s.val.ownerID(&v, owner)
 	if deliveryID <= 0 {
@@ -524,11 +537,16 @@ func (s *Service) RetryDelivery(ctx context.Context, owner string, deliveryID in
 	if s.river == nil {
 		return nil, fmt.Errorf("retry_delivery: %w", ErrUnavailable)
 	}
-	d, err := s.store.RetryDelivery(ctx, s.river, owner, deliveryID)
+	d, err := s.store.RetryDelivery(ctx, s.river, owner, deliveryID, resend)
 	if err != nil {
 		return nil, err
 	}
-	s.logger.InfoContext(ctx, "delivery retried now", slog.String("owner_id", owner), slog.Int64("delivery_id", deliveryID))
+	msg := "delivery retried now"
+	if resend {
+		msg = "delivery resent"
+	}
+	s.logger.InfoContext(ctx, msg, slog.String("owner_id", owner), slog.Int64("delivery_id", deliveryID),
+		slog.Bool("resend", resend), slog.String("state", d.State.String()))
 	return d, nil
 }
 

@@ -557,7 +557,12 @@ UPDATE river_job j
 // is a *NotWaitingError: a finished one is Redeliver's business, a pending
 // or running one is already on its way. The endpoint must be enabled
 // (ErrDisabled).
-func (s *Store) RetryDelivery(ctx context.Context, client *river.Client[pgx.Tx], owner string, jobID int64) (*Delivery, error) {
+//
+// With resend, a DELIVERED one is queued again too (the same job, so the
+// same event and webhook-id), and one already PENDING or DELIVERING is
+// returned as it is: a second click while the first resend is on its way
+// does not send it twice.
+func (s *Store) RetryDelivery(ctx context.Context, client *river.Client[pgx.Tx], owner string, jobID int64, resend bool) (*Delivery, error) {
 	const q = `
 SELECT ` + deliveryColumns + `, w.enabled
   FROM river_job j
@@ -584,14 +589,37 @@ SELECT ` + deliveryColumns + `, w.enabled
 		if err != nil {
 			return err
 		}
-		if before := jr.delivery(time.Now()); before.State != DeliveryScheduled {
-			return &NotWaitingError{State: before.State}
+		before := jr.delivery(time.Now())
+		switch {
+		case before.State == DeliveryScheduled:
+		case resend && before.State == DeliveryDelivered:
+		case resend && (before.State == DeliveryPending || before.State == DeliveryDelivering):
+			// Already on its way (a resend a moment ago, or its first
+			// attempt): queuing it again would send it twice.
+			d = before
+			return nil
+		default:
+			return &NotWaitingError{State: before.State, Resend: resend}
 		}
 		if !enabled {
 			return ErrDisabled
 		}
 		if _, err := client.JobRetryTx(ctx, tx, jobID); err != nil {
 			return err
+		}
+		if before.State == DeliveryDelivered {
+			var stored bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM events WHERE id = $1 AND owner_id = $2)`, jr.EventID, owner).Scan(&stored); err != nil {
+				return err
+			}
+			if !stored {
+				// The worker would find nothing to send.
+				return &NotWaitingError{State: before.State, Resend: true, EventGone: true}
+			}
+			// Stamped like Redeliver's re-queues, for whoever reads the job.
+			if _, err := tx.Exec(ctx, `UPDATE river_job SET metadata = metadata || jsonb_build_object('`+resentAtKey+`', now()) WHERE id = $1`, jobID); err != nil {
+				return err
+			}
 		}
 		// A failing endpoint's receiver hears only the delivery that holds
 		// its probe slot: this one takes the next probe's place, and the

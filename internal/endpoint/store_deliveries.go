@@ -137,6 +137,10 @@ type RedeliverResult struct {
 // delivery with, so that a second call with the same since skips it.
 const redeliveredAtKey = "redelivered_at"
 
+// resentAtKey is the job metadata key RetryDelivery with resend stamps a
+// delivered delivery it queues again with.
+const resentAtKey = "resent_at"
+
 // Redeliver re-queues, in one transaction, up to p.Limit deliveries of
 // owner's endpoint id that ended discarded or cancelled (since p.Since) and
 // whose event still exists, oldest first, and says how many. The endpoint

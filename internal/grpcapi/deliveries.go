@@ -85,7 +85,11 @@ func timestampFromProto(ts *timestamppb.Timestamp) endpoint.Timestamp {
 
 // RetryDelivery implements webhooksv1.EndpointServiceServer.
 func (s *endpointServer) RetryDelivery(ctx context.Context, req *webhooksv1.RetryDeliveryRequest) (*webhooksv1.RetryDeliveryResponse, error) {
-	d, err := s.svc.RetryDelivery(ctx, req.GetOwnerId(), req.GetDeliveryId())
+	retry := s.svc.RetryDelivery
+	if req.GetResend() {
+		retry = s.svc.ResendDelivery
+	}
+	d, err := retry(ctx, req.GetOwnerId(), req.GetDeliveryId())
 	if err != nil {
 		return nil, s.fail(ctx, "retry_delivery", req.GetOwnerId(), err)
 	}

@@ -58,6 +58,47 @@ func TestGetDelivery(t *testing.T) {
 		require.Equal(t, b.id, listed.GetEndpointId())
 	})
 
+	t.Run("DeliveredTimestampsAreOrdered", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// A hand-off hold or a pacing step leaves River's scheduled_at ahead
+		// of the attempt that then delivered the job.
+		attemptedAt := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+		finalizedAt := attemptedAt.Add(200 * time.Millisecond)
+		heldUntil := attemptedAt.Add(30 * time.Second)
+		opts := attempted("completed", "")
+		opts.AttemptedAt, opts.FinalizedAt, opts.ScheduledAt = &attemptedAt, &finalizedAt, &heldUntil
+		jobID := b.env.insertAttempted(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"), opts)
+
+		got, err := b.env.client.GetDelivery(t.Context(), &webhooksv1.GetDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID})
+		require.NoError(t, err)
+		list, err := b.env.client.ListDeliveries(t.Context(), &webhooksv1.ListDeliveriesRequest{OwnerId: ownerA, EndpointId: b.id})
+		require.NoError(t, err)
+		require.Len(t, list.GetDeliveries(), 1)
+		for _, d := range []*webhooksv1.Delivery{got.GetDelivery(), list.GetDeliveries()[0]} {
+			require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_DELIVERED, d.GetState())
+			require.False(t, d.GetScheduledAt().AsTime().After(d.GetAttemptedAt().AsTime()), "scheduled_at %s after attempted_at %s", d.GetScheduledAt().AsTime(), d.GetAttemptedAt().AsTime())
+			require.False(t, d.GetAttemptedAt().AsTime().After(d.GetFinalizedAt().AsTime()))
+			require.Equal(t, attemptedAt, d.GetScheduledAt().AsTime())
+			require.Equal(t, finalizedAt, d.GetFinalizedAt().AsTime())
+		}
+	})
+
+	t.Run("CancelledBeforeAnAttemptIsNotScheduledAfterItsEnd", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		finalizedAt := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+		retryAt := finalizedAt.Add(time.Hour)
+		jobID := b.env.insertAttempted(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"), &testfactory.JobOpts{
+			State: "cancelled", FinalizedAt: &finalizedAt, ScheduledAt: &retryAt,
+		})
+
+		got, err := b.env.client.GetDelivery(t.Context(), &webhooksv1.GetDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID})
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_CANCELLED, got.GetDelivery().GetState())
+		require.Equal(t, finalizedAt, got.GetDelivery().GetScheduledAt().AsTime())
+	})
+
 	t.Run("ForeignOwnerIsNotFound", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -569,6 +610,49 @@ func TestRetryDelivery(t *testing.T) {
 		opts.ScheduledAt = new(time.Now().Add(wait))
 		return b.env.insertAttempted(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"), opts)
 	}
+
+	t.Run("ResendQueuesADeliveredOneOnce", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		jobID := b.env.insertAttempted(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"), attempted("completed", ""))
+
+		_, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID})
+		require.Equal(t, codes.FailedPrecondition, status.Code(err), "without resend a delivered one is refused")
+
+		resp, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID, Resend: true})
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_PENDING, resp.GetDelivery().GetState())
+		require.Nil(t, resp.GetDelivery().GetFinalizedAt())
+		require.Equal(t, "available", b.env.jobState(t, jobID))
+
+		// A double click finds it on its way and leaves it be.
+		again, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID, Resend: true})
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_PENDING, again.GetDelivery().GetState())
+		require.Equal(t, resp.GetDelivery().GetScheduledAt().AsTime(), again.GetDelivery().GetScheduledAt().AsTime(), "not queued again")
+	})
+
+	t.Run("ResendLeavesFailedToRedeliver", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		jobID := b.env.insertAttempted(t, b.id, b.env.insertEvent(t, ownerA, "booking.created"), attempted("discarded", "HTTP 500: upstream down"))
+		_, err := b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID, Resend: true})
+		require.Equal(t, codes.FailedPrecondition, status.Code(err))
+		require.Contains(t, status.Convert(err).Message(), "Redeliver")
+	})
+
+	t.Run("ResendOfAPrunedEventIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		eventID := b.env.insertEvent(t, ownerA, "booking.created")
+		jobID := b.env.insertAttempted(t, b.id, eventID, attempted("completed", ""))
+		_, err := b.env.db.Pool.Exec(t.Context(), `DELETE FROM events WHERE id = $1`, eventID)
+		require.NoError(t, err)
+		_, err = b.env.client.RetryDelivery(t.Context(), &webhooksv1.RetryDeliveryRequest{OwnerId: ownerA, DeliveryId: jobID, Resend: true})
+		require.Equal(t, codes.FailedPrecondition, status.Code(err))
+		require.Contains(t, status.Convert(err).Message(), "no longer stored")
+		require.Equal(t, "completed", b.env.jobState(t, jobID))
+	})
 
 	t.Run("RunsABackoffNow", func(t *testing.T) {
 		t.Parallel()

@@ -17,7 +17,9 @@ type deliveryData struct {
 	Attempts []attempt.Attempt
 	Pages    pager
 	CanRetry bool
-	Ended    bool
+	// CanResend: delivered, so it can be sent once more on request.
+	CanResend bool
+	Ended     bool
 }
 
 func (d *deliveryData) pageTitle() string {
@@ -42,7 +44,7 @@ func (p *Portal) showDelivery(w http.ResponseWriter, r *http.Request, sess *sess
 		p.failID(w, r, sess, err)
 		return
 	}
-	data := &deliveryData{D: d, CanRetry: d.State == endpoint.DeliveryScheduled,
+	data := &deliveryData{D: d, CanRetry: d.State == endpoint.DeliveryScheduled, CanResend: d.State == endpoint.DeliveryDelivered,
 		Ended: d.State == endpoint.DeliveryFailed || d.State == endpoint.DeliveryCancelled}
 	if e, err := p.svc.Get(r.Context(), sess.ownerID, d.EndpointID); err == nil {
 		data.E = e
@@ -63,11 +65,17 @@ func (p *Portal) retryDelivery(w http.ResponseWriter, r *http.Request, sess *ses
 		p.notFound(w, r, sess)
 		return
 	}
-	if _, err := p.svc.RetryDelivery(r.Context(), sess.ownerID, id); err != nil {
+	// The Resend button says so; a second click while the resend is on its
+	// way finds it pending and sends nothing more.
+	retry, done := p.svc.RetryDelivery, "retried"
+	if r.PostFormValue("resend") == "1" {
+		retry, done = p.svc.ResendDelivery, "resent"
+	}
+	if _, err := retry(r.Context(), sess.ownerID, id); err != nil {
 		p.failID(w, r, sess, err)
 		return
 	}
-	p.redirect(w, r, "deliveries/"+strconv.FormatInt(id, 10)+"?done=retried")
+	p.redirect(w, r, "deliveries/"+strconv.FormatInt(id, 10)+"?done="+done)
 }
 
 // eventsData is the events search.

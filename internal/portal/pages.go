@@ -273,6 +273,7 @@ var flashes = map[string]string{
 	"disabled":    "Endpoint disabled: it gets no new deliveries.",
 	"deleted":     "Endpoint deleted.",
 	"retried":     "Retry queued: the delivery goes out now.",
+	"resent":      "Resend queued: the delivery goes out again, with the same webhook-id.",
 	"redelivered": "Failed deliveries queued again.",
 }
 

@@ -224,6 +224,19 @@ func (a *Admin) RetryDelivery(ctx context.Context, ownerID string, deliveryID in
 	return resp.GetDelivery(), err
 }
 
+// ResendDelivery sends one DELIVERED delivery to its endpoint again (the
+// same event, so the same webhook-id), or runs a SCHEDULED one now as
+// RetryDelivery does, and returns it as it is then. One already PENDING or
+// DELIVERING (a resend a moment ago) is returned as it is, not queued a
+// second time. FAILED and CANCELLED are ErrFailedPrecondition: Redeliver
+// re-queues those.
+func (a *Admin) ResendDelivery(ctx context.Context, ownerID string, deliveryID int64) (*webhooksv1.Delivery, error) {
+	resp, err := adminCall(ctx, a, "resend delivery", func(ctx context.Context) (*webhooksv1.RetryDeliveryResponse, error) {
+		return a.rpc.RetryDelivery(ctx, &webhooksv1.RetryDeliveryRequest{OwnerId: ownerID, DeliveryId: deliveryID, Resend: true})
+	})
+	return resp.GetDelivery(), err
+}
+
 // Redeliver re-queues one batch (req.Limit, at most 1000) of an endpoint's
 // deliveries that ended FAILED or CANCELLED (since req.Since, when set). Pass
 // the response's NextPageToken as req.PageToken to continue, or use Recover,

@@ -373,9 +373,16 @@ class Client:
         resp = self._call("GET", "/v1/deliveries/" + _seg(delivery_id), query={"owner_id": owner_id})
         return _load(Delivery, resp.get("delivery") or {})
 
-    def retry_delivery(self, *, owner_id: str, delivery_id: str) -> Delivery:
-        """Run one waiting delivery now; FAILED_PRECONDITION for a finished one (redeliver re-queues those)."""
-        resp = self._call("POST", "/v1/deliveries/" + _seg(delivery_id) + ":retry", body={"owner_id": owner_id})
+    def retry_delivery(self, *, owner_id: str, delivery_id: str, resend: bool = False) -> Delivery:
+        """Run one waiting delivery now; FAILED_PRECONDITION for a finished one (redeliver re-queues those).
+
+        With resend=True a DELIVERED one is sent again (same webhook-id); one already on its way is
+        returned as it is, so a repeated call does not send it twice.
+        """
+        body: dict[str, Any] = {"owner_id": owner_id}
+        if resend:
+            body["resend"] = True
+        resp = self._call("POST", "/v1/deliveries/" + _seg(delivery_id) + ":retry", body=body)
         return _load(Delivery, resp.get("delivery") or {})
 
     def redeliver(self, *, owner_id: str, endpoint_id: str, **fields: Any) -> Redelivered:

@@ -120,6 +120,12 @@ class ClientTest(unittest.TestCase):
             self.admin.retry_delivery(owner_id=self.owner, delivery_id=delivery.id)
         self.assertEqual(finished.exception.code, "FAILED_PRECONDITION")
         self.assertEqual(self.admin.redeliver(owner_id=self.owner, endpoint_id=endpoint_id).count, 0)
+        # Resent on request: the same webhook-id once more.
+        resent = self.admin.retry_delivery(owner_id=self.owner, delivery_id=delivery.id, resend=True)
+        self.assertEqual(resent.id, delivery.id)
+        again, _ = wait_for("the resend", lambda: self.receiver.received[1:2])[0]
+        self.assertEqual(again["webhook-id"], published.event_id)
+        wait_for("the resend recorded as delivered", delivered)
 
         # Events.
         got = self.admin.get_event(owner_id=self.owner, event_id=published.event_id)

@@ -55,7 +55,7 @@ export interface paths {
         put?: never;
         /**
          * Retry delivery
-         * @description RetryDelivery runs one SCHEDULED delivery now instead of at scheduled_at, whatever it waits for (a retry's backoff of up to 10 h, a Retry-After, a failing endpoint's cool-down). Its attempts so far still count. A delivery in another state is FAILED_PRECONDITION (Redeliver re-queues failed and cancelled ones); so is one of a disabled endpoint. Another owner's delivery is NOT_FOUND, like a missing one.
+         * @description RetryDelivery runs one SCHEDULED delivery now instead of at scheduled_at, whatever it waits for (a retry's backoff of up to 10 h, a Retry-After, a failing endpoint's cool-down). Its attempts so far still count. A delivery in another state is FAILED_PRECONDITION (Redeliver re-queues failed and cancelled ones); so is one of a disabled endpoint. Another owner's delivery is NOT_FOUND, like a missing one. With resend, a DELIVERED delivery is sent again (the same event, so the same webhook-id), and one already PENDING or DELIVERING is returned unchanged, so a repeated call does not send it twice; without resend a DELIVERED one stays refused.
          */
         post: operations["retryDelivery"];
         delete?: never;
@@ -1018,7 +1018,10 @@ export interface components {
              * @description Attempts of the retry schedule spent so far, one in flight included (snoozes spend none, and recovery probes are counted apart, in probes): "attempt 4 of 18, 2 probes".
              */
             attempt: number;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the latest attempt started; unset before the first.
+             */
             attempted_at: string | null;
             /** Format: date-time */
             created_at: string | null;
@@ -1026,7 +1029,10 @@ export interface components {
             endpoint_id: string;
             event_id: string;
             event_type: string;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When it ended (DELIVERED, FAILED or CANCELLED); unset until then.
+             */
             finalized_at: string | null;
             /**
              * Format: int64
@@ -1049,7 +1055,10 @@ export interface components {
              * @description Recovery probes it carried: while its endpoint was failing, it was sent ahead of its retry step to learn whether the receiver was back. A probe is a request but spends no attempt of the schedule.
              */
             probes: number;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the delivery is (or was) due: the next attempt's time while it waits. Once it has ended (finalized_at set) it is never after attempted_at or finalized_at, so a finished delivery reads created_at <= scheduled_at <= attempted_at <= finalized_at.
+             */
             scheduled_at: string | null;
             state: components["schemas"]["DeliveryState"];
             /** @description The state in one sentence for people, e.g. "The receiver asked to wait (HTTP 429, Retry-After) until 2026-12-01T10:00:00Z." */
@@ -1892,9 +1901,11 @@ export interface components {
         RetryDeliveryRequest: {
             /** @description The owner the call is scoped to: another owner's resources answer 404, like missing ones. */
             owner_id: string;
+            /** @description Also send a DELIVERED delivery again, to the same endpoint with the same webhook-id (receivers that dedupe by it see a repeat). A PENDING or DELIVERING one is then returned as it is rather than refused, so a double click sends once. FAILED and CANCELLED stay Redeliver's. */
+            resend?: boolean;
         };
         RetryDeliveryResponse: {
-            /** @description The delivery as it is now (PENDING). */
+            /** @description The delivery as it is now (PENDING, or as it was when resend found it already on its way). */
             delivery: components["schemas"]["Delivery"] | null;
         };
         /** @description RotateSecret gives a v1 endpoint a new secret and a v1a endpoint a new key pair; the previous one keeps signing for the grace period either way. */

@@ -198,6 +198,18 @@ test("create, publish, deliveries, attempts, retry; deliveries verify with stand
   assert.equal(again.error?.code, "FAILED_PRECONDITION");
   assert.throws(() => must(again), ProblemError);
 
+  // Resent when asked: once more, with the same webhook-id.
+  const before = receiver.received.length;
+  const resent = must(
+    await admin.POST("/v1/deliveries/{delivery_id}:retry", {
+      params: { path: { delivery_id: waiting.id } },
+      body: { owner_id: owner, resend: true },
+    }),
+  );
+  assert.equal(resent.delivery?.id, waiting.id);
+  const resend = await waitFor("the resend", async () => receiver.received[before]);
+  assert.equal(resend.headers["webhook-id"], published.event_id, "a resend carries the same webhook-id");
+
   // Bad input names the field.
   const bad = await admin.GET("/v1/endpoints", {
     params: { query: { owner_id: owner, page_size: 500 } },

@@ -97,6 +97,25 @@ func TestAdminDeliveries(t *testing.T) {
 		require.Equal(t, int32(1), d.GetAttempt(), "its attempts still count")
 	})
 
+	t.Run("ResendDelivery", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		setJob(t, b, `state = 'completed', attempt = 1, attempted_at = now(), finalized_at = now()`)
+		_, err := b.admin.RetryDelivery(ctx, "owner_1", b.deliveryID)
+		require.ErrorIs(t, err, client.ErrFailedPrecondition, "a delivered one is resent only when asked")
+
+		d, err := b.admin.ResendDelivery(ctx, "owner_1", b.deliveryID)
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_PENDING, d.GetState())
+		// A double click: on its way already, returned as it is.
+		again, err := b.admin.ResendDelivery(ctx, "owner_1", b.deliveryID)
+		require.NoError(t, err)
+		require.Equal(t, webhooksv1.DeliveryState_DELIVERY_STATE_PENDING, again.GetState())
+		var resent bool
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT metadata ? 'resent_at' FROM river_job WHERE id = $1`, b.deliveryID).Scan(&resent))
+		require.True(t, resent)
+	})
+
 	t.Run("RedeliverAndRecover", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

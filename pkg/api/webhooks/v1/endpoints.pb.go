@@ -2096,10 +2096,16 @@ type Delivery struct {
 	MaxAttempts int32 `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	// What the last failed attempt met, as a sentence without River's
 	// internals, e.g. "HTTP 500: upstream down". Empty once delivered.
-	LastError   string                 `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
-	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	LastError string                 `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// When the latest attempt started; unset before the first.
 	AttemptedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=attempted_at,json=attemptedAt,proto3" json:"attempted_at,omitempty"`
+	// When the delivery is (or was) due: the next attempt's time while it
+	// waits. Once it has ended (finalized_at set) it is never after
+	// attempted_at or finalized_at, so a finished delivery reads created_at <=
+	// scheduled_at <= attempted_at <= finalized_at.
 	ScheduledAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
+	// When it ended (DELIVERED, FAILED or CANCELLED); unset until then.
 	FinalizedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=finalized_at,json=finalizedAt,proto3" json:"finalized_at,omitempty"`
 	// A link to the job in the operator UI, from the configured template.
 	Link string `protobuf:"bytes,12,opt,name=link,proto3" json:"link,omitempty"`
@@ -2325,7 +2331,12 @@ type RetryDeliveryRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	OwnerId string                 `protobuf:"bytes,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
 	// Delivery.id, as ListDeliveries returns it.
-	DeliveryId    int64 `protobuf:"varint,2,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
+	DeliveryId int64 `protobuf:"varint,2,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
+	// Also send a DELIVERED delivery again, to the same endpoint with the same
+	// webhook-id (receivers that dedupe by it see a repeat). A PENDING or
+	// DELIVERING one is then returned as it is rather than refused, so a
+	// double click sends once. FAILED and CANCELLED stay Redeliver's.
+	Resend        bool `protobuf:"varint,3,opt,name=resend,proto3" json:"resend,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2374,9 +2385,17 @@ func (x *RetryDeliveryRequest) GetDeliveryId() int64 {
 	return 0
 }
 
+func (x *RetryDeliveryRequest) GetResend() bool {
+	if x != nil {
+		return x.Resend
+	}
+	return false
+}
+
 type RetryDeliveryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The delivery as it is now (PENDING).
+	// The delivery as it is now (PENDING, or as it was when resend found it
+	// already on its way).
 	Delivery      *Delivery `protobuf:"bytes,1,opt,name=delivery,proto3" json:"delivery,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4472,11 +4491,12 @@ const file_webhooks_v1_endpoints_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2\x15.webhooks.v1.DeliveryR\n" +
 	"deliveries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"R\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"j\n" +
 	"\x14RetryDeliveryRequest\x12\x19\n" +
 	"\bowner_id\x18\x01 \x01(\tR\aownerId\x12\x1f\n" +
 	"\vdelivery_id\x18\x02 \x01(\x03R\n" +
-	"deliveryId\"J\n" +
+	"deliveryId\x12\x16\n" +
+	"\x06resend\x18\x03 \x01(\bR\x06resend\"J\n" +
 	"\x15RetryDeliveryResponse\x121\n" +
 	"\bdelivery\x18\x01 \x01(\v2\x15.webhooks.v1.DeliveryR\bdelivery\"P\n" +
 	"\x12GetDeliveryRequest\x12\x19\n" +

@@ -77,7 +77,10 @@ type EndpointServiceClient interface {
 	// failing endpoint's cool-down). Its attempts so far still count. A delivery
 	// in another state is FAILED_PRECONDITION (Redeliver re-queues failed and
 	// cancelled ones); so is one of a disabled endpoint. Another owner's
-	// delivery is NOT_FOUND, like a missing one.
+	// delivery is NOT_FOUND, like a missing one. With resend, a DELIVERED
+	// delivery is sent again (the same event, so the same webhook-id), and one
+	// already PENDING or DELIVERING is returned unchanged, so a repeated call
+	// does not send it twice; without resend a DELIVERED one stays refused.
 	RetryDelivery(ctx context.Context, in *RetryDeliveryRequest, opts ...grpc.CallOption) (*RetryDeliveryResponse, error)
 	// GetDelivery returns one delivery of any of the owner's endpoints.
 	GetDelivery(ctx context.Context, in *GetDeliveryRequest, opts ...grpc.CallOption) (*GetDeliveryResponse, error)
@@ -381,7 +384,10 @@ type EndpointServiceServer interface {
 	// failing endpoint's cool-down). Its attempts so far still count. A delivery
 	// in another state is FAILED_PRECONDITION (Redeliver re-queues failed and
 	// cancelled ones); so is one of a disabled endpoint. Another owner's
-	// delivery is NOT_FOUND, like a missing one.
+	// delivery is NOT_FOUND, like a missing one. With resend, a DELIVERED
+	// delivery is sent again (the same event, so the same webhook-id), and one
+	// already PENDING or DELIVERING is returned unchanged, so a repeated call
+	// does not send it twice; without resend a DELIVERED one stays refused.
 	RetryDelivery(context.Context, *RetryDeliveryRequest) (*RetryDeliveryResponse, error)
 	// GetDelivery returns one delivery of any of the owner's endpoints.
 	GetDelivery(context.Context, *GetDeliveryRequest) (*GetDeliveryResponse, error)
