@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 
 GO        ?= go
 BUF       := $(GO) tool -modfile=tools/buf/go.mod buf
-TEST_FLAGS ?= -count=1 -timeout 30m
+TEST_FLAGS ?= -count=1 -timeout 45m
 FUZZTIME  ?= 10s
 
 .PHONY: help
@@ -130,7 +130,7 @@ check/openapi: deps/ts ## docs/openapi/openapi.json lints with 0 errors (redocly
 	npm --prefix $(TS_CLIENT) run --silent build
 
 .PHONY: test
-test: deps/ts ## Run every test, of pkg/'s module too (needs Postgres with 20 free connections: DATABASE_URL or 127.0.0.1:5432, and Node.js with npm).
+test: deps/ts ## Run every test, of pkg/'s module too (needs Postgres with 45 free connections: DATABASE_URL or 127.0.0.1:5432, and Node.js with npm).
 	@mkdir -p bin
 	$(GO) -C $(PKG_MOD) test $(TEST_FLAGS) -parallel $(TEST_PARALLEL) ./...
 	TEST_LOCK=$(CURDIR)/bin/.test.lock $(GO) test $(TEST_FLAGS) -p $(TEST_P) $(if $(TEST_EXEC),-exec $(TEST_EXEC)) -parallel $(TEST_PARALLEL) ./...

@@ -104,13 +104,18 @@ func masterKey(t *testing.T) string {
 	return k
 }
 
-// running bounds the dispatcher processes this binary runs at once, three
-// (TestChaosKill's cluster): each holds up to DISPATCHER_DB_MAX_CONNS=3 pool
-// connections plus two LISTEN sessions, so make test stays near its 20
-// Postgres connections however the parallel tests overlap. A test that has
-// waited runningWait starts its process anyway, so two tests that each need
-// a second process while holding one cannot wait on each other for ever.
-var running = make(chan struct{}, 3)
+// running bounds the dispatcher processes this binary runs at once, eight:
+// each holds up to DISPATCHER_DB_MAX_CONNS=3 pool connections plus two
+// LISTEN sessions, so make test stays near 40 Postgres connections however
+// the parallel tests overlap. Only -parallel tests run at a time, but a
+// test whose parallel subtests wait for their turn keeps its process until
+// they are done, so several processes sit idle at any moment; with fewer
+// slots (three, once) most starts waited out runningWait behind idle ones,
+// and the package took over 30 minutes while the machine idled. A test that
+// has waited runningWait starts its process anyway, so two tests that each
+// need a second process while holding one cannot wait on each other for
+// ever.
+var running = make(chan struct{}, 8)
 
 const runningWait = 45 * time.Second
 

@@ -284,7 +284,9 @@ func TestPortalFlow(t *testing.T) {
 	// Delivered, it can be resent: once more, with the same webhook-id.
 	reloadUntil(t, ctx, "Resend")
 	sent = len(rc.requests())
-	require.NoError(t, chromedp.Run(ctx, chromedp.Click(`//button[normalize-space()="Resend"]`, chromedp.BySearch), chromedp.WaitVisible(`p.flash`, chromedp.ByQuery)))
+	// The page still shows the retry's flash: wait for the resend's own.
+	require.NoError(t, chromedp.Run(ctx, chromedp.Click(`//button[normalize-space()="Resend"]`, chromedp.BySearch),
+		chromedp.WaitVisible(`//p[contains(@class, "flash") and contains(., "Resend queued")]`, chromedp.BySearch)))
 	require.Contains(t, bodyText(t, ctx), "Resend queued")
 	waitFor(t, 30*time.Second, "the resent delivery", func() bool { return len(rc.requests()) > sent })
 	require.Equal(t, rc.requests()[sent-1].header.Get("webhook-id"), rc.requests()[sent].header.Get("webhook-id"))

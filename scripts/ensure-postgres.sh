@@ -3,10 +3,10 @@
 # starts the installed cluster if it is down, installs Postgres with apt if it
 # is absent, and fails (never skips) when it still does not answer. Then it
 # checks the server has the connections `make test` needs free
-# (TEST_PG_CONNS, default 20), whichever server DATABASE_URL names.
+# (TEST_PG_CONNS, default 45), whichever server DATABASE_URL names.
 set -euo pipefail
 
-need=${TEST_PG_CONNS:-20}
+need=${TEST_PG_CONNS:-45}
 
 ready() { pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; }
 
